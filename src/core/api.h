@@ -1,0 +1,84 @@
+/*
+ * The one implementation behind every exported ncclNetPlugin_vN struct.
+ * src/nccl/ translates each ABI version's arguments to these calls and maps
+ * ferry_status_t to ncclResult_t; nothing here knows an ABI version.
+ *
+ * Conventions (the NCCL ones, restated):
+ *  - "not ready yet" is FERRY_OK with the out-pointer set to NULL
+ *    (connect/accept: call again; isend/irecv: retry later).
+ *  - every function is safe to call concurrently from NCCL's init, service
+ *    and progress threads.
+ */
+#ifndef FERRY_CORE_API_H
+#define FERRY_CORE_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "core/log.h"
+
+/* Pointer kinds, same bit values as NCCL_PTR_HOST/CUDA/DMABUF. */
+#define FERRY_PTR_HOST   0x1
+#define FERRY_PTR_CUDA   0x2
+#define FERRY_PTR_DMABUF 0x4
+
+/* Size of NCCL's opaque connection handle (NCCL_NET_HANDLE_MAXSIZE). */
+#define FERRY_HANDLE_SIZE 128
+/* Requests each comm supports in flight (NCCL_NET_MAX_REQUESTS). */
+#define FERRY_MAX_REQUESTS 32
+
+/* Device properties, ABI-neutral; src/nccl fills each version's struct. */
+typedef struct ferry_props {
+    const char *name;          /* Unique per device; valid for the process' life. */
+    const char *pci_path;      /* sysfs PCI path or NULL. */
+    uint64_t    guid;
+    int         ptr_support;   /* FERRY_PTR_* bits. */
+    int         reg_is_global;
+    int         force_flush;
+    int         speed_mbps;
+    int         port;
+    float       latency_us;
+    int         max_comms;
+    int         max_recvs;
+    size_t      max_p2p_bytes;
+    size_t      max_coll_bytes;
+    int         max_multi_request_size;
+} ferry_props_t;
+
+/* Per-communicator init (v11 semantics). traffic_class -1 means undefined. */
+ferry_status_t ferry_api_init(void **ctx_p, uint64_t comm_id, int traffic_class,
+                              ferry_log_fn_t logger);
+/* Safe with ctx == NULL (after a failed init) and after every other error. */
+ferry_status_t ferry_api_finalize(void *ctx);
+ferry_status_t ferry_api_devices(int *ndev_p);
+ferry_status_t ferry_api_get_properties(int dev, ferry_props_t *props_p);
+
+ferry_status_t ferry_api_listen(void *ctx, int dev, void *handle, void **listen_comm_p);
+/* traffic_class -1: use the one given to init for ctx. */
+ferry_status_t ferry_api_connect(void *ctx, int dev, void *handle, int traffic_class,
+                                 void **send_comm_p);
+ferry_status_t ferry_api_accept(void *listen_comm, void **recv_comm_p);
+
+ferry_status_t ferry_api_reg_mr(void *comm, void *data, size_t size, int type,
+                                void **mhandle_p);
+ferry_status_t ferry_api_reg_mr_dmabuf(void *comm, void *data, size_t size, int type,
+                                       uint64_t offset, int fd, void **mhandle_p);
+ferry_status_t ferry_api_dereg_mr(void *comm, void *mhandle);
+
+ferry_status_t ferry_api_isend(void *send_comm, void *data, size_t size, int tag,
+                               void *mhandle, void **request_p);
+/* *request_p may hold NCCL's optional-completion hint on entry; it is always overwritten. */
+ferry_status_t ferry_api_irecv(void *recv_comm, int n, void **data, size_t *sizes,
+                               int *tags, void **mhandles, void **request_p);
+/* Sets *request_p = NULL when there is nothing to flush. */
+ferry_status_t ferry_api_iflush(void *recv_comm, int n, void **data, int *sizes,
+                                void **mhandles, void **request_p);
+/* sizes may be NULL; when done, sizes[i] receives the bytes of buffer i. */
+ferry_status_t ferry_api_test(void *request, int *done_p, int *sizes);
+
+ferry_status_t ferry_api_close_send(void *send_comm);
+ferry_status_t ferry_api_close_recv(void *recv_comm);
+ferry_status_t ferry_api_close_listen(void *listen_comm);
+
+#endif
