@@ -1,0 +1,66 @@
+/*
+ * Bytes the socket backend puts on the wire or in NCCL's handle. Fixed-width
+ * fields, explicit padding, sizes pinned; all integers little-endian host
+ * order except port (network order), since both ends run the same build.
+ */
+#ifndef FERRY_SOCK_WIRE_H
+#define FERRY_SOCK_WIRE_H
+
+#include <stdint.h>
+
+#include "core/api.h"
+
+#define FERRY_SOCK_MAGIC        0x6b732d7972726566ULL /* "ferry-sk" */
+#define FERRY_SOCK_WIRE_VERSION 1
+#define FERRY_SOCK_MAX_LANES    64
+
+/*
+ * The 128-byte handle: listen() fills the first part, NCCL carries it to the
+ * peer, and the peer's connect() keeps its state in the stage fields because
+ * NCCL passes the same buffer again on every retry.
+ */
+typedef struct ferry_sock_handle {
+    uint64_t magic;          /* FERRY_SOCK_MAGIC. */
+    uint16_t version;        /* FERRY_SOCK_WIRE_VERSION. */
+    uint16_t nlanes;         /* Data streams the listener wants per connection. */
+    uint16_t family;         /* AF_INET or AF_INET6. */
+    uint16_t port;           /* Listen port, network byte order. */
+    uint8_t  addr[16];       /* IPv4 (first 4 bytes) or IPv6 listen address. */
+    uint32_t scope_id;       /* IPv6 scope for link-local addresses. */
+    uint32_t reserved;       /* Zero. */
+    uint64_t token;          /* Random; every stream must present it in its hello. */
+    uint64_t stage_cookie;   /* Connect side only: token ^ stage pointer, 0 on the wire. */
+    void    *stage;          /* Connect side only: in-progress connect state, NULL on the wire. */
+    uint8_t  pad[FERRY_HANDLE_SIZE - 64];
+} ferry_sock_handle_t;
+_Static_assert(sizeof(ferry_sock_handle_t) == FERRY_HANDLE_SIZE, "handle must be 128 bytes");
+
+/* First bytes on every stream, connector to acceptor. */
+typedef struct ferry_sock_hello {
+    uint64_t magic;          /* FERRY_SOCK_MAGIC. */
+    uint16_t version;        /* FERRY_SOCK_WIRE_VERSION. */
+    uint16_t hdr_size;       /* sizeof(ferry_sock_hello_t), for future growth. */
+    uint16_t lane;           /* Index of this stream in its connection. */
+    uint16_t nlanes;         /* Streams in this connection (copied from the handle). */
+    uint64_t token;          /* The handle's token. */
+    uint64_t conn_id;        /* Random, the same on every stream of one connection. */
+} ferry_sock_hello_t;
+_Static_assert(sizeof(ferry_sock_hello_t) == 32, "hello is 32 bytes");
+
+/*
+ * Every chunk is self-describing, so any stream can carry any chunk and the
+ * receiver places the payload straight into the posted buffer.
+ */
+typedef struct ferry_sock_chunk_hdr {
+    uint32_t seq;            /* Message number on this connection (isend order). */
+    uint32_t nchunks;        /* Chunks in the message (>= 1, also for 0 bytes). */
+    uint64_t msg_size;       /* Total bytes of the message: how the receiver learns the size. */
+    uint64_t offset;         /* Where this chunk's payload goes in the message. */
+    uint32_t len;            /* Payload bytes that follow the header. */
+    uint32_t check;          /* FERRY_SOCK_CHUNK_CHECK(seq, len): catches stream desync. */
+} ferry_sock_chunk_hdr_t;
+_Static_assert(sizeof(ferry_sock_chunk_hdr_t) == 32, "chunk header is 32 bytes");
+
+#define FERRY_SOCK_CHUNK_CHECK(_seq, _len) (0x7e7e1a4eU ^ (_seq) ^ ((_len) * 2654435761U))
+
+#endif
