@@ -1,0 +1,56 @@
+/*
+ * The one ops table each backend fills. src/core/api.c reaches a backend only
+ * through it, so tests can plug in a fake backend and the core never branches
+ * on which backend runs. Members are in NCCL order; none is NULL (optional
+ * behaviour points at ferry_no_* below).
+ */
+#ifndef FERRY_CORE_BACKEND_H
+#define FERRY_CORE_BACKEND_H
+
+#include "core/api.h"
+#include "core/config.h"
+
+/* Per-communicator context handed back by ferry_api_init. */
+typedef struct ferry_ctx {
+    uint64_t comm_id;       /* NCCL's commHash, for logs. */
+    int      traffic_class; /* From ncclConfig_t, -1 when undefined. */
+} ferry_ctx_t;
+
+typedef struct ferry_backend_ops {
+    const char *name;
+    /* Process-wide bring-up (device discovery) and tear-down, called once each. */
+    ferry_status_t (*init)(const ferry_config_t *cfg);
+    void (*fini)(void);
+    ferry_status_t (*devices)(int *ndev_p);
+    ferry_status_t (*get_properties)(int dev, ferry_props_t *props_p);
+    ferry_status_t (*listen)(ferry_ctx_t *ctx, int dev, void *handle, void **listen_comm_p);
+    ferry_status_t (*connect)(ferry_ctx_t *ctx, int dev, void *handle, int traffic_class,
+                              void **send_comm_p);
+    ferry_status_t (*accept)(void *listen_comm, void **recv_comm_p);
+    ferry_status_t (*reg_mr)(void *comm, void *data, size_t size, int type, void **mhandle_p);
+    ferry_status_t (*reg_mr_dmabuf)(void *comm, void *data, size_t size, int type,
+                                    uint64_t offset, int fd, void **mhandle_p);
+    ferry_status_t (*dereg_mr)(void *comm, void *mhandle);
+    ferry_status_t (*isend)(void *send_comm, void *data, size_t size, int tag, void *mhandle,
+                            void **request_p);
+    ferry_status_t (*irecv)(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
+                            void **mhandles, void **request_p);
+    ferry_status_t (*iflush)(void *recv_comm, int n, void **data, int *sizes, void **mhandles,
+                             void **request_p);
+    ferry_status_t (*test)(void *request, int *done_p, int *sizes);
+    ferry_status_t (*close_send)(void *send_comm);
+    ferry_status_t (*close_recv)(void *recv_comm);
+    ferry_status_t (*close_listen)(void *listen_comm);
+} ferry_backend_ops_t;
+
+/* Shared stubs for members a backend does not support. */
+ferry_status_t ferry_no_reg_mr_dmabuf(void *comm, void *data, size_t size, int type,
+                                      uint64_t offset, int fd, void **mhandle_p);
+/* Host-memory backends have nothing to flush: *request_p = NULL. */
+ferry_status_t ferry_no_iflush(void *recv_comm, int n, void **data, int *sizes,
+                               void **mhandles, void **request_p);
+
+extern const ferry_backend_ops_t ferry_sock_ops;
+extern const ferry_backend_ops_t ferry_ib_ops;
+
+#endif

@@ -1,0 +1,302 @@
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+#include "core/config.h"
+#include "core/log.h"
+
+#define FERRY_DEFAULT_STREAMS 4
+#define FERRY_MAX_STREAMS     64
+#define FERRY_MAX_THREADS     16
+
+typedef enum ferry_cfg_kind {
+    FERRY_CFG_KIND_INT,    /* Integer within [min, max]. */
+    FERRY_CFG_KIND_SIZE,   /* Bytes, K/M/G suffixes allowed, within [min, max]. */
+    FERRY_CFG_KIND_TEXT,   /* Free text (interface lists). */
+    FERRY_CFG_KIND_BACKEND,
+    FERRY_CFG_KIND_FAMILY,
+    FERRY_CFG_KIND_SIGNAL
+} ferry_cfg_kind_t;
+
+typedef struct ferry_cfg_var {
+    const char      *name;    /* Environment variable. */
+    ferry_cfg_kind_t kind;
+    size_t           offset;  /* Field in ferry_config_t. */
+    long long        def;     /* Default for numeric kinds. */
+    long long        min, max;
+    const char      *help;    /* What it does; quoted in errors. */
+} ferry_cfg_var_t;
+
+#define FERRY_CFG_FIELD(_f) offsetof(ferry_config_t, _f)
+
+static const ferry_cfg_var_t ferry_cfg_vars[FERRY_CFG_COUNT] = {
+    [FERRY_CFG_BACKEND]          = {"NCCL_FERRY_BACKEND", FERRY_CFG_KIND_BACKEND,
+                                    FERRY_CFG_FIELD(backend), FERRY_BACKEND_AUTO, 0, 0,
+                                    "auto, socket or ib"},
+    [FERRY_CFG_SOCKET_IFNAME]    = {"NCCL_SOCKET_IFNAME", FERRY_CFG_KIND_TEXT,
+                                    FERRY_CFG_FIELD(socket_ifname), 0, 0, 0,
+                                    "interface prefixes, ^ to exclude, = for exact names"},
+    [FERRY_CFG_SOCKET_FAMILY]    = {"NCCL_SOCKET_FAMILY", FERRY_CFG_KIND_FAMILY,
+                                    FERRY_CFG_FIELD(socket_family), AF_UNSPEC, 0, 0,
+                                    "AF_INET or AF_INET6"},
+    [FERRY_CFG_SOCKET_NTHREADS]  = {"NCCL_SOCKET_NTHREADS", FERRY_CFG_KIND_INT,
+                                    FERRY_CFG_FIELD(socket_nthreads), 0, 1, FERRY_MAX_THREADS,
+                                    "helper threads per connection, 1..16"},
+    [FERRY_CFG_NSOCKS_PERTHREAD] = {"NCCL_NSOCKS_PERTHREAD", FERRY_CFG_KIND_INT,
+                                    FERRY_CFG_FIELD(nsocks_perthread), 0, 1, FERRY_MAX_STREAMS,
+                                    "TCP streams per helper thread, 1..64"},
+    [FERRY_CFG_STREAMS]          = {"NCCL_FERRY_STREAMS", FERRY_CFG_KIND_INT,
+                                    FERRY_CFG_FIELD(streams), FERRY_DEFAULT_STREAMS, 1,
+                                    FERRY_MAX_STREAMS, "TCP streams per connection, 1..64"},
+    [FERRY_CFG_THREADS]          = {"NCCL_FERRY_THREADS", FERRY_CFG_KIND_INT,
+                                    FERRY_CFG_FIELD(threads), 0, 1, FERRY_MAX_THREADS,
+                                    "helper threads per connection, 1..16"},
+    [FERRY_CFG_CHUNK_MIN]        = {"NCCL_SOCKET_MIN_TASKSIZE", FERRY_CFG_KIND_SIZE,
+                                    FERRY_CFG_FIELD(chunk_min), 64 << 10, 4 << 10, 64 << 20,
+                                    "smallest chunk per stream, 4K..64M"},
+    [FERRY_CFG_CHUNK_MAX]        = {"NCCL_FERRY_CHUNK_SIZE", FERRY_CFG_KIND_SIZE,
+                                    FERRY_CFG_FIELD(chunk_max), 1 << 20, 4 << 10, 64 << 20,
+                                    "largest chunk per stream, 4K..64M"},
+    [FERRY_CFG_SOCKET_SNDBUF]    = {"NCCL_SOCKET_SNDBUF", FERRY_CFG_KIND_SIZE,
+                                    FERRY_CFG_FIELD(sndbuf), -1, -1, INT_MAX,
+                                    "SO_SNDBUF bytes, -1 keeps the kernel default"},
+    [FERRY_CFG_SOCKET_RCVBUF]    = {"NCCL_SOCKET_RCVBUF", FERRY_CFG_KIND_SIZE,
+                                    FERRY_CFG_FIELD(rcvbuf), -1, -1, INT_MAX,
+                                    "SO_RCVBUF bytes, -1 keeps the kernel default"},
+    [FERRY_CFG_RETRY_CNT]        = {"NCCL_SOCKET_RETRY_CNT", FERRY_CFG_KIND_INT,
+                                    FERRY_CFG_FIELD(retry_cnt), 34, 0, 1000000,
+                                    "connect retries, 0..1000000"},
+    [FERRY_CFG_RETRY_SLEEP_MS]   = {"NCCL_SOCKET_RETRY_SLEEP_MSEC", FERRY_CFG_KIND_INT,
+                                    FERRY_CFG_FIELD(retry_sleep_ms), 100, 0, 60000,
+                                    "connect back-off step in ms, 0..60000"},
+    [FERRY_CFG_HELLO_TIMEOUT_MS] = {"NCCL_FERRY_HELLO_TIMEOUT_MS", FERRY_CFG_KIND_INT,
+                                    FERRY_CFG_FIELD(hello_timeout_ms), 10000, 10, 3600000,
+                                    "ms an inbound stream may take to say hello"},
+    [FERRY_CFG_DUMP_SIGNAL]      = {"NCCL_FERRY_DUMP_SIGNAL", FERRY_CFG_KIND_SIGNAL,
+                                    FERRY_CFG_FIELD(dump_signal), 0, 0, 0,
+                                    "signal name or number that dumps all comms, off by default"},
+};
+
+static const struct {
+    const char *name;
+    int         signo;
+} ferry_cfg_signals[] = {
+    {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"HUP", SIGHUP}, {"QUIT", SIGQUIT},
+    {"URG", SIGURG},   {"PWR", SIGPWR},   {"WINCH", SIGWINCH},
+};
+
+int ferry_config_parse_signal(const char *text)
+{
+    char *end;
+    long n;
+    size_t i;
+
+    if (text == NULL || *text == '\0' || strcasecmp(text, "off") == 0)
+        return 0;
+    if (strncasecmp(text, "SIG", 3) == 0)
+        text += 3;
+    for (i = 0; i < sizeof(ferry_cfg_signals) / sizeof(ferry_cfg_signals[0]); i++)
+        if (strcasecmp(text, ferry_cfg_signals[i].name) == 0)
+            return ferry_cfg_signals[i].signo;
+    errno = 0;
+    n = strtol(text, &end, 10);
+    /* SIGKILL/SIGSTOP cannot be caught; SIGSEGV and friends must stay fatal. */
+    if (errno != 0 || *end != '\0' || n < 0 || n >= NSIG || n == SIGKILL ||
+        n == SIGSTOP || n == SIGSEGV || n == SIGBUS || n == SIGFPE || n == SIGILL ||
+        n == SIGABRT)
+        return -1;
+    return (int)n;
+}
+
+long long ferry_config_parse_size(const char *text)
+{
+    char *end;
+    long long n;
+
+    if (text == NULL || *text == '\0')
+        return -1;
+    errno = 0;
+    n = strtoll(text, &end, 10);
+    if (errno != 0 || end == text)
+        return -1;
+    switch (*end) {
+    case 'k': case 'K': n *= 1LL << 10; end++; break;
+    case 'm': case 'M': n *= 1LL << 20; end++; break;
+    case 'g': case 'G': n *= 1LL << 30; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'B')
+        end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
+    return *end == '\0' ? n : -1;
+}
+
+/* Store a parsed numeric value in the field the table names. */
+static void ferry_cfg_store(ferry_config_t *cfg, const ferry_cfg_var_t *var, long long value)
+{
+    char *field = (char *)cfg + var->offset;
+
+    if (var->kind == FERRY_CFG_KIND_SIZE && var->offset != FERRY_CFG_FIELD(sndbuf) &&
+        var->offset != FERRY_CFG_FIELD(rcvbuf))
+        *(size_t *)field = (size_t)value;
+    else
+        *(int *)field = (int)value;
+}
+
+static ferry_status_t ferry_cfg_bad(const ferry_cfg_var_t *var, const char *value)
+{
+    FERRY_WARN("%s='%s' is not valid: expected %s; unset it or fix the value", var->name,
+               value, var->help);
+    return FERRY_ERR_USAGE;
+}
+
+static ferry_status_t ferry_cfg_parse_one(ferry_config_t *cfg, const ferry_cfg_var_t *var,
+                                          const char *value)
+{
+    long long n;
+    char *end;
+
+    switch (var->kind) {
+    case FERRY_CFG_KIND_TEXT:
+        if (strlen(value) >= sizeof(cfg->socket_ifname))
+            return ferry_cfg_bad(var, value);
+        strcpy(cfg->socket_ifname, value);
+        return FERRY_OK;
+    case FERRY_CFG_KIND_BACKEND:
+        if (strcasecmp(value, "auto") == 0)
+            cfg->backend = FERRY_BACKEND_AUTO;
+        else if (strcasecmp(value, "socket") == 0)
+            cfg->backend = FERRY_BACKEND_SOCKET;
+        else if (strcasecmp(value, "ib") == 0)
+            cfg->backend = FERRY_BACKEND_IB;
+        else
+            return ferry_cfg_bad(var, value);
+        return FERRY_OK;
+    case FERRY_CFG_KIND_FAMILY:
+        if (strcasecmp(value, "AF_INET") == 0)
+            cfg->socket_family = AF_INET;
+        else if (strcasecmp(value, "AF_INET6") == 0)
+            cfg->socket_family = AF_INET6;
+        else
+            return ferry_cfg_bad(var, value);
+        return FERRY_OK;
+    case FERRY_CFG_KIND_SIGNAL:
+        cfg->dump_signal = ferry_config_parse_signal(value);
+        return cfg->dump_signal < 0 ? ferry_cfg_bad(var, value) : FERRY_OK;
+    case FERRY_CFG_KIND_SIZE:
+        n = ferry_config_parse_size(value);
+        if (n < var->min || n > var->max || (n < 0 && strcmp(value, "-1") != 0))
+            return ferry_cfg_bad(var, value);
+        ferry_cfg_store(cfg, var, n);
+        return FERRY_OK;
+    case FERRY_CFG_KIND_INT:
+        errno = 0;
+        n = strtoll(value, &end, 10);
+        if (errno != 0 || end == value || *end != '\0' || n < var->min || n > var->max)
+            return ferry_cfg_bad(var, value);
+        ferry_cfg_store(cfg, var, n);
+        return FERRY_OK;
+    }
+    return FERRY_ERR_INTERNAL;
+}
+
+/*
+ * Streams and threads: ferry's own variables win; otherwise NCCL's
+ * NTHREADS x NSOCKS_PERTHREAD are honoured as NCCL would (product capped at 64
+ * by cutting streams per thread); otherwise ferry's default.
+ */
+static void ferry_cfg_derive_lanes(ferry_config_t *cfg)
+{
+    int nt = cfg->socket_nthreads, ns = cfg->nsocks_perthread;
+
+    if (cfg->src[FERRY_CFG_STREAMS] == FERRY_CFG_DEFAULT && (nt > 0 || ns > 0)) {
+        if (nt == 0)
+            nt = cfg->threads > 0 ? cfg->threads : FERRY_DEFAULT_STREAMS;
+        if (ns == 0)
+            ns = 1;
+        if (nt * ns > FERRY_MAX_STREAMS)
+            ns = FERRY_MAX_STREAMS / nt;
+        cfg->streams = nt * ns;
+        if (cfg->src[FERRY_CFG_THREADS] == FERRY_CFG_DEFAULT) {
+            cfg->threads = nt;
+            cfg->src[FERRY_CFG_THREADS] = FERRY_CFG_DERIVED;
+        }
+        cfg->src[FERRY_CFG_STREAMS] = FERRY_CFG_DERIVED;
+    }
+    if (cfg->threads <= 0) {
+        cfg->threads = cfg->streams < FERRY_MAX_THREADS ? cfg->streams : FERRY_MAX_THREADS;
+        cfg->src[FERRY_CFG_THREADS] = FERRY_CFG_DERIVED;
+    }
+    if (cfg->threads > cfg->streams)
+        cfg->threads = cfg->streams;
+}
+
+ferry_status_t ferry_config_load(ferry_config_t *cfg)
+{
+    ferry_status_t status;
+    const char *value;
+    int i;
+
+    memset(cfg, 0, sizeof(*cfg));
+    for (i = 0; i < FERRY_CFG_COUNT; i++) {
+        const ferry_cfg_var_t *var = &ferry_cfg_vars[i];
+
+        if (var->kind == FERRY_CFG_KIND_INT || var->kind == FERRY_CFG_KIND_SIZE)
+            ferry_cfg_store(cfg, var, var->def);
+        else if (var->kind == FERRY_CFG_KIND_BACKEND)
+            cfg->backend = (ferry_backend_kind_t)var->def;
+        else if (var->kind == FERRY_CFG_KIND_FAMILY)
+            cfg->socket_family = (int)var->def;
+        value = getenv(var->name);
+        /* NCCL treats a 1-character NCCL_SOCKET_IFNAME as unset; so do we. */
+        if (value == NULL || *value == '\0' ||
+            (i == FERRY_CFG_SOCKET_IFNAME && strlen(value) <= 1))
+            continue;
+        status = ferry_cfg_parse_one(cfg, var, value);
+        if (status != FERRY_OK)
+            return status;
+        cfg->src[i] = FERRY_CFG_ENV;
+    }
+    if (cfg->chunk_min > cfg->chunk_max) {
+        FERRY_WARN("NCCL_SOCKET_MIN_TASKSIZE=%zu is larger than NCCL_FERRY_CHUNK_SIZE=%zu; "
+                   "make the minimum no larger than the maximum", cfg->chunk_min, cfg->chunk_max);
+        return FERRY_ERR_USAGE;
+    }
+    ferry_cfg_derive_lanes(cfg);
+    return FERRY_OK;
+}
+
+static const char *ferry_cfg_src_name(ferry_cfg_src_t src)
+{
+    return src == FERRY_CFG_ENV ? "env" : src == FERRY_CFG_DERIVED ? "derived" : "default";
+}
+
+void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
+{
+    static const char *const backends[] = {"auto", "socket", "ib"};
+    const char *family = cfg->socket_family == AF_INET    ? "AF_INET"
+                         : cfg->socket_family == AF_INET6 ? "AF_INET6"
+                                                          : "any";
+    snprintf(buf, len,
+             "backend=%s(%s) ifname=%s(%s) family=%s(%s) streams=%d(%s) threads=%d(%s) "
+             "chunk=%zu..%zu(%s) sndbuf=%d(%s) rcvbuf=%d(%s) retry=%dx%dms(%s) "
+             "hello_timeout=%dms(%s) dump_signal=%d(%s)",
+             backends[cfg->backend], ferry_cfg_src_name(cfg->src[FERRY_CFG_BACKEND]),
+             cfg->socket_ifname[0] ? cfg->socket_ifname : "<nccl order>",
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_SOCKET_IFNAME]), family,
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_SOCKET_FAMILY]), cfg->streams,
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_STREAMS]), cfg->threads,
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_THREADS]), cfg->chunk_min, cfg->chunk_max,
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_CHUNK_MAX] != FERRY_CFG_DEFAULT
+                                    ? cfg->src[FERRY_CFG_CHUNK_MAX]
+                                    : cfg->src[FERRY_CFG_CHUNK_MIN]),
+             cfg->sndbuf, ferry_cfg_src_name(cfg->src[FERRY_CFG_SOCKET_SNDBUF]), cfg->rcvbuf,
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_SOCKET_RCVBUF]), cfg->retry_cnt,
+             cfg->retry_sleep_ms, ferry_cfg_src_name(cfg->src[FERRY_CFG_RETRY_CNT]),
+             cfg->hello_timeout_ms, ferry_cfg_src_name(cfg->src[FERRY_CFG_HELLO_TIMEOUT_MS]),
+             cfg->dump_signal, ferry_cfg_src_name(cfg->src[FERRY_CFG_DUMP_SIGNAL]));
+}

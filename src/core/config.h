@@ -1,0 +1,74 @@
+/*
+ * ferry's configuration: every variable in one table (name, default, help),
+ * parsed once from the environment into a ferry_config_t that is then
+ * read-only. NCCL copies nccl.conf entries into the environment, so getenv
+ * sees them too.
+ */
+#ifndef FERRY_CORE_CONFIG_H
+#define FERRY_CORE_CONFIG_H
+
+#include <stddef.h>
+
+#include "core/status.h"
+
+typedef enum ferry_cfg_src {
+    FERRY_CFG_DEFAULT, /* Nobody set it. */
+    FERRY_CFG_ENV,     /* From the environment (or NCCL's config files). */
+    FERRY_CFG_DERIVED  /* Computed from other variables. */
+} ferry_cfg_src_t;
+
+/* Index of each variable in the table; also indexes ferry_config_t.src. */
+typedef enum ferry_cfg_id {
+    FERRY_CFG_BACKEND,
+    FERRY_CFG_SOCKET_IFNAME,
+    FERRY_CFG_SOCKET_FAMILY,
+    FERRY_CFG_SOCKET_NTHREADS,
+    FERRY_CFG_NSOCKS_PERTHREAD,
+    FERRY_CFG_STREAMS,
+    FERRY_CFG_THREADS,
+    FERRY_CFG_CHUNK_MIN,
+    FERRY_CFG_CHUNK_MAX,
+    FERRY_CFG_SOCKET_SNDBUF,
+    FERRY_CFG_SOCKET_RCVBUF,
+    FERRY_CFG_RETRY_CNT,
+    FERRY_CFG_RETRY_SLEEP_MS,
+    FERRY_CFG_HELLO_TIMEOUT_MS,
+    FERRY_CFG_DUMP_SIGNAL,
+    FERRY_CFG_COUNT
+} ferry_cfg_id_t;
+
+typedef enum ferry_backend_kind {
+    FERRY_BACKEND_AUTO,
+    FERRY_BACKEND_SOCKET,
+    FERRY_BACKEND_IB
+} ferry_backend_kind_t;
+
+typedef struct ferry_config {
+    ferry_backend_kind_t backend;  /* NCCL_FERRY_BACKEND. */
+    char   socket_ifname[256];     /* NCCL_SOCKET_IFNAME, "" = NCCL's default order. */
+    int    socket_family;          /* NCCL_SOCKET_FAMILY: AF_UNSPEC, AF_INET or AF_INET6. */
+    int    socket_nthreads;        /* NCCL_SOCKET_NTHREADS as given, 0 = unset. */
+    int    nsocks_perthread;       /* NCCL_NSOCKS_PERTHREAD as given, 0 = unset. */
+    int    streams;                /* Effective TCP streams per connection (1..64). */
+    int    threads;                /* Effective helper threads per comm (1..streams). */
+    size_t chunk_min;              /* Smallest chunk a message is cut into. */
+    size_t chunk_max;              /* Largest chunk. */
+    int    sndbuf;                 /* SO_SNDBUF, -1 = kernel default. */
+    int    rcvbuf;                 /* SO_RCVBUF, -1 = kernel default. */
+    int    retry_cnt;              /* Connect retries on refused/unreachable. */
+    int    retry_sleep_ms;         /* Linear back-off step between retries. */
+    int    hello_timeout_ms;       /* Pending inbound stream dropped after this. */
+    int    dump_signal;            /* Signal number that dumps state, 0 = off. */
+    ferry_cfg_src_t src[FERRY_CFG_COUNT];
+} ferry_config_t;
+
+/* Parse the environment. On bad input: WARN naming variable, value and what is accepted. */
+ferry_status_t ferry_config_load(ferry_config_t *cfg);
+/* One line "name=value(source) ..." for the INIT log. */
+void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len);
+/* Parse a signal given as "USR1", "SIGUSR1", "10", or "off"/"0"/"" (0). -1 if invalid. */
+int ferry_config_parse_signal(const char *text);
+/* Parse a size with optional K/M/G suffix (powers of 1024). -1 if invalid. */
+long long ferry_config_parse_size(const char *text);
+
+#endif

@@ -1,0 +1,212 @@
+#include <assert.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "proxy/comm.h"
+#include "proxy/registry.h"
+
+static const char *const ferry_px_lane_state_names[FERRY_PX_LANE_STATE_COUNT] = {
+    [FERRY_PX_LANE_IDLE]    = "idle",
+    [FERRY_PX_LANE_HEADER]  = "header",
+    [FERRY_PX_LANE_PAYLOAD] = "payload",
+    [FERRY_PX_LANE_PARKED]  = "parked",
+    [FERRY_PX_LANE_BLOCKED] = "blocked",
+    [FERRY_PX_LANE_CLOSED]  = "closed",
+    [FERRY_PX_LANE_FAILED]  = "failed",
+};
+
+const char *ferry_px_lane_state_str(int state)
+{
+    if (state < 0 || state >= FERRY_PX_LANE_STATE_COUNT)
+        return "invalid";
+    return ferry_px_lane_state_names[state];
+}
+
+ferry_status_t ferry_px_comm_init(ferry_px_comm_t *comm, ferry_px_req_kind_t kind,
+                                  const char *backend, const char *peer, int nlanes,
+                                  int nworkers, size_t chunk_min, size_t chunk_max,
+                                  const ferry_px_lane_ops_t *ops)
+{
+    int i;
+
+    if (nlanes < 1 || nlanes > FERRY_PX_MAX_LANES || nworkers < 1)
+        return FERRY_ERR_INVALID;
+    memset(comm, 0, sizeof(*comm));
+    if (pthread_mutex_init(&comm->lock, NULL) != 0)
+        return FERRY_ERR_IO;
+    comm->kind = kind;
+    comm->nlanes = nlanes;
+    comm->nworkers = nworkers < nlanes ? nworkers : nlanes;
+    if (comm->nworkers > FERRY_PX_MAX_WORKERS)
+        comm->nworkers = FERRY_PX_MAX_WORKERS;
+    comm->chunk_min = chunk_min;
+    comm->chunk_max = chunk_max;
+    comm->ops = ops;
+    snprintf(comm->backend, sizeof(comm->backend), "%s", backend);
+    snprintf(comm->peer, sizeof(comm->peer), "%s", peer);
+    comm->create_ns = ferry_px_now_ns();
+    for (i = 0; i < FERRY_MAX_REQUESTS; i++)
+        comm->reqs[i].comm = comm;
+    for (i = 0; i < FERRY_PX_MAX_WORKERS; i++)
+        comm->workers[i].wake_fd = -1;
+    return FERRY_OK;
+}
+
+void ferry_px_comm_describe(const ferry_px_comm_t *comm, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s %s comm %p #%u peer %s", comm->backend,
+             comm->kind == FERRY_PX_SEND ? "send" : "recv", (const void *)comm, comm->serial,
+             comm->peer);
+}
+
+ferry_px_req_t *ferry_px_comm_post(ferry_px_comm_t *comm, void *buf, size_t size)
+{
+    ferry_px_chunk_plan_t plan = {0, 0};
+    ferry_px_req_t *req;
+
+    pthread_mutex_lock(&comm->lock);
+    req = &comm->reqs[comm->next_seq % FERRY_MAX_REQUESTS];
+    if (atomic_load_explicit(&req->state, memory_order_acquire) != FERRY_PX_REQ_FREE) {
+        pthread_mutex_unlock(&comm->lock);
+        return NULL;
+    }
+    if (comm->kind == FERRY_PX_SEND)
+        plan = ferry_px_chunk_plan(size, comm->nlanes, comm->chunk_min, comm->chunk_max);
+    ferry_px_req_post(req, comm->kind, comm->next_seq, buf, size, plan);
+    comm->next_seq++;
+    pthread_mutex_unlock(&comm->lock);
+    ferry_px_comm_kick(comm);
+    return req;
+}
+
+int ferry_px_comm_claim(ferry_px_comm_t *comm, ferry_px_claim_t *claim_p)
+{
+    ferry_px_req_t *req;
+    uint32_t nchunks;
+
+    pthread_mutex_lock(&comm->lock);
+    if (comm->claim_seq == comm->next_seq) {
+        pthread_mutex_unlock(&comm->lock);
+        return 0;
+    }
+    req = &comm->reqs[comm->claim_seq % FERRY_MAX_REQUESTS];
+    nchunks = atomic_load_explicit(&req->nchunks, memory_order_relaxed);
+    claim_p->req = req;
+    claim_p->seq = comm->claim_seq;
+    claim_p->chunk = comm->claim_chunk;
+    claim_p->nchunks = nchunks;
+    claim_p->msg_size = req->capacity;
+    claim_p->offset = (uint64_t)comm->claim_chunk * req->chunk_size;
+    claim_p->len = req->capacity - claim_p->offset < req->chunk_size
+                       ? req->capacity - claim_p->offset
+                       : req->chunk_size;
+    if (++comm->claim_chunk == nchunks) {
+        comm->claim_seq++;
+        comm->claim_chunk = 0;
+    }
+    ferry_px_req_chunk_start(req);
+    pthread_mutex_unlock(&comm->lock);
+    return 1;
+}
+
+ferry_px_req_t *ferry_px_comm_match(ferry_px_comm_t *comm, uint32_t seq)
+{
+    ferry_px_req_t *req = &comm->reqs[seq % FERRY_MAX_REQUESTS];
+    int state = atomic_load_explicit(&req->state, memory_order_acquire);
+
+    if ((state == FERRY_PX_REQ_POSTED || state == FERRY_PX_REQ_ACTIVE) && req->seq == seq)
+        return req;
+    return NULL;
+}
+
+void ferry_px_comm_fail(ferry_px_comm_t *comm, ferry_status_t status, const char *fmt, ...)
+{
+    int expected = 0;
+    va_list ap;
+
+    pthread_mutex_lock(&comm->lock);
+    if (atomic_load(&comm->failed) == 0) {
+        va_start(ap, fmt);
+        vsnprintf(comm->fail_reason, sizeof(comm->fail_reason), fmt, ap);
+        va_end(ap);
+        atomic_compare_exchange_strong(&comm->failed, &expected, (int)status);
+    }
+    pthread_mutex_unlock(&comm->lock);
+    ferry_px_comm_kick(comm);
+}
+
+void ferry_px_comm_kick(ferry_px_comm_t *comm)
+{
+    uint64_t one = 1;
+    int i;
+
+    /*
+     * seq_cst on both sides (kick_gen here, sleeping in the worker) closes
+     * the window where a worker decided to sleep just before the post.
+     */
+    atomic_fetch_add(&comm->kick_gen, 1);
+    for (i = 0; i < comm->nworkers; i++) {
+        ferry_px_worker_t *w = &comm->workers[i];
+
+        if (w->wake_fd >= 0 && atomic_load(&w->sleeping)) {
+            ssize_t n = write(w->wake_fd, &one, sizeof(one));
+            (void)n; /* EAGAIN means the counter is already non-zero: awake anyway. */
+        }
+    }
+}
+
+/* A request caught by a comm failure: say which one, in what state, and why. */
+static ferry_status_t ferry_px_comm_test_failed(ferry_px_comm_t *comm, ferry_px_req_t *req,
+                                                ferry_status_t status)
+{
+    char desc[160];
+
+    ferry_px_comm_describe(comm, desc, sizeof(desc));
+    FERRY_WARN("%s: %s request seq %u failed in state %s (chunks posted %u, done %u of %u; "
+               "%llu of %llu bytes; age %llu ms): %s",
+               desc, req->kind == FERRY_PX_SEND ? "send" : "recv", req->seq,
+               ferry_px_req_state_str(atomic_load(&req->state)), atomic_load(&req->posted),
+               atomic_load(&req->done), atomic_load(&req->nchunks),
+               (unsigned long long)atomic_load(&req->bytes),
+               (unsigned long long)atomic_load(&req->size),
+               (unsigned long long)((ferry_px_now_ns() - req->post_ns) / 1000000),
+               comm->fail_reason);
+    atomic_store_explicit(&req->state, FERRY_PX_REQ_FREE, memory_order_release);
+    return status;
+}
+
+ferry_status_t ferry_px_comm_test(ferry_px_comm_t *comm, ferry_px_req_t *req, int *done_p,
+                                  int *sizes)
+{
+    /*
+     * Read the failure before the state: a comm fails only when no more data
+     * can arrive, so a request not DONE after that point never will be.
+     */
+    int failed = atomic_load_explicit(&comm->failed, memory_order_acquire);
+    int state = atomic_load_explicit(&req->state, memory_order_acquire);
+
+    *done_p = 0;
+    if (state == FERRY_PX_REQ_DONE) {
+        assert(ferry_px_req_check(req));
+        if (sizes != NULL)
+            sizes[0] = (int)atomic_load_explicit(&req->size, memory_order_relaxed);
+        *done_p = 1;
+        atomic_store_explicit(&req->state, FERRY_PX_REQ_FREE, memory_order_release);
+        return FERRY_OK;
+    }
+    if (state == FERRY_PX_REQ_ERROR) {
+        /* The lane that detected it already logged the cause with peer and sizes. */
+        ferry_status_t status = req->status;
+
+        atomic_store_explicit(&req->state, FERRY_PX_REQ_FREE, memory_order_release);
+        return status;
+    }
+    if (state == FERRY_PX_REQ_FREE)
+        return FERRY_ERR_INVALID;
+    if (failed != 0)
+        return ferry_px_comm_test_failed(comm, req, (ferry_status_t)failed);
+    return FERRY_OK;
+}

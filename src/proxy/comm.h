@@ -1,0 +1,142 @@
+/*
+ * The backend-agnostic half of a send or receive comm: the ring of requests,
+ * the send claim cursor that hands chunks to whichever lane is free (so a
+ * slow stream never sets the pace), receive matching by sequence number, the
+ * helper threads, and a sticky failure. A backend embeds one ferry_px_comm_t
+ * and implements ferry_px_lane_ops_t for its lanes (streams, QPs, ...).
+ */
+#ifndef FERRY_PROXY_COMM_H
+#define FERRY_PROXY_COMM_H
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "core/api.h"
+#include "proxy/req.h"
+
+#define FERRY_PX_MAX_LANES   64
+#define FERRY_PX_MAX_WORKERS 16
+
+struct ferry_px_comm;
+
+/* What the engine needs from a backend to move one lane. */
+typedef struct ferry_px_lane_ops {
+    /*
+     * Advance lane `lane` without blocking. revents: what poll() reported for
+     * the lane's fd (0 when called without a poll). Returns bytes or events
+     * handled (0: nothing to do now), or a negative ferry_status_t after the
+     * backend has failed the comm with ferry_px_comm_fail().
+     */
+    long (*progress)(struct ferry_px_comm *comm, int lane, short revents);
+    /* The fd to poll for the lane and the events it waits for now (0: only a kick). */
+    short (*wants)(struct ferry_px_comm *comm, int lane, int *fd_p);
+} ferry_px_lane_ops_t;
+
+/* Lane states shown in the dump. */
+typedef enum ferry_px_lane_state {
+    FERRY_PX_LANE_IDLE,    /* Nothing to move. */
+    FERRY_PX_LANE_HEADER,  /* Moving a chunk header. */
+    FERRY_PX_LANE_PAYLOAD, /* Moving a chunk payload. */
+    FERRY_PX_LANE_PARKED,  /* Receive: chunk arrived before its irecv was posted. */
+    FERRY_PX_LANE_BLOCKED, /* Send: kernel buffer full, waiting for POLLOUT. */
+    FERRY_PX_LANE_CLOSED,  /* Peer closed this stream. */
+    FERRY_PX_LANE_FAILED,  /* Error on this stream. */
+    FERRY_PX_LANE_STATE_COUNT
+} ferry_px_lane_state_t;
+
+/* Per-lane statistics: written by the lane's one helper thread, read by the dump. */
+typedef struct ferry_px_lane_stats {
+    _Atomic int      state;    /* ferry_px_lane_state_t. */
+    _Atomic uint32_t seq;      /* Message of the chunk in hand. */
+    _Atomic uint64_t bytes;    /* Payload bytes moved. */
+    _Atomic uint64_t chunks;   /* Chunks moved. */
+} ferry_px_lane_stats_t;
+
+typedef struct ferry_px_worker {
+    pthread_t            thread;
+    struct ferry_px_comm *comm;
+    int                  index;     /* Lanes index, index + nworkers, ... belong to it. */
+    int                  wake_fd;   /* eventfd a kick writes to. */
+    _Atomic int          sleeping;  /* 1 while in poll(); a kick only writes when set. */
+    int                  started;
+} ferry_px_worker_t;
+
+typedef struct ferry_px_comm {
+    ferry_px_req_t        reqs[FERRY_MAX_REQUESTS]; /* Message seq s lives in reqs[s % 32]. */
+    pthread_mutex_t       lock;          /* Protects next_seq publication and the claim cursor. */
+    uint32_t              next_seq;      /* Next message number to post; under lock. */
+    uint32_t              claim_seq;     /* Send: message whose chunks are handed out next; under lock. */
+    uint32_t              claim_chunk;   /* Send: next chunk index of claim_seq; under lock. */
+    _Atomic uint32_t      kick_gen;      /* Bumped by every post; workers recheck before sleeping. */
+    _Atomic int           failed;        /* 0, or the ferry_status_t that broke the comm. */
+    char                  fail_reason[256]; /* Written once, before failed is set. */
+    int                   fail_warned;   /* test() warned about the failure; progress thread only. */
+    ferry_px_req_kind_t   kind;          /* Send or receive comm. */
+    int                   nlanes;
+    int                   nworkers;
+    size_t                chunk_min, chunk_max;
+    const ferry_px_lane_ops_t *ops;
+    char                  backend[8];    /* "socket", "ib": for logs. */
+    char                  peer[64];      /* Peer address for logs and dump. */
+    uint32_t              serial;        /* Process-wide comm number, in thread names. */
+    uint64_t              create_ns;
+    _Atomic int           stop;          /* Set at close; workers exit. */
+    ferry_px_lane_stats_t lanes[FERRY_PX_MAX_LANES];
+    ferry_px_worker_t     workers[FERRY_PX_MAX_WORKERS];
+    struct ferry_px_comm *reg_next, *reg_prev; /* Live-comm registry, under its lock. */
+} ferry_px_comm_t;
+
+/* A chunk handed to a send lane. */
+typedef struct ferry_px_claim {
+    ferry_px_req_t *req;
+    uint32_t        seq;
+    uint32_t        chunk;
+    uint32_t        nchunks;
+    uint64_t        msg_size;
+    uint64_t        offset;
+    size_t          len;
+} ferry_px_claim_t;
+
+/* Set up the request ring and bookkeeping (no threads yet). */
+ferry_status_t ferry_px_comm_init(ferry_px_comm_t *comm, ferry_px_req_kind_t kind,
+                                  const char *backend, const char *peer, int nlanes,
+                                  int nworkers, size_t chunk_min, size_t chunk_max,
+                                  const ferry_px_lane_ops_t *ops);
+/* Start the helper threads (named ferry-s<serial>-<i> / ferry-r<serial>-<i>) and register for dumps. */
+ferry_status_t ferry_px_comm_start(ferry_px_comm_t *comm);
+/* Stop and join every helper thread, unregister; the comm memory stays the caller's. */
+void ferry_px_comm_stop(ferry_px_comm_t *comm);
+
+/*
+ * Take the next request slot and post it (isend/irecv). Returns NULL when
+ * all 32 slots are busy (NCCL retries). On a failed comm the request is
+ * still posted: test() then reports the failure with the request's state.
+ */
+ferry_px_req_t *ferry_px_comm_post(ferry_px_comm_t *comm, void *buf, size_t size);
+/* Send lanes: the next chunk to transmit, in message order. 0 when none. */
+int ferry_px_comm_claim(ferry_px_comm_t *comm, ferry_px_claim_t *claim_p);
+/* Receive lanes: the posted request for message seq, or NULL (not posted yet). */
+ferry_px_req_t *ferry_px_comm_match(ferry_px_comm_t *comm, uint32_t seq);
+/* Mark the comm broken (first reason wins) and wake every worker. */
+void ferry_px_comm_fail(ferry_px_comm_t *comm, ferry_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Wake the helper threads after new work was posted. */
+void ferry_px_comm_kick(ferry_px_comm_t *comm);
+/*
+ * test(): done/sizes for a request, or its error. Reports each outcome once
+ * and returns the slot to FREE.
+ */
+ferry_status_t ferry_px_comm_test(ferry_px_comm_t *comm, ferry_px_req_t *req, int *done_p,
+                                  int *sizes);
+/* "socket recv comm 0x.. #3 peer 1.2.3.4:5" for log lines. */
+void ferry_px_comm_describe(const ferry_px_comm_t *comm, char *buf, size_t len);
+
+const char *ferry_px_lane_state_str(int state);
+static inline void ferry_px_lane_set(ferry_px_comm_t *comm, int lane, ferry_px_lane_state_t st)
+{
+    atomic_store_explicit(&comm->lanes[lane].state, st, memory_order_relaxed);
+}
+
+#endif

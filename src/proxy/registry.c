@@ -1,0 +1,91 @@
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+
+#include "proxy/registry.h"
+
+/* Guards the list and every comm's presence on it; comms unregister before they are freed. */
+static pthread_mutex_t ferry_px_registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static ferry_px_comm_t *ferry_px_registry_head;
+static uint32_t ferry_px_registry_serial;
+
+void ferry_px_registry_add(ferry_px_comm_t *comm)
+{
+    pthread_mutex_lock(&ferry_px_registry_lock);
+    comm->serial = ++ferry_px_registry_serial;
+    comm->reg_prev = NULL;
+    comm->reg_next = ferry_px_registry_head;
+    if (ferry_px_registry_head != NULL)
+        ferry_px_registry_head->reg_prev = comm;
+    ferry_px_registry_head = comm;
+    pthread_mutex_unlock(&ferry_px_registry_lock);
+}
+
+void ferry_px_registry_remove(ferry_px_comm_t *comm)
+{
+    pthread_mutex_lock(&ferry_px_registry_lock);
+    if (comm->reg_prev != NULL)
+        comm->reg_prev->reg_next = comm->reg_next;
+    else if (ferry_px_registry_head == comm)
+        ferry_px_registry_head = comm->reg_next;
+    if (comm->reg_next != NULL)
+        comm->reg_next->reg_prev = comm->reg_prev;
+    comm->reg_next = comm->reg_prev = NULL;
+    pthread_mutex_unlock(&ferry_px_registry_lock);
+}
+
+static void ferry_px_dump_req(FILE *out, const ferry_px_req_t *req, uint64_t now)
+{
+    int state = atomic_load(&req->state);
+
+    if (state == FERRY_PX_REQ_FREE)
+        return;
+    fprintf(out,
+            "NET/ferry :     req seq %u %s %s: chunks posted %u transmitted %u received %u "
+            "done %u of %u, bytes %" PRIu64 " of %" PRIu64 " (buffer %zu), age %" PRIu64
+            " ms, idle %" PRIu64 " ms\n",
+            req->seq, req->kind == FERRY_PX_SEND ? "send" : "recv", ferry_px_req_state_str(state),
+            atomic_load(&req->posted), atomic_load(&req->transmitted),
+            atomic_load(&req->received), atomic_load(&req->done), atomic_load(&req->nchunks),
+            (uint64_t)atomic_load(&req->bytes), (uint64_t)atomic_load(&req->size),
+            req->capacity, (now - req->post_ns) / 1000000,
+            (now - atomic_load(&req->last_ns)) / 1000000);
+}
+
+static void ferry_px_dump_comm(FILE *out, const ferry_px_comm_t *comm, uint64_t now)
+{
+    char desc[160];
+    int i;
+
+    ferry_px_comm_describe(comm, desc, sizeof(desc));
+    fprintf(out, "NET/ferry :   %s: age %" PRIu64 " ms, lanes %d, threads %d, messages posted %u, "
+            "%s%s\n", desc, (now - comm->create_ns) / 1000000, comm->nlanes, comm->nworkers,
+            comm->next_seq, atomic_load(&comm->failed) ? "FAILED: " : "healthy",
+            atomic_load(&comm->failed) ? comm->fail_reason : "");
+    for (i = 0; i < comm->nlanes; i++) {
+        const ferry_px_lane_stats_t *l = &comm->lanes[i];
+
+        fprintf(out, "NET/ferry :     lane %d: %s seq %u, %" PRIu64 " chunks, %" PRIu64 " bytes\n",
+                i, ferry_px_lane_state_str(atomic_load(&l->state)), atomic_load(&l->seq),
+                (uint64_t)atomic_load(&l->chunks), (uint64_t)atomic_load(&l->bytes));
+    }
+    for (i = 0; i < FERRY_MAX_REQUESTS; i++)
+        ferry_px_dump_req(out, &comm->reqs[i], now);
+}
+
+int ferry_px_registry_dump(FILE *out)
+{
+    uint64_t now = ferry_px_now_ns();
+    ferry_px_comm_t *comm;
+    int n = 0;
+
+    pthread_mutex_lock(&ferry_px_registry_lock);
+    for (comm = ferry_px_registry_head; comm != NULL; comm = comm->reg_next)
+        n++;
+    fprintf(out, "NET/ferry : dump of %d live comm(s)\n", n);
+    for (comm = ferry_px_registry_head; comm != NULL; comm = comm->reg_next)
+        ferry_px_dump_comm(out, comm, now);
+    pthread_mutex_unlock(&ferry_px_registry_lock);
+    fflush(out);
+    return n;
+}

@@ -1,0 +1,153 @@
+#include <assert.h>
+#include <string.h>
+#include <time.h>
+
+#include "proxy/req.h"
+
+static const char *const ferry_px_req_state_names[FERRY_PX_REQ_STATE_COUNT] = {
+    [FERRY_PX_REQ_FREE]   = "FREE",
+    [FERRY_PX_REQ_POSTED] = "POSTED",
+    [FERRY_PX_REQ_ACTIVE] = "ACTIVE",
+    [FERRY_PX_REQ_DONE]   = "DONE",
+    [FERRY_PX_REQ_ERROR]  = "ERROR",
+};
+
+const char *ferry_px_req_state_str(int state)
+{
+    if (state < 0 || state >= FERRY_PX_REQ_STATE_COUNT)
+        return "INVALID";
+    return ferry_px_req_state_names[state];
+}
+
+uint64_t ferry_px_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+ferry_px_chunk_plan_t ferry_px_chunk_plan(size_t size, int nlanes, size_t min_chunk,
+                                          size_t max_chunk)
+{
+    ferry_px_chunk_plan_t plan;
+    size_t per_lane, chunk;
+
+    if (nlanes < 1)
+        nlanes = 1;
+    per_lane = (size + (size_t)nlanes - 1) / (size_t)nlanes;
+    /* Page multiples keep payload copies aligned for the kernel. */
+    chunk = (per_lane + 4095) & ~(size_t)4095;
+    if (chunk < min_chunk)
+        chunk = min_chunk;
+    if (chunk > max_chunk)
+        chunk = max_chunk;
+    if (chunk == 0)
+        chunk = 1;
+    plan.chunk_size = chunk;
+    plan.nchunks = size == 0 ? 1 : (uint32_t)((size + chunk - 1) / chunk);
+    return plan;
+}
+
+void ferry_px_req_post(ferry_px_req_t *req, ferry_px_req_kind_t kind, uint32_t seq, void *buf,
+                       size_t size, ferry_px_chunk_plan_t plan)
+{
+    assert(atomic_load(&req->state) == FERRY_PX_REQ_FREE);
+    req->kind = kind;
+    req->seq = seq;
+    req->buf = buf;
+    req->capacity = size;
+    req->chunk_size = plan.chunk_size;
+    req->status = FERRY_OK;
+    req->post_ns = ferry_px_now_ns();
+    atomic_store_explicit(&req->last_ns, req->post_ns, memory_order_relaxed);
+    atomic_store_explicit(&req->size, kind == FERRY_PX_SEND ? size : 0, memory_order_relaxed);
+    atomic_store_explicit(&req->nchunks, kind == FERRY_PX_SEND ? plan.nchunks : 0,
+                          memory_order_relaxed);
+    atomic_store_explicit(&req->posted, 0, memory_order_relaxed);
+    atomic_store_explicit(&req->transmitted, 0, memory_order_relaxed);
+    atomic_store_explicit(&req->received, 0, memory_order_relaxed);
+    atomic_store_explicit(&req->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&req->bytes, 0, memory_order_relaxed);
+    /* Publishes every field above to the lanes that match or claim it. */
+    atomic_store_explicit(&req->state, FERRY_PX_REQ_POSTED, memory_order_release);
+}
+
+void ferry_px_req_chunk_start(ferry_px_req_t *req)
+{
+    int expected = FERRY_PX_REQ_POSTED;
+
+    atomic_fetch_add_explicit(&req->posted, 1, memory_order_relaxed);
+    atomic_compare_exchange_strong(&req->state, &expected, FERRY_PX_REQ_ACTIVE);
+}
+
+ferry_status_t ferry_px_req_learn(ferry_px_req_t *req, uint64_t msg_size, uint32_t nchunks)
+{
+    uint32_t expected = 0;
+
+    if (msg_size > req->capacity)
+        return FERRY_ERR_USAGE;
+    if (nchunks == 0)
+        return FERRY_ERR_REMOTE;
+    /* Every chunk carries the same size; the first lane to arrive records it. */
+    atomic_store_explicit(&req->size, msg_size, memory_order_relaxed);
+    if (!atomic_compare_exchange_strong(&req->nchunks, &expected, nchunks) &&
+        expected != nchunks)
+        return FERRY_ERR_REMOTE;
+    return FERRY_OK;
+}
+
+void ferry_px_req_progress(ferry_px_req_t *req, size_t bytes)
+{
+    atomic_fetch_add_explicit(&req->bytes, bytes, memory_order_relaxed);
+    atomic_store_explicit(&req->last_ns, ferry_px_now_ns(), memory_order_relaxed);
+}
+
+void ferry_px_req_chunk_finish(ferry_px_req_t *req, size_t bytes)
+{
+    uint32_t done;
+
+    ferry_px_req_progress(req, bytes);
+    if (req->kind == FERRY_PX_SEND)
+        atomic_fetch_add_explicit(&req->transmitted, 1, memory_order_relaxed);
+    else
+        atomic_fetch_add_explicit(&req->received, 1, memory_order_relaxed);
+    /* acq_rel: the lane finishing the last chunk sees every other lane's copy. */
+    done = atomic_fetch_add_explicit(&req->done, 1, memory_order_acq_rel) + 1;
+    assert(done <= atomic_load(&req->nchunks));
+    if (done == atomic_load_explicit(&req->nchunks, memory_order_relaxed)) {
+        int expected = FERRY_PX_REQ_ACTIVE;
+
+        atomic_compare_exchange_strong_explicit(&req->state, &expected, FERRY_PX_REQ_DONE,
+                                                memory_order_acq_rel, memory_order_acquire);
+    }
+}
+
+void ferry_px_req_fail(ferry_px_req_t *req, ferry_status_t status)
+{
+    int state = atomic_load(&req->state);
+
+    while (state == FERRY_PX_REQ_POSTED || state == FERRY_PX_REQ_ACTIVE) {
+        req->status = status;
+        if (atomic_compare_exchange_weak_explicit(&req->state, &state, FERRY_PX_REQ_ERROR,
+                                                  memory_order_release, memory_order_relaxed))
+            return;
+    }
+}
+
+int ferry_px_req_check(const ferry_px_req_t *req)
+{
+    uint32_t nchunks = atomic_load(&req->nchunks);
+    uint32_t posted = atomic_load(&req->posted);
+    uint32_t moved = atomic_load(&req->transmitted) + atomic_load(&req->received);
+    uint32_t done = atomic_load(&req->done);
+    int state = atomic_load(&req->state);
+
+    if (done > moved || moved > posted)
+        return 0;
+    if (nchunks != 0 && posted > nchunks)
+        return 0;
+    if (state == FERRY_PX_REQ_DONE && (nchunks == 0 || done != nchunks))
+        return 0;
+    return 1;
+}

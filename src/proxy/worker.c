@@ -1,0 +1,177 @@
+/*
+ * Helper threads. Each comm's lanes are split over its workers (lane i goes
+ * to worker i % nworkers). A worker sweeps its lanes while any made progress,
+ * then sleeps in poll() on the fds its lanes wait on plus an eventfd that
+ * posts kick. Nothing here knows what a lane is: the backend's lane ops move
+ * the bytes.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "proxy/comm.h"
+#include "proxy/registry.h"
+
+/* A safety net only: every state change that matters kicks the worker. */
+#define FERRY_PX_POLL_TIMEOUT_MS 1000
+/* Sweeps in a row with progress before the worker re-reads its wake fd. */
+#define FERRY_PX_MAX_SWEEPS 64
+
+typedef struct ferry_px_pollset {
+    struct pollfd fds[FERRY_PX_MAX_LANES + 1];
+    int           lane_of[FERRY_PX_MAX_LANES + 1]; /* -1 for the wake fd. */
+    int           n;
+} ferry_px_pollset_t;
+
+/* One sweep over the worker's lanes; revents from the last poll, if any. */
+static long ferry_px_worker_sweep(ferry_px_worker_t *w, const ferry_px_pollset_t *ps)
+{
+    ferry_px_comm_t *comm = w->comm;
+    short revents[FERRY_PX_MAX_LANES] = {0};
+    long work = 0;
+    int i, lane;
+
+    for (i = 0; ps != NULL && i < ps->n; i++)
+        if (ps->lane_of[i] >= 0)
+            revents[ps->lane_of[i]] = ps->fds[i].revents;
+    for (lane = w->index; lane < comm->nlanes; lane += comm->nworkers) {
+        long r;
+
+        if (atomic_load_explicit(&comm->failed, memory_order_relaxed) != 0)
+            return 0;
+        r = comm->ops->progress(comm, lane, revents[lane]);
+        if (r > 0)
+            work += r;
+    }
+    return work;
+}
+
+static void ferry_px_worker_sleep(ferry_px_worker_t *w, ferry_px_pollset_t *ps)
+{
+    ferry_px_comm_t *comm = w->comm;
+    uint64_t drained;
+    int lane, fd, rc;
+
+    ps->n = 0;
+    ps->fds[0].fd = w->wake_fd;
+    ps->fds[0].events = POLLIN;
+    ps->lane_of[0] = -1;
+    ps->n = 1;
+    if (atomic_load_explicit(&comm->failed, memory_order_relaxed) == 0) {
+        for (lane = w->index; lane < comm->nlanes; lane += comm->nworkers) {
+            short ev = comm->ops->wants(comm, lane, &fd);
+
+            if (ev == 0 || fd < 0)
+                continue;
+            ps->fds[ps->n].fd = fd;
+            ps->fds[ps->n].events = ev;
+            ps->lane_of[ps->n] = lane;
+            ps->n++;
+        }
+    }
+    rc = poll(ps->fds, (nfds_t)ps->n, FERRY_PX_POLL_TIMEOUT_MS);
+    if (rc < 0 && errno != EINTR)
+        FERRY_WARN("%s comm #%u peer %s worker %d: poll failed: %s; retrying", comm->backend,
+                   comm->serial, comm->peer, w->index, strerror(errno));
+    if (rc > 0 && (ps->fds[0].revents & POLLIN)) {
+        ssize_t n = read(w->wake_fd, &drained, sizeof(drained));
+        (void)n;
+    }
+    if (rc <= 0)
+        ps->n = 0;
+}
+
+static void *ferry_px_worker_main(void *arg)
+{
+    ferry_px_worker_t *w = arg;
+    ferry_px_comm_t *comm = w->comm;
+    ferry_px_pollset_t ps;
+    int sweeps = 0, have_poll = 0;
+    char name[16];
+
+    snprintf(name, sizeof(name), "ferry-%c%u-%d", comm->kind == FERRY_PX_SEND ? 's' : 'r',
+             comm->serial % 100000, w->index);
+    pthread_setname_np(pthread_self(), name);
+    ps.n = 0;
+    while (!atomic_load_explicit(&comm->stop, memory_order_acquire)) {
+        uint32_t gen = atomic_load(&comm->kick_gen);
+        long work = ferry_px_worker_sweep(w, have_poll ? &ps : NULL);
+
+        have_poll = 0;
+        if (work > 0 && ++sweeps < FERRY_PX_MAX_SWEEPS)
+            continue;
+        sweeps = 0;
+        if (work > 0)
+            continue;
+        /* Announce the sleep, then look again: a post in between bumped kick_gen. */
+        atomic_store(&w->sleeping, 1);
+        if (atomic_load(&comm->kick_gen) != gen || atomic_load(&comm->stop)) {
+            atomic_store(&w->sleeping, 0);
+            continue;
+        }
+        ferry_px_worker_sleep(w, &ps);
+        atomic_store(&w->sleeping, 0);
+        have_poll = ps.n > 0;
+    }
+    return NULL;
+}
+
+ferry_status_t ferry_px_comm_start(ferry_px_comm_t *comm)
+{
+    char desc[160];
+    int i, rc;
+
+    ferry_px_registry_add(comm);
+    for (i = 0; i < comm->nworkers; i++) {
+        ferry_px_worker_t *w = &comm->workers[i];
+
+        w->comm = comm;
+        w->index = i;
+        w->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (w->wake_fd < 0) {
+            ferry_px_comm_describe(comm, desc, sizeof(desc));
+            FERRY_WARN("%s: eventfd for helper thread %d failed: %s; raise the open-file limit "
+                       "(ulimit -n)", desc, i, strerror(errno));
+            goto err_stop;
+        }
+        rc = pthread_create(&w->thread, NULL, ferry_px_worker_main, w);
+        if (rc != 0) {
+            ferry_px_comm_describe(comm, desc, sizeof(desc));
+            FERRY_WARN("%s: cannot start helper thread %d: %s; check the process' thread limit "
+                       "(ulimit -u) or lower NCCL_FERRY_THREADS", desc, i, strerror(rc));
+            goto err_stop;
+        }
+        w->started = 1;
+    }
+    return FERRY_OK;
+
+err_stop:
+    ferry_px_comm_stop(comm);
+    return FERRY_ERR_IO;
+}
+
+void ferry_px_comm_stop(ferry_px_comm_t *comm)
+{
+    uint64_t one = 1;
+    int i;
+
+    atomic_store_explicit(&comm->stop, 1, memory_order_release);
+    for (i = 0; i < comm->nworkers; i++) {
+        ferry_px_worker_t *w = &comm->workers[i];
+
+        if (w->wake_fd >= 0 && write(w->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+            FERRY_WARN("%s comm #%u: waking helper thread %d failed: %s", comm->backend,
+                       comm->serial, i, strerror(errno));
+        if (w->started)
+            pthread_join(w->thread, NULL);
+        w->started = 0;
+        if (w->wake_fd >= 0)
+            close(w->wake_fd);
+        w->wake_fd = -1;
+    }
+    ferry_px_registry_remove(comm);
+}
