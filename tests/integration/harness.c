@@ -1,0 +1,942 @@
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <sys/socket.h>
+
+#include "harness.h"
+#include "socket/sock_wire.h"
+
+#ifndef FERRY_PLUGIN_DEFAULT
+#define FERRY_PLUGIN_DEFAULT "libnccl-net-ferry.so"
+#endif
+
+static const char *fit_role_name = "test";
+
+/* ---- failure reporting ---------------------------------------------------- */
+
+const char *fit_result_str(ncclResult_t rc)
+{
+    switch ((int)rc) {
+    case 0: return "ncclSuccess";
+    case 1: return "ncclUnhandledCudaError";
+    case 2: return "ncclSystemError";
+    case 3: return "ncclInternalError";
+    case 4: return "ncclInvalidArgument";
+    case 5: return "ncclInvalidUsage";
+    case 6: return "ncclRemoteError";
+    case 7: return "ncclInProgress";
+    default: return "unknown ncclResult_t";
+    }
+}
+
+void fit_set_role(const char *role)
+{
+    fit_role_name = role;
+}
+
+void fit_fail(const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+
+    fflush(stdout);
+    fprintf(stderr, "FAIL [%s pid %d] %s:%d: ", fit_role_name, (int)getpid(), file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    fit_log_dump_tail(40);
+    fflush(NULL);
+    /* _exit: the plugin's threads may still run; atexit handlers must not race them. */
+    _exit(1);
+}
+
+void fit_pass(const char *fmt, ...)
+{
+    va_list ap;
+
+    printf("ok [%s] - ", fit_role_name);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    fflush(stdout);
+}
+
+/* ---- time and bounds ------------------------------------------------------ */
+
+double fit_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void fit_bound_init(fit_bound_t *b, const char *what, double seconds, long max_iters)
+{
+    b->what      = what;
+    b->start     = fit_now();
+    b->deadline  = b->start + seconds;
+    b->iters     = 0;
+    b->max_iters = max_iters;
+}
+
+int fit_bound_try_step(fit_bound_t *b)
+{
+    b->iters++;
+    /* The clock is read every 64 steps: cheap, and still well under a ms late. */
+    if (b->iters >= b->max_iters)
+        return 0;
+    if ((b->iters & 63) == 0 && fit_now() > b->deadline)
+        return 0;
+    /* Give the plugin's helper threads the CPU: CI has two cores. */
+    sched_yield();
+    return 1;
+}
+
+void fit_bound_step(fit_bound_t *b)
+{
+    if (!fit_bound_try_step(b))
+        fit_fail(__FILE__, __LINE__, "%s: not done after %ld iterations / %.1f s (limit %ld / %.1f s)",
+                 b->what, b->iters, fit_now() - b->start, b->max_iters, b->deadline - b->start);
+}
+
+/* ---- the capturing logger ------------------------------------------------- */
+
+#define FIT_LOG_MAX_LINES    200000
+#define FIT_LOG_MAX_EXPECTED 32
+
+typedef struct fit_log_line {
+    int   level;  /* ncclDebugLogLevel. */
+    char *text;   /* Formatted message, malloc'd. */
+} fit_log_line_t;
+
+/* All logger state; every field is protected by lock (helper threads log too). */
+static struct {
+    pthread_mutex_t lock;
+    fit_log_line_t *lines;
+    int             nlines;
+    int             cap;
+    int             warns;
+    int             unexpected;
+    int             allow_all;
+    int             nexpected;
+    char           *expected[FIT_LOG_MAX_EXPECTED];
+} fit_log = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static int fit_log_verbose(void)
+{
+    const char *v = getenv("FIT_VERBOSE");
+    const char *d = getenv("NCCL_DEBUG");
+
+    return (v != NULL && v[0] == '1') ||
+           (d != NULL && (strcasecmp(d, "INFO") == 0 || strcasecmp(d, "TRACE") == 0));
+}
+
+static const char *fit_level_str(int level)
+{
+    switch (level) {
+    case 2: return "WARN";
+    case 3: return "INFO";
+    case 4: return "ABORT";
+    case 5: return "TRACE";
+    default: return "LOG";
+    }
+}
+
+void fit_logger(ncclDebugLogLevel level, unsigned long flags, const char *file,
+                int line, const char *fmt, ...)
+{
+    char msg[4096];
+    va_list ap;
+    int expected = 0;
+    int i;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+
+    pthread_mutex_lock(&fit_log.lock);
+    if (fit_log.nlines == fit_log.cap && fit_log.cap < FIT_LOG_MAX_LINES) {
+        int ncap = fit_log.cap ? fit_log.cap * 2 : 1024;
+        fit_log_line_t *n = realloc(fit_log.lines, sizeof(*n) * (size_t)ncap);
+
+        if (n != NULL) {
+            fit_log.lines = n;
+            fit_log.cap   = ncap;
+        }
+    }
+    if (fit_log.nlines < fit_log.cap) {
+        fit_log.lines[fit_log.nlines].level = (int)level;
+        fit_log.lines[fit_log.nlines].text  = strdup(msg);
+        fit_log.nlines++;
+    }
+    if ((int)level == NCCL_LOG_WARN) {
+        fit_log.warns++;
+        expected = fit_log.allow_all;
+        for (i = 0; i < fit_log.nexpected && !expected; i++)
+            expected = strstr(msg, fit_log.expected[i]) != NULL;
+        if (!expected)
+            fit_log.unexpected++;
+    }
+    pthread_mutex_unlock(&fit_log.lock);
+
+    if ((int)level == NCCL_LOG_WARN || fit_log_verbose())
+        fprintf(stderr, "[%s %d] plugin %s%s %s:%d %s\n", fit_role_name, (int)getpid(),
+                (int)level == NCCL_LOG_WARN && !expected ? "unexpected " : "",
+                fit_level_str((int)level), file ? file : "?", line, msg);
+}
+
+void fit_log_expect(const char *substr)
+{
+    pthread_mutex_lock(&fit_log.lock);
+    if (fit_log.nexpected < FIT_LOG_MAX_EXPECTED)
+        fit_log.expected[fit_log.nexpected++] = strdup(substr);
+    pthread_mutex_unlock(&fit_log.lock);
+}
+
+void fit_log_expect_clear(void)
+{
+    int i;
+
+    pthread_mutex_lock(&fit_log.lock);
+    for (i = 0; i < fit_log.nexpected; i++)
+        free(fit_log.expected[i]);
+    fit_log.nexpected = 0;
+    pthread_mutex_unlock(&fit_log.lock);
+}
+
+void fit_log_allow_warns(int on)
+{
+    pthread_mutex_lock(&fit_log.lock);
+    fit_log.allow_all = on;
+    pthread_mutex_unlock(&fit_log.lock);
+}
+
+int fit_log_lines(void)
+{
+    int n;
+
+    pthread_mutex_lock(&fit_log.lock);
+    n = fit_log.nlines;
+    pthread_mutex_unlock(&fit_log.lock);
+    return n;
+}
+
+int fit_log_warns(void)
+{
+    int n;
+
+    pthread_mutex_lock(&fit_log.lock);
+    n = fit_log.warns;
+    pthread_mutex_unlock(&fit_log.lock);
+    return n;
+}
+
+int fit_log_unexpected(void)
+{
+    int n;
+
+    pthread_mutex_lock(&fit_log.lock);
+    n = fit_log.unexpected;
+    pthread_mutex_unlock(&fit_log.lock);
+    return n;
+}
+
+int fit_log_find(int from, int level, const char *n1, const char *n2, const char *n3,
+                 char *out, size_t out_len)
+{
+    int found = -1;
+    int i;
+
+    pthread_mutex_lock(&fit_log.lock);
+    for (i = from < 0 ? 0 : from; i < fit_log.nlines && found < 0; i++) {
+        const fit_log_line_t *l = &fit_log.lines[i];
+
+        if (l->text == NULL || (level >= 0 && l->level != level))
+            continue;
+        if ((n1 && !strstr(l->text, n1)) || (n2 && !strstr(l->text, n2)) ||
+            (n3 && !strstr(l->text, n3)))
+            continue;
+        found = i;
+        if (out != NULL && out_len > 0)
+            snprintf(out, out_len, "%s", l->text);
+    }
+    pthread_mutex_unlock(&fit_log.lock);
+    return found;
+}
+
+size_t fit_log_text(int from, char *buf, size_t buf_len)
+{
+    size_t len = 0;
+    int i;
+
+    if (buf_len == 0)
+        return 0;
+    buf[0] = '\0';
+    pthread_mutex_lock(&fit_log.lock);
+    for (i = from < 0 ? 0 : from; i < fit_log.nlines && len + 1 < buf_len; i++) {
+        int n = snprintf(buf + len, buf_len - len, "%s\n",
+                         fit_log.lines[i].text ? fit_log.lines[i].text : "");
+
+        len += n < 0 ? 0 : (size_t)n;
+    }
+    pthread_mutex_unlock(&fit_log.lock);
+    return len < buf_len ? len : buf_len - 1;
+}
+
+void fit_log_check_clean(const char *when)
+{
+    int unexpected = fit_log_unexpected();
+
+    if (unexpected != 0)
+        fit_fail(__FILE__, __LINE__, "%s: %d unexpected WARN line(s) from the plugin (see above)",
+                 when, unexpected);
+}
+
+void fit_log_dump_tail(int n)
+{
+    int i;
+
+    /* trylock: fit_fail may run while a helper thread is inside the logger. */
+    if (pthread_mutex_trylock(&fit_log.lock) != 0)
+        return;
+    if (fit_log.nlines > 0)
+        fprintf(stderr, "---- last %d plugin log lines (of %d) ----\n",
+                fit_log.nlines < n ? fit_log.nlines : n, fit_log.nlines);
+    for (i = fit_log.nlines > n ? fit_log.nlines - n : 0; i < fit_log.nlines; i++)
+        fprintf(stderr, "  %s %s\n", fit_level_str(fit_log.lines[i].level),
+                fit_log.lines[i].text ? fit_log.lines[i].text : "");
+    pthread_mutex_unlock(&fit_log.lock);
+}
+
+/* ---- the plugin ----------------------------------------------------------- */
+
+/* Buffers a failed transfer may still have handed to the plugin; freed after dlclose. */
+#define FIT_GRAVEYARD_MAX 64
+static void *fit_graveyard[FIT_GRAVEYARD_MAX];
+static int   fit_graveyard_n;
+
+static void fit_graveyard_add(void *ptr)
+{
+    if (fit_graveyard_n < FIT_GRAVEYARD_MAX)
+        fit_graveyard[fit_graveyard_n++] = ptr;
+}
+
+const char *fit_plugin_path(int *argc, char **argv)
+{
+    const char *path = NULL;
+    int i, j;
+
+    for (i = 1; i < *argc; i++) {
+        if (strcmp(argv[i], "--plugin") == 0 && i + 1 < *argc) {
+            path = argv[i + 1];
+            for (j = i; j + 2 <= *argc; j++)
+                argv[j] = argv[j + 2];
+            *argc -= 2;
+            break;
+        }
+    }
+    if (path == NULL)
+        path = getenv("FERRY_PLUGIN");
+    if (path == NULL)
+        path = FERRY_PLUGIN_DEFAULT;
+    return path;
+}
+
+void fit_plugin_open(fit_plugin_t *p, const char *path)
+{
+    const ncclNet_v11_t *n;
+
+    memset(p, 0, sizeof(*p));
+    snprintf(p->path, sizeof(p->path), "%s", path);
+    p->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    FIT_CHECK(p->dl != NULL, "dlopen(%s): %s", path, dlerror());
+    n = dlsym(p->dl, "ncclNetPlugin_v11");
+    FIT_CHECK(n != NULL, "%s exports no ncclNetPlugin_v11: %s", path, dlerror());
+    FIT_CHECK(n->name != NULL && strcmp(n->name, "ferry") == 0,
+              "struct name is '%s', expected 'ferry'", n->name ? n->name : "(null)");
+    /* The members NCCL 2.28.9 calls without a NULL check (reference §2.6). */
+    FIT_CHECK(n->init && n->devices && n->getProperties && n->listen && n->connect &&
+              n->accept && n->regMr && n->deregMr && n->isend && n->irecv && n->test &&
+              n->closeSend && n->closeRecv && n->closeListen && n->finalize,
+              "a mandatory ncclNet_v11_t member is NULL");
+    p->net = n;
+}
+
+void fit_plugin_close(fit_plugin_t *p)
+{
+    int i;
+
+    FIT_CHECK(dlclose(p->dl) == 0, "dlclose: %s", dlerror());
+    p->dl  = NULL;
+    p->net = NULL;
+    for (i = 0; i < fit_graveyard_n; i++)
+        free(fit_graveyard[i]);
+    fit_graveyard_n = 0;
+}
+
+/* NCCL always passes a profiler callback; the plugin must never start an event on a NULL handle. */
+static ncclResult_t fit_profiler(void **ehandle, int type, void *phandle, int64_t plugin_id,
+                                 void *ext)
+{
+    if (type == 0 && phandle == NULL)
+        fit_fail(__FILE__, __LINE__, "plugin called the profiler Start with a NULL pHandle");
+    if (ehandle != NULL)
+        *ehandle = NULL;
+    return ncclSuccess;
+}
+
+void *fit_plugin_init(const fit_plugin_t *p, uint64_t comm_id)
+{
+    ncclNetCommConfig_v11_t cfg;
+    void *ctx = NULL;
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.trafficClass = -1;
+    FIT_NCCL(p->net->init(&ctx, comm_id, &cfg, fit_logger, fit_profiler));
+    /* NCCL's config lives on its stack: scribble over ours so a kept pointer shows. */
+    memset(&cfg, 0x5a, sizeof(cfg));
+    return ctx;
+}
+
+int fit_count_threads(const char *prefix, char *names, size_t names_len)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    size_t used = 0;
+    int count = 0;
+
+    FIT_CHECK(d != NULL, "opendir /proc/self/task: %s", strerror(errno));
+    if (names != NULL && names_len > 0)
+        names[0] = '\0';
+    while ((e = readdir(d)) != NULL) {
+        char path[300], comm[64] = "";
+        FILE *f;
+
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+        f = fopen(path, "r");
+        if (f == NULL)
+            continue; /* The thread exited meanwhile. */
+        if (fgets(comm, sizeof(comm), f) == NULL)
+            comm[0] = '\0';
+        fclose(f);
+        comm[strcspn(comm, "\n")] = '\0';
+        if (strncmp(comm, prefix, strlen(prefix)) != 0)
+            continue;
+        count++;
+        if (names != NULL && used + strlen(comm) + 2 < names_len)
+            used += (size_t)snprintf(names + used, names_len - used, "%s%s",
+                                     used ? " " : "", comm);
+    }
+    closedir(d);
+    return count;
+}
+
+void fit_check_no_ferry_threads(const char *when)
+{
+    char names[1024];
+    int n = fit_count_threads("ferry-", names, sizeof(names));
+
+    FIT_CHECK(n == 0, "%s: %d ferry-* thread(s) still alive: %s", when, n, names);
+}
+
+/* ---- connection helpers --------------------------------------------------- */
+
+void *fit_listen(const fit_plugin_t *p, void *ctx, int dev, void *handle)
+{
+    void *listen_comm = NULL;
+
+    memset(handle, 0xee, NCCL_NET_HANDLE_MAXSIZE); /* listen() must fill it, not rely on zeros. */
+    FIT_NCCL(p->net->listen(ctx, dev, handle, &listen_comm));
+    FIT_CHECK(listen_comm != NULL, "listen returned ncclSuccess with a NULL listenComm");
+    return listen_comm;
+}
+
+void fit_connect_accept(const fit_plugin_t *p, void *send_ctx, int dev, void *handle,
+                        void *listen_comm, void **send_p, void **recv_p, long *nulls_p)
+{
+    /* The peer's copy of the handle: NCCL hands connect() its own buffer, every retry the same. */
+    char peer_handle[NCCL_NET_HANDLE_MAXSIZE];
+    ncclNetDeviceHandle_v11_t *send_dev = NULL, *recv_dev = NULL;
+    void *send_comm = NULL, *recv_comm = NULL;
+    fit_bound_t b;
+    long nulls = 0;
+
+    memcpy(peer_handle, handle, sizeof(peer_handle));
+    fit_bound_init(&b, "in-process connect/accept", FIT_CONNECT_SECONDS, FIT_CONNECT_ITERS);
+    while (send_comm == NULL || recv_comm == NULL) {
+        if (send_comm == NULL) {
+            FIT_NCCL(p->net->connect(send_ctx, dev, peer_handle, &send_comm, &send_dev));
+            nulls += send_comm == NULL;
+        }
+        if (recv_comm == NULL) {
+            FIT_NCCL(p->net->accept(listen_comm, &recv_comm, &recv_dev));
+            nulls += recv_comm == NULL;
+        }
+        if (send_comm == NULL || recv_comm == NULL)
+            fit_bound_step(&b);
+    }
+    *send_p = send_comm;
+    *recv_p = recv_comm;
+    if (nulls_p != NULL)
+        *nulls_p = nulls;
+}
+
+void *fit_connect_loop(const fit_plugin_t *p, void *ctx, int dev, void *handle)
+{
+    ncclNetDeviceHandle_v11_t *dev_handle = NULL;
+    void *send_comm = NULL;
+    fit_bound_t b;
+
+    fit_bound_init(&b, "connect", FIT_CONNECT_SECONDS, FIT_CONNECT_ITERS);
+    for (;;) {
+        FIT_NCCL(p->net->connect(ctx, dev, handle, &send_comm, &dev_handle));
+        if (send_comm != NULL)
+            return send_comm;
+        fit_bound_step(&b);
+    }
+}
+
+void *fit_accept_loop(const fit_plugin_t *p, void *listen_comm)
+{
+    ncclNetDeviceHandle_v11_t *dev_handle = NULL;
+    void *recv_comm = NULL;
+    fit_bound_t b;
+
+    fit_bound_init(&b, "accept", FIT_CONNECT_SECONDS, FIT_CONNECT_ITERS);
+    for (;;) {
+        FIT_NCCL(p->net->accept(listen_comm, &recv_comm, &dev_handle));
+        if (recv_comm != NULL)
+            return recv_comm;
+        fit_bound_step(&b);
+    }
+}
+
+void fit_handle_addr(const void *handle, char *buf, size_t len)
+{
+    const ferry_sock_handle_t *h = handle;
+    char ip[INET6_ADDRSTRLEN] = "?";
+
+    if (h->family == AF_INET || h->family == AF_INET6)
+        inet_ntop(h->family, h->addr, ip, sizeof(ip));
+    if (h->family == AF_INET6)
+        snprintf(buf, len, "[%s]:%u", ip, (unsigned)ntohs(h->port));
+    else
+        snprintf(buf, len, "%s:%u", ip, (unsigned)ntohs(h->port));
+}
+
+int fit_handle_port(const void *handle)
+{
+    const ferry_sock_handle_t *h = handle;
+
+    return ntohs(h->port);
+}
+
+static int fit_count_established_in(const char *path, int port)
+{
+    FILE *f = fopen(path, "r");
+    char line[512];
+    int count = 0;
+
+    if (f == NULL)
+        return 0;
+    if (fgets(line, sizeof(line), f) == NULL) { /* Header. */
+        fclose(f);
+        return 0;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char local[128], remote[128];
+        unsigned st;
+        char *colon;
+
+        if (sscanf(line, " %*d: %127s %127s %x", local, remote, &st) != 3)
+            continue;
+        colon = strrchr(local, ':');
+        if (colon != NULL && st == 0x01 && (int)strtol(colon + 1, NULL, 16) == port)
+            count++;
+    }
+    fclose(f);
+    return count;
+}
+
+int fit_count_established_local(int port)
+{
+    return fit_count_established_in("/proc/net/tcp", port) +
+           fit_count_established_in("/proc/net/tcp6", port);
+}
+
+/* ---- data patterns -------------------------------------------------------- */
+
+static uint64_t fit_mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static uint64_t fit_word(uint64_t seed, size_t word)
+{
+    return fit_mix(seed * 0x2545f4914f6cdd1dULL ^ (uint64_t)word);
+}
+
+uint8_t fit_pattern_byte(uint64_t seed, size_t off)
+{
+    return (uint8_t)(fit_word(seed, off / 8) >> (8 * (off % 8)));
+}
+
+void fit_fill(void *buf, size_t n, uint64_t seed)
+{
+    uint8_t *b = buf;
+    size_t w, nwords = n / 8, off;
+
+    for (w = 0; w < nwords; w++) {
+        uint64_t v = fit_word(seed, w);
+
+        memcpy(b + w * 8, &v, 8); /* Little-endian hosts only; both ends are one build. */
+    }
+    for (off = nwords * 8; off < n; off++)
+        b[off] = fit_pattern_byte(seed, off);
+}
+
+int fit_verify(const void *buf, size_t n, uint64_t seed, size_t *bad_p)
+{
+    const uint8_t *b = buf;
+    size_t w, nwords = n / 8, off;
+
+    for (w = 0; w < nwords; w++) {
+        uint64_t v = fit_word(seed, w), got;
+
+        memcpy(&got, b + w * 8, 8);
+        if (got != v)
+            break;
+    }
+    for (off = w * 8; off < n; off++) {
+        if (b[off] != fit_pattern_byte(seed, off)) {
+            if (bad_p != NULL)
+                *bad_p = off;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+void fit_check_pattern(const void *buf, size_t n, uint64_t seed, const char *what)
+{
+    size_t bad = 0, nbad = 0, i;
+    const uint8_t *b = buf;
+
+    if (!fit_verify(buf, n, seed, &bad))
+        return;
+    for (i = bad; i < n; i++)
+        nbad += b[i] != fit_pattern_byte(seed, i);
+    fit_fail(__FILE__, __LINE__,
+             "%s: data mismatch at offset %zu of %zu: expected 0x%02x got 0x%02x "
+             "(%zu bad bytes from there; 0x%02x is the receive poison)",
+             what, bad, n, fit_pattern_byte(seed, bad), b[bad], nbad, FIT_POISON);
+}
+
+/* ---- the transfer engine -------------------------------------------------- */
+
+typedef struct fit_side {
+    fit_role_t             role;
+    const fit_plugin_t    *p;
+    void                  *comm;
+    const fit_xfer_opts_t *o;
+    uint8_t               *arena;     /* depth slots of slot_size bytes. */
+    size_t                 slot_size;
+    int                    depth;     /* Requests in flight, <= o->depth. */
+    void                  *mh;        /* regMr handle of arena. */
+    int                    posted;    /* Messages posted. */
+    int                    tested;    /* Messages completed (oldest-first). */
+    void                  *reqs[FIT_MAX_DEPTH]; /* Request of message i at i % depth. */
+} fit_side_t;
+
+static const char *fit_role_str(fit_role_t role)
+{
+    return role == FIT_SEND ? "sender" : "receiver";
+}
+
+static size_t fit_msg_size(const fit_xfer_opts_t *o, int i)
+{
+    return o->nmsgs < 0 ? o->endless_size : o->sizes[i];
+}
+
+static size_t fit_msg_recv_size(const fit_xfer_opts_t *o, int i)
+{
+    if (o->nmsgs >= 0 && o->recv_sizes != NULL)
+        return o->recv_sizes[i];
+    return fit_msg_size(o, i) + o->recv_extra;
+}
+
+static void fit_side_init(fit_side_t *s, const fit_plugin_t *p, fit_role_t role, void *comm,
+                          const fit_xfer_opts_t *o)
+{
+    size_t cap = o->arena_cap ? o->arena_cap : (size_t)256 << 20;
+    size_t slot = 64;
+    int i, n = o->nmsgs < 0 ? 1 : o->nmsgs;
+
+    memset(s, 0, sizeof(*s));
+    s->role = role;
+    s->p    = p;
+    s->comm = comm;
+    s->o    = o;
+    for (i = 0; i < n; i++) {
+        size_t need = fit_msg_size(o, i) > fit_msg_recv_size(o, i) ? fit_msg_size(o, i)
+                                                                   : fit_msg_recv_size(o, i);
+        if (need > slot)
+            slot = need;
+    }
+    s->slot_size = (slot + 63) & ~(size_t)63;
+    s->depth     = o->depth < 1 ? 1 : o->depth > FIT_MAX_DEPTH ? FIT_MAX_DEPTH : o->depth;
+    while (s->depth > 1 && s->slot_size * (size_t)s->depth > cap)
+        s->depth--;
+    s->arena = aligned_alloc(4096, (s->slot_size * (size_t)s->depth + 4095) & ~(size_t)4095);
+    FIT_CHECK(s->arena != NULL, "cannot allocate %zu x %d bytes", s->slot_size, s->depth);
+    FIT_NCCL(p->net->regMr(comm, s->arena, s->slot_size * (size_t)s->depth, NCCL_PTR_HOST,
+                           &s->mh));
+}
+
+/* Done with the side. A failed side's buffers may still be the plugin's: keep them alive. */
+static void fit_side_fini(fit_side_t *s, int failed)
+{
+    if (failed) {
+        fit_graveyard_add(s->arena);
+        return;
+    }
+    FIT_NCCL(s->p->net->deregMr(s->comm, s->mh));
+    free(s->arena);
+}
+
+static int fit_side_finished(const fit_side_t *s)
+{
+    return s->o->nmsgs >= 0 && s->tested >= s->o->nmsgs;
+}
+
+static void fit_side_error(const fit_side_t *s, fit_xfer_result_t *r, ncclResult_t rc,
+                           int msg, const char *call)
+{
+    if (r->rc != ncclSuccess)
+        return;
+    r->rc       = rc;
+    r->err_role = s->role;
+    r->err_msg  = msg;
+    r->err_call = call;
+}
+
+/* Post what the window allows; returns the number posted, or -1 on error. */
+static int fit_side_post(fit_side_t *s, fit_xfer_result_t *r)
+{
+    const fit_xfer_opts_t *o = s->o;
+    int posted = 0;
+
+    while (s->posted - s->tested < s->depth && (o->nmsgs < 0 || s->posted < o->nmsgs)) {
+        int i = s->posted;
+        uint8_t *slot = s->arena + (size_t)(i % s->depth) * s->slot_size;
+        size_t size = fit_msg_size(o, i);
+        void *req = NULL;
+        ncclResult_t rc;
+
+        if (s->role == FIT_SEND) {
+            fit_fill(slot, size, o->seed + (uint64_t)i);
+            rc = s->p->net->isend(s->comm, slot, size, o->tag, s->mh, NULL, &req);
+            if (rc != ncclSuccess) {
+                fit_side_error(s, r, rc, i, "isend");
+                return -1;
+            }
+        } else {
+            size_t rsize = fit_msg_recv_size(o, i);
+            void *data = slot;
+            int tag = o->tag;
+            void *mh = s->mh;
+
+            memset(slot, FIT_POISON, rsize);
+            req = o->use_hint ? (void *)(uintptr_t)NCCL_NET_OPTIONAL_RECV_COMPLETION
+                              : (void *)(uintptr_t)0xdeadbeef;
+            rc = s->p->net->irecv(s->comm, 1, &data, &rsize, &tag, &mh, NULL, &req);
+            if (rc != ncclSuccess) {
+                fit_side_error(s, r, rc, i, "irecv");
+                return -1;
+            }
+            FIT_CHECK(req != (void *)(uintptr_t)NCCL_NET_OPTIONAL_RECV_COMPLETION &&
+                      req != (void *)(uintptr_t)0xdeadbeef,
+                      "irecv of message %d returned ncclSuccess without overwriting *request (%p)",
+                      i, req);
+        }
+        if (req == NULL) {
+            r->retries[s->role]++;
+            break; /* NULL request: "try again later". */
+        }
+        s->reqs[i % s->depth] = req;
+        s->posted++;
+        posted++;
+    }
+    return posted;
+}
+
+/* Test the oldest request; returns 1 when it completed, 0 if not yet, -1 on error. */
+static int fit_side_test(fit_side_t *s, fit_xfer_result_t *r)
+{
+    const fit_xfer_opts_t *o = s->o;
+    int i = s->tested;
+    int done = 0;
+    int sizes[1] = { -7 };
+    /* The sender passes NULL sizes now and then, as NCCL's bootstrap does. */
+    int *sizes_arg = s->role == FIT_SEND && i % 4 == 3 ? NULL : sizes;
+    ncclResult_t rc;
+
+    if (s->posted == s->tested)
+        return 0;
+    rc = s->p->net->test(s->reqs[i % s->depth], &done, sizes_arg);
+    if (rc != ncclSuccess) {
+        fit_side_error(s, r, rc, i, "test");
+        return -1;
+    }
+    if (!done)
+        return 0;
+    if (sizes_arg != NULL)
+        FIT_CHECK((size_t)sizes[0] == fit_msg_size(o, i),
+                  "%s message %d: test reported %d bytes, %zu were sent (posted %zu)",
+                  fit_role_str(s->role), i, sizes[0], fit_msg_size(o, i),
+                  fit_msg_recv_size(o, i));
+    if (s->role == FIT_RECV) {
+        const uint8_t *slot = s->arena + (size_t)(i % s->depth) * s->slot_size;
+        size_t size = fit_msg_size(o, i), rsize = fit_msg_recv_size(o, i), off;
+        char what[96];
+
+        snprintf(what, sizeof(what), "received message %d (%zu bytes, posted %zu)", i, size,
+                 rsize);
+        fit_check_pattern(slot, size, o->seed + (uint64_t)i, what);
+        for (off = size; off < rsize; off++)
+            FIT_CHECK(slot[off] == FIT_POISON,
+                      "%s: byte %zu beyond the sent size was overwritten (0x%02x)", what, off,
+                      slot[off]);
+    }
+    s->tested++;
+    r->done[s->role]++;
+    if (o->on_done != NULL)
+        o->on_done(s->role, i, o->on_done_arg);
+    return 1;
+}
+
+static int fit_side_step(fit_side_t *s, fit_xfer_result_t *r)
+{
+    int posted, tested;
+
+    posted = fit_side_post(s, r);
+    if (posted < 0)
+        return -1;
+    tested = fit_side_test(s, r);
+    if (tested < 0)
+        return -1;
+    return posted + tested;
+}
+
+static void fit_xfer_result_init(fit_xfer_result_t *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->rc      = ncclSuccess;
+    r->err_msg = -1;
+}
+
+void fit_xfer_inproc(const fit_plugin_t *p, void *send_comm, void *recv_comm,
+                     const fit_xfer_opts_t *o, fit_xfer_result_t *r)
+{
+    fit_side_t sender, receiver;
+    fit_bound_t b;
+    double t0 = fit_now();
+
+    fit_xfer_result_init(r);
+    fit_side_init(&sender, p, FIT_SEND, send_comm, o);
+    fit_side_init(&receiver, p, FIT_RECV, recv_comm, o);
+    /* Both sides must agree on the window; take the smaller. */
+    if (sender.depth > receiver.depth)
+        sender.depth = receiver.depth;
+    receiver.depth = sender.depth;
+    fit_bound_init(&b, "in-process transfer", o->seconds, 2000000000L);
+    while (!fit_side_finished(&sender) || !fit_side_finished(&receiver)) {
+        /* Receives first, as NCCL posts them ahead of the peer's sends. */
+        if (fit_side_step(&receiver, r) < 0 || fit_side_step(&sender, r) < 0)
+            break;
+        fit_bound_step(&b);
+    }
+    r->seconds = fit_now() - t0;
+    fit_side_fini(&receiver, r->rc != ncclSuccess);
+    fit_side_fini(&sender, r->rc != ncclSuccess);
+}
+
+void fit_xfer_side(const fit_plugin_t *p, fit_role_t role, void *comm,
+                   const fit_xfer_opts_t *o, fit_xfer_result_t *r)
+{
+    fit_side_t s;
+    fit_bound_t b;
+    double t0 = fit_now();
+
+    fit_xfer_result_init(r);
+    fit_side_init(&s, p, role, comm, o);
+    fit_bound_init(&b, role == FIT_SEND ? "send sequence" : "receive sequence", o->seconds,
+                   2000000000L);
+    while (!fit_side_finished(&s)) {
+        if (fit_side_step(&s, r) < 0)
+            break;
+        fit_bound_step(&b);
+    }
+    r->seconds = fit_now() - t0;
+    fit_side_fini(&s, r->rc != ncclSuccess);
+}
+
+void fit_xfer_expect_ok(const fit_xfer_result_t *r, const char *what)
+{
+    if (r->rc != ncclSuccess)
+        fit_fail(__FILE__, __LINE__, "%s: %s %s of message %d returned %d (%s)", what,
+                 fit_role_str(r->err_role), r->err_call, r->err_msg, (int)r->rc,
+                 fit_result_str(r->rc));
+}
+
+static int fit_size_cmp(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+int fit_sweep_sizes(size_t *sizes, int max, size_t max_size)
+{
+    static const size_t odd[] = { 1000, 4097, 9001, 65537, 123457, 1000003, 3000017,
+                                  12345679, 33554431 + 2, (size_t)64 << 20 };
+    int n = 0, i, k, out;
+
+    if (n < max)
+        sizes[n++] = 0;
+    for (k = 0; (((size_t)1) << k) <= max_size; k++) {
+        size_t p2 = (size_t)1 << k;
+
+        if (n + 3 > max)
+            break;
+        sizes[n++] = p2 - 1;
+        sizes[n++] = p2;
+        if (p2 + 1 <= max_size)
+            sizes[n++] = p2 + 1;
+    }
+    for (i = 0; i < (int)(sizeof(odd) / sizeof(odd[0])) && n < max; i++)
+        if (odd[i] <= max_size)
+            sizes[n++] = odd[i];
+    qsort(sizes, (size_t)n, sizeof(sizes[0]), fit_size_cmp);
+    for (i = 1, out = n ? 1 : 0; i < n; i++)
+        if (sizes[i] != sizes[out - 1])
+            sizes[out++] = sizes[i];
+    return out;
+}

@@ -1,0 +1,272 @@
+/*
+ * integ_inproc: both ends of a ferry connection in one process, driven
+ * through ncclNetPlugin_v11 the way NCCL's proxy threads drive it.
+ *
+ *   integ_inproc [--plugin PATH] [--min-streams N]
+ *
+ * --min-streams N: after the 64 MiB transfer, at least N ESTABLISHED TCP
+ * connections must end at the listen port (ctest sets the stream count
+ * through NCCL_FERRY_STREAMS or NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+#define INPROC_MAX_SIZES 160
+
+typedef struct inproc_pair {
+    void *listen_comm;
+    void *send_comm;
+    void *recv_comm;
+    char  handle[NCCL_NET_HANDLE_MAXSIZE];
+    int   port;
+} inproc_pair_t;
+
+static const char *inproc_env(const char *name)
+{
+    const char *v = getenv(name);
+
+    return v != NULL ? v : "unset";
+}
+
+static void inproc_check_props(const fit_plugin_t *p, int ndev)
+{
+    ncclNetProperties_v11_t props;
+    int dev;
+
+    for (dev = 0; dev < ndev; dev++) {
+        memset(&props, 0, sizeof(props));
+        FIT_NCCL(p->net->getProperties(dev, &props));
+        FIT_CHECK(props.name != NULL && props.name[0] != '\0', "dev %d has no name", dev);
+        FIT_CHECK(props.ptrSupport & NCCL_PTR_HOST, "dev %d: ptrSupport 0x%x lacks HOST", dev,
+                  props.ptrSupport);
+        FIT_CHECK(props.speed > 0, "dev %d: speed %d Mbps", dev, props.speed);
+        FIT_CHECK(props.maxComms > 0, "dev %d: maxComms %d", dev, props.maxComms);
+        FIT_CHECK(props.maxRecvs >= 1 && props.maxRecvs <= 64, "dev %d: maxRecvs %d", dev,
+                  props.maxRecvs);
+        FIT_CHECK(props.netDeviceType == NCCL_NET_DEVICE_HOST, "dev %d: netDeviceType %d", dev,
+                  (int)props.netDeviceType);
+        FIT_CHECK(props.maxP2pBytes > 0 && props.maxP2pBytes <= ((size_t)1 << 40),
+                  "dev %d: maxP2pBytes %zu", dev, props.maxP2pBytes);
+        FIT_CHECK(props.vProps.ndevs == 1 && props.vProps.devs[0] == dev,
+                  "dev %d: vProps {%d, %d}", dev, props.vProps.ndevs, props.vProps.devs[0]);
+        FIT_CHECK(props.maxMultiRequestSize == 1, "dev %d: maxMultiRequestSize %d", dev,
+                  props.maxMultiRequestSize);
+        printf("  dev %d: name %s pci %s speed %d Mbps maxComms %d maxRecvs %d\n", dev,
+               props.name, props.pciPath ? props.pciPath : "(null)", props.speed,
+               props.maxComms, props.maxRecvs);
+    }
+    /* NCCL_SOCKET_IFNAME=lo (set by ctest) leaves exactly the loopback device. */
+    memset(&props, 0, sizeof(props));
+    FIT_NCCL(p->net->getProperties(0, &props));
+    if (getenv("NCCL_SOCKET_IFNAME") != NULL && strcmp(getenv("NCCL_SOCKET_IFNAME"), "lo") == 0)
+        FIT_CHECK(ndev == 1 && strcmp(props.name, "lo") == 0,
+                  "NCCL_SOCKET_IFNAME=lo gave %d device(s), first '%s'", ndev, props.name);
+}
+
+/* listen on ctx_l, connect from ctx_c; accept before any connect must not return a comm. */
+static void inproc_pair_open(const fit_plugin_t *p, void *ctx_l, void *ctx_c, inproc_pair_t *pr,
+                             long *nulls_p)
+{
+    ncclNetDeviceHandle_v11_t *dev_handle = NULL;
+    void *early = NULL;
+    char addr[80];
+
+    memset(pr, 0, sizeof(*pr));
+    pr->listen_comm = fit_listen(p, ctx_l, 0, pr->handle);
+    pr->port        = fit_handle_port(pr->handle);
+    fit_handle_addr(pr->handle, addr, sizeof(addr));
+    FIT_CHECK(pr->port != 0, "listen handle carries port 0");
+    FIT_CHECK(strncmp(addr, "127.", 4) == 0 || strncmp(addr, "[::1]", 5) == 0,
+              "with NCCL_SOCKET_IFNAME=lo the handle should name loopback, it names %s", addr);
+    FIT_NCCL(p->net->accept(pr->listen_comm, &early, &dev_handle));
+    FIT_CHECK(early == NULL, "accept returned a comm before anybody connected");
+    fit_connect_accept(p, ctx_c, 0, pr->handle, pr->listen_comm, &pr->send_comm, &pr->recv_comm,
+                       nulls_p);
+    /* NCCL closes the listen comm right after accept; the connection must not care. */
+    FIT_NCCL(p->net->closeListen(pr->listen_comm));
+    pr->listen_comm = NULL;
+}
+
+static void inproc_pair_close(const fit_plugin_t *p, inproc_pair_t *pr)
+{
+    FIT_NCCL(p->net->closeSend(pr->send_comm));
+    FIT_NCCL(p->net->closeRecv(pr->recv_comm));
+    pr->send_comm = pr->recv_comm = NULL;
+}
+
+static void inproc_run(const fit_plugin_t *p, inproc_pair_t *pr, const size_t *sizes, int n,
+                       int depth, size_t recv_extra, int hint, uint64_t seed, const char *what)
+{
+    fit_xfer_opts_t o = { 0 };
+    fit_xfer_result_t r;
+    size_t bytes = 0;
+    int i;
+
+    o.sizes      = sizes;
+    o.nmsgs      = n;
+    o.depth      = depth;
+    o.recv_extra = recv_extra;
+    o.use_hint   = hint;
+    o.seed       = seed;
+    o.seconds    = 60.0;
+    o.tag        = 1;
+    fit_xfer_inproc(p, pr->send_comm, pr->recv_comm, &o, &r);
+    fit_xfer_expect_ok(&r, what);
+    FIT_CHECK(r.done[FIT_SEND] == n && r.done[FIT_RECV] == n, "%s: %d/%d messages done", what,
+              r.done[FIT_SEND], r.done[FIT_RECV]);
+    for (i = 0; i < n; i++)
+        bytes += sizes[i];
+    fit_pass("%s: %d messages, %zu bytes in %.3f s (%d NULL-request retries)", what, n, bytes,
+             r.seconds, r.retries[FIT_SEND] + r.retries[FIT_RECV]);
+}
+
+static void inproc_sweep(const fit_plugin_t *p, inproc_pair_t *pr)
+{
+    size_t sizes[INPROC_MAX_SIZES];
+    int n = fit_sweep_sizes(sizes, INPROC_MAX_SIZES, (size_t)64 << 20);
+    int nsmall = 0;
+
+    while (nsmall < n && sizes[nsmall] <= ((size_t)1 << 20))
+        nsmall++;
+    FIT_CHECK(sizes[0] == 0 && sizes[1] == 1 && sizes[n - 1] == ((size_t)64 << 20),
+              "sweep covers 0..64 MiB");
+    inproc_run(p, pr, sizes, nsmall, 8, 0, 0, 1000, "sweep 0 B..1 MiB, 8 in flight, exact receives");
+    inproc_run(p, pr, sizes + nsmall, n - nsmall, 8, 0, 0, 2000,
+               "sweep 1 MiB..64 MiB, exact receives");
+    inproc_run(p, pr, sizes, nsmall, 8, 4096 + 13, 0, 3000,
+               "sweep 0 B..1 MiB, receives posted 4109 B larger");
+    inproc_run(p, pr, sizes + nsmall, n - nsmall, 4, (size_t)3 << 20, 0, 4000,
+               "sweep 1..64 MiB, receives posted 3 MiB larger");
+}
+
+static void inproc_zero_and_hint(const fit_plugin_t *p, inproc_pair_t *pr)
+{
+    size_t zeros[32], small[64];
+    int i;
+
+    for (i = 0; i < 32; i++)
+        zeros[i] = 0;
+    inproc_run(p, pr, zeros, 32, 8, 0, 0, 5000, "32 zero-byte messages, 8 in flight");
+    inproc_run(p, pr, zeros, 16, 8, 65536, 0, 5100, "zero-byte sends into 64 KiB receives");
+    for (i = 0; i < 64; i++)
+        small[i] = (size_t)(i * 977) % 70000;
+    inproc_run(p, pr, small, 64, 8, 0, 1, 5200,
+               "optional-completion hint in *request is overwritten by irecv");
+    /* Deep window: 32 in flight (NCCL_NET_MAX_REQUESTS), receives posted first. */
+    for (i = 0; i < 64; i++)
+        small[i] = (size_t)(i * 4099) % 300000 + 1;
+    inproc_run(p, pr, small, 64, 32, 0, 0, 5300, "32 requests in flight per comm");
+}
+
+static void inproc_big_streams(const fit_plugin_t *p, inproc_pair_t *pr, int min_streams)
+{
+    size_t sizes[3] = { (size_t)64 << 20, (size_t)64 << 20, ((size_t)64 << 20) - 1 };
+    int established;
+
+    inproc_run(p, pr, sizes, 3, 2, 0, 0, 6000, "3 x 64 MiB");
+    established = fit_count_established_local(pr->port);
+    printf("  %d ESTABLISHED TCP connection(s) on listen port %d\n", established, pr->port);
+    if (min_streams > 0)
+        FIT_CHECK(established >= min_streams,
+                  "expected >= %d TCP streams to listen port %d (NCCL_FERRY_STREAMS=%s "
+                  "NCCL_SOCKET_NTHREADS=%s NCCL_NSOCKS_PERTHREAD=%s), found %d",
+                  min_streams, pr->port, inproc_env("NCCL_FERRY_STREAMS"),
+                  inproc_env("NCCL_SOCKET_NTHREADS"),
+                  inproc_env("NCCL_NSOCKS_PERTHREAD"), established);
+    fit_pass("64 MiB over %d stream(s) (required >= %d)", established, min_streams);
+}
+
+/* A send larger than the posted receive: ncclInvalidUsage on the receiver, WARN with both sizes. */
+static void inproc_truncation(const fit_plugin_t *p, void *ctx_l, void *ctx_c)
+{
+    const size_t send_size = 40999, recv_size = 12345;
+    fit_xfer_opts_t o = { 0 };
+    fit_xfer_result_t r;
+    inproc_pair_t pr;
+    char line[4096];
+    char s1[32], s2[32];
+    int from;
+
+    inproc_pair_open(p, ctx_l, ctx_c, &pr, NULL);
+    from = fit_log_lines();
+    o.sizes      = &send_size;
+    o.recv_sizes = &recv_size;
+    o.nmsgs      = 1;
+    o.depth      = 1;
+    o.seed       = 7000;
+    o.seconds    = 20.0;
+    o.tag        = 1;
+    /* The wording is the plugin's; the sizes in it are what this test pins. */
+    fit_log_allow_warns(1);
+    fit_xfer_inproc(p, pr.send_comm, pr.recv_comm, &o, &r);
+    FIT_CHECK(r.rc == ncclInvalidUsage && r.err_role == FIT_RECV && strcmp(r.err_call, "test") == 0,
+              "send of %zu B into a %zu B receive: expected the receiver's test() to return "
+              "ncclInvalidUsage, got %s %s -> %d (%s)",
+              send_size, recv_size, r.err_role == FIT_SEND ? "sender" : "receiver",
+              r.err_call ? r.err_call : "(nothing failed)", (int)r.rc, fit_result_str(r.rc));
+    snprintf(s1, sizeof(s1), "%zu", send_size);
+    snprintf(s2, sizeof(s2), "%zu", recv_size);
+    FIT_CHECK(fit_log_find(from, NCCL_LOG_WARN, s1, s2, NULL, line, sizeof(line)) >= 0,
+              "no WARN names both sizes %s and %s", s1, s2);
+    printf("  WARN: %s\n", line);
+    /* Closing both ends of a failed connection must work and not hang. */
+    inproc_pair_close(p, &pr);
+    fit_log_allow_warns(0);
+    fit_pass("send %zu B > posted %zu B -> ncclInvalidUsage + WARN naming both sizes", send_size,
+             recv_size);
+}
+
+int main(int argc, char **argv)
+{
+    const char *path = fit_plugin_path(&argc, argv);
+    fit_plugin_t plugin;
+    inproc_pair_t pair;
+    void *ctx_a, *ctx_b;
+    int min_streams = 0, ndev = 0, i, nthreads;
+    long nulls = 0;
+    char names[1024];
+
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--min-streams") == 0 && i + 1 < argc)
+            min_streams = atoi(argv[++i]);
+        else
+            FIT_FAIL("usage: integ_inproc [--plugin PATH] [--min-streams N] (got '%s')", argv[i]);
+    }
+    fit_set_role("inproc");
+    /* The tests talk over loopback only, whatever the caller's environment says. */
+    setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+    fit_check_no_ferry_threads("before dlopen");
+
+    fit_plugin_open(&plugin, path);
+    /* Two inits, like two communicators; the second must not redo or break device discovery. */
+    ctx_a = fit_plugin_init(&plugin, 0x1111);
+    ctx_b = fit_plugin_init(&plugin, 0x2222);
+    FIT_NCCL(plugin.net->devices(&ndev));
+    FIT_CHECK(ndev >= 1, "devices() reported %d", ndev);
+    inproc_check_props(&plugin, ndev);
+    fit_pass("2 x init, devices = %d, getProperties sane", ndev);
+
+    inproc_pair_open(&plugin, ctx_a, ctx_b, &pair, &nulls);
+    fit_pass("listen/connect/accept (%ld NULL returns before both comms were ready)", nulls);
+
+    inproc_zero_and_hint(&plugin, &pair);
+    inproc_sweep(&plugin, &pair);
+    inproc_big_streams(&plugin, &pair, min_streams);
+    nthreads = fit_count_threads("ferry-", names, sizeof(names));
+    printf("  helper threads while connected: %d [%s]\n", nthreads, names);
+
+    inproc_truncation(&plugin, ctx_b, ctx_a);
+
+    inproc_pair_close(&plugin, &pair);
+    FIT_NCCL(plugin.net->finalize(ctx_a));
+    FIT_NCCL(plugin.net->finalize(ctx_b));
+    fit_log_check_clean("after finalize");
+    fit_plugin_close(&plugin);
+    fit_check_no_ferry_threads("after finalize + dlclose");
+    fit_pass("close, finalize, dlclose: no ferry-* thread left");
+    printf("integ_inproc: all checks passed\n");
+    return 0;
+}
