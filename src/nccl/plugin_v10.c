@@ -1,0 +1,42 @@
+/*
+ * ncclNetPlugin_v10 (NCCL 2.26-2.27): the process-wide context stands in
+ * for v11's per-comm ctx, and the traffic class arrives with each connect.
+ */
+#include "nccl/props.h"
+
+static ncclResult_t ferry_nccl_v10_init(ncclDebugLogger_t log_fn, ncclProfilerCallback_t prof_fn)
+{
+    (void)prof_fn; /* ferry emits no profiler events. */
+    return ferry_nccl_legacy_init(log_fn);
+}
+
+static ncclResult_t ferry_nccl_v10_get_properties(int dev, ncclNetProperties_v10_t *props)
+{
+    ferry_props_t fp;
+    ncclResult_t res = ferry_nccl_props_get(dev, &fp, props, sizeof(*props));
+
+    if (res == ncclSuccess)
+        FERRY_NCCL_PROPS_FILL_V9(props, &fp, dev);
+    return res;
+}
+
+static ncclResult_t ferry_nccl_v10_connect(int dev, ncclNetCommConfig_v10_t *config,
+                                           void *handle, void **send_comm_p,
+                                           ncclNetDeviceHandle_v10_t **send_dev_comm_p)
+{
+    (void)send_dev_comm_p; /* HOST plugin: never touched. */
+    return ferry_nccl_result(ferry_api_connect(ferry_nccl_legacy_ctx(), dev, handle,
+                                               FERRY_NCCL_CONFIG_CLASS(config), send_comm_p));
+}
+
+/* No finalize or setNetAttr in v10; makeVDevice NULL as in plugin_v11.c. */
+FERRY_NCCL_EXPORT const ncclNet_v10_t ncclNetPlugin_v10 = {
+    .name          = FERRY_NCCL_NAME,
+    .init          = ferry_nccl_v10_init,
+    .getProperties = ferry_nccl_v10_get_properties,
+    .listen        = ferry_nccl_legacy_listen,
+    .connect       = ferry_nccl_v10_connect,
+    FERRY_NCCL_COMMON_MEMBERS,
+    FERRY_NCCL_PHANDLE_MEMBERS,
+    .makeVDevice   = NULL,
+};

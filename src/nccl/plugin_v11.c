@@ -1,0 +1,41 @@
+/*
+ * ncclNetPlugin_v11: the native ABI of NCCL 2.28-2.29. Per-communicator
+ * init/finalize map one-to-one onto ferry_api_init/finalize.
+ */
+#include "nccl/props.h"
+
+static ncclResult_t ferry_nccl_v11_init(void **ctx_p, uint64_t comm_id,
+                                        ncclNetCommConfig_v11_t *config,
+                                        ncclDebugLogger_t log_fn,
+                                        ncclProfilerCallback_t prof_fn)
+{
+    /* config is on NCCL's stack: the value is copied, the pointer not kept. */
+    (void)prof_fn; /* ferry emits no profiler events. */
+    return ferry_nccl_ctx_init(ctx_p, comm_id, FERRY_NCCL_CONFIG_CLASS(config), log_fn);
+}
+
+static ncclResult_t ferry_nccl_v11_get_properties(int dev, ncclNetProperties_v11_t *props)
+{
+    ferry_props_t fp;
+    ncclResult_t res = ferry_nccl_props_get(dev, &fp, props, sizeof(*props));
+
+    if (res == ncclSuccess)
+        FERRY_NCCL_PROPS_FILL_V11(props, &fp, dev);
+    return res;
+}
+
+/*
+ * makeVDevice is NULL: ferry fuses no NICs, and NCCL then uses physical
+ * devices only. setNetAttr is NULL: ferry would ignore the hints, and NULL
+ * spares NCCL the call on its progress thread whenever they change.
+ */
+FERRY_NCCL_EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {
+    .name          = FERRY_NCCL_NAME,
+    .init          = ferry_nccl_v11_init,
+    .getProperties = ferry_nccl_v11_get_properties,
+    FERRY_NCCL_COMMON_MEMBERS,
+    FERRY_NCCL_PHANDLE_MEMBERS,
+    FERRY_NCCL_CTX_MEMBERS,
+    .makeVDevice   = NULL,
+    .setNetAttr    = NULL,
+};
