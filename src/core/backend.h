@@ -51,6 +51,5 @@ ferry_status_t ferry_no_iflush(void *recv_comm, int n, void **data, int *sizes,
                                void **mhandles, void **request_p);
 
 extern const ferry_backend_ops_t ferry_sock_ops;
-extern const ferry_backend_ops_t ferry_ib_ops;
 
 #endif

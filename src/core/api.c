@@ -1,0 +1,269 @@
+/*
+ * Process-wide bring-up and per-communicator contexts. NCCL (v11) calls
+ * init once per communicator and finalize for each, also after a failed
+ * init; the first init parses the configuration and discovers devices, the
+ * last finalize tears down what the process-wide part started.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/api.h"
+#include "core/backend.h"
+#include "core/config.h"
+#include "ib/ib_probe.h"
+#include "proxy/registry.h"
+
+#define FERRY_CTX_MAGIC 0x7874636b72726566ULL
+
+typedef struct ferry_api_ctx {
+    uint64_t    magic;   /* FERRY_CTX_MAGIC while the context is live. */
+    ferry_ctx_t ctx;
+} ferry_api_ctx_t;
+
+/* Guards refs, config and backend; data-path calls only read backend. */
+static pthread_mutex_t ferry_api_lock = PTHREAD_MUTEX_INITIALIZER;
+static int ferry_api_refs;
+static ferry_config_t ferry_api_cfg;
+static const ferry_backend_ops_t *ferry_api_be;
+/*
+ * The data path's copy: set at the first bring-up and never cleared, since
+ * NCCL may still close comms after the last finalize, and a backend's ops
+ * table is static.
+ */
+static const ferry_backend_ops_t *_Atomic ferry_api_data_be;
+
+static ferry_status_t ferry_api_pick_backend(const ferry_config_t *cfg,
+                                             const ferry_backend_ops_t **be_p)
+{
+    char probe[256];
+
+    if (cfg->backend == FERRY_BACKEND_IB) {
+        ferry_ib_probe_verbs(probe, sizeof(probe));
+        FERRY_WARN("NCCL_FERRY_BACKEND=ib: this build of ferry has no ib backend yet (%s); "
+                   "use NCCL_FERRY_BACKEND=socket or auto, or NCCL's own IB transport "
+                   "(NCCL_NET=IB)", probe);
+        return FERRY_ERR_UNSUPPORTED;
+    }
+    /* auto: socket until the ib backend exists. */
+    *be_p = &ferry_sock_ops;
+    return FERRY_OK;
+}
+
+/* First init of the process (or after the last finalize): config, backend, dump. */
+static ferry_status_t ferry_api_bring_up(void)
+{
+    const ferry_backend_ops_t *be = NULL;
+    ferry_status_t status;
+    char line[1024];
+
+    status = ferry_config_load(&ferry_api_cfg);
+    if (status != FERRY_OK)
+        return status;
+    ferry_config_format(&ferry_api_cfg, line, sizeof(line));
+    FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET | FERRY_LOG_ENV, "ferry %s, config %s",
+               FERRY_VERSION_STRING, line);
+    status = ferry_api_pick_backend(&ferry_api_cfg, &be);
+    if (status != FERRY_OK)
+        return status;
+    status = be->init(&ferry_api_cfg);
+    if (status != FERRY_OK)
+        return status;
+    ferry_px_dump_start(ferry_api_cfg.dump_signal);
+    ferry_api_be = be;
+    atomic_store(&ferry_api_data_be, be);
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_api_init(void **ctx_p, uint64_t comm_id, int traffic_class,
+                              ferry_log_fn_t logger)
+{
+    ferry_api_ctx_t *c;
+    ferry_status_t status = FERRY_OK;
+
+    *ctx_p = NULL;
+    ferry_log_set(logger);
+    c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    pthread_mutex_lock(&ferry_api_lock);
+    if (ferry_api_refs == 0)
+        status = ferry_api_bring_up();
+    if (status == FERRY_OK)
+        ferry_api_refs++;
+    pthread_mutex_unlock(&ferry_api_lock);
+    if (status != FERRY_OK) {
+        free(c);
+        return status;
+    }
+    c->magic = FERRY_CTX_MAGIC;
+    c->ctx.comm_id = comm_id;
+    c->ctx.traffic_class = traffic_class;
+    *ctx_p = c;
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_api_finalize(void *ctx)
+{
+    ferry_api_ctx_t *c = ctx;
+
+    /* NULL: NCCL's cleanup after a failed init. Nothing was counted for it. */
+    if (c == NULL)
+        return FERRY_OK;
+    if (c->magic != FERRY_CTX_MAGIC) {
+        FERRY_WARN("finalize(%p): not a live ferry context (finalized twice?)", ctx);
+        return FERRY_ERR_INVALID;
+    }
+    c->magic = 0;
+    free(c);
+    pthread_mutex_lock(&ferry_api_lock);
+    if (--ferry_api_refs == 0 && ferry_api_be != NULL) {
+        ferry_px_dump_stop();
+        ferry_api_be->fini();
+        ferry_api_be = NULL;
+    }
+    pthread_mutex_unlock(&ferry_api_lock);
+    return FERRY_OK;
+}
+
+/* The backend for calls that need one; NULL (with a WARN) before init. */
+static const ferry_backend_ops_t *ferry_api_backend(const char *op)
+{
+    const ferry_backend_ops_t *be;
+
+    pthread_mutex_lock(&ferry_api_lock);
+    be = ferry_api_be;
+    pthread_mutex_unlock(&ferry_api_lock);
+    if (be == NULL)
+        FERRY_WARN("%s called before a successful init (or after the last finalize)", op);
+    return be;
+}
+
+static ferry_ctx_t *ferry_api_ctx(void *ctx, const char *op)
+{
+    ferry_api_ctx_t *c = ctx;
+
+    if (c == NULL || c->magic != FERRY_CTX_MAGIC) {
+        FERRY_WARN("%s: context %p is not a live ferry context", op, ctx);
+        return NULL;
+    }
+    return &c->ctx;
+}
+
+ferry_status_t ferry_api_devices(int *ndev_p)
+{
+    const ferry_backend_ops_t *be = ferry_api_backend("devices");
+
+    *ndev_p = 0;
+    return be != NULL ? be->devices(ndev_p) : FERRY_ERR_INVALID;
+}
+
+ferry_status_t ferry_api_get_properties(int dev, ferry_props_t *props_p)
+{
+    const ferry_backend_ops_t *be = ferry_api_backend("getProperties");
+
+    return be != NULL ? be->get_properties(dev, props_p) : FERRY_ERR_INVALID;
+}
+
+ferry_status_t ferry_api_listen(void *ctx, int dev, void *handle, void **listen_comm_p)
+{
+    const ferry_backend_ops_t *be = ferry_api_backend("listen");
+    ferry_ctx_t *c = ferry_api_ctx(ctx, "listen");
+
+    *listen_comm_p = NULL;
+    if (be == NULL || c == NULL)
+        return FERRY_ERR_INVALID;
+    return be->listen(c, dev, handle, listen_comm_p);
+}
+
+ferry_status_t ferry_api_connect(void *ctx, int dev, void *handle, int traffic_class,
+                                 void **send_comm_p)
+{
+    const ferry_backend_ops_t *be = ferry_api_backend("connect");
+    ferry_ctx_t *c = ferry_api_ctx(ctx, "connect");
+
+    *send_comm_p = NULL;
+    if (be == NULL || c == NULL)
+        return FERRY_ERR_INVALID;
+    return be->connect(c, dev, handle, traffic_class >= 0 ? traffic_class : c->traffic_class,
+                       send_comm_p);
+}
+
+/* Data-path calls: one atomic load, no lock. */
+#define FERRY_API_DATA_BE(_op)                                                    \
+    const ferry_backend_ops_t *be = atomic_load_explicit(&ferry_api_data_be,     \
+                                                         memory_order_acquire);  \
+    if (be == NULL) {                                                             \
+        FERRY_WARN("%s called before ferry was initialised", _op);                \
+        return FERRY_ERR_INVALID;                                                 \
+    }
+ferry_status_t ferry_api_accept(void *listen_comm, void **recv_comm_p)
+{
+    FERRY_API_DATA_BE("accept");
+    return be->accept(listen_comm, recv_comm_p);
+}
+
+ferry_status_t ferry_api_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle_p)
+{
+    FERRY_API_DATA_BE("reg_mr");
+    return be->reg_mr(comm, data, size, type, mhandle_p);
+}
+
+ferry_status_t ferry_api_reg_mr_dmabuf(void *comm, void *data, size_t size, int type,
+                                       uint64_t offset, int fd, void **mhandle_p)
+{
+    FERRY_API_DATA_BE("reg_mr_dmabuf");
+    return be->reg_mr_dmabuf(comm, data, size, type, offset, fd, mhandle_p);
+}
+
+ferry_status_t ferry_api_dereg_mr(void *comm, void *mhandle)
+{
+    FERRY_API_DATA_BE("dereg_mr");
+    return be->dereg_mr(comm, mhandle);
+}
+
+ferry_status_t ferry_api_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle,
+                               void **request_p)
+{
+    FERRY_API_DATA_BE("isend");
+    return be->isend(send_comm, data, size, tag, mhandle, request_p);
+}
+
+ferry_status_t ferry_api_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
+                               void **mhandles, void **request_p)
+{
+    FERRY_API_DATA_BE("irecv");
+    return be->irecv(recv_comm, n, data, sizes, tags, mhandles, request_p);
+}
+
+ferry_status_t ferry_api_iflush(void *recv_comm, int n, void **data, int *sizes,
+                                void **mhandles, void **request_p)
+{
+    FERRY_API_DATA_BE("iflush");
+    return be->iflush(recv_comm, n, data, sizes, mhandles, request_p);
+}
+
+ferry_status_t ferry_api_test(void *request, int *done_p, int *sizes)
+{
+    FERRY_API_DATA_BE("test");
+    return be->test(request, done_p, sizes);
+}
+
+ferry_status_t ferry_api_close_send(void *send_comm)
+{
+    FERRY_API_DATA_BE("close_send");
+    return be->close_send(send_comm);
+}
+
+ferry_status_t ferry_api_close_recv(void *recv_comm)
+{
+    FERRY_API_DATA_BE("close_recv");
+    return be->close_recv(recv_comm);
+}
+
+ferry_status_t ferry_api_close_listen(void *listen_comm)
+{
+    FERRY_API_DATA_BE("close_listen");
+    return be->close_listen(listen_comm);
+}

@@ -1,0 +1,124 @@
+/* Socket backend internals: devices, comms and lanes (one TCP stream each). */
+#ifndef FERRY_SOCK_H
+#define FERRY_SOCK_H
+
+#include <limits.h>
+
+#include "core/backend.h"
+#include "proxy/comm.h"
+#include "socket/sock_if.h"
+#include "socket/sock_wire.h"
+
+#define FERRY_SOCK_COMM_MAGIC   0x636f6d6d6b636f73ULL /* Recognises our comms in every entry point. */
+#define FERRY_SOCK_LISTEN_MAGIC 0x6e7473696c6b636fULL
+#define FERRY_SOCK_MR_MAGIC     0x72656d6b636f7372ULL
+#define FERRY_SOCK_PENDING_MAX  64 /* Inbound streams waiting for their hello. */
+#define FERRY_SOCK_GROUP_MAX    8  /* Connections being assembled at once. */
+
+typedef struct ferry_sock_dev {
+    ferry_sock_if_t ifc;
+    char            pci_path[PATH_MAX]; /* Empty when the interface has no PCI device. */
+    int             speed_mbps;
+    char            addr_str[64];
+} ferry_sock_dev_t;
+
+/* Process-wide state: written once by init (under api.c's lock), then read-only. */
+typedef struct ferry_sock_state {
+    ferry_config_t   cfg;
+    int              ndev;
+    ferry_sock_dev_t devs[FERRY_SOCK_IF_MAX];
+} ferry_sock_state_t;
+
+extern ferry_sock_state_t ferry_sock_state;
+
+/* One TCP stream. Each field is touched only by the lane's helper thread. */
+typedef struct ferry_sock_lane {
+    int                    fd;
+    int                    closed;    /* Peer closed this stream (EOF seen). */
+    /* Send side. */
+    int                    has_chunk; /* claim/hdr describe the chunk in hand. */
+    int                    blocked;   /* Last send hit EAGAIN: wait for POLLOUT. */
+    ferry_px_claim_t       claim;
+    ferry_sock_chunk_hdr_t hdr;
+    size_t                 sent;      /* Header + payload bytes of the chunk sent so far. */
+    /* Receive side. */
+    ferry_sock_chunk_hdr_t rhdr;
+    size_t                 rhdr_got;  /* Header bytes read so far. */
+    ferry_px_req_t        *rreq;      /* Request the payload goes to, once matched. */
+    size_t                 rgot;      /* Payload bytes of the chunk read so far. */
+    int                    parked;    /* Header read, its irecv not posted yet. */
+} ferry_sock_lane_t;
+
+typedef struct ferry_sock_comm {
+    ferry_px_comm_t   px;            /* First: requests point back to it. */
+    uint64_t          magic;         /* FERRY_SOCK_COMM_MAGIC while alive. */
+    int               dev;
+    _Atomic int       closed_lanes;  /* Lanes that saw EOF. */
+    ferry_sock_lane_t lanes[FERRY_SOCK_MAX_LANES];
+} ferry_sock_comm_t;
+
+typedef struct ferry_sock_pending {
+    int                fd;
+    ferry_sock_hello_t hello;
+    size_t             got;
+    uint64_t           since_ns;
+    char               peer[64];
+} ferry_sock_pending_t;
+
+typedef struct ferry_sock_group {
+    uint64_t conn_id;
+    int      nlanes;
+    int      got;
+    int      fds[FERRY_SOCK_MAX_LANES];
+    char     peer[64];
+} ferry_sock_group_t;
+
+/* accept() state; only NCCL's service thread for this listen comm touches it. */
+typedef struct ferry_sock_listen_comm {
+    uint64_t             magic;      /* FERRY_SOCK_LISTEN_MAGIC. */
+    int                  fd;
+    int                  dev;
+    int                  nlanes;
+    uint64_t             token;
+    char                 addr_str[64];
+    int                  npending;
+    ferry_sock_pending_t pending[FERRY_SOCK_PENDING_MAX];
+    int                  ngroups;
+    ferry_sock_group_t   groups[FERRY_SOCK_GROUP_MAX];
+} ferry_sock_listen_comm_t;
+
+typedef struct ferry_sock_mr {
+    uint64_t magic;
+    char    *base;
+    size_t   size;
+} ferry_sock_mr_t;
+
+/* sock_dev.c */
+ferry_status_t ferry_sock_init(const ferry_config_t *cfg);
+void ferry_sock_fini(void);
+ferry_status_t ferry_sock_devices(int *ndev_p);
+ferry_status_t ferry_sock_get_properties(int dev, ferry_props_t *props_p);
+
+/* sock_socket.c: socket options shared by both ends. */
+ferry_status_t ferry_sock_fd_tune(int fd, const char *peer);
+uint64_t ferry_sock_random64(void);
+
+/* sock_connect.c / sock_accept.c */
+ferry_status_t ferry_sock_listen(ferry_ctx_t *ctx, int dev, void *handle, void **listen_comm_p);
+ferry_status_t ferry_sock_connect(ferry_ctx_t *ctx, int dev, void *handle, int traffic_class,
+                                  void **send_comm_p);
+ferry_status_t ferry_sock_accept(void *listen_comm, void **recv_comm_p);
+ferry_status_t ferry_sock_close_listen(void *listen_comm);
+/* 0 if the hello is one of ours for this listener, else a static reason. */
+const char *ferry_sock_hello_check(const ferry_sock_hello_t *hello, uint64_t token, int nlanes);
+
+/* sock_comm.c: build a comm from connected streams (takes the fds) and start its threads. */
+ferry_status_t ferry_sock_comm_create(ferry_px_req_kind_t kind, int dev, const int *fds,
+                                      int nlanes, const char *peer, ferry_sock_comm_t **comm_p);
+void ferry_sock_comm_destroy(ferry_sock_comm_t *comm);
+
+/* sock_lane.c */
+extern const ferry_px_lane_ops_t ferry_sock_send_lane_ops;
+extern const ferry_px_lane_ops_t ferry_sock_recv_lane_ops;
+
+#endif

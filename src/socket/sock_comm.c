@@ -1,0 +1,69 @@
+/* Send and receive comms: connected streams plus the engine's half. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "socket/sock.h"
+
+ferry_status_t ferry_sock_comm_create(ferry_px_req_kind_t kind, int dev, const int *fds,
+                                      int nlanes, const char *peer, ferry_sock_comm_t **comm_p)
+{
+    const ferry_config_t *cfg = &ferry_sock_state.cfg;
+    ferry_sock_comm_t *comm;
+    ferry_status_t status;
+    int i;
+
+    comm = calloc(1, sizeof(*comm));
+    if (comm == NULL) {
+        status = FERRY_ERR_NO_MEMORY;
+        goto err_close_fds;
+    }
+    status = ferry_px_comm_init(&comm->px, kind, "socket", peer, nlanes, cfg->threads,
+                                cfg->chunk_min, cfg->chunk_max,
+                                kind == FERRY_PX_SEND ? &ferry_sock_send_lane_ops
+                                                      : &ferry_sock_recv_lane_ops);
+    if (status != FERRY_OK)
+        goto err_free;
+    comm->magic = FERRY_SOCK_COMM_MAGIC;
+    comm->dev = dev;
+    for (i = 0; i < nlanes; i++)
+        comm->lanes[i].fd = fds[i];
+    /* The receiver's tuning would not apply before accept: set options on each fd here. */
+    for (i = 0; i < nlanes; i++) {
+        status = ferry_sock_fd_tune(fds[i], peer);
+        if (status != FERRY_OK)
+            goto err_close_comm;
+    }
+    status = ferry_px_comm_start(&comm->px);
+    if (status != FERRY_OK)
+        goto err_close_comm;
+    *comm_p = comm;
+    return FERRY_OK;
+
+err_close_comm:
+    for (i = 0; i < nlanes; i++)
+        close(comm->lanes[i].fd);
+    comm->magic = 0;
+    free(comm);
+    return status;
+err_free:
+    free(comm);
+err_close_fds:
+    for (i = 0; i < nlanes; i++)
+        close(fds[i]);
+    return status;
+}
+
+void ferry_sock_comm_destroy(ferry_sock_comm_t *comm)
+{
+    int i;
+
+    ferry_px_comm_stop(&comm->px);
+    for (i = 0; i < comm->px.nlanes; i++)
+        close(comm->lanes[i].fd);
+    pthread_mutex_destroy(&comm->px.lock);
+    comm->magic = 0;
+    free(comm);
+}

@@ -1,0 +1,242 @@
+/*
+ * The non-blocking connect() state machine. NCCL calls connect() again with
+ * the same handle until it returns a comm, so the state lives in a stage
+ * object the handle points to. Each lane walks
+ *   CLOSED -> CONNECTING -> SEND_HELLO -> CONNECTED
+ * and a refused or unreachable connect goes back to CLOSED with a linear
+ * back-off (NCCL_SOCKET_RETRY_CNT x NCCL_SOCKET_RETRY_SLEEP_MSEC), without
+ * sleeping inside the call.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "socket/sock.h"
+
+typedef enum ferry_sock_conn_state {
+    FERRY_SOCK_CONN_CLOSED,     /* No socket; (re)connect when next_try_ns has passed. */
+    FERRY_SOCK_CONN_CONNECTING, /* connect() in progress: wait for POLLOUT. */
+    FERRY_SOCK_CONN_SEND_HELLO, /* TCP up: writing the 32-byte hello. */
+    FERRY_SOCK_CONN_CONNECTED   /* Hello sent: the lane is ready for data. */
+} ferry_sock_conn_state_t;
+
+static const char *const ferry_sock_conn_state_names[] = {
+    "CLOSED", "CONNECTING", "SEND_HELLO", "CONNECTED",
+};
+
+typedef struct ferry_sock_conn_lane {
+    ferry_sock_conn_state_t state;
+    int                     fd;
+    int                     attempts;    /* Failed connects so far. */
+    uint64_t                next_try_ns;
+    size_t                  hello_sent;
+    ferry_sock_hello_t      hello;
+} ferry_sock_conn_lane_t;
+
+typedef struct ferry_sock_conn_stage {
+    int                     dev;
+    int                     nlanes;
+    struct sockaddr_storage addr;
+    socklen_t               addr_len;
+    char                    peer[64];
+    ferry_sock_conn_lane_t  lanes[FERRY_SOCK_MAX_LANES];
+} ferry_sock_conn_stage_t;
+
+static void ferry_sock_stage_free(ferry_sock_conn_stage_t *st, ferry_sock_handle_t *h)
+{
+    int i;
+
+    for (i = 0; i < st->nlanes; i++)
+        if (st->lanes[i].fd >= 0)
+            close(st->lanes[i].fd);
+    free(st);
+    h->stage = NULL;
+    h->stage_cookie = 0;
+}
+
+static ferry_status_t ferry_sock_stage_create(int dev, ferry_sock_handle_t *h,
+                                              ferry_sock_conn_stage_t **stage_p)
+{
+    ferry_sock_conn_stage_t *st;
+    uint64_t conn_id = ferry_sock_random64();
+    int i;
+
+    if (h->magic != FERRY_SOCK_MAGIC || h->version != FERRY_SOCK_WIRE_VERSION ||
+        h->nlanes < 1 || h->nlanes > FERRY_SOCK_MAX_LANES ||
+        (h->family != AF_INET && h->family != AF_INET6)) {
+        FERRY_WARN("connect(dev=%d): the handle is not a ferry socket handle (magic 0x%llx, "
+                   "version %u, streams %u); every rank must load the same ferry build with "
+                   "the same NCCL_FERRY_BACKEND", dev, (unsigned long long)h->magic, h->version,
+                   h->nlanes);
+        return FERRY_ERR_USAGE;
+    }
+    st = calloc(1, sizeof(*st));
+    if (st == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    st->dev = dev;
+    st->nlanes = h->nlanes;
+    if (h->family == AF_INET) {
+        struct sockaddr_in *in = (struct sockaddr_in *)&st->addr;
+
+        in->sin_family = AF_INET;
+        in->sin_port = h->port;
+        memcpy(&in->sin_addr, h->addr, 4);
+        st->addr_len = sizeof(*in);
+    } else {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&st->addr;
+
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = h->port;
+        in6->sin6_scope_id = h->scope_id;
+        memcpy(&in6->sin6_addr, h->addr, 16);
+        st->addr_len = sizeof(*in6);
+    }
+    ferry_sock_addr_str((struct sockaddr *)&st->addr, st->peer, sizeof(st->peer));
+    for (i = 0; i < st->nlanes; i++) {
+        ferry_sock_conn_lane_t *l = &st->lanes[i];
+
+        l->fd = -1;
+        l->hello.magic = FERRY_SOCK_MAGIC;
+        l->hello.version = FERRY_SOCK_WIRE_VERSION;
+        l->hello.hdr_size = sizeof(l->hello);
+        l->hello.lane = (uint16_t)i;
+        l->hello.nlanes = h->nlanes;
+        l->hello.token = h->token;
+        l->hello.conn_id = conn_id;
+    }
+    h->stage = st;
+    h->stage_cookie = h->token ^ (uint64_t)(uintptr_t)st;
+    *stage_p = st;
+    return FERRY_OK;
+}
+
+/* Errors after which the listener may simply not be up yet, or the network blinked. */
+static int ferry_sock_conn_retryable(int err)
+{
+    return err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH ||
+           err == ENETUNREACH || err == ECONNRESET || err == ECONNABORTED || err == EAGAIN;
+}
+
+static ferry_status_t ferry_sock_conn_lane_error(ferry_sock_conn_stage_t *st, int lane, int err)
+{
+    ferry_sock_conn_lane_t *l = &st->lanes[lane];
+    const ferry_config_t *cfg = &ferry_sock_state.cfg;
+
+    if (l->fd >= 0)
+        close(l->fd);
+    l->fd = -1;
+    if (ferry_sock_conn_retryable(err) && l->attempts < cfg->retry_cnt) {
+        l->attempts++;
+        l->state = FERRY_SOCK_CONN_CLOSED;
+        l->hello_sent = 0;
+        l->next_try_ns = ferry_px_now_ns() + (uint64_t)l->attempts * (uint64_t)cfg->retry_sleep_ms * 1000000ULL;
+        FERRY_INFO(FERRY_LOG_NET, "connect to %s stream %d: %s; retry %d of %d", st->peer, lane,
+                   strerror(err), l->attempts, cfg->retry_cnt);
+        return FERRY_OK;
+    }
+    FERRY_WARN("connect to %s stream %d of %d failed in state %s after %d attempt(s): %s; check "
+               "that the peer process is alive and that NCCL_SOCKET_IFNAME picks an interface "
+               "that reaches it", st->peer, lane, st->nlanes,
+               ferry_sock_conn_state_names[l->state], l->attempts + 1, strerror(err));
+    return FERRY_ERR_REMOTE;
+}
+
+/* Move one lane as far as it goes without blocking. */
+static ferry_status_t ferry_sock_conn_lane_advance(ferry_sock_conn_stage_t *st, int lane)
+{
+    ferry_sock_conn_lane_t *l = &st->lanes[lane];
+    struct pollfd pfd;
+    socklen_t len;
+    ssize_t n;
+    int err;
+
+    switch (l->state) {
+    case FERRY_SOCK_CONN_CLOSED:
+        if (ferry_px_now_ns() < l->next_try_ns)
+            return FERRY_OK;
+        l->fd = socket(st->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (l->fd < 0)
+            return ferry_sock_conn_lane_error(st, lane, errno);
+        if (ferry_sock_fd_tune(l->fd, st->peer) != FERRY_OK)
+            return ferry_sock_conn_lane_error(st, lane, errno);
+        l->state = FERRY_SOCK_CONN_CONNECTING;
+        if (connect(l->fd, (struct sockaddr *)&st->addr, st->addr_len) != 0 &&
+            errno != EINPROGRESS)
+            return ferry_sock_conn_lane_error(st, lane, errno);
+        /* fall through */
+    case FERRY_SOCK_CONN_CONNECTING:
+        pfd.fd = l->fd;
+        pfd.events = POLLOUT;
+        if (poll(&pfd, 1, 0) <= 0)
+            return FERRY_OK;
+        len = sizeof(err);
+        if (getsockopt(l->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+            err = errno;
+        if (err != 0)
+            return ferry_sock_conn_lane_error(st, lane, err);
+        l->state = FERRY_SOCK_CONN_SEND_HELLO;
+        /* fall through */
+    case FERRY_SOCK_CONN_SEND_HELLO:
+        n = send(l->fd, (char *)&l->hello + l->hello_sent, sizeof(l->hello) - l->hello_sent,
+                 MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0)
+            return errno == EAGAIN || errno == EINTR ? FERRY_OK
+                                                     : ferry_sock_conn_lane_error(st, lane, errno);
+        l->hello_sent += (size_t)n;
+        if (l->hello_sent == sizeof(l->hello))
+            l->state = FERRY_SOCK_CONN_CONNECTED;
+        return FERRY_OK;
+    case FERRY_SOCK_CONN_CONNECTED:
+        return FERRY_OK;
+    }
+    return FERRY_ERR_INTERNAL;
+}
+
+ferry_status_t ferry_sock_connect(ferry_ctx_t *ctx, int dev, void *handle, int traffic_class,
+                                  void **send_comm_p)
+{
+    ferry_sock_handle_t *h = handle;
+    ferry_sock_conn_stage_t *st = h->stage;
+    int fds[FERRY_SOCK_MAX_LANES];
+    ferry_sock_comm_t *comm;
+    ferry_status_t status;
+    int i, ready = 0;
+
+    *send_comm_p = NULL;
+    if (st == NULL) {
+        status = ferry_sock_stage_create(dev, h, &st);
+        if (status != FERRY_OK)
+            return status;
+    } else if (h->stage_cookie != (h->token ^ (uint64_t)(uintptr_t)st)) {
+        FERRY_WARN("connect(dev=%d): handle %p holds a stale or foreign connect state; pass the "
+                   "handle from the peer's listen unchanged", dev, handle);
+        return FERRY_ERR_INVALID;
+    }
+    for (i = 0; i < st->nlanes; i++) {
+        status = ferry_sock_conn_lane_advance(st, i);
+        if (status != FERRY_OK) {
+            ferry_sock_stage_free(st, h);
+            return status;
+        }
+        ready += st->lanes[i].state == FERRY_SOCK_CONN_CONNECTED;
+    }
+    if (ready < st->nlanes)
+        return FERRY_OK;
+    for (i = 0; i < st->nlanes; i++) {
+        fds[i] = st->lanes[i].fd;
+        st->lanes[i].fd = -1; /* The comm owns them now. */
+    }
+    status = ferry_sock_comm_create(FERRY_PX_SEND, st->dev, fds, st->nlanes, st->peer, &comm);
+    ferry_sock_stage_free(st, h);
+    if (status != FERRY_OK)
+        return status;
+    FERRY_INFO(FERRY_LOG_NET, "connected to %s: %d streams, send comm #%u", comm->px.peer,
+               comm->px.nlanes, comm->px.serial);
+    *send_comm_p = comm;
+    return FERRY_OK;
+}

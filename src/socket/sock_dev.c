@@ -1,0 +1,120 @@
+/* Socket devices: one per chosen interface, discovered once per process. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "socket/sock.h"
+
+ferry_sock_state_t ferry_sock_state;
+
+/* /sys/class/net/<if>/speed in Mbps; virtual interfaces report none (or -1). */
+static int ferry_sock_dev_speed(const char *ifname)
+{
+    char path[PATH_MAX];
+    FILE *f;
+    int speed = -1;
+
+    snprintf(path, sizeof(path), "/sys/class/net/%s/speed", ifname);
+    f = fopen(path, "r");
+    if (f != NULL) {
+        if (fscanf(f, "%d", &speed) != 1)
+            speed = -1;
+        fclose(f);
+    }
+    if (speed <= 0) {
+        FERRY_INFO(FERRY_LOG_NET, "%s has no link speed in sysfs; assuming 10000 Mbps", ifname);
+        speed = 10000;
+    }
+    return speed;
+}
+
+static void ferry_sock_dev_pci_path(const char *ifname, char *out, size_t len)
+{
+    char path[PATH_MAX], real[PATH_MAX];
+
+    out[0] = '\0';
+    snprintf(path, sizeof(path), "/sys/class/net/%s/device", ifname);
+    if (realpath(path, real) != NULL && strlen(real) < len)
+        strcpy(out, real);
+}
+
+ferry_status_t ferry_sock_init(const ferry_config_t *cfg)
+{
+    ferry_sock_if_t ifs[FERRY_SOCK_IF_MAX];
+    char line[1024];
+    size_t off = 0;
+    int n, i;
+
+    ferry_sock_state.cfg = *cfg;
+    n = ferry_sock_if_find(cfg->socket_ifname, cfg->socket_family, ifs, FERRY_SOCK_IF_MAX);
+    if (n == 0) {
+        FERRY_WARN("socket backend: no usable network interface (NCCL_SOCKET_IFNAME='%s', "
+                   "NCCL_SOCKET_FAMILY=%s); interfaces must be up and running with an IPv4 or "
+                   "IPv6 address; set NCCL_SOCKET_IFNAME to one that is (see `ip addr`)",
+                   cfg->socket_ifname,
+                   cfg->socket_family == AF_INET    ? "AF_INET"
+                   : cfg->socket_family == AF_INET6 ? "AF_INET6"
+                                                    : "any");
+        return FERRY_ERR_USAGE;
+    }
+    for (i = 0; i < n; i++) {
+        ferry_sock_dev_t *d = &ferry_sock_state.devs[i];
+
+        d->ifc = ifs[i];
+        d->speed_mbps = ferry_sock_dev_speed(d->ifc.name);
+        ferry_sock_dev_pci_path(d->ifc.name, d->pci_path, sizeof(d->pci_path));
+        ferry_sock_addr_str((const struct sockaddr *)&d->ifc.addr, d->addr_str,
+                            sizeof(d->addr_str));
+        /* Drop the ":0" port from the address for the log. */
+        off += (size_t)snprintf(line + off, sizeof(line) - off, " [%d]%s:%.*s", i, d->ifc.name,
+                                (int)(strrchr(d->addr_str, ':') - d->addr_str), d->addr_str);
+        if (off >= sizeof(line))
+            off = sizeof(line) - 1;
+    }
+    ferry_sock_state.ndev = n;
+    FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET, "socket backend using%s; %d streams, %d threads "
+               "per connection", line, cfg->streams, cfg->threads);
+    return FERRY_OK;
+}
+
+void ferry_sock_fini(void)
+{
+    /* Device names stay valid: NCCL may keep pointers from getProperties. */
+}
+
+ferry_status_t ferry_sock_devices(int *ndev_p)
+{
+    *ndev_p = ferry_sock_state.ndev;
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_sock_get_properties(int dev, ferry_props_t *props_p)
+{
+    const ferry_sock_dev_t *d;
+
+    if (dev < 0 || dev >= ferry_sock_state.ndev) {
+        FERRY_WARN("getProperties(dev=%d): socket backend has %d device(s) (0..%d)", dev,
+                   ferry_sock_state.ndev, ferry_sock_state.ndev - 1);
+        return FERRY_ERR_INVALID;
+    }
+    d = &ferry_sock_state.devs[dev];
+    memset(props_p, 0, sizeof(*props_p));
+    props_p->name = d->ifc.name;
+    props_p->pci_path = d->pci_path[0] ? d->pci_path : NULL;
+    props_p->guid = (uint64_t)dev;
+    props_p->ptr_support = FERRY_PTR_HOST;
+    props_p->reg_is_global = 0;
+    props_p->force_flush = 0;
+    props_p->speed_mbps = d->speed_mbps;
+    props_p->port = 0;
+    props_p->latency_us = 0;
+    props_p->max_comms = 65536;
+    props_p->max_recvs = 1;
+    /* test() reports sizes as int: cap messages at NCCL's own 1 GiB limit. */
+    props_p->max_p2p_bytes = 1UL << 30;
+    props_p->max_coll_bytes = 512UL << 20;
+    props_p->max_multi_request_size = 1;
+    return FERRY_OK;
+}

@@ -1,0 +1,173 @@
+/* The socket backend's entry points for the data path and its ops table. */
+#include <limits.h>
+#include <stdlib.h>
+
+#include "core/log.h"
+#include "socket/sock.h"
+
+static ferry_sock_comm_t *ferry_sock_comm_check(void *comm, ferry_px_req_kind_t kind,
+                                                const char *op)
+{
+    ferry_sock_comm_t *c = comm;
+
+    if (c == NULL || c->magic != FERRY_SOCK_COMM_MAGIC || c->px.kind != kind) {
+        FERRY_WARN("%s(%p): not a live ferry socket %s comm (closed already?)", op, comm,
+                   kind == FERRY_PX_SEND ? "send" : "recv");
+        return NULL;
+    }
+    return c;
+}
+
+static ferry_status_t ferry_sock_reg_mr(void *comm, void *data, size_t size, int type,
+                                        void **mhandle_p)
+{
+    ferry_sock_mr_t *mr;
+
+    *mhandle_p = NULL;
+    if (type != FERRY_PTR_HOST) {
+        FERRY_WARN("regMr(comm %p, %p, %zu bytes): pointer type %d, but the socket backend "
+                   "moves host memory only (ptrSupport=HOST)", comm, data, size, type);
+        return FERRY_ERR_INVALID;
+    }
+    mr = malloc(sizeof(*mr));
+    if (mr == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    mr->magic = FERRY_SOCK_MR_MAGIC;
+    mr->base = data;
+    mr->size = size;
+    *mhandle_p = mr;
+    return FERRY_OK;
+}
+
+static ferry_status_t ferry_sock_dereg_mr(void *comm, void *mhandle)
+{
+    ferry_sock_mr_t *mr = mhandle;
+
+    if (mr == NULL)
+        return FERRY_OK;
+    if (mr->magic != FERRY_SOCK_MR_MAGIC) {
+        FERRY_WARN("deregMr(comm %p, %p): not a ferry socket memory handle", comm, mhandle);
+        return FERRY_ERR_INVALID;
+    }
+    mr->magic = 0;
+    free(mr);
+    return FERRY_OK;
+}
+
+/* A buffer must lie inside the region NCCL registered for it. */
+static ferry_status_t ferry_sock_mr_covers(const ferry_sock_comm_t *c, void *mhandle, void *data,
+                                           size_t size, const char *op)
+{
+    const ferry_sock_mr_t *mr = mhandle;
+
+    if (mr == NULL || size == 0)
+        return FERRY_OK;
+    if (mr->magic != FERRY_SOCK_MR_MAGIC || (char *)data < mr->base ||
+        (char *)data + size > mr->base + mr->size) {
+        FERRY_WARN("%s on socket comm #%u peer %s: buffer %p+%zu is outside its memory handle "
+                   "%p (%p+%zu)", op, c->px.serial, c->px.peer, data, size, mhandle,
+                   mr->magic == FERRY_SOCK_MR_MAGIC ? (void *)mr->base : NULL,
+                   mr->magic == FERRY_SOCK_MR_MAGIC ? mr->size : 0);
+        return FERRY_ERR_INVALID;
+    }
+    return FERRY_OK;
+}
+
+static ferry_status_t ferry_sock_isend(void *send_comm, void *data, size_t size, int tag,
+                                       void *mhandle, void **request_p)
+{
+    ferry_sock_comm_t *c = ferry_sock_comm_check(send_comm, FERRY_PX_SEND, "isend");
+    ferry_status_t status;
+
+    *request_p = NULL;
+    if (c == NULL)
+        return FERRY_ERR_INVALID;
+    if (size > INT_MAX) {
+        FERRY_WARN("isend on socket comm #%u peer %s: %zu bytes is over the %d-byte limit "
+                   "(maxP2pBytes)", c->px.serial, c->px.peer, size, INT_MAX);
+        return FERRY_ERR_USAGE;
+    }
+    status = ferry_sock_mr_covers(c, mhandle, data, size, "isend");
+    if (status != FERRY_OK)
+        return status;
+    *request_p = ferry_px_comm_post(&c->px, data, size);
+    return FERRY_OK;
+}
+
+static ferry_status_t ferry_sock_irecv(void *recv_comm, int n, void **data, size_t *sizes,
+                                       int *tags, void **mhandles, void **request_p)
+{
+    ferry_sock_comm_t *c = ferry_sock_comm_check(recv_comm, FERRY_PX_RECV, "irecv");
+    ferry_status_t status;
+
+    *request_p = NULL; /* Also clears NCCL's optional-completion hint. */
+    if (c == NULL)
+        return FERRY_ERR_INVALID;
+    if (n != 1) {
+        FERRY_WARN("irecv on socket comm #%u peer %s: %d grouped receives, but the socket "
+                   "backend advertises maxRecvs=1", c->px.serial, c->px.peer, n);
+        return FERRY_ERR_INVALID;
+    }
+    status = ferry_sock_mr_covers(c, mhandles != NULL ? mhandles[0] : NULL, data[0], sizes[0],
+                                  "irecv");
+    if (status != FERRY_OK)
+        return status;
+    *request_p = ferry_px_comm_post(&c->px, data[0], sizes[0]);
+    return FERRY_OK;
+}
+
+static ferry_status_t ferry_sock_test(void *request, int *done_p, int *sizes)
+{
+    ferry_px_req_t *req = request;
+
+    *done_p = 0;
+    if (req == NULL || req->comm == NULL) {
+        FERRY_WARN("test(%p): not a ferry request", request);
+        return FERRY_ERR_INVALID;
+    }
+    return ferry_px_comm_test(req->comm, req, done_p, sizes);
+}
+
+static ferry_status_t ferry_sock_close_comm(void *comm, ferry_px_req_kind_t kind, const char *op)
+{
+    ferry_sock_comm_t *c;
+
+    if (comm == NULL)
+        return FERRY_OK;
+    c = ferry_sock_comm_check(comm, kind, op);
+    if (c == NULL)
+        return FERRY_ERR_INVALID;
+    ferry_sock_comm_destroy(c);
+    return FERRY_OK;
+}
+
+static ferry_status_t ferry_sock_close_send(void *send_comm)
+{
+    return ferry_sock_close_comm(send_comm, FERRY_PX_SEND, "closeSend");
+}
+
+static ferry_status_t ferry_sock_close_recv(void *recv_comm)
+{
+    return ferry_sock_close_comm(recv_comm, FERRY_PX_RECV, "closeRecv");
+}
+
+const ferry_backend_ops_t ferry_sock_ops = {
+    .name           = "socket",
+    .init           = ferry_sock_init,
+    .fini           = ferry_sock_fini,
+    .devices        = ferry_sock_devices,
+    .get_properties = ferry_sock_get_properties,
+    .listen         = ferry_sock_listen,
+    .connect        = ferry_sock_connect,
+    .accept         = ferry_sock_accept,
+    .reg_mr         = ferry_sock_reg_mr,
+    .reg_mr_dmabuf  = ferry_no_reg_mr_dmabuf,
+    .dereg_mr       = ferry_sock_dereg_mr,
+    .isend          = ferry_sock_isend,
+    .irecv          = ferry_sock_irecv,
+    .iflush         = ferry_no_iflush,
+    .test           = ferry_sock_test,
+    .close_send     = ferry_sock_close_send,
+    .close_recv     = ferry_sock_close_recv,
+    .close_listen   = ferry_sock_close_listen,
+};

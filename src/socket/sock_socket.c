@@ -1,0 +1,47 @@
+/* Socket options and helpers both ends of a connection share. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "socket/sock.h"
+
+ferry_status_t ferry_sock_fd_tune(int fd, const char *peer)
+{
+    const ferry_config_t *cfg = &ferry_sock_state.cfg;
+    int one = 1;
+
+    /* Small messages (LL protocol, size headers) must not wait for Nagle. */
+    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) {
+        FERRY_WARN("socket to %s: setsockopt(TCP_NODELAY) failed: %s", peer, strerror(errno));
+        return FERRY_ERR_IO;
+    }
+    if (cfg->sndbuf > 0 &&
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &cfg->sndbuf, sizeof(cfg->sndbuf)) != 0)
+        FERRY_WARN("socket to %s: SO_SNDBUF=%d (NCCL_SOCKET_SNDBUF) refused: %s; using the "
+                   "kernel default", peer, cfg->sndbuf, strerror(errno));
+    if (cfg->rcvbuf > 0 &&
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &cfg->rcvbuf, sizeof(cfg->rcvbuf)) != 0)
+        FERRY_WARN("socket to %s: SO_RCVBUF=%d (NCCL_SOCKET_RCVBUF) refused: %s; using the "
+                   "kernel default", peer, cfg->rcvbuf, strerror(errno));
+    return FERRY_OK;
+}
+
+uint64_t ferry_sock_random64(void)
+{
+    uint64_t v = 0;
+    struct timespec ts;
+
+    if (getrandom(&v, sizeof(v), GRND_NONBLOCK) == (ssize_t)sizeof(v) && v != 0)
+        return v;
+    /* No entropy yet (early boot): still unique per process and call. */
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    v = ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20);
+    return v != 0 ? v : 1;
+}
