@@ -1,0 +1,192 @@
+/* Configuration parsing: defaults, NCCL's variables, ferry's own, and bad input. */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <cmocka.h>
+
+#include "core/config.h"
+
+static const char *const vars[] = {
+    "NCCL_FERRY_BACKEND", "NCCL_SOCKET_IFNAME", "NCCL_SOCKET_FAMILY", "NCCL_SOCKET_NTHREADS",
+    "NCCL_NSOCKS_PERTHREAD", "NCCL_FERRY_STREAMS", "NCCL_FERRY_THREADS",
+    "NCCL_SOCKET_MIN_TASKSIZE", "NCCL_FERRY_CHUNK_SIZE", "NCCL_SOCKET_SNDBUF",
+    "NCCL_SOCKET_RCVBUF", "NCCL_SOCKET_RETRY_CNT", "NCCL_SOCKET_RETRY_SLEEP_MSEC",
+    "NCCL_FERRY_HELLO_TIMEOUT_MS", "NCCL_FERRY_DUMP_SIGNAL",
+};
+
+static int clear_env(void **state)
+{
+    size_t i;
+
+    (void)state;
+    for (i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+        unsetenv(vars[i]);
+    return 0;
+}
+
+static void test_defaults(void **state)
+{
+    ferry_config_t cfg;
+    char line[1024];
+
+    assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.backend, FERRY_BACKEND_AUTO);
+    assert_string_equal(cfg.socket_ifname, "");
+    assert_int_equal(cfg.socket_family, AF_UNSPEC);
+    assert_int_equal(cfg.streams, 4);
+    assert_int_equal(cfg.threads, 4);
+    assert_int_equal(cfg.chunk_min, 64 << 10);
+    assert_int_equal(cfg.chunk_max, 1 << 20);
+    assert_int_equal(cfg.sndbuf, -1);
+    assert_int_equal(cfg.retry_cnt, 34);
+    assert_int_equal(cfg.dump_signal, 0);
+    assert_int_equal(cfg.src[FERRY_CFG_STREAMS], FERRY_CFG_DEFAULT);
+    ferry_config_format(&cfg, line, sizeof(line));
+    assert_non_null(strstr(line, "backend=auto(default)"));
+    assert_non_null(strstr(line, "streams=4(default)"));
+}
+
+static void test_env_values_and_sources(void **state)
+{
+    ferry_config_t cfg;
+    char line[1024];
+
+    setenv("NCCL_FERRY_BACKEND", "Socket", 1);
+    setenv("NCCL_SOCKET_IFNAME", "^docker,lo", 1);
+    setenv("NCCL_SOCKET_FAMILY", "AF_INET6", 1);
+    setenv("NCCL_FERRY_CHUNK_SIZE", "2M", 1);
+    setenv("NCCL_SOCKET_MIN_TASKSIZE", "128KiB", 1);
+    setenv("NCCL_FERRY_DUMP_SIGNAL", "SIGUSR2", 1);
+    assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.backend, FERRY_BACKEND_SOCKET);
+    assert_string_equal(cfg.socket_ifname, "^docker,lo");
+    assert_int_equal(cfg.socket_family, AF_INET6);
+    assert_int_equal(cfg.chunk_max, 2 << 20);
+    assert_int_equal(cfg.chunk_min, 128 << 10);
+    assert_int_equal(cfg.dump_signal, SIGUSR2);
+    ferry_config_format(&cfg, line, sizeof(line));
+    assert_non_null(strstr(line, "backend=socket(env)"));
+    assert_non_null(strstr(line, "ifname=^docker,lo(env)"));
+}
+
+/* NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD is honoured, product capped at 64. */
+static void test_nccl_threads_times_socks(void **state)
+{
+    ferry_config_t cfg;
+
+    setenv("NCCL_SOCKET_NTHREADS", "2", 1);
+    setenv("NCCL_NSOCKS_PERTHREAD", "3", 1);
+    assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.streams, 6);
+    assert_int_equal(cfg.threads, 2);
+    assert_int_equal(cfg.src[FERRY_CFG_STREAMS], FERRY_CFG_DERIVED);
+
+    setenv("NCCL_SOCKET_NTHREADS", "16", 1);
+    setenv("NCCL_NSOCKS_PERTHREAD", "8", 1);
+    assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.streams, 64);
+    assert_int_equal(cfg.threads, 16);
+
+    /* Only NSOCKS set: NCCL would ignore it; ferry uses its default thread count. */
+    unsetenv("NCCL_SOCKET_NTHREADS");
+    setenv("NCCL_NSOCKS_PERTHREAD", "2", 1);
+    assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.streams, 8);
+    assert_int_equal(cfg.threads, 4);
+
+    /* ferry's own variables win over NCCL's. */
+    setenv("NCCL_FERRY_STREAMS", "5", 1);
+    setenv("NCCL_FERRY_THREADS", "2", 1);
+    assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.streams, 5);
+    assert_int_equal(cfg.threads, 2);
+}
+
+static void test_threads_never_exceed_streams(void **state)
+{
+    ferry_config_t cfg;
+
+    setenv("NCCL_FERRY_STREAMS", "2", 1);
+    setenv("NCCL_FERRY_THREADS", "8", 1);
+    assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.streams, 2);
+    assert_int_equal(cfg.threads, 2);
+}
+
+static void expect_bad(const char *name, const char *value)
+{
+    ferry_config_t cfg;
+
+    clear_env(NULL);
+    setenv(name, value, 1);
+    assert_int_equal(ferry_config_load(&cfg), FERRY_ERR_USAGE);
+}
+
+static void test_bad_values_rejected(void **state)
+{
+    expect_bad("NCCL_FERRY_BACKEND", "rdma");
+    expect_bad("NCCL_SOCKET_FAMILY", "AF_UNIX");
+    expect_bad("NCCL_FERRY_STREAMS", "0");
+    expect_bad("NCCL_FERRY_STREAMS", "65");
+    expect_bad("NCCL_FERRY_STREAMS", "4x");
+    expect_bad("NCCL_SOCKET_NTHREADS", "17");
+    expect_bad("NCCL_FERRY_CHUNK_SIZE", "1");
+    expect_bad("NCCL_FERRY_CHUNK_SIZE", "lots");
+    expect_bad("NCCL_FERRY_DUMP_SIGNAL", "SEGV");
+    expect_bad("NCCL_FERRY_DUMP_SIGNAL", "9");
+    expect_bad("NCCL_FERRY_DUMP_SIGNAL", "USR9");
+    /* Contradictory pair. */
+    clear_env(NULL);
+    setenv("NCCL_SOCKET_MIN_TASKSIZE", "4M", 1);
+    setenv("NCCL_FERRY_CHUNK_SIZE", "1M", 1);
+    {
+        ferry_config_t cfg;
+
+        assert_int_equal(ferry_config_load(&cfg), FERRY_ERR_USAGE);
+    }
+}
+
+static void test_parse_helpers(void **state)
+{
+    assert_int_equal(ferry_config_parse_signal(NULL), 0);
+    assert_int_equal(ferry_config_parse_signal("off"), 0);
+    assert_int_equal(ferry_config_parse_signal("usr1"), SIGUSR1);
+    assert_int_equal(ferry_config_parse_signal("SIGHUP"), SIGHUP);
+    assert_int_equal(ferry_config_parse_signal("12"), 12);
+    assert_int_equal(ferry_config_parse_signal("-3"), -1);
+    assert_int_equal(ferry_config_parse_size("4096"), 4096);
+    assert_int_equal(ferry_config_parse_size("4k"), 4096);
+    assert_int_equal(ferry_config_parse_size("3MiB"), 3 << 20);
+    assert_int_equal(ferry_config_parse_size("1G"), 1 << 30);
+    assert_int_equal(ferry_config_parse_size("1T"), -1);
+    assert_int_equal(ferry_config_parse_size(""), -1);
+}
+
+/* NCCL treats a 1-character NCCL_SOCKET_IFNAME as unset. */
+static void test_one_char_ifname_is_unset(void **state)
+{
+    ferry_config_t cfg;
+
+    setenv("NCCL_SOCKET_IFNAME", "e", 1);
+    assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
+    assert_string_equal(cfg.socket_ifname, "");
+    assert_int_equal(cfg.src[FERRY_CFG_SOCKET_IFNAME], FERRY_CFG_DEFAULT);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_defaults, clear_env),
+        cmocka_unit_test_setup(test_env_values_and_sources, clear_env),
+        cmocka_unit_test_setup(test_nccl_threads_times_socks, clear_env),
+        cmocka_unit_test_setup(test_threads_never_exceed_streams, clear_env),
+        cmocka_unit_test_setup(test_bad_values_rejected, clear_env),
+        cmocka_unit_test_setup(test_parse_helpers, clear_env),
+        cmocka_unit_test_setup(test_one_char_ifname_is_unset, clear_env),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

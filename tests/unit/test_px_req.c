@@ -1,0 +1,221 @@
+/*
+ * Request counters and state transitions, and the comm's ring: posting,
+ * claiming chunks in order, matching receives, test() outcomes, failures.
+ * No threads: the test plays the lanes itself.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "proxy/comm.h"
+
+static long fake_progress(ferry_px_comm_t *comm, int lane, short revents) { return 0; }
+static short fake_wants(ferry_px_comm_t *comm, int lane, int *fd_p) { *fd_p = -1; return 0; }
+static const ferry_px_lane_ops_t fake_ops = {.progress = fake_progress, .wants = fake_wants};
+
+static ferry_px_comm_t *new_comm(ferry_px_req_kind_t kind)
+{
+    ferry_px_comm_t *c = calloc(1, sizeof(*c));
+
+    assert_int_equal(ferry_px_comm_init(c, kind, "test", "10.0.0.2:1234", 4, 2, 64 << 10,
+                                        1 << 20, &fake_ops), FERRY_OK);
+    return c;
+}
+
+static void test_send_lifecycle(void **state)
+{
+    ferry_px_comm_t *c = new_comm(FERRY_PX_SEND);
+    static char buf[1 << 20];
+    ferry_px_claim_t cl;
+    ferry_px_req_t *r;
+    int done = -1, size = -1, i;
+
+    r = ferry_px_comm_post(c, buf, sizeof(buf));
+    assert_non_null(r);
+    assert_int_equal(atomic_load(&r->state), FERRY_PX_REQ_POSTED);
+    assert_int_equal(atomic_load(&r->nchunks), 4);
+    assert_int_equal(ferry_px_comm_test(c, r, &done, &size), FERRY_OK);
+    assert_int_equal(done, 0);
+
+    for (i = 0; i < 4; i++) {
+        assert_int_equal(ferry_px_comm_claim(c, &cl), 1);
+        assert_ptr_equal(cl.req, r);
+        assert_int_equal(cl.chunk, i);
+        assert_int_equal(cl.offset, (uint64_t)i * (256 << 10));
+        assert_int_equal(cl.len, 256 << 10);
+        assert_int_equal(atomic_load(&r->state), FERRY_PX_REQ_ACTIVE);
+    }
+    assert_int_equal(ferry_px_comm_claim(c, &cl), 0);
+    assert_int_equal(atomic_load(&r->posted), 4);
+    for (i = 0; i < 4; i++) {
+        ferry_px_req_progress(r, 256 << 10);
+        ferry_px_req_chunk_finish(r, 0);
+        assert_true(ferry_px_req_check(r));
+    }
+    assert_int_equal(atomic_load(&r->transmitted), 4);
+    assert_int_equal(atomic_load(&r->done), 4);
+    assert_int_equal(atomic_load(&r->state), FERRY_PX_REQ_DONE);
+    assert_int_equal(ferry_px_comm_test(c, r, &done, &size), FERRY_OK);
+    assert_int_equal(done, 1);
+    assert_int_equal(size, sizeof(buf));
+    assert_int_equal(atomic_load(&r->state), FERRY_PX_REQ_FREE);
+    /* Tested again after done: NCCL never does; we say it is misuse. */
+    assert_int_equal(ferry_px_comm_test(c, r, &done, NULL), FERRY_ERR_INVALID);
+    free(c);
+}
+
+/* Chunks are handed out in message order, across messages, including 0-byte ones. */
+static void test_claim_order_and_zero_bytes(void **state)
+{
+    ferry_px_comm_t *c = new_comm(FERRY_PX_SEND);
+    static char buf[200 << 10];
+    ferry_px_req_t *a, *b, *z;
+    ferry_px_claim_t cl;
+    int done = 0, size = -1;
+
+    a = ferry_px_comm_post(c, buf, 100);
+    z = ferry_px_comm_post(c, buf, 0);
+    b = ferry_px_comm_post(c, buf, sizeof(buf));
+    assert_int_equal(ferry_px_comm_claim(c, &cl), 1);
+    assert_ptr_equal(cl.req, a);
+    assert_int_equal(cl.seq, 0);
+    assert_int_equal(ferry_px_comm_claim(c, &cl), 1);
+    assert_ptr_equal(cl.req, z);
+    assert_int_equal(cl.len, 0);
+    assert_int_equal(cl.nchunks, 1);
+    ferry_px_req_chunk_finish(z, 0);
+    assert_int_equal(ferry_px_comm_test(c, z, &done, &size), FERRY_OK);
+    assert_int_equal(done, 1);
+    assert_int_equal(size, 0);
+    assert_int_equal(ferry_px_comm_claim(c, &cl), 1);
+    assert_ptr_equal(cl.req, b);
+    assert_int_equal(cl.seq, 2);
+    free(c);
+}
+
+/* 32 in flight; the 33rd waits until the oldest is tested. */
+static void test_ring_full_then_reuse(void **state)
+{
+    ferry_px_comm_t *c = new_comm(FERRY_PX_SEND);
+    ferry_px_req_t *reqs[FERRY_MAX_REQUESTS];
+    ferry_px_claim_t cl;
+    static char buf[8];
+    int i, done = 0;
+
+    for (i = 0; i < FERRY_MAX_REQUESTS; i++)
+        assert_non_null(reqs[i] = ferry_px_comm_post(c, buf, 8));
+    assert_null(ferry_px_comm_post(c, buf, 8));
+    assert_int_equal(ferry_px_comm_claim(c, &cl), 1);
+    ferry_px_req_chunk_finish(cl.req, 0);
+    assert_int_equal(ferry_px_comm_test(c, reqs[0], &done, NULL), FERRY_OK);
+    assert_int_equal(done, 1);
+    assert_ptr_equal(ferry_px_comm_post(c, buf, 8), reqs[0]);
+    assert_int_equal(reqs[0]->seq, FERRY_MAX_REQUESTS);
+    free(c);
+}
+
+static void test_recv_match_learn_and_sizes(void **state)
+{
+    ferry_px_comm_t *c = new_comm(FERRY_PX_RECV);
+    static char buf[4096];
+    ferry_px_req_t *r;
+    int done = 0, size = -1;
+
+    assert_null(ferry_px_comm_match(c, 0)); /* Chunk before its irecv: the lane parks. */
+    r = ferry_px_comm_post(c, buf, sizeof(buf));
+    assert_ptr_equal(ferry_px_comm_match(c, 0), r);
+    assert_null(ferry_px_comm_match(c, 1));
+    assert_null(ferry_px_comm_match(c, FERRY_MAX_REQUESTS)); /* Same slot, other message. */
+    assert_int_equal(ferry_px_req_learn(r, 100, 2), FERRY_OK);
+    assert_int_equal(ferry_px_req_learn(r, 100, 2), FERRY_OK);
+    assert_int_equal(ferry_px_req_learn(r, 100, 3), FERRY_ERR_REMOTE);
+    ferry_px_req_chunk_start(r);
+    ferry_px_req_chunk_start(r);
+    ferry_px_req_chunk_finish(r, 60);
+    assert_int_equal(atomic_load(&r->state), FERRY_PX_REQ_ACTIVE);
+    ferry_px_req_chunk_finish(r, 40);
+    assert_int_equal(atomic_load(&r->received), 2);
+    assert_int_equal(ferry_px_comm_test(c, r, &done, &size), FERRY_OK);
+    assert_int_equal(done, 1);
+    assert_int_equal(size, 100); /* The real size, not the posted 4096. */
+    free(c);
+}
+
+static void test_recv_larger_than_posted_is_usage_error(void **state)
+{
+    ferry_px_comm_t *c = new_comm(FERRY_PX_RECV);
+    static char buf[16];
+    ferry_px_req_t *r = ferry_px_comm_post(c, buf, sizeof(buf));
+    int done = 0;
+
+    assert_int_equal(ferry_px_req_learn(r, 17, 1), FERRY_ERR_USAGE);
+    ferry_px_req_fail(r, FERRY_ERR_USAGE);
+    assert_int_equal(atomic_load(&r->state), FERRY_PX_REQ_ERROR);
+    assert_int_equal(ferry_px_comm_test(c, r, &done, NULL), FERRY_ERR_USAGE);
+    assert_int_equal(done, 0);
+    assert_int_equal(atomic_load(&r->state), FERRY_PX_REQ_FREE);
+    free(c);
+}
+
+/* A broken comm fails pending requests once each; DONE ones still succeed. */
+static void test_comm_failure(void **state)
+{
+    ferry_px_comm_t *c = new_comm(FERRY_PX_RECV);
+    static char buf[64];
+    ferry_px_req_t *a = ferry_px_comm_post(c, buf, 64);
+    ferry_px_req_t *b = ferry_px_comm_post(c, buf, 64);
+    int done = 0, size = 0;
+
+    assert_int_equal(ferry_px_req_learn(a, 64, 1), FERRY_OK);
+    ferry_px_req_chunk_start(a);
+    ferry_px_req_chunk_finish(a, 64);
+    ferry_px_comm_fail(c, FERRY_ERR_REMOTE, "connection closed by peer %s", c->peer);
+    ferry_px_comm_fail(c, FERRY_ERR_IO, "second reason is ignored");
+    assert_string_equal(c->fail_reason, "connection closed by peer 10.0.0.2:1234");
+    assert_int_equal(ferry_px_comm_test(c, a, &done, &size), FERRY_OK);
+    assert_int_equal(done, 1);
+    assert_int_equal(size, 64);
+    assert_int_equal(ferry_px_comm_test(c, b, &done, &size), FERRY_ERR_REMOTE);
+    assert_int_equal(done, 0);
+    free(c);
+}
+
+static void test_fail_does_not_undo_done(void **state)
+{
+    ferry_px_comm_t *c = new_comm(FERRY_PX_SEND);
+    static char buf[8];
+    ferry_px_req_t *r = ferry_px_comm_post(c, buf, 8);
+    ferry_px_claim_t cl;
+
+    assert_int_equal(ferry_px_comm_claim(c, &cl), 1);
+    ferry_px_req_chunk_finish(r, 8);
+    ferry_px_req_fail(r, FERRY_ERR_REMOTE);
+    assert_int_equal(atomic_load(&r->state), FERRY_PX_REQ_DONE);
+    free(c);
+}
+
+static void test_state_names(void **state)
+{
+    assert_string_equal(ferry_px_req_state_str(FERRY_PX_REQ_POSTED), "POSTED");
+    assert_string_equal(ferry_px_req_state_str(99), "INVALID");
+    assert_string_equal(ferry_px_lane_state_str(FERRY_PX_LANE_PARKED), "parked");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_send_lifecycle),
+        cmocka_unit_test(test_claim_order_and_zero_bytes),
+        cmocka_unit_test(test_ring_full_then_reuse),
+        cmocka_unit_test(test_recv_match_learn_and_sizes),
+        cmocka_unit_test(test_recv_larger_than_posted_is_usage_error),
+        cmocka_unit_test(test_comm_failure),
+        cmocka_unit_test(test_fail_does_not_undo_done),
+        cmocka_unit_test(test_state_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
