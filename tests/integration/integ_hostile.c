@@ -1,0 +1,361 @@
+/*
+ * integ_hostile: strangers on the listen port. While a real peer connects,
+ * this test opens TCP connections of its own to the port in the handle and
+ * misbehaves on them: random bytes, a hello with a wrong magic, version or
+ * token, impossible lane numbers, connect-then-close, a reset, nothing at all,
+ * and half a hello followed by a stall.
+ *
+ * Expected of the acceptor: accept() never returns a comm for any of them;
+ * a bad hello is dropped (the test sees EOF or a reset on its end); a stalled
+ * one is dropped after NCCL_FERRY_HELLO_TIMEOUT_MS; the real peer's
+ * connection completes meanwhile and its data arrives intact.
+ *
+ *   integ_hostile [--plugin PATH]
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "harness.h"
+#include "socket/sock_wire.h"
+
+#define HOSTILE_MAX 32
+
+typedef enum hostile_kind {
+    HOSTILE_RANDOM,       /* 64 random bytes. */
+    HOSTILE_BAD_MAGIC,    /* Hello, magic off by one bit. */
+    HOSTILE_BAD_VERSION,  /* Hello, version 0x7777. */
+    HOSTILE_BAD_TOKEN,    /* Hello, right magic, wrong token. */
+    HOSTILE_BAD_LANE,     /* Hello, right token, lane >= nlanes. */
+    HOSTILE_BAD_NLANES,   /* Hello, right token, nlanes 65535. */
+    HOSTILE_CLOSE,        /* Connect, then close at once. */
+    HOSTILE_RESET,        /* Connect, then RST (SO_LINGER 0). */
+    HOSTILE_SILENT,       /* Connect, send nothing. */
+    HOSTILE_HALF_HELLO,   /* First 16 bytes of a valid hello, then nothing. */
+    HOSTILE_KIND_COUNT
+} hostile_kind_t;
+
+static const char *const hostile_names[HOSTILE_KIND_COUNT] = {
+    [HOSTILE_RANDOM]      = "random bytes",
+    [HOSTILE_BAD_MAGIC]   = "wrong magic",
+    [HOSTILE_BAD_VERSION] = "wrong version",
+    [HOSTILE_BAD_TOKEN]   = "right magic, wrong token",
+    [HOSTILE_BAD_LANE]    = "lane >= nlanes",
+    [HOSTILE_BAD_NLANES]  = "nlanes 65535",
+    [HOSTILE_CLOSE]       = "connect then close",
+    [HOSTILE_RESET]       = "connect then reset",
+    [HOSTILE_SILENT]      = "connect, say nothing",
+    [HOSTILE_HALF_HELLO]  = "half a hello, stall",
+};
+
+typedef struct hostile {
+    hostile_kind_t kind;
+    int            fd;       /* -1 once closed by us. */
+    int            dropped;  /* The plugin closed its end (EOF or reset seen). */
+    double         t_open;
+} hostile_t;
+
+static hostile_t hostiles[HOSTILE_MAX];
+static int nhostiles;
+
+/* A stall is dropped by the plugin after the hello timeout; bad hellos right away. */
+static int hostile_expect_drop(hostile_kind_t k)
+{
+    return k != HOSTILE_CLOSE && k != HOSTILE_RESET;
+}
+
+static int hostile_is_stall(hostile_kind_t k)
+{
+    return k == HOSTILE_SILENT || k == HOSTILE_HALF_HELLO;
+}
+
+static int hostile_connect(const ferry_sock_handle_t *h)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int fd;
+
+    memset(&ss, 0, sizeof(ss));
+    if (h->family == AF_INET6) {
+        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+
+        s6->sin6_family   = AF_INET6;
+        s6->sin6_port     = h->port;
+        s6->sin6_scope_id = h->scope_id;
+        memcpy(&s6->sin6_addr, h->addr, 16);
+        len = sizeof(*s6);
+    } else {
+        struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+
+        s4->sin_family = AF_INET;
+        s4->sin_port   = h->port;
+        memcpy(&s4->sin_addr, h->addr, 4);
+        len = sizeof(*s4);
+    }
+    fd = socket(h->family == AF_INET6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    FIT_CHECK(fd >= 0, "socket: %s", strerror(errno));
+    /* Blocking connect to a listening loopback socket completes from the backlog at once. */
+    FIT_CHECK(connect(fd, (struct sockaddr *)&ss, len) == 0, "hostile connect: %s",
+              strerror(errno));
+    return fd;
+}
+
+static void hostile_hello(const ferry_sock_handle_t *h, ferry_sock_hello_t *hello)
+{
+    memset(hello, 0, sizeof(*hello));
+    hello->magic    = FERRY_SOCK_MAGIC;
+    hello->version  = FERRY_SOCK_WIRE_VERSION;
+    hello->hdr_size = sizeof(*hello);
+    hello->lane     = 0;
+    hello->nlanes   = h->nlanes;
+    hello->token    = h->token;
+    hello->conn_id  = 0x0badc0de0badc0deULL;
+}
+
+static void hostile_open(const ferry_sock_handle_t *h, hostile_kind_t kind)
+{
+    hostile_t *x = &hostiles[nhostiles++];
+    ferry_sock_hello_t hello;
+    unsigned char junk[64];
+    struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+    size_t i;
+    ssize_t n = 0;
+
+    FIT_CHECK(nhostiles <= HOSTILE_MAX, "too many hostiles");
+    x->kind    = kind;
+    x->fd      = hostile_connect(h);
+    x->dropped = 0;
+    x->t_open  = fit_now();
+    hostile_hello(h, &hello);
+    switch (kind) {
+    case HOSTILE_RANDOM:
+        for (i = 0; i < sizeof(junk); i++)
+            junk[i] = (unsigned char)(rand() & 0xff);
+        n = send(x->fd, junk, sizeof(junk), MSG_NOSIGNAL);
+        break;
+    case HOSTILE_BAD_MAGIC:
+        hello.magic ^= 0x100;
+        n = send(x->fd, &hello, sizeof(hello), MSG_NOSIGNAL);
+        break;
+    case HOSTILE_BAD_VERSION:
+        hello.version = 0x7777;
+        n = send(x->fd, &hello, sizeof(hello), MSG_NOSIGNAL);
+        break;
+    case HOSTILE_BAD_TOKEN:
+        hello.token ^= 0x123456789ULL;
+        n = send(x->fd, &hello, sizeof(hello), MSG_NOSIGNAL);
+        break;
+    case HOSTILE_BAD_LANE:
+        hello.lane = (uint16_t)(h->nlanes + 3);
+        n = send(x->fd, &hello, sizeof(hello), MSG_NOSIGNAL);
+        break;
+    case HOSTILE_BAD_NLANES:
+        hello.nlanes = 65535;
+        n = send(x->fd, &hello, sizeof(hello), MSG_NOSIGNAL);
+        break;
+    case HOSTILE_CLOSE:
+        close(x->fd);
+        x->fd = -1;
+        break;
+    case HOSTILE_RESET:
+        setsockopt(x->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+        close(x->fd);
+        x->fd = -1;
+        break;
+    case HOSTILE_SILENT:
+        break;
+    case HOSTILE_HALF_HELLO:
+        n = send(x->fd, &hello, sizeof(hello) / 2, MSG_NOSIGNAL);
+        break;
+    default:
+        break;
+    }
+    FIT_CHECK(n >= 0, "hostile %s: send: %s", hostile_names[kind], strerror(errno));
+    if (x->fd >= 0)
+        fcntl(x->fd, F_SETFL, O_NONBLOCK);
+}
+
+/* Notice hostiles whose far end the plugin closed; returns how many are still open. */
+static int hostile_poll(void)
+{
+    int open_ = 0, i;
+
+    for (i = 0; i < nhostiles; i++) {
+        hostile_t *x = &hostiles[i];
+        char buf[256];
+        ssize_t n;
+
+        if (x->fd < 0 || x->dropped)
+            continue;
+        n = recv(x->fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+            x->dropped = 1;
+            printf("  hostile #%d (%s) dropped by the plugin after %.2f s\n", i,
+                   hostile_names[x->kind], fit_now() - x->t_open);
+            continue;
+        }
+        if (n > 0)
+            printf("  note: plugin wrote %zd byte(s) to hostile #%d (%s)\n", n, i,
+                   hostile_names[x->kind]);
+        open_++;
+    }
+    return open_;
+}
+
+static void hostile_close_all(void)
+{
+    int i;
+
+    for (i = 0; i < nhostiles; i++) {
+        if (hostiles[i].fd >= 0)
+            close(hostiles[i].fd);
+        hostiles[i].fd = -1;
+    }
+}
+
+/* accept() must keep returning NULL while only hostiles are around. */
+static void hostile_pump_accept(const fit_plugin_t *p, void *listen_comm, double seconds,
+                                int until_dropped)
+{
+    ncclNetDeviceHandle_v11_t *dev_handle = NULL;
+    fit_bound_t b;
+
+    fit_bound_init(&b, "hostile-only accept", seconds + 1.0, 100000000L);
+    while (fit_now() < b.deadline - 1.0) {
+        void *comm = NULL;
+        int i, pending = 0;
+
+        FIT_NCCL(p->net->accept(listen_comm, &comm, &dev_handle));
+        FIT_CHECK(comm == NULL, "accept returned a comm (%p) although only hostile "
+                  "connections exist", comm);
+        hostile_poll();
+        for (i = 0; i < nhostiles; i++)
+            pending += hostiles[i].fd >= 0 && !hostiles[i].dropped &&
+                       hostile_expect_drop(hostiles[i].kind) &&
+                       (until_dropped > 1 || !hostile_is_stall(hostiles[i].kind));
+        if (until_dropped && pending == 0)
+            return;
+        fit_bound_step(&b);
+    }
+}
+
+static void hostile_expect_dropped(int stalls_too)
+{
+    int i;
+
+    for (i = 0; i < nhostiles; i++) {
+        const hostile_t *x = &hostiles[i];
+
+        if (x->fd < 0 || !hostile_expect_drop(x->kind))
+            continue;
+        if (hostile_is_stall(x->kind) && !stalls_too)
+            continue;
+        FIT_CHECK(x->dropped, "hostile #%d (%s) is still open on the plugin's side after %.1f s",
+                  i, hostile_names[x->kind], fit_now() - x->t_open);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *path = fit_plugin_path(&argc, argv);
+    const char *tmo_env = getenv("NCCL_FERRY_HELLO_TIMEOUT_MS");
+    double hello_timeout = (tmo_env ? atof(tmo_env) : 10000.0) / 1000.0;
+    ncclNetDeviceHandle_v11_t *dev_handle = NULL;
+    char handle[NCCL_NET_HANDLE_MAXSIZE], peer_handle[NCCL_NET_HANDLE_MAXSIZE], addr[80];
+    const ferry_sock_handle_t *h = (const ferry_sock_handle_t *)handle;
+    void *ctx_l, *ctx_c, *listen_comm, *send_comm = NULL, *recv_comm = NULL;
+    size_t sizes[96];
+    fit_xfer_opts_t o = { 0 };
+    fit_xfer_result_t r;
+    fit_plugin_t plugin;
+    fit_bound_t b;
+    int k, n, lines0, calls = 0;
+
+    FIT_CHECK(argc == 1, "usage: integ_hostile [--plugin PATH]");
+    fit_set_role("hostile");
+    setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+    srand(12345);
+    fit_plugin_open(&plugin, path);
+    ctx_l = fit_plugin_init(&plugin, 0x3333);
+    ctx_c = fit_plugin_init(&plugin, 0x4444);
+    listen_comm = fit_listen(&plugin, ctx_l, 0, handle);
+    fit_handle_addr(handle, addr, sizeof(addr));
+    printf("  listen address %s, %u lane(s), hello timeout %.1f s\n", addr, (unsigned)h->nlanes,
+           hello_timeout);
+    /* Rejections may be WARN or INFO, in the plugin's words; they are counted, not matched. */
+    fit_log_allow_warns(1);
+    lines0 = fit_log_lines();
+
+    /* Phase 1: only strangers. */
+    for (k = 0; k < HOSTILE_KIND_COUNT; k++)
+        hostile_open(h, (hostile_kind_t)k);
+    hostile_pump_accept(&plugin, listen_comm, 5.0, 1);
+    hostile_expect_dropped(0);
+    fit_pass("%d hostile connections: no comm from accept, every bad hello dropped",
+             HOSTILE_KIND_COUNT);
+    printf("  plugin logged %d line(s) (%d WARN) about them\n", fit_log_lines() - lines0,
+           fit_log_warns());
+    FIT_CHECK(fit_log_lines() > lines0, "the plugin logged nothing about %d rejected streams",
+              HOSTILE_KIND_COUNT);
+
+    /* Phase 2: the real peer connects while more strangers arrive mid-handshake. */
+    memcpy(peer_handle, handle, sizeof(peer_handle));
+    fit_bound_init(&b, "real connect among hostiles", FIT_CONNECT_SECONDS, FIT_CONNECT_ITERS);
+    while (send_comm == NULL || recv_comm == NULL) {
+        if (send_comm == NULL)
+            FIT_NCCL(plugin.net->connect(ctx_c, 0, peer_handle, &send_comm, &dev_handle));
+        if (recv_comm == NULL)
+            FIT_NCCL(plugin.net->accept(listen_comm, &recv_comm, &dev_handle));
+        calls++;
+        if (calls == 1) {
+            hostile_open(h, HOSTILE_BAD_TOKEN);
+            hostile_open(h, HOSTILE_HALF_HELLO);
+            hostile_open(h, HOSTILE_RANDOM);
+        }
+        if (calls == 3) {
+            hostile_open(h, HOSTILE_RESET);
+            hostile_open(h, HOSTILE_BAD_MAGIC);
+        }
+        hostile_poll();
+        if (send_comm == NULL || recv_comm == NULL)
+            fit_bound_step(&b);
+    }
+    fit_pass("real peer connected among hostiles after %d connect/accept rounds", calls);
+
+    /* Stalled strangers must be dropped after the hello timeout, not kept forever. */
+    hostile_pump_accept(&plugin, listen_comm, hello_timeout + 5.0, 2);
+    hostile_expect_dropped(1);
+    fit_pass("stalled hostiles dropped within NCCL_FERRY_HELLO_TIMEOUT_MS + 5 s");
+    FIT_NCCL(plugin.net->closeListen(listen_comm));
+    hostile_close_all();
+    fit_log_allow_warns(0);
+
+    /* The real connection carries data intact. */
+    n = fit_sweep_sizes(sizes, 96, (size_t)16 << 20);
+    o.sizes   = sizes;
+    o.nmsgs   = n;
+    o.depth   = 8;
+    o.seed    = 9000;
+    o.seconds = 60.0;
+    o.tag     = 2;
+    fit_xfer_inproc(&plugin, send_comm, recv_comm, &o, &r);
+    fit_xfer_expect_ok(&r, "data after the hostiles");
+    fit_pass("%d messages 0 B..16 MiB intact on the real connection", n);
+
+    FIT_NCCL(plugin.net->closeSend(send_comm));
+    FIT_NCCL(plugin.net->closeRecv(recv_comm));
+    FIT_NCCL(plugin.net->finalize(ctx_l));
+    FIT_NCCL(plugin.net->finalize(ctx_c));
+    fit_log_check_clean("after finalize");
+    fit_plugin_close(&plugin);
+    fit_check_no_ferry_threads("after finalize + dlclose");
+    printf("integ_hostile: all checks passed\n");
+    return 0;
+}
