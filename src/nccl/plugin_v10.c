@@ -10,15 +10,8 @@ static ncclResult_t ferry_nccl_v10_init(ncclDebugLogger_t log_fn, ncclProfilerCa
     return ferry_nccl_legacy_init(log_fn);
 }
 
-static ncclResult_t ferry_nccl_v10_get_properties(int dev, ncclNetProperties_v10_t *props)
-{
-    ferry_props_t fp;
-    ncclResult_t res = ferry_nccl_props_get(dev, &fp, props, sizeof(*props));
-
-    if (res == ncclSuccess)
-        FERRY_NCCL_PROPS_FILL_V9(props, &fp, dev);
-    return res;
-}
+FERRY_NCCL_DEFINE_GET_PROPERTIES(ferry_nccl_v10_get_properties, ncclNetProperties_v10_t,
+                                 FERRY_NCCL_PROPS_FILL_V9)
 
 static ncclResult_t ferry_nccl_v10_connect(int dev, ncclNetCommConfig_v10_t *config,
                                            void *handle, void **send_comm_p,

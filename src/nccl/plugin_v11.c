@@ -14,15 +14,8 @@ static ncclResult_t ferry_nccl_v11_init(void **ctx_p, uint64_t comm_id,
     return ferry_nccl_ctx_init(ctx_p, comm_id, FERRY_NCCL_CONFIG_CLASS(config), log_fn);
 }
 
-static ncclResult_t ferry_nccl_v11_get_properties(int dev, ncclNetProperties_v11_t *props)
-{
-    ferry_props_t fp;
-    ncclResult_t res = ferry_nccl_props_get(dev, &fp, props, sizeof(*props));
-
-    if (res == ncclSuccess)
-        FERRY_NCCL_PROPS_FILL_V11(props, &fp, dev);
-    return res;
-}
+FERRY_NCCL_DEFINE_GET_PROPERTIES(ferry_nccl_v11_get_properties, ncclNetProperties_v11_t,
+                                 FERRY_NCCL_PROPS_FILL_V11)
 
 /*
  * makeVDevice is NULL: ferry fuses no NICs, and NCCL then uses physical

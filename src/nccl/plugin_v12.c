@@ -13,23 +13,8 @@ static ncclResult_t ferry_nccl_v12_init(void **ctx_p, uint64_t comm_id,
     return ferry_nccl_ctx_init(ctx_p, comm_id, FERRY_NCCL_CONFIG_CLASS(config), log_fn);
 }
 
-static ncclResult_t ferry_nccl_v12_get_properties(int dev, ncclNetProperties_v12_t *props)
-{
-    ferry_props_t fp;
-    ncclResult_t res = ferry_nccl_props_get(dev, &fp, props, sizeof(*props));
-
-    if (res != ncclSuccess)
-        return res;
-    FERRY_NCCL_PROPS_FILL_V11(props, &fp, dev);
-    /*
-     * ferry knows no rail or plane topology. NCCL_NET_ID_UNDEF makes the
-     * core ignore both, as NCCL's own v11->v12 shim does; 0 would claim every
-     * NIC sits on rail 0 / plane 0 and invite rail-policy NIC merging.
-     */
-    props->railId  = NCCL_NET_ID_UNDEF;
-    props->planeId = NCCL_NET_ID_UNDEF;
-    return ncclSuccess;
-}
+FERRY_NCCL_DEFINE_GET_PROPERTIES(ferry_nccl_v12_get_properties, ncclNetProperties_v12_t,
+                                 FERRY_NCCL_PROPS_FILL_V12)
 
 /* makeVDevice and setNetAttr are NULL for the reasons given in plugin_v11.c. */
 FERRY_NCCL_EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {

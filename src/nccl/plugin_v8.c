@@ -10,15 +10,8 @@
  */
 #define FERRY_NCCL_V8_MAX_RECVS 64
 
-static ncclResult_t ferry_nccl_v8_get_properties(int dev, ncclNetProperties_v8_t *props)
-{
-    ferry_props_t fp;
-    ncclResult_t res = ferry_nccl_props_get(dev, &fp, props, sizeof(*props));
-
-    if (res == ncclSuccess)
-        FERRY_NCCL_PROPS_FILL_V8(props, &fp);
-    return res;
-}
+FERRY_NCCL_DEFINE_GET_PROPERTIES(ferry_nccl_v8_get_properties, ncclNetProperties_v8_t,
+                                 FERRY_NCCL_PROPS_FILL_V8)
 
 static ncclResult_t ferry_nccl_v8_isend(void *send_comm, void *data, int size, int tag,
                                         void *mhandle, void **request_p)

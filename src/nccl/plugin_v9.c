@@ -4,15 +4,8 @@
  */
 #include "nccl/props.h"
 
-static ncclResult_t ferry_nccl_v9_get_properties(int dev, ncclNetProperties_v9_t *props)
-{
-    ferry_props_t fp;
-    ncclResult_t res = ferry_nccl_props_get(dev, &fp, props, sizeof(*props));
-
-    if (res == ncclSuccess)
-        FERRY_NCCL_PROPS_FILL_V9(props, &fp, dev);
-    return res;
-}
+FERRY_NCCL_DEFINE_GET_PROPERTIES(ferry_nccl_v9_get_properties, ncclNetProperties_v9_t,
+                                 FERRY_NCCL_PROPS_FILL_V9)
 
 static ncclResult_t ferry_nccl_v9_isend(void *send_comm, void *data, size_t size, int tag,
                                         void *mhandle, void **request_p)

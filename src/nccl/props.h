@@ -2,7 +2,7 @@
  * Filling each version's ncclNetProperties_vN_t from ferry_props_t. The
  * structs are distinct C types with the same field names, so the shared
  * parts are macros layered by the version that introduced the fields.
- * Callers zero the struct first, so unused vProps.devs[] entries are 0.
+ * The struct is zeroed first, so unused vProps.devs[] entries are 0.
  */
 #ifndef FERRY_NCCL_PROPS_H
 #define FERRY_NCCL_PROPS_H
@@ -10,8 +10,9 @@
 #include "nccl/plugin.h"
 
 /* Fields present since v8. ferry is a host plugin: type HOST, version 0. */
-#define FERRY_NCCL_PROPS_FILL_V8(_dst, _src)                              \
+#define FERRY_NCCL_PROPS_FILL_V8(_dst, _src, _dev)                        \
     do {                                                                  \
+        (void)(_dev); /* No field of v8 names the device. */              \
         /* NCCL never writes through these; the casts only drop const. */ \
         (_dst)->name             = (char *)(_src)->name;                  \
         (_dst)->pciPath          = (char *)(_src)->pci_path;              \
@@ -30,7 +31,7 @@
 /* Plus the v9 fields. ferry has no vNICs: every device is {1, {dev}}. */
 #define FERRY_NCCL_PROPS_FILL_V9(_dst, _src, _dev)                        \
     do {                                                                  \
-        FERRY_NCCL_PROPS_FILL_V8(_dst, _src);                             \
+        FERRY_NCCL_PROPS_FILL_V8(_dst, _src, _dev);                             \
         (_dst)->forceFlush    = (_src)->force_flush;                      \
         (_dst)->vProps.ndevs   = 1;                                       \
         (_dst)->vProps.devs[0] = (_dev);                                  \
@@ -44,5 +45,34 @@
         FERRY_NCCL_PROPS_FILL_V9(_dst, _src, _dev);                       \
         (_dst)->maxMultiRequestSize = (_src)->max_multi_request_size;     \
     } while (0)
+
+/*
+ * Plus the v12 fields. ferry knows no rail or plane topology:
+ * NCCL_NET_ID_UNDEF makes the core ignore both, as NCCL's own v11->v12 shim
+ * does; 0 would claim that every NIC sits on rail 0 / plane 0 and invite
+ * rail-policy NIC merging.
+ */
+#define FERRY_NCCL_PROPS_FILL_V12(_dst, _src, _dev)                       \
+    do {                                                                  \
+        FERRY_NCCL_PROPS_FILL_V11(_dst, _src, _dev);                      \
+        (_dst)->railId  = NCCL_NET_ID_UNDEF;                              \
+        (_dst)->planeId = NCCL_NET_ID_UNDEF;                              \
+    } while (0)
+
+/*
+ * Defines `static ncclResult_t _fn(int dev, _type *props)`, the
+ * getProperties of one version: fetch ferry's properties, zero the
+ * version's struct, fill it with _fill.
+ */
+#define FERRY_NCCL_DEFINE_GET_PROPERTIES(_fn, _type, _fill)                      \
+    static ncclResult_t _fn(int dev, _type *props)                               \
+    {                                                                            \
+        ferry_props_t fp;                                                        \
+        ncclResult_t res = ferry_nccl_props_get(dev, &fp, props, sizeof(*props)); \
+                                                                                 \
+        if (res == ncclSuccess)                                                  \
+            _fill(props, &fp, dev);                                              \
+        return res;                                                              \
+    }
 
 #endif
