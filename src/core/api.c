@@ -267,3 +267,13 @@ ferry_status_t ferry_api_close_listen(void *listen_comm)
     FERRY_API_DATA_BE("close_listen");
     return be->close_listen(listen_comm);
 }
+
+/*
+ * NCCL 2.28.9 dlcloses the plugin after its last comm, and v8..v10 have no
+ * finalize at all: whatever the process-wide part started (the dump thread
+ * and its signal handler) must be gone before the code is unmapped.
+ */
+__attribute__((destructor)) static void ferry_api_unload(void)
+{
+    ferry_px_dump_stop();
+}
