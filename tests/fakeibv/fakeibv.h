@@ -1,0 +1,42 @@
+/*
+ * fakeibv control API: what a test may ask of the emulated verbs device
+ * beyond the verbs themselves. Exported under the version node FAKEIBV_1.0,
+ * so a test that loads the library with dlopen() finds it with
+ *     dlvsym(h, "fakeibv_inject", "FAKEIBV_1.0")
+ * and a test linked against the fake simply calls it.
+ */
+#ifndef FAKEIBV_H
+#define FAKEIBV_H
+
+#include <stdint.h>
+
+struct ibv_context;
+
+enum fakeibv_fault_kind {
+    /* Verb failures: the verb fails with `err` (default ENOMEM / EINVAL /
+     * ETIMEDOUT) on `count` calls after `after` successful ones. */
+    FAKEIBV_FAULT_REG_MR = 1,     /* ibv_reg_mr*, ibv_reg_dmabuf_mr return NULL. */
+    FAKEIBV_FAULT_CREATE_QP = 2,  /* ibv_create_qp(_ex) returns NULL. */
+    FAKEIBV_FAULT_MODIFY_QP = 3,  /* ibv_modify_qp returns err (NCCL retries ETIMEDOUT). */
+    FAKEIBV_FAULT_CREATE_CQ = 4,  /* ibv_create_cq returns NULL. */
+    /* Events on a live object; `target` names it, `ctx` is its context. */
+    FAKEIBV_FAULT_QP_DROP = 16,   /* QP `target` loses its peer: RETRY_EXC_ERR after the timeout. */
+    FAKEIBV_FAULT_QP_FATAL = 17,  /* QP `target` -> ERR, IBV_EVENT_QP_FATAL raised. */
+    FAKEIBV_FAULT_PORT_ERR = 18,  /* Port `target` goes DOWN, IBV_EVENT_PORT_ERR raised. */
+    FAKEIBV_FAULT_PORT_ACTIVE = 19, /* Port `target` back to ACTIVE, IBV_EVENT_PORT_ACTIVE. */
+    FAKEIBV_FAULT_DEVICE_FATAL = 20 /* IBV_EVENT_DEVICE_FATAL on `ctx`. */
+};
+
+/*
+ * Arms a fault. For verb failures ctx and target are ignored; count 0
+ * disarms. Returns 0, or an errno value (EINVAL for an unknown kind or
+ * target, ENOENT when the QP does not exist).
+ */
+int fakeibv_inject(struct ibv_context *ctx, enum fakeibv_fault_kind kind, uint32_t target,
+                   unsigned after, unsigned count, int err);
+
+/* The LID of a port of an opened context: lets a test build an address
+ * without an out-of-band exchange. Returns 0 for a bad port. */
+uint16_t fakeibv_port_lid(struct ibv_context *ctx, uint8_t port);
+
+#endif /* FAKEIBV_H */

@@ -1,0 +1,141 @@
+/*
+ * fakeibv configuration: every FAKEIBV_* environment variable is read here,
+ * once, into a const struct. The README lists the same table for users.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "fakeibv_internal.h"
+
+static struct fakeibv_config fakeibv_cfg;
+static pthread_once_t fakeibv_cfg_once = PTHREAD_ONCE_INIT;
+
+static long fakeibv_env_long(const char *name, long def, long lo, long hi)
+{
+    const char *s = getenv(name);
+    char *end;
+    long v;
+
+    if (s == NULL || *s == '\0')
+        return def;
+    errno = 0;
+    v = strtol(s, &end, 0);
+    if (errno != 0 || *end != '\0' || v < lo || v > hi) {
+        fprintf(stderr, "fakeibv: %s=%s is not an integer in [%ld, %ld]; using %ld\n",
+                name, s, lo, hi, def);
+        return def;
+    }
+    return v;
+}
+
+/* Speed names as ibv_devinfo prints them, mapped to active_speed codes. */
+static uint8_t fakeibv_env_speed(void)
+{
+    static const struct { const char *name; uint8_t code; } speeds[] = {
+        { "SDR", 1 }, { "DDR", 2 }, { "QDR", 4 }, { "FDR10", 8 }, { "FDR", 16 },
+        { "EDR", 32 }, { "HDR", 64 }, { "NDR", 128 },
+    };
+    const char *s = getenv("FAKEIBV_SPEED");
+    size_t i;
+
+    if (s == NULL || *s == '\0')
+        return 64; /* HDR: 50 Gb/s per lane. */
+    for (i = 0; i < sizeof(speeds) / sizeof(speeds[0]); i++)
+        if (strcasecmp(s, speeds[i].name) == 0)
+            return speeds[i].code;
+    return (uint8_t)fakeibv_env_long("FAKEIBV_SPEED", 64, 1, 128);
+}
+
+/* Width is given as lanes (1, 2, 4, 8, 12) and stored as the verbs code. */
+static uint8_t fakeibv_env_width(void)
+{
+    switch (fakeibv_env_long("FAKEIBV_WIDTH", 4, 1, 12)) {
+    case 1: return 1;
+    case 8: return 4;
+    case 12: return 8;
+    case 2: return 16;
+    case 4:
+    default: return 2;
+    }
+}
+
+static enum ibv_mtu fakeibv_env_mtu(void)
+{
+    switch (fakeibv_env_long("FAKEIBV_MTU", 4096, 256, 4096)) {
+    case 256: return IBV_MTU_256;
+    case 512: return IBV_MTU_512;
+    case 1024: return IBV_MTU_1024;
+    case 2048: return IBV_MTU_2048;
+    case 4096: return IBV_MTU_4096;
+    default:
+        fprintf(stderr, "fakeibv: FAKEIBV_MTU must be 256, 512, 1024, 2048 or 4096; using 4096\n");
+        return IBV_MTU_4096;
+    }
+}
+
+static void fakeibv_config_load(void)
+{
+    struct fakeibv_config *c = &fakeibv_cfg;
+    const char *link = getenv("FAKEIBV_LINK");
+
+    c->ndev = (int)fakeibv_env_long("FAKEIBV_NDEV", 1, 0, FAKEIBV_MAX_DEVS);
+    c->nports = (int)fakeibv_env_long("FAKEIBV_NPORTS", 1, 1, FAKEIBV_MAX_PORTS);
+    c->link_layer = IBV_LINK_LAYER_INFINIBAND;
+    if (link != NULL && (strcasecmp(link, "eth") == 0 || strcasecmp(link, "ethernet") == 0 ||
+                         strcasecmp(link, "roce") == 0))
+        c->link_layer = IBV_LINK_LAYER_ETHERNET;
+    else if (link != NULL && *link != '\0' && strcasecmp(link, "ib") != 0 &&
+             strcasecmp(link, "infiniband") != 0)
+        fprintf(stderr, "fakeibv: FAKEIBV_LINK=%s unknown (use ib or eth); using ib\n", link);
+    c->active_speed = fakeibv_env_speed();
+    c->active_width = fakeibv_env_width();
+    c->mtu = fakeibv_env_mtu();
+    c->max_qp_wr = (uint32_t)fakeibv_env_long("FAKEIBV_MAX_QP_WR", 32768, 16, 1 << 20);
+    c->max_cqe = (uint32_t)fakeibv_env_long("FAKEIBV_MAX_CQE", 1 << 22, 16, 1 << 24);
+    c->max_qp = (uint32_t)fakeibv_env_long("FAKEIBV_MAX_QP", 4096, 1, 1 << 20);
+    c->max_mr = (uint32_t)fakeibv_env_long("FAKEIBV_MAX_MR", 1 << 16, 1, 1 << 22);
+    c->max_inline = (uint32_t)fakeibv_env_long("FAKEIBV_MAX_INLINE", 512, 0, 4096);
+    c->max_mr_size = (uint64_t)fakeibv_env_long("FAKEIBV_MAX_MR_SIZE", 1L << 40, 4096, 1L << 50);
+    c->retry_timeout_ms = fakeibv_env_long("FAKEIBV_RETRY_TIMEOUT_MS", -1, -1, 3600 * 1000L);
+    c->rnr_timeout_ms = fakeibv_env_long("FAKEIBV_RNR_TIMEOUT_MS", -1, -1, 3600 * 1000L);
+    c->debug = (int)fakeibv_env_long("FAKEIBV_DEBUG", 0, 0, 2);
+    c->dmabuf = (int)fakeibv_env_long("FAKEIBV_DMABUF", 1, 0, 1);
+    c->cuda = (int)fakeibv_env_long("FAKEIBV_CUDA", 1, 0, 1);
+}
+
+const struct fakeibv_config *fakeibv_config(void)
+{
+    pthread_once(&fakeibv_cfg_once, fakeibv_config_load);
+    return &fakeibv_cfg;
+}
+
+/* Warnings always print: a test double that fails silently wastes hours. */
+void fakeibv_log(int level, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+
+    if (level > fakeibv_config()->debug)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "fakeibv[%d]: %s\n", (int)getpid(), buf);
+}
+
+int fakeibv_cond_init_monotonic(pthread_cond_t *cond)
+{
+    pthread_condattr_t a;
+    int rc;
+
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    rc = pthread_cond_init(cond, &a);
+    pthread_condattr_destroy(&a);
+    return rc;
+}

@@ -1,0 +1,281 @@
+/*
+ * fakeibv completion queues and completion channels.
+ *
+ * A CQ is a locked ring. Producers are the fake's transfer threads and the
+ * posting thread (flush completions); the consumer is ibv_poll_cq. Overflow
+ * raises IBV_EVENT_CQ_ERR and drops the CQE, as real HCAs do.
+ *
+ * A channel is a pipe plus a list of CQs with a pending event: each event
+ * writes one byte, ibv_get_cq_event reads one (so a consumer may poll() the
+ * channel fd or make it non-blocking, as with the real kernel fd).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fakeibv_internal.h"
+
+struct fakeibv_channel {
+    struct ibv_comp_channel ch;   /* Must be first. */
+    int wfd;                      /* Write end; ch.fd is the read end. */
+    pthread_mutex_t lock;         /* Protects the pending list. */
+    struct fakeibv_cq *ev_head, *ev_tail;
+};
+
+FAKEIBV_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
+{
+    struct fakeibv_channel *c = calloc(1, sizeof(*c));
+    int fds[2];
+
+    if (c == NULL) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        int rc = errno;
+
+        free(c);
+        errno = rc;
+        return NULL;
+    }
+    c->ch.context = context;
+    c->ch.fd = fds[0];
+    c->ch.refcnt = 0;
+    c->wfd = fds[1];
+    pthread_mutex_init(&c->lock, NULL);
+    return &c->ch;
+}
+
+FAKEIBV_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
+{
+    struct fakeibv_channel *c = (struct fakeibv_channel *)channel;
+
+    if (channel->refcnt != 0)
+        return EBUSY;
+    close(c->wfd);
+    close(channel->fd);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+    return 0;
+}
+
+FAKEIBV_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_context,
+                                            struct ibv_comp_channel *channel, int comp_vector)
+{
+    struct fakeibv_cq *cq;
+    int rc = fakeibv_fault_check(FAKEIBV_FAULT_CREATE_CQ);
+
+    if (rc != 0) {
+        errno = rc;
+        return NULL;
+    }
+    if (cqe < 1 || (uint32_t)cqe > fakeibv_config()->max_cqe || comp_vector < 0 ||
+        comp_vector >= context->num_comp_vectors) {
+        errno = EINVAL;
+        return NULL;
+    }
+    cq = calloc(1, sizeof(*cq));
+    if (cq == NULL || (cq->ring = calloc((size_t)cqe, sizeof(*cq->ring))) == NULL) {
+        free(cq);
+        errno = ENOMEM;
+        return NULL;
+    }
+    cq->size = (uint32_t)cqe;
+    cq->cq.context = context;
+    cq->cq.channel = channel;
+    cq->cq.cq_context = cq_context;
+    cq->cq.cqe = cqe;
+    cq->cq.handle = 1;
+    pthread_mutex_init(&cq->cq.mutex, NULL);
+    pthread_cond_init(&cq->cq.cond, NULL);
+    pthread_mutex_init(&cq->lock, NULL);
+    if (channel != NULL)
+        __atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_RELAXED);
+    return &cq->cq;
+}
+
+FAKEIBV_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
+{
+    struct fakeibv_cq *cq = (struct fakeibv_cq *)ibcq;
+
+    pthread_mutex_lock(&cq->lock);
+    if (cq->users != 0) {
+        pthread_mutex_unlock(&cq->lock);
+        return EBUSY; /* A QP still uses it, as the kernel says. */
+    }
+    pthread_mutex_unlock(&cq->lock);
+    if (ibcq->channel != NULL) {
+        struct fakeibv_channel *c = (struct fakeibv_channel *)ibcq->channel;
+        struct fakeibv_cq **pp;
+
+        /* Drop a pending event so the channel never hands out a dead CQ. */
+        pthread_mutex_lock(&c->lock);
+        for (pp = &c->ev_head; *pp != NULL; pp = &(*pp)->ev_next) {
+            if (*pp == cq) {
+                *pp = cq->ev_next;
+                break;
+            }
+        }
+        c->ev_tail = NULL;
+        for (pp = &c->ev_head; *pp != NULL; pp = &(*pp)->ev_next)
+            c->ev_tail = *pp;
+        pthread_mutex_unlock(&c->lock);
+        __atomic_sub_fetch(&ibcq->channel->refcnt, 1, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_destroy(&cq->lock);
+    free(cq->ring);
+    free(cq);
+    return 0;
+}
+
+FAKEIBV_EXPORT int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
+{
+    struct fakeibv_cq *cq = (struct fakeibv_cq *)ibcq;
+    struct ibv_wc *ring;
+    uint32_t i, n;
+
+    if (cqe < 1 || (uint32_t)cqe > fakeibv_config()->max_cqe)
+        return EINVAL;
+    pthread_mutex_lock(&cq->lock);
+    n = cq->head - cq->tail;
+    if ((uint32_t)cqe < n) {
+        pthread_mutex_unlock(&cq->lock);
+        return EINVAL;
+    }
+    ring = calloc((size_t)cqe, sizeof(*ring));
+    if (ring == NULL) {
+        pthread_mutex_unlock(&cq->lock);
+        return ENOMEM;
+    }
+    for (i = 0; i < n; i++)
+        ring[i] = cq->ring[(cq->tail + i) % cq->size];
+    free(cq->ring);
+    cq->ring = ring;
+    cq->size = (uint32_t)cqe;
+    cq->tail = 0;
+    cq->head = n;
+    ibcq->cqe = cqe;
+    pthread_mutex_unlock(&cq->lock);
+    return 0;
+}
+
+static void fakeibv_channel_event(struct fakeibv_cq *cq)
+{
+    struct fakeibv_channel *c = (struct fakeibv_channel *)cq->cq.channel;
+    char b = 1;
+
+    pthread_mutex_lock(&c->lock);
+    cq->ev_next = NULL;
+    if (c->ev_tail != NULL)
+        c->ev_tail->ev_next = cq;
+    else
+        c->ev_head = cq;
+    c->ev_tail = cq;
+    if (write(c->wfd, &b, 1) != 1)
+        FAKEIBV_WARN("completion event for CQ %p lost: %s", (void *)cq, strerror(errno));
+    pthread_mutex_unlock(&c->lock);
+}
+
+void fakeibv_cq_push(struct fakeibv_cq *cq, const struct ibv_wc *wc)
+{
+    int notify = 0, overflow = 0;
+
+    pthread_mutex_lock(&cq->lock);
+    if (cq->overflowed) {
+        pthread_mutex_unlock(&cq->lock);
+        return;
+    }
+    if (cq->head - cq->tail >= cq->size) {
+        cq->overflowed = 1;
+        overflow = 1;
+    } else {
+        cq->ring[cq->head % cq->size] = *wc;
+        cq->head++;
+        if (cq->armed && cq->cq.channel != NULL) {
+            cq->armed = 0;
+            notify = 1;
+        }
+    }
+    pthread_mutex_unlock(&cq->lock);
+    if (notify)
+        fakeibv_channel_event(cq);
+    if (overflow) {
+        struct ibv_async_event ev = { .event_type = IBV_EVENT_CQ_ERR };
+
+        FAKEIBV_WARN("CQ %p overrun (%u entries): CQE for wr_id 0x%llx dropped, "
+                     "IBV_EVENT_CQ_ERR raised; poll faster or create a bigger CQ",
+                     (void *)cq, cq->size, (unsigned long long)wc->wr_id);
+        ev.element.cq = &cq->cq;
+        fakeibv_async_raise(fakeibv_ctx(cq->cq.context), &ev);
+    }
+}
+
+int fakeibv_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
+{
+    struct fakeibv_cq *cq = (struct fakeibv_cq *)ibcq;
+    int i = 0;
+
+    if (n < 0)
+        return -EINVAL;
+    pthread_mutex_lock(&cq->lock);
+    while (i < n && cq->tail != cq->head) {
+        wc[i++] = cq->ring[cq->tail % cq->size];
+        cq->tail++;
+    }
+    pthread_mutex_unlock(&cq->lock);
+    return i;
+}
+
+/* Solicited-only is treated like "any": the fake has no solicited bit, and
+ * waking more often than asked is allowed. */
+int fakeibv_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
+{
+    struct fakeibv_cq *cq = (struct fakeibv_cq *)ibcq;
+
+    if (ibcq->channel == NULL)
+        return EINVAL;
+    pthread_mutex_lock(&cq->lock);
+    cq->armed = 1;
+    pthread_mutex_unlock(&cq->lock);
+    return 0;
+}
+
+FAKEIBV_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq,
+                                    void **cq_context)
+{
+    struct fakeibv_channel *c = (struct fakeibv_channel *)channel;
+    struct fakeibv_cq *fcq;
+    char b;
+    ssize_t n;
+
+    do {
+        n = read(channel->fd, &b, 1);
+    } while (n < 0 && errno == EINTR);
+    if (n != 1)
+        return -1;
+    pthread_mutex_lock(&c->lock);
+    fcq = c->ev_head;
+    if (fcq != NULL) {
+        c->ev_head = fcq->ev_next;
+        if (c->ev_head == NULL)
+            c->ev_tail = NULL;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (fcq == NULL) {
+        errno = EAGAIN; /* The CQ was destroyed after its event fired. */
+        return -1;
+    }
+    *cq = &fcq->cq;
+    *cq_context = fcq->cq.cq_context;
+    return 0;
+}
+
+FAKEIBV_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
+{
+    pthread_mutex_lock(&cq->mutex);
+    cq->comp_events_completed += nevents;
+    pthread_cond_signal(&cq->cond);
+    pthread_mutex_unlock(&cq->mutex);
+}

@@ -1,0 +1,172 @@
+/*
+ * fakeibv GPU mode: device memory in MRs, moved with the CUDA driver API.
+ *
+ * libcuda.so.1 is loaded at run time, so the library builds and runs on a
+ * machine without CUDA (dlopen fails -> every MR is host memory). Copies run
+ * on a per-thread non-blocking stream and are synchronised on that stream
+ * only: the legacy default stream would wait for the consumer's own kernels
+ * (NCCL's are waiting for our data), a deadlock.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fakeibv_internal.h"
+
+/* The few driver API types and constants we need, without cuda.h. */
+typedef int fakeibv_CUresult;
+typedef int fakeibv_CUdevice;
+typedef void *fakeibv_CUcontext;
+typedef void *fakeibv_CUstream;
+typedef unsigned long long fakeibv_CUdeviceptr;
+#define FAKEIBV_CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
+#define FAKEIBV_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
+#define FAKEIBV_CU_MEMORYTYPE_DEVICE 2
+#define FAKEIBV_CU_STREAM_NON_BLOCKING 1
+
+static struct {
+    int loaded;   /* 1: all symbols found. */
+    fakeibv_CUresult (*init)(unsigned);
+    fakeibv_CUresult (*pointer_get_attribute)(void *, int, fakeibv_CUdeviceptr);
+    fakeibv_CUresult (*primary_ctx_retain)(fakeibv_CUcontext *, fakeibv_CUdevice);
+    fakeibv_CUresult (*device_get)(fakeibv_CUdevice *, int);
+    fakeibv_CUresult (*ctx_set_current)(fakeibv_CUcontext);
+    fakeibv_CUresult (*stream_create)(fakeibv_CUstream *, unsigned);
+    fakeibv_CUresult (*stream_sync)(fakeibv_CUstream);
+    fakeibv_CUresult (*htod_async)(fakeibv_CUdeviceptr, const void *, size_t, fakeibv_CUstream);
+    fakeibv_CUresult (*dtoh_async)(void *, fakeibv_CUdeviceptr, size_t, fakeibv_CUstream);
+} fakeibv_cu;
+
+static pthread_once_t fakeibv_cu_once = PTHREAD_ONCE_INIT;
+
+static void *fakeibv_cu_sym(void *h, const char *name)
+{
+    void *p = dlsym(h, name);
+
+    if (p == NULL)
+        FAKEIBV_WARN("libcuda.so.1 lacks %s; GPU mode off", name);
+    return p;
+}
+
+static void fakeibv_cu_load(void)
+{
+    void *h;
+
+    if (!fakeibv_config()->cuda)
+        return;
+    h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL) {
+        FAKEIBV_INFO("no libcuda.so.1 (%s): host memory only", dlerror());
+        return;
+    }
+    fakeibv_cu.init = (fakeibv_CUresult (*)(unsigned))fakeibv_cu_sym(h, "cuInit");
+    fakeibv_cu.pointer_get_attribute = (fakeibv_CUresult (*)(void *, int, fakeibv_CUdeviceptr))
+        fakeibv_cu_sym(h, "cuPointerGetAttribute");
+    fakeibv_cu.primary_ctx_retain = (fakeibv_CUresult (*)(fakeibv_CUcontext *, fakeibv_CUdevice))
+        fakeibv_cu_sym(h, "cuDevicePrimaryCtxRetain");
+    fakeibv_cu.device_get = (fakeibv_CUresult (*)(fakeibv_CUdevice *, int))
+        fakeibv_cu_sym(h, "cuDeviceGet");
+    fakeibv_cu.ctx_set_current = (fakeibv_CUresult (*)(fakeibv_CUcontext))
+        fakeibv_cu_sym(h, "cuCtxSetCurrent");
+    fakeibv_cu.stream_create = (fakeibv_CUresult (*)(fakeibv_CUstream *, unsigned))
+        fakeibv_cu_sym(h, "cuStreamCreate");
+    fakeibv_cu.stream_sync = (fakeibv_CUresult (*)(fakeibv_CUstream))
+        fakeibv_cu_sym(h, "cuStreamSynchronize");
+    fakeibv_cu.htod_async = (fakeibv_CUresult (*)(fakeibv_CUdeviceptr, const void *, size_t,
+                                                  fakeibv_CUstream))
+        fakeibv_cu_sym(h, "cuMemcpyHtoDAsync_v2");
+    fakeibv_cu.dtoh_async = (fakeibv_CUresult (*)(void *, fakeibv_CUdeviceptr, size_t,
+                                                  fakeibv_CUstream))
+        fakeibv_cu_sym(h, "cuMemcpyDtoHAsync_v2");
+    if (!fakeibv_cu.init || !fakeibv_cu.pointer_get_attribute || !fakeibv_cu.primary_ctx_retain ||
+        !fakeibv_cu.device_get || !fakeibv_cu.ctx_set_current || !fakeibv_cu.stream_create ||
+        !fakeibv_cu.stream_sync || !fakeibv_cu.htod_async || !fakeibv_cu.dtoh_async)
+        return;
+    if (fakeibv_cu.init(0) != 0) {
+        FAKEIBV_WARN("cuInit failed; GPU mode off");
+        return;
+    }
+    fakeibv_cu.loaded = 1;
+    FAKEIBV_INFO("libcuda.so.1 loaded: GPU mode on");
+}
+
+/*
+ * Device memory is copied through the device's primary context: NCCL
+ * allocates with cuMem* (VMM), whose pointers have no owning context, and
+ * the primary context is the one the CUDA runtime uses anyway.
+ */
+int fakeibv_cuda_is_device_ptr(uint64_t addr, void **cu_ctx_p)
+{
+    unsigned int mem_type = 0;
+    int ordinal = -1;
+    fakeibv_CUdevice dev;
+    fakeibv_CUcontext ctx;
+
+    pthread_once(&fakeibv_cu_once, fakeibv_cu_load);
+    if (!fakeibv_cu.loaded || addr == 0)
+        return 0;
+    if (fakeibv_cu.pointer_get_attribute(&mem_type, FAKEIBV_CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                         addr) != 0 ||
+        mem_type != FAKEIBV_CU_MEMORYTYPE_DEVICE)
+        return 0;
+    if (fakeibv_cu.pointer_get_attribute(&ordinal, FAKEIBV_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                         addr) != 0 ||
+        fakeibv_cu.device_get(&dev, ordinal) != 0 || fakeibv_cu.primary_ctx_retain(&ctx, dev) != 0) {
+        FAKEIBV_WARN("device pointer 0x%llx: cannot get its device/primary context; treating "
+                     "it as host memory will crash - check the CUDA driver",
+                     (unsigned long long)addr);
+        return 0;
+    }
+    *cu_ctx_p = ctx;
+    return 1;
+}
+
+static __thread fakeibv_CUstream fakeibv_cu_stream;
+static __thread fakeibv_CUcontext fakeibv_cu_stream_ctx;
+
+static int fakeibv_cu_prepare(void *cu_ctx)
+{
+    if (fakeibv_cu.ctx_set_current(cu_ctx) != 0)
+        return EIO;
+    if (fakeibv_cu_stream == NULL || fakeibv_cu_stream_ctx != cu_ctx) {
+        if (fakeibv_cu.stream_create(&fakeibv_cu_stream, FAKEIBV_CU_STREAM_NON_BLOCKING) != 0)
+            return EIO;
+        fakeibv_cu_stream_ctx = cu_ctx;
+    }
+    return 0;
+}
+
+int fakeibv_cuda_htod(void *cu_ctx, uint64_t dst, const void *src, size_t len)
+{
+    int r;
+
+    if (fakeibv_cu_prepare(cu_ctx) != 0)
+        return EIO;
+    r = fakeibv_cu.htod_async(dst, src, len, fakeibv_cu_stream);
+    if (r == 0)
+        r = fakeibv_cu.stream_sync(fakeibv_cu_stream);
+    if (r != 0) {
+        FAKEIBV_WARN("cuMemcpyHtoDAsync to 0x%llx (%zu bytes) failed: CUresult %d",
+                     (unsigned long long)dst, len, r);
+        return EIO;
+    }
+    return 0;
+}
+
+int fakeibv_cuda_dtoh(void *cu_ctx, void *dst, uint64_t src, size_t len)
+{
+    int r;
+
+    if (fakeibv_cu_prepare(cu_ctx) != 0)
+        return EIO;
+    r = fakeibv_cu.dtoh_async(dst, src, len, fakeibv_cu_stream);
+    if (r == 0)
+        r = fakeibv_cu.stream_sync(fakeibv_cu_stream);
+    if (r != 0) {
+        FAKEIBV_WARN("cuMemcpyDtoHAsync from 0x%llx (%zu bytes) failed: CUresult %d",
+                     (unsigned long long)src, len, r);
+        return EIO;
+    }
+    return 0;
+}

@@ -1,0 +1,285 @@
+/*
+ * fakeibv: internal object model shared by the files of the emulated verbs
+ * library. Nothing here is visible to consumers; they see only the public
+ * verbs structs embedded at the start of each object.
+ */
+#ifndef FAKEIBV_INTERNAL_H
+#define FAKEIBV_INTERNAL_H
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "fakeibv.h"
+
+/* Exported verbs must survive the project's hidden-by-default visibility. */
+#define FAKEIBV_EXPORT __attribute__((visibility("default")))
+
+#define FAKEIBV_MAX_DEVS 8
+#define FAKEIBV_MAX_PORTS 4
+#define FAKEIBV_MAX_SGE 16      /* Per WQE; reported as max_sge. */
+#define FAKEIBV_MAX_INBOUND 8   /* Inbound streams one QP can serve at once. */
+#define FAKEIBV_GID_TBL_LEN 4   /* fe80 v1, fe80 v2, ::ffff:ip v1, ::ffff:ip v2 */
+
+#define fakeibv_container_of(ptr, type, member) \
+    ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
+/* ---- configuration (fakeibv_config.c) --------------------------------- */
+
+struct fakeibv_config {
+    int ndev;                   /* FAKEIBV_NDEV: devices fakeib0.. */
+    int nports;                 /* FAKEIBV_NPORTS: ports per device. */
+    uint8_t link_layer;         /* FAKEIBV_LINK: IBV_LINK_LAYER_{INFINIBAND,ETHERNET}. */
+    uint8_t active_speed;       /* FAKEIBV_SPEED: ibv_port_attr.active_speed code. */
+    uint8_t active_width;       /* FAKEIBV_WIDTH: ibv_port_attr.active_width code. */
+    enum ibv_mtu mtu;           /* FAKEIBV_MTU: active MTU. */
+    uint32_t max_qp_wr;         /* FAKEIBV_MAX_QP_WR */
+    uint32_t max_cqe;           /* FAKEIBV_MAX_CQE */
+    uint32_t max_qp;            /* FAKEIBV_MAX_QP */
+    uint32_t max_mr;            /* FAKEIBV_MAX_MR */
+    uint32_t max_inline;        /* FAKEIBV_MAX_INLINE */
+    uint64_t max_mr_size;       /* FAKEIBV_MAX_MR_SIZE */
+    long retry_timeout_ms;      /* FAKEIBV_RETRY_TIMEOUT_MS; <0: derive from QP attrs. */
+    long rnr_timeout_ms;        /* FAKEIBV_RNR_TIMEOUT_MS; <0: derive from QP attrs. */
+    int debug;                  /* FAKEIBV_DEBUG: log level 0..2 on stderr. */
+    int dmabuf;                 /* FAKEIBV_DMABUF: ibv_reg_dmabuf_mr supported. */
+    int cuda;                   /* FAKEIBV_CUDA: try libcuda for device pointers. */
+};
+
+const struct fakeibv_config *fakeibv_config(void);
+void fakeibv_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define FAKEIBV_WARN(...) fakeibv_log(0, __VA_ARGS__)
+#define FAKEIBV_INFO(...) fakeibv_log(1, __VA_ARGS__)
+#define FAKEIBV_TRACE(...) fakeibv_log(2, __VA_ARGS__)
+
+/* ---- fault injection (fakeibv_fault.c) -------------------------------- */
+
+/* Returns 0 to let the verb proceed, or the errno the verb must fail with. */
+int fakeibv_fault_check(enum fakeibv_fault_kind kind);
+
+/* ---- device, port, context (fakeibv_device.c) ------------------------- */
+
+struct fakeibv_port {
+    uint16_t lid;                 /* Unique on this host; owns the listener name. */
+    int listen_fd;                /* Abstract Unix listener; -1 until the device opens. */
+    enum ibv_port_state state;    /* ACTIVE, or DOWN after an injected port error. */
+};
+
+struct fakeibv_device {
+    struct ibv_device dev;        /* Must be first: consumers hold ibv_device *. */
+    /* libmlx5's mlx5dv_is_supported() reads verbs_device::ops right after
+     * ibv_device; keeping zeros there makes it say "not mlx5" safely. */
+    void *verbs_device_pad[32];
+    int index;
+    uint64_t node_guid;           /* Big-endian as verbs reports it. */
+    pthread_mutex_t lock;         /* Protects ports[].listen_fd set-up. */
+    int ports_up;                 /* Listeners bound and accept threads running. */
+    struct fakeibv_port ports[FAKEIBV_MAX_PORTS];
+};
+
+#define FAKEIBV_ASYNC_QLEN 64
+
+struct fakeibv_context {
+    struct fakeibv_device *dev;
+    pthread_mutex_t async_lock;   /* Protects the async queue. */
+    int async_wfd;                /* Write end; the read end is context.async_fd. */
+    struct ibv_async_event async_q[FAKEIBV_ASYNC_QLEN];
+    unsigned async_head, async_tail;
+    struct verbs_context vctx;    /* context is its last member, as verbs.h requires. */
+};
+
+static inline struct fakeibv_context *fakeibv_ctx(struct ibv_context *c)
+{
+    return fakeibv_container_of(c, struct fakeibv_context, vctx.context);
+}
+
+struct fakeibv_device *fakeibv_device_by_lid(uint16_t lid, int *port_p);
+void fakeibv_async_raise(struct fakeibv_context *ctx, const struct ibv_async_event *ev);
+uint16_t fakeibv_lid_from_gid(const union ibv_gid *gid);
+void fakeibv_gid_fill(const struct fakeibv_device *dev, int port, int index,
+                      union ibv_gid *gid, uint32_t *type_p);
+int fakeibv_query_port_attr(struct ibv_context *c, uint8_t port, struct ibv_port_attr *attr);
+
+/* ---- listener / wire (fakeibv_wire.c) --------------------------------- */
+
+int fakeibv_port_listen(struct fakeibv_device *dev, int port);
+int fakeibv_wire_connect(uint16_t lid, uint16_t src_lid, uint32_t src_qpn,
+                         uint32_t dst_qpn, int *fd_p);
+int fakeibv_io_read(int fd, void *buf, size_t len);
+int fakeibv_io_write(int fd, const void *buf, size_t len);
+int fakeibv_io_discard(int fd, size_t len);
+
+/* ---- PD / MR (fakeibv_mr.c) ------------------------------------------- */
+
+struct fakeibv_pd {
+    struct ibv_pd pd;             /* Must be first. */
+};
+
+struct fakeibv_mr {
+    struct ibv_mr mr;             /* Must be first. */
+    uint64_t iova;                /* Address peers and SGEs name; usually == addr. */
+    int access;                   /* ibv_access_flags given at registration. */
+    int is_cuda;                  /* Device memory: move it with fakeibv_cuda_*(). */
+    void *cu_ctx;                 /* CUcontext to make current before copying. */
+    uint32_t slot;                /* Index in the key table. */
+};
+
+enum fakeibv_mr_check {
+    FAKEIBV_MR_OK = 0,
+    FAKEIBV_MR_BAD_KEY,           /* No MR with that key. */
+    FAKEIBV_MR_BAD_PD,            /* MR belongs to another PD than the QP. */
+    FAKEIBV_MR_BAD_RANGE,         /* [addr, addr+len) not inside the MR. */
+    FAKEIBV_MR_BAD_ACCESS,        /* MR lacks the access right needed. */
+};
+
+/* On FAKEIBV_MR_OK the MR table stays read-locked until fakeibv_mr_put(). */
+enum fakeibv_mr_check fakeibv_mr_get(uint32_t key, struct ibv_pd *pd, uint64_t addr,
+                                     uint64_t len, int need_access, struct fakeibv_mr **mr_p);
+void fakeibv_mr_put(void);
+
+/* Local copies that honour device memory. dst/src are MR-relative addresses. */
+int fakeibv_mem_from_fd(const struct fakeibv_mr *mr, uint64_t addr, int fd, size_t len);
+int fakeibv_mem_to_fd(const struct fakeibv_mr *mr, uint64_t addr, int fd, size_t len);
+
+/* ---- CUDA (fakeibv_cuda.c) -------------------------------------------- */
+
+int fakeibv_cuda_is_device_ptr(uint64_t addr, void **cu_ctx_p);
+int fakeibv_cuda_htod(void *cu_ctx, uint64_t dst, const void *src, size_t len);
+int fakeibv_cuda_dtoh(void *cu_ctx, void *dst, uint64_t src, size_t len);
+
+/* ---- CQ and completion channel (fakeibv_cq.c) ------------------------- */
+
+struct fakeibv_channel;
+
+struct fakeibv_cq {
+    struct ibv_cq cq;             /* Must be first. */
+    pthread_mutex_t lock;         /* Protects the ring, armed, ev_next. */
+    struct ibv_wc *ring;
+    uint32_t size;                /* Ring capacity (cq.cqe). */
+    uint32_t head, tail;          /* Produced / consumed counters. */
+    int armed;                    /* req_notify_cq called since last event. */
+    int overflowed;               /* CQ_ERR raised; further CQEs dropped. */
+    int users;                    /* QPs using this CQ; destroy fails with EBUSY. */
+    struct fakeibv_cq *ev_next;   /* Link in the channel's pending-event list. */
+};
+
+void fakeibv_cq_push(struct fakeibv_cq *cq, const struct ibv_wc *wc);
+int fakeibv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
+int fakeibv_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+
+/* ---- QP (fakeibv_qp.c, fakeibv_post.c, fakeibv_xfer.c) ---------------- */
+
+struct fakeibv_swqe {
+    uint64_t wr_id;
+    enum ibv_wr_opcode opcode;
+    unsigned send_flags;
+    uint32_t imm;                 /* Network order, passed through untouched. */
+    uint64_t raddr;
+    uint32_t rkey;
+    uint32_t len;                 /* Total bytes of all SGEs or inline data. */
+    int num_sge;
+    struct ibv_sge sge[FAKEIBV_MAX_SGE];
+    uint8_t *inline_buf;          /* Slot in qp->inline_slab when IBV_SEND_INLINE. */
+    int done;                     /* Response arrived (or local error decided). */
+    enum ibv_wc_status status;    /* Valid when done. */
+};
+
+struct fakeibv_rwqe {
+    uint64_t wr_id;
+    int num_sge;
+    struct ibv_sge sge[FAKEIBV_MAX_SGE];
+};
+
+struct fakeibv_inbound {
+    int fd;                       /* -1 when the slot is free. */
+    pthread_t thread;
+    int joinable;
+};
+
+struct fakeibv_qp {
+    struct ibv_qp_ex qpx;         /* Must be first; qpx.qp_base is the ibv_qp. */
+    struct fakeibv_context *ctx;
+    pthread_mutex_t lock;         /* Protects everything below. */
+    pthread_cond_t cond;          /* Signals SQ/RQ/state changes to the threads. */
+    struct ibv_qp_attr attr;      /* Attributes as last modified. */
+    int sq_sig_all;
+    uint32_t sq_depth, rq_depth, max_send_sge, max_recv_sge, max_inline;
+    /* Send queue counters, all monotonic:
+     * free <= ack <= resp <= tx <= head; head - free <= sq_depth. */
+    struct fakeibv_swqe *sq;
+    uint8_t *inline_slab;
+    uint32_t sq_head;             /* Next slot post_send fills. */
+    uint32_t sq_tx;               /* Next WQE the tx thread transmits. */
+    uint32_t sq_resp;             /* Next WQE waiting for a response. */
+    uint32_t sq_ack;              /* Next WQE to complete to the CQ. */
+    uint32_t sq_free;             /* Slots up to here may be reused. */
+    int sq_blocked;               /* A local error stopped transmission. */
+    struct fakeibv_rwqe *rq;
+    uint32_t rq_head, rq_tail;    /* Posted / consumed receive WQEs. */
+    /* Requester connection. */
+    int out_fd;                   /* Stream to the peer's port; -1 if none. */
+    int broken;                   /* Peer unreachable: retry timer runs. */
+    struct timespec deadline;     /* When the retry timer expires (broken only). */
+    int deadline_set;
+    int threads_up;               /* tx and rx threads running. */
+    int stopping;                 /* Threads must exit. */
+    pthread_t tx_thread, rx_thread;
+    struct fakeibv_inbound in[FAKEIBV_MAX_INBOUND];
+    /* ibv_wr_* staging (fakeibv_post.c). */
+    struct ibv_send_wr *wr_stage;
+    struct ibv_sge *wr_stage_sge;
+    uint8_t *wr_stage_inl;
+    uint32_t wr_nstage;
+    int wr_err;
+};
+
+static inline struct fakeibv_qp *fakeibv_qp(struct ibv_qp *qp)
+{
+    return fakeibv_container_of(qp, struct fakeibv_qp, qpx.qp_base);
+}
+
+/* Handed to a responder thread: its QP and its slot in qp->in[]. */
+struct fakeibv_responder_arg {
+    struct fakeibv_qp *qp;
+    int slot;
+};
+
+/* fakeibv_qp.c */
+struct fakeibv_qp *fakeibv_qp_lookup_get(uint32_t qpn);  /* Returns with qp->lock held. */
+void fakeibv_qp_to_err_locked(struct fakeibv_qp *qp);
+void fakeibv_qp_advance_locked(struct fakeibv_qp *qp);
+void fakeibv_qp_set_broken_locked(struct fakeibv_qp *qp);
+int fakeibv_qp_attach_inbound(uint32_t qpn, int fd);
+void fakeibv_qp_fill_ex_ops(struct fakeibv_qp *qp);
+long fakeibv_qp_retry_timeout_ms(const struct fakeibv_qp *qp);
+long fakeibv_qp_rnr_timeout_ms(const struct fakeibv_qp *qp, int rnr_retry);
+void fakeibv_push_flush_locked(struct fakeibv_qp *qp, struct fakeibv_cq *cq, uint64_t wr_id,
+                               enum ibv_wc_opcode op, enum ibv_wc_status st);
+
+/* fakeibv_post.c */
+int fakeibv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+int fakeibv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+enum ibv_wc_opcode fakeibv_wc_opcode(enum ibv_wr_opcode op);
+
+/* fakeibv_xfer.c: the per-QP requester threads and the responder thread. */
+void *fakeibv_tx_main(void *arg);
+void *fakeibv_rx_main(void *arg);
+void *fakeibv_responder_main(void *arg);
+
+/* Time helpers. */
+static inline void fakeibv_deadline_in(struct timespec *ts, long ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+int fakeibv_cond_init_monotonic(pthread_cond_t *cond);
+
+#endif /* FAKEIBV_INTERNAL_H */

@@ -1,0 +1,541 @@
+/*
+ * fakeibv data movement: the three kinds of thread behind an RC QP.
+ *
+ *  - tx thread (requester): takes WQEs in order, checks local keys, sends
+ *    the request and its payload on the QP's outbound stream; runs the
+ *    retry timer when the peer is unreachable.
+ *  - rx thread (requester): reads ACK / NAK / READ_RESP from the same
+ *    stream, places READ data, marks WQEs done and completes them in order.
+ *  - responder thread (one per inbound stream): checks rkey, range and
+ *    access, moves the bytes, consumes receive WQEs (waiting out RNR), and
+ *    answers.
+ *
+ * No thread holds qp->lock across socket I/O; the WQE it works on cannot be
+ * reused while it is in flight, because its slot is freed only on
+ * completion.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fakeibv_internal.h"
+#include "fakeibv_wire.h"
+
+/* ---- requester: transmit ------------------------------------------------ */
+
+static enum fakeibv_wire_op fakeibv_wire_op_of(enum ibv_wr_opcode op)
+{
+    switch (op) {
+    case IBV_WR_RDMA_WRITE: return FAKEIBV_OP_WRITE;
+    case IBV_WR_RDMA_WRITE_WITH_IMM: return FAKEIBV_OP_WRITE_IMM;
+    case IBV_WR_SEND_WITH_IMM: return FAKEIBV_OP_SEND_IMM;
+    case IBV_WR_RDMA_READ: return FAKEIBV_OP_READ_REQ;
+    default: return FAKEIBV_OP_SEND;
+    }
+}
+
+/* Local key check of every SGE before anything goes on the wire, so a bad
+ * lkey fails the WQE cleanly (IBV_WC_LOC_PROT_ERR) instead of mid-stream. */
+static int fakeibv_sges_ok(struct fakeibv_qp *qp, const struct fakeibv_swqe *w, int access)
+{
+    int i;
+
+    for (i = 0; i < w->num_sge; i++) {
+        struct fakeibv_mr *mr;
+
+        if (w->sge[i].length == 0)
+            continue;
+        if (fakeibv_mr_get(w->sge[i].lkey, qp->qpx.qp_base.pd, w->sge[i].addr, w->sge[i].length,
+                           access, &mr) != FAKEIBV_MR_OK)
+            return 0;
+        fakeibv_mr_put();
+    }
+    return 1;
+}
+
+static int fakeibv_send_sges(int fd, struct fakeibv_qp *qp, const struct fakeibv_swqe *w)
+{
+    int i, rc = 0;
+
+    for (i = 0; i < w->num_sge && rc == 0; i++) {
+        struct fakeibv_mr *mr;
+
+        if (w->sge[i].length == 0)
+            continue;
+        if (fakeibv_mr_get(w->sge[i].lkey, qp->qpx.qp_base.pd, w->sge[i].addr, w->sge[i].length, 0,
+                           &mr) != FAKEIBV_MR_OK)
+            return EFAULT; /* Deregistered while in flight: stream unusable. */
+        rc = fakeibv_mem_to_fd(mr, w->sge[i].addr, fd, w->sge[i].length);
+        fakeibv_mr_put();
+    }
+    return rc;
+}
+
+/* Returns 0, EFAULT for a local protection error, or an I/O errno. */
+static int fakeibv_transmit(struct fakeibv_qp *qp, int fd, const struct fakeibv_swqe *w,
+                            uint64_t seq, uint8_t rnr_retry)
+{
+    struct {
+        struct fakeibv_wire_hdr h;
+        uint8_t data[4096];
+    } msg;
+    int is_read = w->opcode == IBV_WR_RDMA_READ;
+
+    if (w->inline_buf == NULL && !fakeibv_sges_ok(qp, w, is_read ? IBV_ACCESS_LOCAL_WRITE : 0))
+        return EFAULT;
+    memset(&msg.h, 0, sizeof(msg.h));
+    msg.h.op = (uint8_t)fakeibv_wire_op_of(w->opcode);
+    msg.h.rnr_retry = rnr_retry;
+    msg.h.len = w->len;
+    msg.h.raddr = w->raddr;
+    msg.h.rkey = w->rkey;
+    msg.h.imm = w->imm;
+    msg.h.seq = seq;
+    if (is_read)
+        return fakeibv_io_write(fd, &msg.h, sizeof(msg.h));
+    if (w->inline_buf != NULL && w->len <= sizeof(msg.data)) {
+        /* One send for small inline messages: latency tests live here. */
+        memcpy(msg.data, w->inline_buf, w->len);
+        return fakeibv_io_write(fd, &msg, sizeof(msg.h) + w->len);
+    }
+    {
+        int rc = fakeibv_io_write(fd, &msg.h, sizeof(msg.h));
+
+        if (rc != 0)
+            return rc;
+        if (w->inline_buf != NULL)
+            return fakeibv_io_write(fd, w->inline_buf, w->len);
+        return fakeibv_send_sges(fd, qp, w);
+    }
+}
+
+static int fakeibv_deadline_passed(const struct timespec *d)
+{
+    struct timespec now;
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return now.tv_sec > d->tv_sec || (now.tv_sec == d->tv_sec && now.tv_nsec >= d->tv_nsec);
+}
+
+/* The peer is unreachable and work is outstanding: once the retry timer
+ * runs out, the oldest WQE fails with RETRY_EXC_ERR and the QP errors out.
+ * Returns 1 if the caller should wait on the deadline. */
+static int fakeibv_retry_timer_locked(struct fakeibv_qp *qp)
+{
+    struct fakeibv_swqe *w;
+    long ms;
+
+    if (!qp->deadline_set) {
+        ms = fakeibv_qp_retry_timeout_ms(qp);
+        if (ms < 0)
+            return 0; /* Infinite timeout: wait for ever (until destroy). */
+        fakeibv_deadline_in(&qp->deadline, ms);
+        qp->deadline_set = 1;
+    }
+    if (!fakeibv_deadline_passed(&qp->deadline))
+        return 1;
+    w = &qp->sq[qp->sq_ack % qp->sq_depth];
+    FAKEIBV_INFO("qpn 0x%x: no response from peer qpn 0x%x within the retry timeout; "
+                 "wr_id 0x%llx -> IBV_WC_RETRY_EXC_ERR",
+                 qp->qpx.qp_base.qp_num, qp->attr.dest_qp_num, (unsigned long long)w->wr_id);
+    w->done = 1;
+    w->status = IBV_WC_RETRY_EXC_ERR;
+    if (qp->sq_tx == qp->sq_ack)
+        qp->sq_tx++;
+    fakeibv_qp_advance_locked(qp);
+    return 0;
+}
+
+void *fakeibv_tx_main(void *arg)
+{
+    struct fakeibv_qp *qp = arg;
+    uint64_t seq = 0;
+
+    pthread_mutex_lock(&qp->lock);
+    while (!qp->stopping) {
+        enum ibv_qp_state st = qp->attr.qp_state;
+        int outstanding = qp->sq_ack != qp->sq_head && st != IBV_QPS_ERR;
+
+        if (qp->broken && outstanding) {
+            if (fakeibv_retry_timer_locked(qp))
+                pthread_cond_timedwait(&qp->cond, &qp->lock, &qp->deadline);
+            else if (qp->attr.qp_state != IBV_QPS_ERR)
+                pthread_cond_wait(&qp->cond, &qp->lock);
+            continue;
+        }
+        if (!qp->broken && st == IBV_QPS_RTS && !qp->sq_blocked && qp->sq_tx != qp->sq_head) {
+            uint32_t idx = qp->sq_tx++;
+            struct fakeibv_swqe w = qp->sq[idx % qp->sq_depth];
+            uint8_t rnr_retry = qp->attr.rnr_retry;
+            int fd = qp->out_fd, rc;
+
+            pthread_mutex_unlock(&qp->lock);
+            rc = fakeibv_transmit(qp, fd, &w, seq++, rnr_retry);
+            pthread_mutex_lock(&qp->lock);
+            if (qp->attr.qp_state == IBV_QPS_ERR || qp->stopping)
+                continue;
+            if (rc == EFAULT) {
+                struct fakeibv_swqe *pw = &qp->sq[idx % qp->sq_depth];
+
+                FAKEIBV_INFO("qpn 0x%x: wr_id 0x%llx has an SGE outside its lkey's MR",
+                             qp->qpx.qp_base.qp_num, (unsigned long long)w.wr_id);
+                pw->done = 1;
+                pw->status = IBV_WC_LOC_PROT_ERR;
+                qp->sq_blocked = 1;
+                fakeibv_qp_advance_locked(qp);
+            } else if (rc != 0) {
+                fakeibv_qp_set_broken_locked(qp);
+            }
+            continue;
+        }
+        pthread_cond_wait(&qp->cond, &qp->lock);
+    }
+    pthread_mutex_unlock(&qp->lock);
+    return NULL;
+}
+
+/* ---- requester: responses ------------------------------------------------ */
+
+static enum ibv_wc_status fakeibv_nak_status(uint8_t syndrome)
+{
+    switch (syndrome) {
+    case FAKEIBV_SYN_REM_ACCESS: return IBV_WC_REM_ACCESS_ERR;
+    case FAKEIBV_SYN_REM_INV_REQ: return IBV_WC_REM_INV_REQ_ERR;
+    case FAKEIBV_SYN_RNR: return IBV_WC_RNR_RETRY_EXC_ERR;
+    default: return IBV_WC_REM_OP_ERR;
+    }
+}
+
+/* Scatters READ response bytes into the WQE's SGEs. */
+static int fakeibv_read_scatter(struct fakeibv_qp *qp, int fd, const struct fakeibv_swqe *w,
+                                uint32_t len)
+{
+    uint32_t left = len;
+    int i, rc = 0;
+
+    for (i = 0; i < w->num_sge && left > 0 && rc == 0; i++) {
+        uint32_t n = w->sge[i].length < left ? w->sge[i].length : left;
+        struct fakeibv_mr *mr;
+
+        if (n == 0)
+            continue;
+        if (fakeibv_mr_get(w->sge[i].lkey, qp->qpx.qp_base.pd, w->sge[i].addr, n,
+                           IBV_ACCESS_LOCAL_WRITE, &mr) != FAKEIBV_MR_OK)
+            return EFAULT;
+        rc = fakeibv_mem_from_fd(mr, w->sge[i].addr, fd, n);
+        fakeibv_mr_put();
+        left -= n;
+    }
+    if (rc == 0 && left > 0)
+        rc = fakeibv_io_discard(fd, left);
+    return rc;
+}
+
+void *fakeibv_rx_main(void *arg)
+{
+    struct fakeibv_qp *qp = arg;
+    struct fakeibv_wire_hdr h;
+    int fd;
+
+    pthread_mutex_lock(&qp->lock);
+    fd = qp->out_fd;
+    pthread_mutex_unlock(&qp->lock);
+    if (fd < 0)
+        return NULL; /* Never connected: the tx thread's retry timer reports it. */
+    for (;;) {
+        struct fakeibv_swqe *w, copy;
+        int rc = fakeibv_io_read(fd, &h, sizeof(h));
+
+        pthread_mutex_lock(&qp->lock);
+        if (rc != 0 || qp->stopping) {
+            if (!qp->stopping)
+                fakeibv_qp_set_broken_locked(qp);
+            pthread_mutex_unlock(&qp->lock);
+            return NULL;
+        }
+        if (qp->attr.qp_state == IBV_QPS_ERR || qp->sq_resp == qp->sq_tx) {
+            /* Late answers to flushed WQEs; anything else is a desync. */
+            if (qp->attr.qp_state != IBV_QPS_ERR)
+                FAKEIBV_WARN("qpn 0x%x: response seq %llu with nothing outstanding (wire desync)",
+                             qp->qpx.qp_base.qp_num, (unsigned long long)h.seq);
+            pthread_mutex_unlock(&qp->lock);
+            if (h.op == FAKEIBV_OP_READ_RESP && fakeibv_io_discard(fd, h.len) != 0)
+                return NULL;
+            continue;
+        }
+        w = &qp->sq[qp->sq_resp % qp->sq_depth];
+        if (h.op == FAKEIBV_OP_NAK && h.syndrome == FAKEIBV_SYN_DROPPED) {
+            fakeibv_qp_set_broken_locked(qp);
+            pthread_mutex_unlock(&qp->lock);
+            continue;
+        }
+        if (h.op == FAKEIBV_OP_READ_RESP) {
+            copy = *w;
+            pthread_mutex_unlock(&qp->lock);
+            rc = fakeibv_read_scatter(qp, fd, &copy, h.len);
+            pthread_mutex_lock(&qp->lock);
+            if (rc != 0 && rc != EFAULT) {
+                fakeibv_qp_set_broken_locked(qp);
+                pthread_mutex_unlock(&qp->lock);
+                return NULL;
+            }
+            if (qp->attr.qp_state == IBV_QPS_ERR) {
+                pthread_mutex_unlock(&qp->lock);
+                continue;
+            }
+            w->status = rc == EFAULT ? IBV_WC_LOC_PROT_ERR : IBV_WC_SUCCESS;
+        } else {
+            w->status = h.op == FAKEIBV_OP_ACK ? IBV_WC_SUCCESS : fakeibv_nak_status(h.syndrome);
+        }
+        w->done = 1;
+        qp->sq_resp++;
+        fakeibv_qp_advance_locked(qp);
+        pthread_mutex_unlock(&qp->lock);
+    }
+}
+
+/* ---- responder ---------------------------------------------------------- */
+
+static int fakeibv_reply(int fd, uint8_t op, uint8_t syndrome, uint32_t len, uint64_t seq)
+{
+    struct fakeibv_wire_hdr r;
+
+    memset(&r, 0, sizeof(r));
+    r.op = op;
+    r.syndrome = syndrome;
+    r.len = len;
+    r.seq = seq;
+    return fakeibv_io_write(fd, &r, sizeof(r));
+}
+
+/* Responder-side fatal error: the QP goes to ERR and, for access
+ * violations, the owner hears about it through an async event. */
+static void fakeibv_responder_fail(struct fakeibv_qp *qp, enum ibv_event_type ev_type)
+{
+    struct ibv_async_event ev = { .event_type = ev_type };
+
+    pthread_mutex_lock(&qp->lock);
+    if (qp->attr.qp_state != IBV_QPS_ERR)
+        fakeibv_qp_to_err_locked(qp);
+    pthread_mutex_unlock(&qp->lock);
+    ev.element.qp = &qp->qpx.qp_base;
+    fakeibv_async_raise(qp->ctx, &ev);
+}
+
+static int fakeibv_has_payload(uint8_t op)
+{
+    return op == FAKEIBV_OP_WRITE || op == FAKEIBV_OP_WRITE_IMM || op == FAKEIBV_OP_SEND ||
+           op == FAKEIBV_OP_SEND_IMM;
+}
+
+/* Waits for a receive WQE as the RNR NAK / retry loop would. Returns 0 with
+ * *r filled, FAKEIBV_SYN_RNR when the requester's RNR retries run out, or
+ * FAKEIBV_SYN_DROPPED when the QP stops or errors meanwhile. */
+static int fakeibv_take_rwqe(struct fakeibv_qp *qp, uint8_t rnr_retry, struct fakeibv_rwqe *r)
+{
+    long ms = -1;
+    struct timespec deadline;
+    int rc = 0;
+
+    pthread_mutex_lock(&qp->lock);
+    if (qp->rq_tail == qp->rq_head) {
+        ms = fakeibv_qp_rnr_timeout_ms(qp, rnr_retry);
+        if (ms >= 0)
+            fakeibv_deadline_in(&deadline, ms);
+    }
+    while (qp->rq_tail == qp->rq_head && !qp->stopping && qp->attr.qp_state != IBV_QPS_ERR) {
+        if (ms < 0) {
+            pthread_cond_wait(&qp->cond, &qp->lock);
+        } else if (pthread_cond_timedwait(&qp->cond, &qp->lock, &deadline) == ETIMEDOUT &&
+                   qp->rq_tail == qp->rq_head) {
+            rc = FAKEIBV_SYN_RNR;
+            break;
+        }
+    }
+    if (rc == 0 && (qp->stopping || qp->attr.qp_state == IBV_QPS_ERR))
+        rc = FAKEIBV_SYN_DROPPED;
+    if (rc == 0)
+        *r = qp->rq[qp->rq_tail++ % qp->rq_depth];
+    pthread_mutex_unlock(&qp->lock);
+    return rc;
+}
+
+static void fakeibv_push_recv(struct fakeibv_qp *qp, const struct fakeibv_rwqe *r,
+                              enum ibv_wc_status st, enum ibv_wc_opcode op, uint32_t len,
+                              const struct fakeibv_wire_hdr *h)
+{
+    struct ibv_wc wc;
+
+    memset(&wc, 0, sizeof(wc));
+    wc.wr_id = r->wr_id;
+    wc.status = st;
+    wc.opcode = op;
+    wc.byte_len = len;
+    wc.qp_num = qp->qpx.qp_base.qp_num;
+    wc.src_qp = qp->attr.dest_qp_num;
+    wc.vendor_err = st == IBV_WC_SUCCESS ? 0 : 0xfa;
+    if (h->op == FAKEIBV_OP_WRITE_IMM || h->op == FAKEIBV_OP_SEND_IMM) {
+        wc.wc_flags = IBV_WC_WITH_IMM;
+        wc.imm_data = h->imm;
+    }
+    pthread_mutex_lock(&qp->lock);
+    fakeibv_cq_push((struct fakeibv_cq *)qp->qpx.qp_base.recv_cq, &wc);
+    pthread_mutex_unlock(&qp->lock);
+}
+
+/* SEND: scatter the payload into the receive WQE. Returns the NAK syndrome
+ * (0 = success) and the receive completion status through *st. */
+static int fakeibv_recv_scatter(struct fakeibv_qp *qp, int fd, const struct fakeibv_rwqe *r,
+                                uint32_t len, enum ibv_wc_status *st, int *io_err)
+{
+    uint64_t room = 0;
+    uint32_t left = len;
+    int i;
+
+    *io_err = 0;
+    for (i = 0; i < r->num_sge; i++)
+        room += r->sge[i].length;
+    if (room < len) {
+        *st = IBV_WC_LOC_LEN_ERR;
+        *io_err = fakeibv_io_discard(fd, len);
+        return FAKEIBV_SYN_REM_INV_REQ;
+    }
+    for (i = 0; i < r->num_sge && left > 0; i++) {
+        uint32_t n = r->sge[i].length < left ? r->sge[i].length : left;
+        struct fakeibv_mr *mr;
+
+        if (n == 0)
+            continue;
+        if (fakeibv_mr_get(r->sge[i].lkey, qp->qpx.qp_base.pd, r->sge[i].addr, n,
+                           IBV_ACCESS_LOCAL_WRITE, &mr) != FAKEIBV_MR_OK) {
+            *st = IBV_WC_LOC_PROT_ERR;
+            *io_err = fakeibv_io_discard(fd, left);
+            return FAKEIBV_SYN_REM_OP;
+        }
+        *io_err = fakeibv_mem_from_fd(mr, r->sge[i].addr, fd, n);
+        fakeibv_mr_put();
+        if (*io_err != 0)
+            return FAKEIBV_SYN_REM_OP;
+        left -= n;
+    }
+    *st = IBV_WC_SUCCESS;
+    return 0;
+}
+
+/* Handles one request; returns 0 or an I/O errno that ends the stream. */
+static int fakeibv_serve(struct fakeibv_qp *qp, int fd, const struct fakeibv_wire_hdr *h)
+{
+    int need = h->op == FAKEIBV_OP_READ_REQ ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
+    int is_write = h->op == FAKEIBV_OP_WRITE || h->op == FAKEIBV_OP_WRITE_IMM;
+    struct fakeibv_rwqe r;
+    struct fakeibv_mr *mr = NULL;
+    enum ibv_wc_status st;
+    int syn, rc = 0, io_err;
+
+    if (h->op == FAKEIBV_OP_WRITE_IMM || h->op == FAKEIBV_OP_SEND || h->op == FAKEIBV_OP_SEND_IMM) {
+        syn = fakeibv_take_rwqe(qp, h->rnr_retry, &r);
+        if (syn != 0) {
+            rc = fakeibv_io_discard(fd, h->len);
+            return rc ? rc : fakeibv_reply(fd, FAKEIBV_OP_NAK, (uint8_t)syn, 0, h->seq);
+        }
+    }
+    if (h->op == FAKEIBV_OP_SEND || h->op == FAKEIBV_OP_SEND_IMM) {
+        syn = fakeibv_recv_scatter(qp, fd, &r, h->len, &st, &io_err);
+        if (io_err != 0)
+            return io_err;
+        fakeibv_push_recv(qp, &r, st, IBV_WC_RECV, h->len, h);
+        if (syn != 0) {
+            fakeibv_responder_fail(qp, IBV_EVENT_QP_FATAL);
+            return fakeibv_reply(fd, FAKEIBV_OP_NAK, (uint8_t)syn, 0, h->seq);
+        }
+        return fakeibv_reply(fd, FAKEIBV_OP_ACK, 0, 0, h->seq);
+    }
+    /* RDMA: a zero-length operation carries no rkey check (IBA 9.4.4). */
+    if (h->len > 0) {
+        int ok = (qp->attr.qp_access_flags & need) &&
+                 fakeibv_mr_get(h->rkey, qp->qpx.qp_base.pd, h->raddr, h->len, need, &mr) ==
+                     FAKEIBV_MR_OK;
+
+        if (!ok) {
+            FAKEIBV_INFO("qpn 0x%x: remote %s of %u bytes at 0x%llx rkey 0x%x denied",
+                         qp->qpx.qp_base.qp_num, is_write ? "write" : "read", h->len,
+                         (unsigned long long)h->raddr, h->rkey);
+            if (is_write && (rc = fakeibv_io_discard(fd, h->len)) != 0)
+                return rc;
+            /* The receive WQE already taken flushes ahead of the others. */
+            if (h->op == FAKEIBV_OP_WRITE_IMM)
+                fakeibv_push_recv(qp, &r, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, h);
+            fakeibv_responder_fail(qp, IBV_EVENT_QP_ACCESS_ERR);
+            return fakeibv_reply(fd, FAKEIBV_OP_NAK, FAKEIBV_SYN_REM_ACCESS, 0, h->seq);
+        }
+    }
+    if (is_write) {
+        if (mr != NULL) {
+            rc = fakeibv_mem_from_fd(mr, h->raddr, fd, h->len);
+            fakeibv_mr_put();
+        }
+        if (rc != 0)
+            return rc;
+        if (h->op == FAKEIBV_OP_WRITE_IMM)
+            fakeibv_push_recv(qp, &r, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, h->len, h);
+        return fakeibv_reply(fd, FAKEIBV_OP_ACK, 0, 0, h->seq);
+    }
+    rc = fakeibv_reply(fd, FAKEIBV_OP_READ_RESP, 0, h->len, h->seq);
+    if (rc == 0 && mr != NULL)
+        rc = fakeibv_mem_to_fd(mr, h->raddr, fd, h->len);
+    if (mr != NULL)
+        fakeibv_mr_put();
+    return rc;
+}
+
+void *fakeibv_responder_main(void *argp)
+{
+    struct fakeibv_responder_arg arg = *(struct fakeibv_responder_arg *)argp;
+    struct fakeibv_qp *qp = arg.qp;
+    struct fakeibv_wire_hdr h;
+    int fd;
+
+    free(argp);
+    pthread_mutex_lock(&qp->lock);
+    fd = qp->in[arg.slot].fd;
+    pthread_mutex_unlock(&qp->lock);
+    for (;;) {
+        int rc = fakeibv_io_read(fd, &h, sizeof(h));
+
+        if (rc != 0)
+            break;
+        if (h.op < FAKEIBV_OP_WRITE || h.op > FAKEIBV_OP_READ_REQ) {
+            FAKEIBV_WARN("qpn 0x%x: unknown request op %u on inbound stream; closing it",
+                         qp->qpx.qp_base.qp_num, h.op);
+            break;
+        }
+        /* Requests may arrive before this QP reaches RTR (the peer got
+         * there first); a real HCA would drop them and the peer retry. */
+        pthread_mutex_lock(&qp->lock);
+        while (!qp->stopping && (qp->attr.qp_state == IBV_QPS_RESET ||
+                                 qp->attr.qp_state == IBV_QPS_INIT))
+            pthread_cond_wait(&qp->cond, &qp->lock);
+        if (qp->stopping) {
+            pthread_mutex_unlock(&qp->lock);
+            break;
+        }
+        if (qp->attr.qp_state == IBV_QPS_ERR) {
+            pthread_mutex_unlock(&qp->lock);
+            rc = fakeibv_has_payload(h.op) ? fakeibv_io_discard(fd, h.len) : 0;
+            if (rc == 0)
+                rc = fakeibv_reply(fd, FAKEIBV_OP_NAK, FAKEIBV_SYN_DROPPED, 0, h.seq);
+            if (rc != 0)
+                break;
+            continue;
+        }
+        pthread_mutex_unlock(&qp->lock);
+        if (fakeibv_serve(qp, fd, &h) != 0)
+            break;
+    }
+    pthread_mutex_lock(&qp->lock);
+    close(fd);
+    qp->in[arg.slot].fd = -1;
+    pthread_mutex_unlock(&qp->lock);
+    return NULL;
+}
