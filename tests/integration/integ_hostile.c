@@ -39,6 +39,7 @@ typedef enum hostile_kind {
     HOSTILE_RESET,        /* Connect, then RST (SO_LINGER 0). */
     HOSTILE_SILENT,       /* Connect, send nothing. */
     HOSTILE_HALF_HELLO,   /* First 16 bytes of a valid hello, then nothing. */
+    HOSTILE_ORPHAN,       /* A valid hello for lane 0 of a connection whose other lanes never come. */
     HOSTILE_KIND_COUNT
 } hostile_kind_t;
 
@@ -53,6 +54,7 @@ static const char *const hostile_names[HOSTILE_KIND_COUNT] = {
     [HOSTILE_RESET]       = "connect then reset",
     [HOSTILE_SILENT]      = "connect, say nothing",
     [HOSTILE_HALF_HELLO]  = "half a hello, stall",
+    [HOSTILE_ORPHAN]      = "valid lane 0, no other lanes",
 };
 
 typedef struct hostile {
@@ -60,6 +62,7 @@ typedef struct hostile {
     int            fd;       /* -1 once closed by us. */
     int            dropped;  /* The plugin closed its end (EOF or reset seen). */
     double         t_open;
+    char           src[80];  /* Our end, "ip:port": the plugin's log line should name it. */
 } hostile_t;
 
 static hostile_t hostiles[HOSTILE_MAX];
@@ -68,7 +71,8 @@ static int nhostiles;
 /* A stall is dropped by the plugin after the hello timeout; bad hellos right away. */
 static int hostile_expect_drop(hostile_kind_t k)
 {
-    return k != HOSTILE_CLOSE && k != HOSTILE_RESET;
+    /* An orphan lane carries the right token: holding it for a while is legitimate. */
+    return k != HOSTILE_CLOSE && k != HOSTILE_RESET && k != HOSTILE_ORPHAN;
 }
 
 static int hostile_is_stall(hostile_kind_t k)
@@ -107,6 +111,46 @@ static int hostile_connect(const ferry_sock_handle_t *h)
     return fd;
 }
 
+static void hostile_name_src(hostile_t *x)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    char ip[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+
+    FIT_CHECK(getsockname(x->fd, (struct sockaddr *)&ss, &len) == 0, "getsockname: %s",
+              strerror(errno));
+    if (ss.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)&ss;
+
+        inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof(ip));
+        port = ntohs(s6->sin6_port);
+    } else {
+        const struct sockaddr_in *s4 = (const struct sockaddr_in *)&ss;
+
+        inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof(ip));
+        port = ntohs(s4->sin_port);
+    }
+    snprintf(x->src, sizeof(x->src), "%s:%d", ip, port);
+}
+
+/* Every stranger must show up in the log, named by its address and port. */
+static void hostile_expect_logged(int from)
+{
+    int i;
+
+    for (i = 0; i < nhostiles; i++) {
+        char line[4096];
+
+        if (hostiles[i].kind == HOSTILE_ORPHAN && !hostiles[i].dropped)
+            continue;
+        FIT_CHECK(fit_log_find(from, -1, hostiles[i].src, NULL, NULL, line, sizeof(line)) >= 0,
+                  "no log line names hostile #%d (%s) from %s", i, hostile_names[hostiles[i].kind],
+                  hostiles[i].src);
+    }
+    printf("  every hostile's address:port appears in the plugin log\n");
+}
+
 static void hostile_hello(const ferry_sock_handle_t *h, ferry_sock_hello_t *hello)
 {
     memset(hello, 0, sizeof(*hello));
@@ -133,6 +177,7 @@ static void hostile_open(const ferry_sock_handle_t *h, hostile_kind_t kind)
     x->fd      = hostile_connect(h);
     x->dropped = 0;
     x->t_open  = fit_now();
+    hostile_name_src(x);
     hostile_hello(h, &hello);
     switch (kind) {
     case HOSTILE_RANDOM:
@@ -173,6 +218,10 @@ static void hostile_open(const ferry_sock_handle_t *h, hostile_kind_t kind)
         break;
     case HOSTILE_HALF_HELLO:
         n = send(x->fd, &hello, sizeof(hello) / 2, MSG_NOSIGNAL);
+        break;
+    case HOSTILE_ORPHAN:
+        hello.conn_id = 0x0f0f0f0f12345678ULL ^ (uint64_t)nhostiles;
+        n = send(x->fd, &hello, sizeof(hello), MSG_NOSIGNAL);
         break;
     default:
         break;
@@ -305,24 +354,28 @@ int main(int argc, char **argv)
     FIT_CHECK(fit_log_lines() > lines0, "the plugin logged nothing about %d rejected streams",
               HOSTILE_KIND_COUNT);
 
-    /* Phase 2: the real peer connects while more strangers arrive mid-handshake. */
+    /*
+     * Phase 2: the real peer connects while more strangers arrive. They queue
+     * in the listen backlog before, between and after the real streams: the
+     * first connect() call starts the real streams, accept() has not run yet.
+     */
+    hostile_open(h, HOSTILE_BAD_TOKEN);
+    hostile_open(h, HOSTILE_HALF_HELLO);
+    hostile_open(h, HOSTILE_RANDOM);
     memcpy(peer_handle, handle, sizeof(peer_handle));
     fit_bound_init(&b, "real connect among hostiles", FIT_CONNECT_SECONDS, FIT_CONNECT_ITERS);
     while (send_comm == NULL || recv_comm == NULL) {
         if (send_comm == NULL)
             FIT_NCCL(plugin.net->connect(ctx_c, 0, peer_handle, &send_comm, &dev_handle));
+        if (calls == 0) {
+            hostile_open(h, HOSTILE_RESET);
+            hostile_open(h, HOSTILE_BAD_MAGIC);
+            hostile_open(h, HOSTILE_SILENT);
+            hostile_open(h, HOSTILE_ORPHAN);
+        }
         if (recv_comm == NULL)
             FIT_NCCL(plugin.net->accept(listen_comm, &recv_comm, &dev_handle));
         calls++;
-        if (calls == 1) {
-            hostile_open(h, HOSTILE_BAD_TOKEN);
-            hostile_open(h, HOSTILE_HALF_HELLO);
-            hostile_open(h, HOSTILE_RANDOM);
-        }
-        if (calls == 3) {
-            hostile_open(h, HOSTILE_RESET);
-            hostile_open(h, HOSTILE_BAD_MAGIC);
-        }
         hostile_poll();
         if (send_comm == NULL || recv_comm == NULL)
             fit_bound_step(&b);
@@ -333,7 +386,21 @@ int main(int argc, char **argv)
     hostile_pump_accept(&plugin, listen_comm, hello_timeout + 5.0, 2);
     hostile_expect_dropped(1);
     fit_pass("stalled hostiles dropped within NCCL_FERRY_HELLO_TIMEOUT_MS + 5 s");
+    hostile_expect_logged(lines0);
+    for (k = 0; k < nhostiles; k++)
+        if (hostiles[k].kind == HOSTILE_ORPHAN)
+            printf("  hostile #%d (%s): %s after %.1f s\n", k, hostile_names[hostiles[k].kind],
+                   hostiles[k].dropped ? "dropped" : "still held", fit_now() - hostiles[k].t_open);
     FIT_NCCL(plugin.net->closeListen(listen_comm));
+    /* closeListen must let go of every stream it still holds (no fd leak). */
+    fit_bound_init(&b, "streams released by closeListen", 5.0, 100000000L);
+    while (hostile_poll() > 0 && fit_bound_try_step(&b))
+        ;
+    for (k = 0; k < nhostiles; k++)
+        FIT_CHECK(hostiles[k].fd < 0 || hostiles[k].dropped,
+                  "after closeListen hostile #%d (%s) is still open on the plugin's side", k,
+                  hostile_names[hostiles[k].kind]);
+    fit_pass("closeListen released every pending stream");
     hostile_close_all();
     fit_log_allow_warns(0);
 
