@@ -8,6 +8,7 @@
  * connections must end at the listen port (ctest sets the stream count
  * through NCCL_FERRY_STREAMS or NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD).
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,6 +180,64 @@ static void inproc_big_streams(const fit_plugin_t *p, inproc_pair_t *pr, int min
     fit_pass("64 MiB over %d stream(s) (required >= %d)", established, min_streams);
 }
 
+#define INPROC_NPAR 4
+
+/* One "proxy progress thread": its own comm pair, driven concurrently with the others. */
+typedef struct inproc_par {
+    const fit_plugin_t *p;
+    inproc_pair_t       pair;
+    size_t              sizes[INPROC_MAX_SIZES];
+    int                 n;
+    fit_xfer_result_t   r;
+    int                 idx;
+} inproc_par_t;
+
+static void *inproc_par_main(void *arg)
+{
+    inproc_par_t *t = arg;
+    fit_xfer_opts_t o = { 0 };
+
+    o.sizes      = t->sizes;
+    o.nmsgs      = t->n;
+    o.depth      = 8;
+    o.recv_extra = (size_t)t->idx * 100;
+    o.seed       = 10000 + (uint64_t)t->idx * 1000;
+    o.seconds    = 90.0;
+    o.tag        = t->idx;
+    fit_xfer_inproc(t->p, t->pair.send_comm, t->pair.recv_comm, &o, &t->r);
+    return NULL;
+}
+
+/* Several comms at once from several threads, as NCCL's per-GPU proxy threads do. */
+static void inproc_parallel(const fit_plugin_t *p, void *ctx_a, void *ctx_b)
+{
+    inproc_par_t t[INPROC_NPAR];
+    pthread_t tid[INPROC_NPAR];
+    int i;
+
+    for (i = 0; i < INPROC_NPAR; i++) {
+        memset(&t[i], 0, sizeof(t[i]));
+        t[i].p   = p;
+        t[i].idx = i;
+        t[i].n   = fit_sweep_sizes(t[i].sizes, INPROC_MAX_SIZES, (size_t)4 << 20);
+        /* Alternate which context listens, so both contexts carry both directions. */
+        inproc_pair_open(p, i % 2 ? ctx_a : ctx_b, i % 2 ? ctx_b : ctx_a, &t[i].pair, NULL);
+    }
+    for (i = 0; i < INPROC_NPAR; i++)
+        FIT_CHECK(pthread_create(&tid[i], NULL, inproc_par_main, &t[i]) == 0, "pthread_create");
+    for (i = 0; i < INPROC_NPAR; i++) {
+        char what[64];
+
+        pthread_join(tid[i], NULL);
+        snprintf(what, sizeof(what), "parallel comm %d", i);
+        fit_xfer_expect_ok(&t[i].r, what);
+    }
+    for (i = 0; i < INPROC_NPAR; i++)
+        inproc_pair_close(p, &t[i].pair);
+    fit_pass("%d comm pairs driven by %d threads at once, 0 B..4 MiB each, intact", INPROC_NPAR,
+             INPROC_NPAR);
+}
+
 /* A send larger than the posted receive: ncclInvalidUsage on the receiver, WARN with both sizes. */
 static void inproc_truncation(const fit_plugin_t *p, void *ctx_l, void *ctx_c)
 {
@@ -258,6 +317,7 @@ int main(int argc, char **argv)
     nthreads = fit_count_threads("ferry-", names, sizeof(names));
     printf("  helper threads while connected: %d [%s]\n", nthreads, names);
 
+    inproc_parallel(&plugin, ctx_a, ctx_b);
     inproc_truncation(&plugin, ctx_b, ctx_a);
 
     inproc_pair_close(&plugin, &pair);

@@ -1,0 +1,325 @@
+/*
+ * integ_config: how the plugin meets its environment and its life cycle.
+ * Each case runs in a fresh child process (its own environment, its own
+ * dlopen), the way each NCCL job starts.
+ *
+ *   backend-ib       NCCL_FERRY_BACKEND=ib: init fails (no IB backend yet) with
+ *                    a WARN about the backend; finalize after the failed init
+ *                    (NCCL calls it) and finalize(NULL) are safe
+ *   backend-bogus    NCCL_FERRY_BACKEND=bogus: init fails, the WARN names the
+ *                    variable and the value
+ *   backend-socket   NCCL_FERRY_BACKEND=socket: init and devices work
+ *   no-interface     NCCL_SOCKET_IFNAME names no interface: init fails or
+ *                    devices() reports 0, so NCCL can fall back
+ *   bad-streams      NCCL_FERRY_STREAMS=1000: a WARN names variable and value
+ *   one-stream       NCCL_FERRY_STREAMS=1: data still flows, 1 TCP stream
+ *   reinit-reload    every comm closed and finalized, then init again in the
+ *                    same load (NCCL_NET_PLUGIN_REF_COUNT=1); then dlclose and
+ *                    dlopen again (NCCL's unload/reload); data flows each time
+ *                    and no ferry-* thread outlives a dlclose
+ *
+ *   integ_config [--plugin PATH] [--case NAME]
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+
+#include "harness.h"
+
+#define CONFIG_WATCHDOG_SECS 100
+
+typedef struct config_case {
+    const char *name;
+    const char *env[4];  /* "NAME=value" set in the child before dlopen. */
+    void      (*run)(const char *path);
+} config_case_t;
+
+static int config_ci_contains(const char *hay, const char *needle)
+{
+    return strcasestr(hay, needle) != NULL;
+}
+
+/* init that must fail; returns the ctx it left (maybe NULL), prints the WARN. */
+static void *config_init_must_fail(const fit_plugin_t *p, const char *what)
+{
+    ncclNetCommConfig_v11_t cfg = { .trafficClass = -1 };
+    void *ctx = NULL;
+    ncclResult_t rc = p->net->init(&ctx, 0x77, &cfg, fit_logger, NULL);
+
+    FIT_CHECK(rc != ncclSuccess, "%s: init returned ncclSuccess", what);
+    printf("  init -> %d (%s)\n", (int)rc, fit_result_str(rc));
+    return ctx;
+}
+
+/* What NCCL does after a failed init: finalize(ctx) anyway; then also finalize(NULL). */
+static void config_finalize_after_failure(const fit_plugin_t *p, void *ctx)
+{
+    ncclResult_t rc = p->net->finalize(ctx);
+
+    printf("  finalize(%p) after the failed init -> %d\n", ctx, (int)rc);
+    rc = p->net->finalize(NULL);
+    printf("  finalize(NULL) -> %d\n", (int)rc);
+}
+
+static void config_close(fit_plugin_t *p)
+{
+    fit_plugin_close(p);
+    fit_check_no_ferry_threads("after dlclose");
+}
+
+static void config_backend_ib(const char *path)
+{
+    fit_plugin_t p;
+    char line[4096];
+    void *ctx;
+
+    fit_log_allow_warns(1);
+    fit_plugin_open(&p, path);
+    ctx = config_init_must_fail(&p, "NCCL_FERRY_BACKEND=ib");
+    FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, NULL, NULL, NULL, line, sizeof(line)) >= 0,
+              "init failed without a WARN");
+    printf("  WARN: %s\n", line);
+    FIT_CHECK(config_ci_contains(line, "ib") &&
+              (config_ci_contains(line, "backend") || strstr(line, "NCCL_FERRY_BACKEND")),
+              "the WARN does not say the ib backend is the reason: %s", line);
+    config_finalize_after_failure(&p, ctx);
+    config_close(&p);
+}
+
+static void config_backend_bogus(const char *path)
+{
+    fit_plugin_t p;
+    char line[4096];
+    void *ctx;
+
+    fit_log_allow_warns(1);
+    fit_plugin_open(&p, path);
+    ctx = config_init_must_fail(&p, "NCCL_FERRY_BACKEND=bogus");
+    FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "NCCL_FERRY_BACKEND", "bogus", NULL, line,
+                           sizeof(line)) >= 0,
+              "no WARN names NCCL_FERRY_BACKEND and 'bogus'");
+    printf("  WARN: %s\n", line);
+    config_finalize_after_failure(&p, ctx);
+    config_close(&p);
+}
+
+static void config_backend_socket(const char *path)
+{
+    fit_plugin_t p;
+    void *ctx;
+    int ndev = 0;
+
+    fit_plugin_open(&p, path);
+    ctx = fit_plugin_init(&p, 0x78);
+    FIT_NCCL(p.net->devices(&ndev));
+    FIT_CHECK(ndev >= 1, "devices() = %d", ndev);
+    FIT_NCCL(p.net->finalize(ctx));
+    fit_log_check_clean("backend=socket");
+    config_close(&p);
+}
+
+static void config_no_interface(const char *path)
+{
+    ncclNetCommConfig_v11_t cfg = { .trafficClass = -1 };
+    fit_plugin_t p;
+    void *ctx = NULL;
+    ncclResult_t rc;
+    int ndev = -1;
+
+    fit_log_allow_warns(1);
+    fit_plugin_open(&p, path);
+    rc = p.net->init(&ctx, 0x79, &cfg, fit_logger, NULL);
+    if (rc == ncclSuccess) {
+        rc = p.net->devices(&ndev);
+        FIT_CHECK(rc != ncclSuccess || ndev == 0,
+                  "NCCL_SOCKET_IFNAME=%s matched nothing yet devices() = %d",
+                  getenv("NCCL_SOCKET_IFNAME"), ndev);
+    }
+    printf("  init/devices -> %d (%s), ndev %d: NCCL would fall back\n", (int)rc,
+           fit_result_str(rc), ndev);
+    FIT_CHECK(fit_log_lines() > 0, "no log line says why no device was found");
+    config_finalize_after_failure(&p, ctx);
+    config_close(&p);
+}
+
+static void config_bad_streams(const char *path)
+{
+    ncclNetCommConfig_v11_t cfg = { .trafficClass = -1 };
+    fit_plugin_t p;
+    char line[4096];
+    void *ctx = NULL;
+    ncclResult_t rc;
+
+    fit_log_allow_warns(1);
+    fit_plugin_open(&p, path);
+    rc = p.net->init(&ctx, 0x7a, &cfg, fit_logger, NULL);
+    FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "NCCL_FERRY_STREAMS", "1000", NULL, line,
+                           sizeof(line)) >= 0, "no WARN names NCCL_FERRY_STREAMS=1000");
+    printf("  init -> %d; WARN: %s\n", (int)rc, line);
+    if (rc == ncclSuccess)
+        FIT_NCCL(p.net->finalize(ctx));
+    else
+        config_finalize_after_failure(&p, ctx);
+    config_close(&p);
+}
+
+/* listen/connect/accept in one process and move a few sizes through. */
+static void config_traffic(const fit_plugin_t *p, void *ctx_l, void *ctx_c, uint64_t seed,
+                           int expect_streams)
+{
+    static const size_t sizes[] = { 0, 1, 4095, 65536, 1000003, (size_t)8 << 20 };
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    void *listen_comm, *send_comm, *recv_comm;
+    fit_xfer_opts_t o = { 0 };
+    fit_xfer_result_t r;
+    int port, streams;
+
+    listen_comm = fit_listen(p, ctx_l, 0, handle);
+    port = fit_handle_port(handle);
+    fit_connect_accept(p, ctx_c, 0, handle, listen_comm, &send_comm, &recv_comm, NULL);
+    FIT_NCCL(p->net->closeListen(listen_comm));
+    o.sizes   = sizes;
+    o.nmsgs   = (int)(sizeof(sizes) / sizeof(sizes[0]));
+    o.depth   = 4;
+    o.seed    = seed;
+    o.seconds = 30.0;
+    fit_xfer_inproc(p, send_comm, recv_comm, &o, &r);
+    fit_xfer_expect_ok(&r, "traffic");
+    streams = fit_count_established_local(port);
+    if (expect_streams > 0)
+        FIT_CHECK(streams == expect_streams, "expected %d TCP stream(s), found %d",
+                  expect_streams, streams);
+    FIT_NCCL(p->net->closeSend(send_comm));
+    FIT_NCCL(p->net->closeRecv(recv_comm));
+}
+
+static void config_one_stream(const char *path)
+{
+    fit_plugin_t p;
+    void *a, *b;
+
+    fit_plugin_open(&p, path);
+    a = fit_plugin_init(&p, 0x7b);
+    b = fit_plugin_init(&p, 0x7c);
+    config_traffic(&p, a, b, 4242, 1);
+    FIT_NCCL(p.net->finalize(a));
+    FIT_NCCL(p.net->finalize(b));
+    fit_log_check_clean("one stream");
+    config_close(&p);
+}
+
+static void config_reinit_reload(const char *path)
+{
+    fit_plugin_t p;
+    void *a, *b;
+    int round;
+
+    for (round = 0; round < 2; round++) {
+        fit_plugin_open(&p, path);
+        a = fit_plugin_init(&p, 0x100 + (uint64_t)round);
+        b = fit_plugin_init(&p, 0x200 + (uint64_t)round);
+        config_traffic(&p, a, b, 500 + (uint64_t)round, 0);
+        /* Finalize in creation order, then start over within the same load. */
+        FIT_NCCL(p.net->finalize(a));
+        FIT_NCCL(p.net->finalize(b));
+        a = fit_plugin_init(&p, 0x300 + (uint64_t)round);
+        b = fit_plugin_init(&p, 0x400 + (uint64_t)round);
+        config_traffic(&p, b, a, 600 + (uint64_t)round, 0);
+        FIT_NCCL(p.net->finalize(b));
+        FIT_NCCL(p.net->finalize(a));
+        fit_log_check_clean("reinit");
+        config_close(&p);
+        printf("  load %d: init, traffic, finalize, re-init, traffic, finalize, dlclose\n",
+               round + 1);
+    }
+}
+
+static const config_case_t config_cases[] = {
+    { "backend-ib",     { "NCCL_FERRY_BACKEND=ib" },                config_backend_ib },
+    { "backend-bogus",  { "NCCL_FERRY_BACKEND=bogus" },             config_backend_bogus },
+    { "backend-socket", { "NCCL_FERRY_BACKEND=socket" },            config_backend_socket },
+    { "no-interface",   { "NCCL_SOCKET_IFNAME=ferrynoif0" },        config_no_interface },
+    { "bad-streams",    { "NCCL_FERRY_STREAMS=1000" },              config_bad_streams },
+    { "one-stream",     { "NCCL_FERRY_STREAMS=1", "NCCL_SOCKET_NTHREADS=", "NCCL_NSOCKS_PERTHREAD=" },
+                        config_one_stream },
+    { "reinit-reload",  { NULL },                                   config_reinit_reload },
+};
+
+static int config_run_case(const char *path, const config_case_t *c)
+{
+    int status = 0, i;
+    double deadline = fit_now() + CONFIG_WATCHDOG_SECS + 10;
+    pid_t pid;
+
+    fflush(NULL);
+    pid = fork();
+    FIT_CHECK(pid >= 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        alarm(CONFIG_WATCHDOG_SECS);
+        fit_set_role(c->name);
+        for (i = 0; i < 4 && c->env[i] != NULL; i++) {
+            char name[128];
+            const char *eq = strchr(c->env[i], '=');
+
+            snprintf(name, sizeof(name), "%.*s", (int)(eq - c->env[i]), c->env[i]);
+            if (eq[1] == '\0')
+                unsetenv(name);
+            else
+                setenv(name, eq + 1, 1);
+        }
+        c->run(path);
+        fflush(NULL);
+        _exit(0);
+    }
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+        if (fit_now() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            break;
+        }
+        usleep(20000);
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        printf("ok - case %s\n", c->name);
+        return 0;
+    }
+    if (WIFSIGNALED(status))
+        printf("FAIL - case %s: killed by signal %d (%s)%s\n", c->name, WTERMSIG(status),
+               strsignal(WTERMSIG(status)),
+               WTERMSIG(status) == SIGALRM ? " (watchdog: a call blocked)" : "");
+    else
+        printf("FAIL - case %s: exit %d\n", c->name, WEXITSTATUS(status));
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    const char *path = fit_plugin_path(&argc, argv);
+    const char *only = NULL;
+    int i, failed = 0, ran = 0;
+
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--case") == 0 && i + 1 < argc)
+            only = argv[++i];
+        else
+            FIT_FAIL("usage: integ_config [--plugin PATH] [--case NAME]");
+    }
+    setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+    fit_set_role("config");
+    for (i = 0; i < (int)(sizeof(config_cases) / sizeof(config_cases[0])); i++) {
+        if (only != NULL && strcmp(only, config_cases[i].name) != 0)
+            continue;
+        failed += config_run_case(path, &config_cases[i]);
+        ran++;
+    }
+    FIT_CHECK(ran > 0, "no case named %s", only ? only : "");
+    printf("integ_config: %d case(s), %d failed\n", ran, failed);
+    return failed ? 1 : 0;
+}
