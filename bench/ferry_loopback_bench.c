@@ -17,6 +17,7 @@
  * NCCL_SOCKET_IFNAME defaults to lo here unless the caller set it.
  */
 #include <dlfcn.h>
+#include <sched.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -275,6 +276,8 @@ static void bench_round_run(bench_side_t *s, const bench_opts_t *o, int is_send,
                 continue;
             }
         }
+        /* Nothing completed: yield like NCCL's idle proxy thread, so helper threads run. */
+        sched_yield();
         if ((++spins & 1023) == 0 && bench_now() - last_progress > 30.0)
             bench_die(s, "no progress for 30 s at %zu bytes (%llu/%llu done)", size,
                       (unsigned long long)done, (unsigned long long)iters);
@@ -362,14 +365,22 @@ static int bench_sender(const bench_opts_t *o, int handle_fd, int ctrl_fd, int a
         uint64_t cal = (uint64_t)((16u << 20) / (size ? size : 1));
         double t, per_msg, gbps;
         uint64_t iters;
+        int attempt;
 
         /* Calibration round (also the warm-up): about 16 MiB, 8..1000 messages. */
         cal = cal < BENCH_MIN_ITERS ? BENCH_MIN_ITERS : cal > 1000 ? 1000 : cal;
         t = bench_timed_round(&s, o, ctrl_fd, ack_fd, size, cal);
-        iters = (uint64_t)(o->target_s / (t / (double)cal));
-        iters = iters < BENCH_MIN_ITERS ? BENCH_MIN_ITERS
-              : iters > BENCH_MAX_ITERS ? BENCH_MAX_ITERS : iters;
-        t = bench_timed_round(&s, o, ctrl_fd, ack_fd, size, iters);
+        iters = cal;
+        /* Rescale until the timed round lasts at least 60% of the target (3 tries). */
+        for (attempt = 0; attempt < 3; attempt++) {
+            double want = (double)iters * o->target_s / (t > 1e-6 ? t : 1e-6);
+
+            iters = want < BENCH_MIN_ITERS ? BENCH_MIN_ITERS
+                  : want > BENCH_MAX_ITERS ? BENCH_MAX_ITERS : (uint64_t)want;
+            t = bench_timed_round(&s, o, ctrl_fd, ack_fd, size, iters);
+            if (t >= 0.6 * o->target_s || iters == BENCH_MAX_ITERS)
+                break;
+        }
         per_msg = t / (double)iters * 1e6;
         gbps = (double)size * (double)iters / t / 1e9;
         printf("%12zu %10llu %14.2f %10.3f\n", size, (unsigned long long)iters, per_msg, gbps);
