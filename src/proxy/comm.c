@@ -8,6 +8,12 @@
 #include "proxy/comm.h"
 #include "proxy/registry.h"
 
+/*
+ * Messages up to this size are pushed by the thread that posts them: one
+ * chunk, one sendmsg, no hand-off to a helper thread.
+ */
+#define FERRY_PX_ASSIST_MAX (64 << 10)
+
 static const char *const ferry_px_lane_state_names[FERRY_PX_LANE_STATE_COUNT] = {
     [FERRY_PX_LANE_IDLE]    = "idle",
     [FERRY_PX_LANE_HEADER]  = "header",
@@ -48,6 +54,7 @@ ferry_status_t ferry_px_comm_init(ferry_px_comm_t *comm, ferry_px_req_kind_t kin
     snprintf(comm->backend, sizeof(comm->backend), "%s", backend);
     snprintf(comm->peer, sizeof(comm->peer), "%s", peer);
     comm->create_ns = ferry_px_now_ns();
+    comm->assist_max = FERRY_PX_ASSIST_MAX;
     for (i = 0; i < FERRY_MAX_REQUESTS; i++)
         comm->reqs[i].comm = comm;
     for (i = 0; i < FERRY_PX_MAX_WORKERS; i++)
@@ -77,9 +84,34 @@ ferry_px_req_t *ferry_px_comm_post(ferry_px_comm_t *comm, void *buf, size_t size
         plan = ferry_px_chunk_plan(size, comm->nlanes, comm->chunk_min, comm->chunk_max);
     ferry_px_req_post(req, comm->kind, comm->next_seq, buf, size, plan);
     comm->next_seq++;
+    if (comm->kind == FERRY_PX_SEND)
+        atomic_store(&comm->unclaimed, 1);
     pthread_mutex_unlock(&comm->lock);
-    ferry_px_comm_kick(comm);
+    if (comm->kind == FERRY_PX_SEND && size <= comm->assist_max)
+        ferry_px_comm_assist(comm);
+    /* After the assist: a chunk it left half-sent needs its worker to watch POLLOUT. */
+    ferry_px_comm_kick_posted(comm);
     return req;
+}
+
+long ferry_px_comm_progress_lane(ferry_px_comm_t *comm, int lane, short revents)
+{
+    int expected = 0;
+    long work;
+
+    if (!atomic_compare_exchange_strong_explicit(&comm->lane_busy[lane], &expected, 1,
+                                                 memory_order_acquire, memory_order_relaxed))
+        return 0;
+    work = comm->ops->progress(comm, lane, revents);
+    atomic_store_explicit(&comm->lane_busy[lane], 0, memory_order_release);
+    return work;
+}
+
+void ferry_px_comm_assist(ferry_px_comm_t *comm)
+{
+    if (atomic_load_explicit(&comm->failed, memory_order_relaxed) == 0 &&
+        !atomic_load_explicit(&comm->stop, memory_order_relaxed))
+        ferry_px_comm_progress_lane(comm, 0, 0);
 }
 
 int ferry_px_comm_claim(ferry_px_comm_t *comm, ferry_px_claim_t *claim_p)
@@ -106,6 +138,8 @@ int ferry_px_comm_claim(ferry_px_comm_t *comm, ferry_px_claim_t *claim_p)
     if (++comm->claim_chunk == nchunks) {
         comm->claim_seq++;
         comm->claim_chunk = 0;
+        if (comm->claim_seq == comm->next_seq)
+            atomic_store(&comm->unclaimed, 0);
     }
     ferry_px_req_chunk_start(req);
     pthread_mutex_unlock(&comm->lock);
@@ -138,9 +172,10 @@ void ferry_px_comm_fail(ferry_px_comm_t *comm, ferry_status_t status, const char
     ferry_px_comm_kick(comm);
 }
 
+static void ferry_px_worker_wake(ferry_px_worker_t *w);
+
 void ferry_px_comm_kick(ferry_px_comm_t *comm)
 {
-    uint64_t one = 1;
     int i;
 
     /*
@@ -151,10 +186,52 @@ void ferry_px_comm_kick(ferry_px_comm_t *comm)
     for (i = 0; i < comm->nworkers; i++) {
         ferry_px_worker_t *w = &comm->workers[i];
 
-        if (w->wake_fd >= 0 && atomic_load(&w->sleeping)) {
-            ssize_t n = write(w->wake_fd, &one, sizeof(one));
-            (void)n; /* EAGAIN means the counter is already non-zero: awake anyway. */
-        }
+        if (w->wake_fd >= 0 && atomic_load(&w->sleeping))
+            ferry_px_worker_wake(w);
+    }
+}
+
+static void ferry_px_worker_wake(ferry_px_worker_t *w)
+{
+    uint64_t one = 1;
+    ssize_t n = write(w->wake_fd, &one, sizeof(one));
+
+    (void)n; /* EAGAIN means the counter is already non-zero: awake anyway. */
+}
+
+/* 1 if a lane of worker w holds a chunk (send) or waits for an irecv (recv). */
+static int ferry_px_worker_needed(const ferry_px_comm_t *comm, int w)
+{
+    int lane, st;
+
+    for (lane = w; lane < comm->nlanes; lane += comm->nworkers) {
+        st = atomic_load_explicit(&comm->lanes[lane].state, memory_order_relaxed);
+        if (comm->kind == FERRY_PX_SEND ? (st == FERRY_PX_LANE_HEADER ||
+                                           st == FERRY_PX_LANE_PAYLOAD ||
+                                           st == FERRY_PX_LANE_BLOCKED)
+                                        : st == FERRY_PX_LANE_PARKED)
+            return 1;
+    }
+    return 0;
+}
+
+void ferry_px_comm_kick_posted(ferry_px_comm_t *comm)
+{
+    int all, i;
+
+    /*
+     * seq_cst on kick_gen and on each worker's sleeping flag: a worker that
+     * is not asleep yet sees the new generation and sweeps again; one that
+     * is asleep published its lane states before it said so.
+     */
+    atomic_fetch_add(&comm->kick_gen, 1);
+    all = comm->kind == FERRY_PX_SEND && atomic_load(&comm->unclaimed);
+    for (i = 0; i < comm->nworkers; i++) {
+        ferry_px_worker_t *w = &comm->workers[i];
+
+        if (w->wake_fd >= 0 && atomic_load(&w->sleeping) &&
+            (all || ferry_px_worker_needed(comm, i)))
+            ferry_px_worker_wake(w);
     }
 }
 
@@ -208,5 +285,6 @@ ferry_status_t ferry_px_comm_test(ferry_px_comm_t *comm, ferry_px_req_t *req, in
         return FERRY_ERR_INVALID;
     if (failed != 0)
         return ferry_px_comm_test_failed(comm, req, (ferry_status_t)failed);
+    ferry_px_comm_assist(comm);
     return FERRY_OK;
 }

@@ -69,6 +69,7 @@ typedef struct ferry_px_comm {
     uint32_t              next_seq;      /* Next message number to post; under lock. */
     uint32_t              claim_seq;     /* Send: message whose chunks are handed out next; under lock. */
     uint32_t              claim_chunk;   /* Send: next chunk index of claim_seq; under lock. */
+    _Atomic int           unclaimed;     /* Send: claim_seq != next_seq; written under lock, read by kicks. */
     _Atomic uint32_t      kick_gen;      /* Bumped by every post; workers recheck before sleeping. */
     _Atomic int           failed;        /* 0, or the ferry_status_t that broke the comm. */
     char                  fail_reason[256]; /* Written once, before failed is set. */
@@ -84,6 +85,13 @@ typedef struct ferry_px_comm {
     uint64_t              create_ns;
     _Atomic int           stop;          /* Set at close; workers exit. */
     ferry_px_lane_stats_t lanes[FERRY_PX_MAX_LANES];
+    /*
+     * 1 while some thread moves the lane: its worker, or NCCL's thread
+     * lending a hand (ferry_px_comm_assist). Acquire/release on it hands the
+     * backend's lane state from one thread to the next.
+     */
+    _Atomic int           lane_busy[FERRY_PX_MAX_LANES];
+    size_t                assist_max;    /* Messages up to this size are sent by the posting thread. */
     ferry_px_worker_t     workers[FERRY_PX_MAX_WORKERS];
     struct ferry_px_comm *reg_next, *reg_prev; /* Live-comm registry, under its lock. */
 } ferry_px_comm_t;
@@ -122,8 +130,26 @@ ferry_px_req_t *ferry_px_comm_match(ferry_px_comm_t *comm, uint32_t seq);
 /* Mark the comm broken (first reason wins) and wake every worker. */
 void ferry_px_comm_fail(ferry_px_comm_t *comm, ferry_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Wake the helper threads after new work was posted. */
+/*
+ * Move lane `lane` if no other thread is moving it; returns the backend's
+ * work count, or 0 when the lane was busy.
+ */
+long ferry_px_comm_progress_lane(ferry_px_comm_t *comm, int lane, short revents);
+/*
+ * NCCL's thread lends a hand on lane 0: a small isend leaves at once and a
+ * test() reads what already arrived, without waiting for a helper thread to
+ * wake up. This is what keeps small-message latency at one syscall.
+ */
+void ferry_px_comm_assist(ferry_px_comm_t *comm);
+/* Wake every sleeping helper thread (failure, stop). */
 void ferry_px_comm_kick(ferry_px_comm_t *comm);
+/*
+ * After a post: wake only the sleeping workers that now have something to
+ * do (unclaimed chunks, a chunk left half-sent, a parked lane whose irecv
+ * may have arrived). Waking idle workers for nothing costs more CPU than
+ * the message itself on small machines.
+ */
+void ferry_px_comm_kick_posted(ferry_px_comm_t *comm);
 /*
  * test(): done/sizes for a request, or its error. Reports each outcome once
  * and returns the slot to FREE.

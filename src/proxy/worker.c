@@ -43,7 +43,7 @@ static long ferry_px_worker_sweep(ferry_px_worker_t *w, const ferry_px_pollset_t
 
         if (atomic_load_explicit(&comm->failed, memory_order_relaxed) != 0)
             return 0;
-        r = comm->ops->progress(comm, lane, revents[lane]);
+        r = ferry_px_comm_progress_lane(comm, lane, revents[lane]);
         if (r > 0)
             work += r;
     }
