@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <sched.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -80,6 +81,12 @@ static const ferry_cfg_var_t ferry_cfg_vars[FERRY_CFG_COUNT] = {
     [FERRY_CFG_DUMP_SIGNAL]      = {"NCCL_FERRY_DUMP_SIGNAL", FERRY_CFG_KIND_SIGNAL,
                                     FERRY_CFG_FIELD(dump_signal), 0, 0, 0,
                                     "signal name or number that dumps all comms, off by default"},
+    [FERRY_CFG_SPIN_US]          = {"NCCL_FERRY_SPIN_US", FERRY_CFG_KIND_INT,
+                                    FERRY_CFG_FIELD(spin_us), -1, -1, 1000000,
+                                    "us helper threads keep polling before they sleep, -1 auto"},
+    [FERRY_CFG_INJECT_DELAY_US]  = {"NCCL_FERRY_INJECT_DELAY_US", FERRY_CFG_KIND_INT,
+                                    FERRY_CFG_FIELD(inject_delay_us), 0, 0, 1000000,
+                                    "test knob: us added to every chunk completion"},
 };
 
 static const struct {
@@ -235,6 +242,23 @@ static void ferry_cfg_derive_lanes(ferry_config_t *cfg)
         cfg->threads = cfg->streams;
 }
 
+/*
+ * Spinning before sleeping saves a wake-up per message but burns a core per
+ * helper thread: worth it only where cores are plenty (the CPUs this process
+ * may run on).
+ */
+static void ferry_cfg_derive_spin(ferry_config_t *cfg)
+{
+    cpu_set_t set;
+
+    if (cfg->spin_us >= 0)
+        return;
+    cfg->spin_us = 0;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) >= 8)
+        cfg->spin_us = 50;
+    cfg->src[FERRY_CFG_SPIN_US] = FERRY_CFG_DERIVED;
+}
+
 ferry_status_t ferry_config_load(ferry_config_t *cfg)
 {
     ferry_status_t status;
@@ -267,6 +291,7 @@ ferry_status_t ferry_config_load(ferry_config_t *cfg)
         return FERRY_ERR_USAGE;
     }
     ferry_cfg_derive_lanes(cfg);
+    ferry_cfg_derive_spin(cfg);
     return FERRY_OK;
 }
 
@@ -284,7 +309,7 @@ void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
     snprintf(buf, len,
              "backend=%s(%s) ifname=%s(%s) family=%s(%s) streams=%d(%s) threads=%d(%s) "
              "chunk=%zu..%zu(%s) sndbuf=%d(%s) rcvbuf=%d(%s) retry=%dx%dms(%s) "
-             "hello_timeout=%dms(%s) dump_signal=%d(%s)",
+             "hello_timeout=%dms(%s) dump_signal=%d(%s) spin=%dus(%s) inject_delay=%dus(%s)",
              backends[cfg->backend], ferry_cfg_src_name(cfg->src[FERRY_CFG_BACKEND]),
              cfg->socket_ifname[0] ? cfg->socket_ifname : "<nccl order>",
              ferry_cfg_src_name(cfg->src[FERRY_CFG_SOCKET_IFNAME]), family,
@@ -298,5 +323,7 @@ void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
              ferry_cfg_src_name(cfg->src[FERRY_CFG_SOCKET_RCVBUF]), cfg->retry_cnt,
              cfg->retry_sleep_ms, ferry_cfg_src_name(cfg->src[FERRY_CFG_RETRY_CNT]),
              cfg->hello_timeout_ms, ferry_cfg_src_name(cfg->src[FERRY_CFG_HELLO_TIMEOUT_MS]),
-             cfg->dump_signal, ferry_cfg_src_name(cfg->src[FERRY_CFG_DUMP_SIGNAL]));
+             cfg->dump_signal, ferry_cfg_src_name(cfg->src[FERRY_CFG_DUMP_SIGNAL]),
+             cfg->spin_us, ferry_cfg_src_name(cfg->src[FERRY_CFG_SPIN_US]), cfg->inject_delay_us,
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_INJECT_DELAY_US]));
 }

@@ -34,6 +34,8 @@ typedef enum ferry_cfg_id {
     FERRY_CFG_RETRY_SLEEP_MS,
     FERRY_CFG_HELLO_TIMEOUT_MS,
     FERRY_CFG_DUMP_SIGNAL,
+    FERRY_CFG_SPIN_US,
+    FERRY_CFG_INJECT_DELAY_US,
     FERRY_CFG_COUNT
 } ferry_cfg_id_t;
 
@@ -59,6 +61,8 @@ typedef struct ferry_config {
     int    retry_sleep_ms;         /* Linear back-off step between retries. */
     int    hello_timeout_ms;       /* Pending inbound stream dropped after this. */
     int    dump_signal;            /* Signal number that dumps state, 0 = off. */
+    int    spin_us;                /* Helper threads poll this long before sleeping; -1 = auto. */
+    int    inject_delay_us;        /* Test knob: delay every chunk completion by this much. */
     ferry_cfg_src_t src[FERRY_CFG_COUNT];
 } ferry_config_t;
 

@@ -119,6 +119,9 @@ int ferry_px_comm_claim(ferry_px_comm_t *comm, ferry_px_claim_t *claim_p)
     ferry_px_req_t *req;
     uint32_t nchunks;
 
+    /* Spinning workers look often: answer "nothing" without the lock. */
+    if (!atomic_load_explicit(&comm->unclaimed, memory_order_acquire))
+        return 0;
     pthread_mutex_lock(&comm->lock);
     if (comm->claim_seq == comm->next_seq) {
         pthread_mutex_unlock(&comm->lock);
@@ -144,6 +147,18 @@ int ferry_px_comm_claim(ferry_px_comm_t *comm, ferry_px_claim_t *claim_p)
     ferry_px_req_chunk_start(req);
     pthread_mutex_unlock(&comm->lock);
     return 1;
+}
+
+void ferry_px_comm_chunk_finish(ferry_px_comm_t *comm, ferry_px_req_t *req)
+{
+    if (comm->inject_delay_us > 0) {
+        uint64_t until = ferry_px_now_ns() + (uint64_t)comm->inject_delay_us * 1000;
+
+        /* Busy-wait: the delay stands for work done on this lane, not for sleep. */
+        while (ferry_px_now_ns() < until)
+            ;
+    }
+    ferry_px_req_chunk_finish(req, 0);
 }
 
 ferry_px_req_t *ferry_px_comm_match(ferry_px_comm_t *comm, uint32_t seq)

@@ -9,6 +9,7 @@
 #define FERRY_PROXY_COMM_H
 
 #include <poll.h>
+#include <sched.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -92,6 +93,10 @@ typedef struct ferry_px_comm {
      */
     _Atomic int           lane_busy[FERRY_PX_MAX_LANES];
     size_t                assist_max;    /* Messages up to this size are sent by the posting thread. */
+    uint64_t              spin_ns;       /* Workers keep sweeping this long after their last work. */
+    unsigned              inject_delay_us; /* Test knob: added to every chunk completion. */
+    int                   has_cpus;      /* Workers run on `cpus` (near the NIC) when set. */
+    cpu_set_t             cpus;
     ferry_px_worker_t     workers[FERRY_PX_MAX_WORKERS];
     struct ferry_px_comm *reg_next, *reg_prev; /* Live-comm registry, under its lock. */
 } ferry_px_comm_t;
@@ -127,6 +132,8 @@ ferry_px_req_t *ferry_px_comm_post(ferry_px_comm_t *comm, void *buf, size_t size
 int ferry_px_comm_claim(ferry_px_comm_t *comm, ferry_px_claim_t *claim_p);
 /* Receive lanes: the posted request for message seq, or NULL (not posted yet). */
 ferry_px_req_t *ferry_px_comm_match(ferry_px_comm_t *comm, uint32_t seq);
+/* A lane finished a chunk: apply the injected delay if any, then count it. */
+void ferry_px_comm_chunk_finish(ferry_px_comm_t *comm, ferry_px_req_t *req);
 /* Mark the comm broken (first reason wins) and wake every worker. */
 void ferry_px_comm_fail(ferry_px_comm_t *comm, ferry_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -91,22 +91,40 @@ static void *ferry_px_worker_main(void *arg)
     ferry_px_comm_t *comm = w->comm;
     ferry_px_pollset_t ps;
     int sweeps = 0, have_poll = 0;
+    uint64_t last_work_ns = 0; /* Start of the current idle stretch, 0 when busy. */
     char name[16];
 
     snprintf(name, sizeof(name), "ferry-%c%u-%d", comm->kind == FERRY_PX_SEND ? 's' : 'r',
              comm->serial % 100000, w->index);
     pthread_setname_np(pthread_self(), name);
+    if (comm->has_cpus && pthread_setaffinity_np(pthread_self(), sizeof(comm->cpus),
+                                                  &comm->cpus) != 0)
+        FERRY_INFO(FERRY_LOG_NET, "%s: could not place helper thread near the NIC; it runs "
+                   "anywhere in the process' CPU mask", name);
     ps.n = 0;
     while (!atomic_load_explicit(&comm->stop, memory_order_acquire)) {
         uint32_t gen = atomic_load(&comm->kick_gen);
         long work = ferry_px_worker_sweep(w, have_poll ? &ps : NULL);
 
         have_poll = 0;
-        if (work > 0 && ++sweeps < FERRY_PX_MAX_SWEEPS)
+        if (work > 0) {
+            last_work_ns = 0;
+            if (++sweeps < FERRY_PX_MAX_SWEEPS)
+                continue;
+            sweeps = 0;
             continue;
+        }
         sweeps = 0;
-        if (work > 0)
-            continue;
+        /* The busy-poll window: a reply often comes within microseconds. */
+        if (comm->spin_ns > 0) {
+            uint64_t now = ferry_px_now_ns();
+
+            if (last_work_ns == 0)
+                last_work_ns = now;
+            if (now - last_work_ns < comm->spin_ns)
+                continue;
+        }
+        last_work_ns = 0;
         /* Announce the sleep, then look again: a post in between bumped kick_gen. */
         atomic_store(&w->sleeping, 1);
         if (atomic_load(&comm->kick_gen) != gen || atomic_load(&comm->stop)) {

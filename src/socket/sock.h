@@ -3,6 +3,7 @@
 #define FERRY_SOCK_H
 
 #include <limits.h>
+#include <sched.h>
 
 #include "core/backend.h"
 #include "proxy/comm.h"
@@ -20,6 +21,9 @@ typedef struct ferry_sock_dev {
     char            pci_path[PATH_MAX]; /* Empty when the interface has no PCI device. */
     int             speed_mbps;
     char            addr_str[64];
+    int             numa_node;    /* The NIC's NUMA node, -1 when unknown (lo, veth). */
+    int             has_cpus;     /* cpus = that node's CPUs within the process' mask. */
+    cpu_set_t       cpus;
 } ferry_sock_dev_t;
 
 /* Process-wide state: written once by init (under api.c's lock), then read-only. */

@@ -40,6 +40,62 @@ static void ferry_sock_dev_pci_path(const char *ifname, char *out, size_t len)
         strcpy(out, real);
 }
 
+/* Parse a sysfs cpulist such as "0-7,16-23" into set. */
+static int ferry_sock_dev_cpulist(const char *path, cpu_set_t *set)
+{
+    char buf[4096], *p, *save = NULL;
+    FILE *f = fopen(path, "r");
+    int ok = 0;
+
+    CPU_ZERO(set);
+    if (f == NULL)
+        return 0;
+    if (fgets(buf, sizeof(buf), f) != NULL) {
+        for (p = strtok_r(buf, ",\n", &save); p != NULL; p = strtok_r(NULL, ",\n", &save)) {
+            int lo, hi, c;
+
+            if (sscanf(p, "%d-%d", &lo, &hi) != 2) {
+                if (sscanf(p, "%d", &lo) != 1)
+                    continue;
+                hi = lo;
+            }
+            for (c = lo; c <= hi && c < CPU_SETSIZE; c++)
+                CPU_SET(c, set);
+            ok = 1;
+        }
+    }
+    fclose(f);
+    return ok;
+}
+
+/*
+ * Helper threads run best on the NIC's NUMA node; but only within the CPUs
+ * this process was given (cgroups, taskset, MPI binding), never outside.
+ */
+static void ferry_sock_dev_placement(ferry_sock_dev_t *d)
+{
+    char path[PATH_MAX];
+    cpu_set_t node, mine;
+    FILE *f;
+
+    d->numa_node = -1;
+    d->has_cpus = 0;
+    snprintf(path, sizeof(path), "/sys/class/net/%s/device/numa_node", d->ifc.name);
+    f = fopen(path, "r");
+    if (f != NULL) {
+        if (fscanf(f, "%d", &d->numa_node) != 1)
+            d->numa_node = -1;
+        fclose(f);
+    }
+    if (d->numa_node < 0)
+        return;
+    snprintf(path, sizeof(path), "/sys/devices/system/node/node%d/cpulist", d->numa_node);
+    if (!ferry_sock_dev_cpulist(path, &node) || sched_getaffinity(0, sizeof(mine), &mine) != 0)
+        return;
+    CPU_AND(&d->cpus, &node, &mine);
+    d->has_cpus = CPU_COUNT(&d->cpus) > 0;
+}
+
 ferry_status_t ferry_sock_init(const ferry_config_t *cfg)
 {
     ferry_sock_if_t ifs[FERRY_SOCK_IF_MAX];
@@ -65,17 +121,19 @@ ferry_status_t ferry_sock_init(const ferry_config_t *cfg)
         d->ifc = ifs[i];
         d->speed_mbps = ferry_sock_dev_speed(d->ifc.name);
         ferry_sock_dev_pci_path(d->ifc.name, d->pci_path, sizeof(d->pci_path));
+        ferry_sock_dev_placement(d);
         ferry_sock_addr_str((const struct sockaddr *)&d->ifc.addr, d->addr_str,
                             sizeof(d->addr_str));
         /* Drop the ":0" port from the address for the log. */
-        off += (size_t)snprintf(line + off, sizeof(line) - off, " [%d]%s:%.*s", i, d->ifc.name,
-                                (int)(strrchr(d->addr_str, ':') - d->addr_str), d->addr_str);
+        off += (size_t)snprintf(line + off, sizeof(line) - off, " [%d]%s:%.*s%s", i, d->ifc.name,
+                                (int)(strrchr(d->addr_str, ':') - d->addr_str), d->addr_str,
+                                d->has_cpus ? " (threads on its NUMA node)" : "");
         if (off >= sizeof(line))
             off = sizeof(line) - 1;
     }
     ferry_sock_state.ndev = n;
     FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET, "socket backend using%s; %d streams, %d threads "
-               "per connection", line, cfg->streams, cfg->threads);
+               "per connection, spin %d us", line, cfg->streams, cfg->threads, cfg->spin_us);
     return FERRY_OK;
 }
 
