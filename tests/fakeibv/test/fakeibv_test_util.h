@@ -1,0 +1,36 @@
+/*
+ * Shared fixtures of the fakeibv tests: open the device, build connected RC
+ * QPs, and poll with a bound (tests never spin forever).
+ */
+#ifndef FAKEIBV_TEST_UTIL_H
+#define FAKEIBV_TEST_UTIL_H
+
+#include <infiniband/verbs.h>
+#include <stdint.h>
+
+struct fx {
+    struct ibv_context *ctx;
+    struct ibv_pd *pd;
+    struct ibv_cq *cq;
+    uint16_t lid;
+};
+
+/* QP timing used unless a test says otherwise: ~135 ms retry timeout. */
+#define FX_TIMEOUT 12
+#define FX_RETRY 7
+
+int fx_open(struct fx *f);
+void fx_close(struct fx *f);
+struct ibv_qp *fx_qp(struct fx *f, uint32_t depth, uint32_t max_inline);
+int fx_to_init(struct ibv_qp *qp, int access);
+int fx_to_rtr(struct ibv_qp *qp, uint16_t dlid, uint32_t dqpn, uint8_t min_rnr_timer);
+int fx_to_rts(struct ibv_qp *qp, uint8_t timeout, uint8_t retry, uint8_t rnr_retry);
+/* RESET -> RTS towards (dlid, dqpn) with full remote access. */
+int fx_connect(struct ibv_qp *qp, uint16_t dlid, uint32_t dqpn, uint8_t rnr_retry);
+/* Polls until n CQEs arrived or timeout_ms passed; returns the count. */
+int fx_poll(struct ibv_cq *cq, struct ibv_wc *wc, int n, int timeout_ms);
+int fx_write(struct ibv_qp *qp, uint64_t wr_id, enum ibv_wr_opcode op, void *buf, uint32_t len,
+             uint32_t lkey, uint64_t raddr, uint32_t rkey, unsigned flags, uint32_t imm);
+long fx_ms_since(const struct timespec *t0);
+
+#endif

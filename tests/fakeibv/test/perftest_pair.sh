@@ -1,0 +1,71 @@
+#!/bin/bash
+# Runs one unmodified perftest tool as server and client, two processes on
+# this host, over fakeibv, and checks that both exit 0 and report a result
+# line with a nonzero figure.
+#
+# usage: perftest_pair.sh <fakeibv lib dir> <tool> <ib|eth> "<tool options>"
+# e.g.   perftest_pair.sh build/fakeibv/lib ib_write_bw ib "-s 65536 -n 500"
+set -u
+libdir=$1 tool=$2 link=$3 opts=${4:-}
+
+if ! command -v "$tool" >/dev/null; then
+    echo "SKIP: $tool not installed (apt-get install perftest)"
+    exit 77
+fi
+export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export FAKEIBV_LINK=$link
+tmp=$(mktemp -d)
+spid=
+cleanup() {
+    [ -n "$spid" ] && kill "$spid" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# A free TCP port for perftest's own connection exchange.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
+       echo $((20000 + RANDOM % 20000)))
+
+listening() {
+    # perftest accepts exactly one connection, so probe /proc, not the port.
+    grep -qi "^ *[0-9]*: [0-9A-F]*:$(printf '%04X' "$port") 00000000:0000 0A" /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+
+# shellcheck disable=SC2086 # opts are deliberately word-split.
+timeout 60 "$tool" -d fakeib0 -p "$port" $opts >"$tmp/server.log" 2>&1 &
+spid=$!
+for _ in $(seq 100); do
+    listening && break
+    kill -0 "$spid" 2>/dev/null || break
+    sleep 0.1
+done
+# shellcheck disable=SC2086
+timeout 60 "$tool" -d fakeib0 -p "$port" $opts 127.0.0.1 >"$tmp/client.log" 2>&1
+crc=$?
+wait "$spid"
+src=$?
+spid=
+
+# A result row: "<bytes> <iterations> <n> <n> ..." with the 4th field > 0
+# (average bandwidth for *_bw, t_max for *_lat).
+result_ok() {
+    awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF >= 5 && $4 + 0 > 0 { ok = 1 } END { exit !ok }' "$1"
+}
+
+fail=0
+[ "$crc" -eq 0 ] || { echo "FAIL: client exited $crc"; fail=1; }
+[ "$src" -eq 0 ] || { echo "FAIL: server exited $src"; fail=1; }
+for side in server client; do
+    grep -q "Device *: fakeib0" "$tmp/$side.log" || { echo "FAIL: $side did not use fakeib0"; fail=1; }
+    result_ok "$tmp/$side.log" || { echo "FAIL: $side printed no nonzero result row"; fail=1; }
+done
+if [ "$fail" -ne 0 ]; then
+    for side in server client; do
+        echo "----- $tool $side ($link) -----"
+        cat "$tmp/$side.log"
+    done
+    exit 1
+fi
+echo "PASS: $tool over fakeibv ($link) $opts"
+grep -E '^ *[0-9]+ +[0-9]+ ' "$tmp/client.log"
+exit 0
