@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Build ferry and run the loopback benchmark: the README's first command.
+#
+#   bench/run-loopback.sh [ferry_loopback_bench options...]
+#
+# Installs the build tools if missing (apt-get; sudo only when not root),
+# builds in build-bench (Release), and runs ferry_loopback_bench over lo with
+# the options given (e.g. --max 16M --csv out.csv). NCCL_* variables in the
+# environment (NCCL_FERRY_STREAMS, NCCL_SOCKET_IFNAME, ...) pass through.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+repo=$(pwd)
+build="$repo/build-bench"
+
+pkgs=(cmake make gcc libc6-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$p")
+    fi
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+        sudo=sudo
+    fi
+    echo "run-loopback: installing ${missing[*]}"
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+        "${missing[@]}"
+fi
+
+cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DFERRY_BUILD_TESTS=OFF >/dev/null
+cmake --build "$build" -j "$(nproc)" --target nccl-net-ferry ferry_loopback_bench
+exec "$build/bench/ferry_loopback_bench" --plugin "$build/libnccl-net-ferry.so" "$@"
