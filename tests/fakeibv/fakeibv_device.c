@@ -308,9 +308,13 @@ static int fakeibv_vctx_query_port(struct ibv_context *c, uint8_t port,
     struct ibv_port_attr full;
     int rc = fakeibv_query_port_attr(c, port, &full);
 
-    if (rc == 0)
-        memcpy(attr, &full, attr_len < sizeof(full) ? attr_len : sizeof(full));
-    return rc;
+    if (rc != 0)
+        return rc;
+    /* A consumer built against newer headers passes a bigger struct (NCCL
+     * reads active_speed_ex): fields we do not know must read as 0. */
+    memset(attr, 0, attr_len);
+    memcpy(attr, &full, attr_len < sizeof(full) ? attr_len : sizeof(full));
+    return 0;
 }
 
 /* The exported symbol takes the old (compat) layout, which ends at `flags`;

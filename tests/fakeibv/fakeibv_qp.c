@@ -175,8 +175,9 @@ void fakeibv_qp_to_err_locked(struct fakeibv_qp *qp)
 {
     struct fakeibv_swqe *w;
 
+    /* Only the hardware state changes: like rdma-core, ibv_qp::state is
+     * written by ibv_modify_qp alone; ibv_query_qp reports ERR. */
     qp->attr.qp_state = IBV_QPS_ERR;
-    qp->qpx.qp_base.state = IBV_QPS_ERR;
     for (; qp->sq_ack != qp->sq_head; qp->sq_ack++) {
         w = &qp->sq[qp->sq_ack % qp->sq_depth];
         fakeibv_push_flush_locked(qp, fakeibv_send_cq(qp), w->wr_id, fakeibv_wc_opcode(w->opcode),
@@ -601,6 +602,7 @@ FAKEIBV_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, 
     fakeibv_qp_copy_attr(&qp->attr, attr, mask);
     if (next == IBV_QPS_ERR) {
         fakeibv_qp_to_err_locked(qp);
+        ibqp->state = IBV_QPS_ERR;
         pthread_mutex_unlock(&qp->lock);
         return 0;
     }

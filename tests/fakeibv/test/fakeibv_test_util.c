@@ -150,3 +150,13 @@ int fx_write(struct ibv_qp *qp, uint64_t wr_id, enum ibv_wr_opcode op, void *buf
     wr.wr.rdma.rkey = rkey;
     return ibv_post_send(qp, &wr, &bad);
 }
+
+enum ibv_qp_state fx_state(struct ibv_qp *qp)
+{
+    struct ibv_qp_attr a;
+    struct ibv_qp_init_attr ia;
+
+    if (ibv_query_qp(qp, &a, IBV_QP_STATE, &ia) != 0)
+        return (enum ibv_qp_state)-1;
+    return a.qp_state;
+}

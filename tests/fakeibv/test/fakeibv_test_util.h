@@ -32,5 +32,7 @@ int fx_poll(struct ibv_cq *cq, struct ibv_wc *wc, int n, int timeout_ms);
 int fx_write(struct ibv_qp *qp, uint64_t wr_id, enum ibv_wr_opcode op, void *buf, uint32_t len,
              uint32_t lkey, uint64_t raddr, uint32_t rkey, unsigned flags, uint32_t imm);
 long fx_ms_since(const struct timespec *t0);
+/* The QP state as the device sees it (ibv_qp::state changes only on modify). */
+enum ibv_qp_state fx_state(struct ibv_qp *qp);
 
 #endif
