@@ -94,6 +94,8 @@ ferry_px_req_t *ferry_px_comm_post(ferry_px_comm_t *comm, void *buf, size_t size
     return req;
 }
 
+static long ferry_px_comm_defer_retire(ferry_px_comm_t *comm, int lane);
+
 long ferry_px_comm_progress_lane(ferry_px_comm_t *comm, int lane, short revents)
 {
     int expected = 0;
@@ -102,7 +104,12 @@ long ferry_px_comm_progress_lane(ferry_px_comm_t *comm, int lane, short revents)
     if (!atomic_compare_exchange_strong_explicit(&comm->lane_busy[lane], &expected, 1,
                                                  memory_order_acquire, memory_order_relaxed))
         return 0;
-    work = comm->ops->progress(comm, lane, revents);
+    /* A failed comm moves no more bytes, but held-back completions still come due. */
+    work = atomic_load_explicit(&comm->failed, memory_order_relaxed) == 0
+               ? comm->ops->progress(comm, lane, revents)
+               : 0;
+    if (comm->defer != NULL)
+        work += ferry_px_comm_defer_retire(comm, lane);
     atomic_store_explicit(&comm->lane_busy[lane], 0, memory_order_release);
     return work;
 }
@@ -149,16 +156,60 @@ int ferry_px_comm_claim(ferry_px_comm_t *comm, ferry_px_claim_t *claim_p)
     return 1;
 }
 
-void ferry_px_comm_chunk_finish(ferry_px_comm_t *comm, ferry_px_req_t *req)
+/* Report held-back completions whose time has come; returns how many. */
+static long ferry_px_comm_defer_retire(ferry_px_comm_t *comm, int lane)
 {
-    if (comm->inject_delay_us > 0) {
-        uint64_t until = ferry_px_now_ns() + (uint64_t)comm->inject_delay_us * 1000;
+    ferry_px_defer_t *d = &comm->defer[lane];
+    uint64_t now = ferry_px_now_ns();
+    long n = 0;
 
-        /* Busy-wait: the delay stands for work done on this lane, not for sleep. */
-        while (ferry_px_now_ns() < until)
-            ;
+    while (d->head != d->tail && d->slot[d->head % FERRY_PX_DEFER_MAX].due_ns <= now) {
+        ferry_px_req_chunk_done(d->slot[d->head % FERRY_PX_DEFER_MAX].req);
+        d->head++;
+        n++;
     }
-    ferry_px_req_chunk_finish(req, 0);
+    return n;
+}
+
+void ferry_px_comm_chunk_finish(ferry_px_comm_t *comm, int lane, ferry_px_req_t *req)
+{
+    ferry_px_defer_t *d;
+
+    ferry_px_req_chunk_moved(req);
+    if (comm->defer == NULL) {
+        ferry_px_req_chunk_done(req);
+        return;
+    }
+    d = &comm->defer[lane];
+    /* Ring full: wait for the oldest, as a completion queue that is full would. */
+    while (d->tail - d->head == FERRY_PX_DEFER_MAX)
+        ferry_px_comm_defer_retire(comm, lane);
+    d->slot[d->tail % FERRY_PX_DEFER_MAX].req = req;
+    d->slot[d->tail % FERRY_PX_DEFER_MAX].due_ns =
+        ferry_px_now_ns() + (uint64_t)comm->inject_delay_us * 1000;
+    d->tail++;
+}
+
+uint64_t ferry_px_comm_defer_next_ns(ferry_px_comm_t *comm, int w)
+{
+    uint64_t best = UINT64_MAX, now = ferry_px_now_ns();
+    int lane;
+
+    if (comm->defer == NULL)
+        return best;
+    for (lane = w; lane < comm->nlanes; lane += comm->nworkers) {
+        const ferry_px_defer_t *d = &comm->defer[lane];
+        uint64_t due;
+
+        if (d->head == d->tail)
+            continue;
+        due = d->slot[d->head % FERRY_PX_DEFER_MAX].due_ns;
+        if (due <= now)
+            return 0;
+        if (due - now < best)
+            best = due - now;
+    }
+    return best;
 }
 
 ferry_px_req_t *ferry_px_comm_match(ferry_px_comm_t *comm, uint32_t seq)
@@ -298,7 +349,8 @@ ferry_status_t ferry_px_comm_test(ferry_px_comm_t *comm, ferry_px_req_t *req, in
     }
     if (state == FERRY_PX_REQ_FREE)
         return FERRY_ERR_INVALID;
-    if (failed != 0)
+    /* All bytes are in; only the (delayed) completion is outstanding: not a failure. */
+    if (failed != 0 && !ferry_px_req_all_moved(req))
         return ferry_px_comm_test_failed(comm, req, (ferry_status_t)failed);
     ferry_px_comm_assist(comm);
     return FERRY_OK;

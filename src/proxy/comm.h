@@ -47,6 +47,16 @@ typedef enum ferry_px_lane_state {
     FERRY_PX_LANE_STATE_COUNT
 } ferry_px_lane_state_t;
 
+/* Completions held back by NCCL_FERRY_INJECT_DELAY_US, per lane, oldest first. */
+#define FERRY_PX_DEFER_MAX 64
+typedef struct ferry_px_defer {
+    unsigned head, tail;                 /* Ring indexes; owned by whoever holds lane_busy. */
+    struct {
+        ferry_px_req_t *req;
+        uint64_t        due_ns;
+    } slot[FERRY_PX_DEFER_MAX];
+} ferry_px_defer_t;
+
 /* Per-lane statistics: written by the lane's one helper thread, read by the dump. */
 typedef struct ferry_px_lane_stats {
     _Atomic int      state;    /* ferry_px_lane_state_t. */
@@ -95,6 +105,7 @@ typedef struct ferry_px_comm {
     size_t                assist_max;    /* Messages up to this size are sent by the posting thread. */
     uint64_t              spin_ns;       /* Workers keep sweeping this long after their last work. */
     unsigned              inject_delay_us; /* Test knob: added to every chunk completion. */
+    ferry_px_defer_t     *defer;         /* nlanes rings when inject_delay_us > 0, else NULL. */
     int                   has_cpus;      /* Workers run on `cpus` (near the NIC) when set. */
     cpu_set_t             cpus;
     ferry_px_worker_t     workers[FERRY_PX_MAX_WORKERS];
@@ -132,8 +143,14 @@ ferry_px_req_t *ferry_px_comm_post(ferry_px_comm_t *comm, void *buf, size_t size
 int ferry_px_comm_claim(ferry_px_comm_t *comm, ferry_px_claim_t *claim_p);
 /* Receive lanes: the posted request for message seq, or NULL (not posted yet). */
 ferry_px_req_t *ferry_px_comm_match(ferry_px_comm_t *comm, uint32_t seq);
-/* A lane finished a chunk: apply the injected delay if any, then count it. */
-void ferry_px_comm_chunk_finish(ferry_px_comm_t *comm, ferry_px_req_t *req);
+/*
+ * A lane finished a chunk. With NCCL_FERRY_INJECT_DELAY_US the completion is
+ * reported that much later while the lane moves on, which shows how much
+ * per-chunk latency the pipeline hides. Call with the lane held.
+ */
+void ferry_px_comm_chunk_finish(ferry_px_comm_t *comm, int lane, ferry_px_req_t *req);
+/* Nanoseconds until the earliest held-back completion of worker w's lanes; UINT64_MAX if none. */
+uint64_t ferry_px_comm_defer_next_ns(ferry_px_comm_t *comm, int w);
 /* Mark the comm broken (first reason wins) and wake every worker. */
 void ferry_px_comm_fail(ferry_px_comm_t *comm, ferry_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -103,16 +103,19 @@ void ferry_px_req_progress(ferry_px_req_t *req, size_t bytes)
     atomic_store_explicit(&req->last_ns, ferry_px_now_ns(), memory_order_relaxed);
 }
 
-void ferry_px_req_chunk_finish(ferry_px_req_t *req, size_t bytes)
+void ferry_px_req_chunk_moved(ferry_px_req_t *req)
 {
-    uint32_t done;
-
-    ferry_px_req_progress(req, bytes);
     if (req->kind == FERRY_PX_SEND)
         atomic_fetch_add_explicit(&req->transmitted, 1, memory_order_relaxed);
     else
         atomic_fetch_add_explicit(&req->received, 1, memory_order_relaxed);
-    /* acq_rel: the lane finishing the last chunk sees every other lane's copy. */
+}
+
+void ferry_px_req_chunk_done(ferry_px_req_t *req)
+{
+    uint32_t done;
+
+    /* acq_rel: the lane retiring the last chunk sees every other lane's copy. */
     done = atomic_fetch_add_explicit(&req->done, 1, memory_order_acq_rel) + 1;
     assert(done <= atomic_load(&req->nchunks));
     if (done == atomic_load_explicit(&req->nchunks, memory_order_relaxed)) {
@@ -121,6 +124,22 @@ void ferry_px_req_chunk_finish(ferry_px_req_t *req, size_t bytes)
         atomic_compare_exchange_strong_explicit(&req->state, &expected, FERRY_PX_REQ_DONE,
                                                 memory_order_acq_rel, memory_order_acquire);
     }
+}
+
+void ferry_px_req_chunk_finish(ferry_px_req_t *req, size_t bytes)
+{
+    if (bytes > 0)
+        ferry_px_req_progress(req, bytes);
+    ferry_px_req_chunk_moved(req);
+    ferry_px_req_chunk_done(req);
+}
+
+int ferry_px_req_all_moved(const ferry_px_req_t *req)
+{
+    uint32_t nchunks = atomic_load(&req->nchunks);
+
+    return nchunks != 0 &&
+           atomic_load(&req->transmitted) + atomic_load(&req->received) == nchunks;
 }
 
 void ferry_px_req_fail(ferry_px_req_t *req, ferry_status_t status)

@@ -84,8 +84,14 @@ void ferry_px_req_chunk_start(ferry_px_req_t *req);
  * FERRY_ERR_REMOTE (chunks of one message disagree).
  */
 ferry_status_t ferry_px_req_learn(ferry_px_req_t *req, uint64_t msg_size, uint32_t nchunks);
-/* A chunk's payload moved completely: transmitted++ or received++, done++. */
+/* A chunk's payload moved completely: transmitted++ or received++. */
+void ferry_px_req_chunk_moved(ferry_px_req_t *req);
+/* A moved chunk is retired: done++, and the request is DONE at nchunks. */
+void ferry_px_req_chunk_done(ferry_px_req_t *req);
+/* Both at once, after accounting `bytes` of progress. */
 void ferry_px_req_chunk_finish(ferry_px_req_t *req, size_t bytes);
+/* 1 when every chunk's payload has moved (completions may still be held back). */
+int ferry_px_req_all_moved(const ferry_px_req_t *req);
 /* Account partial progress (bytes, timestamp) while a chunk is moving. */
 void ferry_px_req_progress(ferry_px_req_t *req, size_t bytes);
 /* ACTIVE/POSTED -> ERROR with status; a request already DONE stays DONE. */

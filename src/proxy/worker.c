@@ -8,7 +8,9 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -41,8 +43,6 @@ static long ferry_px_worker_sweep(ferry_px_worker_t *w, const ferry_px_pollset_t
     for (lane = w->index; lane < comm->nlanes; lane += comm->nworkers) {
         long r;
 
-        if (atomic_load_explicit(&comm->failed, memory_order_relaxed) != 0)
-            return 0;
         r = ferry_px_comm_progress_lane(comm, lane, revents[lane]);
         if (r > 0)
             work += r;
@@ -73,7 +73,17 @@ static void ferry_px_worker_sleep(ferry_px_worker_t *w, ferry_px_pollset_t *ps)
             ps->n++;
         }
     }
-    rc = poll(ps->fds, (nfds_t)ps->n, FERRY_PX_POLL_TIMEOUT_MS);
+    {
+        /* Held-back completions (inject delay) wake the worker when due. */
+        uint64_t wait_ns = ferry_px_comm_defer_next_ns(comm, w->index);
+        struct timespec ts;
+
+        if (wait_ns > (uint64_t)FERRY_PX_POLL_TIMEOUT_MS * 1000000ULL)
+            wait_ns = (uint64_t)FERRY_PX_POLL_TIMEOUT_MS * 1000000ULL;
+        ts.tv_sec = (time_t)(wait_ns / 1000000000ULL);
+        ts.tv_nsec = (long)(wait_ns % 1000000000ULL);
+        rc = ppoll(ps->fds, (nfds_t)ps->n, &ts, NULL);
+    }
     if (rc < 0 && errno != EINTR)
         FERRY_WARN("%s comm #%u peer %s worker %d: poll failed: %s; retrying", comm->backend,
                    comm->serial, comm->peer, w->index, strerror(errno));
@@ -143,6 +153,11 @@ ferry_status_t ferry_px_comm_start(ferry_px_comm_t *comm)
     char desc[160];
     int i, rc;
 
+    if (comm->inject_delay_us > 0 && comm->defer == NULL) {
+        comm->defer = calloc((size_t)comm->nlanes, sizeof(*comm->defer));
+        if (comm->defer == NULL)
+            return FERRY_ERR_NO_MEMORY;
+    }
     ferry_px_registry_add(comm);
     for (i = 0; i < comm->nworkers; i++) {
         ferry_px_worker_t *w = &comm->workers[i];
@@ -192,4 +207,6 @@ void ferry_px_comm_stop(ferry_px_comm_t *comm)
         w->wake_fd = -1;
     }
     ferry_px_registry_remove(comm);
+    free(comm->defer);
+    comm->defer = NULL;
 }

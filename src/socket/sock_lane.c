@@ -173,7 +173,7 @@ static long ferry_sock_send_lane_progress(ferry_px_comm_t *px, int li, short rev
         work += n;
         if (lane->sent < total)
             continue;
-        ferry_px_comm_chunk_finish(px, lane->claim.req);
+        ferry_px_comm_chunk_finish(px, li, lane->claim.req);
         atomic_fetch_add_explicit(&px->lanes[li].chunks, 1, memory_order_relaxed);
         ferry_px_lane_set(px, li, FERRY_PX_LANE_IDLE);
         lane->has_chunk = 0;
@@ -319,7 +319,7 @@ static long ferry_sock_recv_lane_progress(ferry_px_comm_t *px, int li, short rev
             if (lane->rgot < lane->rhdr.len)
                 continue;
         }
-        ferry_px_comm_chunk_finish(px, lane->rreq);
+        ferry_px_comm_chunk_finish(px, li, lane->rreq);
         atomic_fetch_add_explicit(&px->lanes[li].chunks, 1, memory_order_relaxed);
         ferry_px_lane_set(px, li, FERRY_PX_LANE_IDLE);
         lane->rreq = NULL;

@@ -198,6 +198,40 @@ static void test_fail_does_not_undo_done(void **state)
     free(c);
 }
 
+/*
+ * NCCL_FERRY_INJECT_DELAY_US: the payload counts as moved at once, the
+ * completion comes due later; a peer that closes meanwhile fails nothing.
+ */
+static void test_injected_delay_and_close(void **state)
+{
+    ferry_px_comm_t *c = new_comm(FERRY_PX_RECV);
+    static char buf[64];
+    ferry_px_req_t *r = ferry_px_comm_post(c, buf, sizeof(buf));
+    uint64_t t0;
+    int done = 0, size = 0, spins = 0;
+
+    c->inject_delay_us = 2000;
+    c->defer = calloc((size_t)c->nlanes, sizeof(*c->defer));
+    assert_int_equal(ferry_px_req_learn(r, 64, 1), FERRY_OK);
+    ferry_px_req_chunk_start(r);
+    ferry_px_comm_chunk_finish(c, 1, r);
+    assert_int_equal(atomic_load(&r->received), 1);
+    assert_int_equal(atomic_load(&r->done), 0);
+    assert_true(ferry_px_req_all_moved(r));
+    assert_true(ferry_px_comm_defer_next_ns(c, 1) > 0);
+    ferry_px_comm_fail(c, FERRY_ERR_REMOTE, "peer closed");
+    t0 = ferry_px_now_ns();
+    while (!done && spins++ < 1000000) {
+        ferry_px_comm_progress_lane(c, 1, 0);
+        assert_int_equal(ferry_px_comm_test(c, r, &done, &size), FERRY_OK);
+    }
+    assert_int_equal(done, 1);
+    assert_int_equal(size, 64);
+    assert_true(ferry_px_now_ns() - t0 >= 1000000); /* Held back about 2 ms, at least 1. */
+    free(c->defer);
+    free(c);
+}
+
 static void test_state_names(void **state)
 {
     assert_string_equal(ferry_px_req_state_str(FERRY_PX_REQ_POSTED), "POSTED");
@@ -215,6 +249,7 @@ int main(void)
         cmocka_unit_test(test_recv_larger_than_posted_is_usage_error),
         cmocka_unit_test(test_comm_failure),
         cmocka_unit_test(test_fail_does_not_undo_done),
+        cmocka_unit_test(test_injected_delay_and_close),
         cmocka_unit_test(test_state_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
