@@ -60,6 +60,22 @@ void fit_fail(const char *file, int line, const char *fmt, ...)
     _exit(1);
 }
 
+/* Defined by LeakSanitizer (ASan builds); NULL otherwise. */
+extern int __lsan_do_recoverable_leak_check(void) __attribute__((weak));
+
+void fit_child_exit(int code)
+{
+    fflush(NULL);
+    if (code == 0 && __lsan_do_recoverable_leak_check != NULL &&
+        __lsan_do_recoverable_leak_check() != 0) {
+        fprintf(stderr, "FAIL [%s pid %d]: LeakSanitizer found leaks (above)\n", fit_role_name,
+                (int)getpid());
+        code = 1;
+    }
+    fflush(NULL);
+    _exit(code);
+}
+
 void fit_pass(const char *fmt, ...)
 {
     va_list ap;
@@ -710,15 +726,18 @@ static void fit_side_init(fit_side_t *s, const fit_plugin_t *p, fit_role_t role,
                            &s->mh));
 }
 
-/* Done with the side. A failed side's buffers may still be the plugin's: keep them alive. */
+/*
+ * Done with the side. deregMr either way, as NCCL does at teardown; a failed
+ * side's buffer may still be written by the plugin until the comm is closed,
+ * so it stays allocated until dlclose.
+ */
 static void fit_side_fini(fit_side_t *s, int failed)
 {
-    if (failed) {
-        fit_graveyard_add(s->arena);
-        return;
-    }
     FIT_NCCL(s->p->net->deregMr(s->comm, s->mh));
-    free(s->arena);
+    if (failed)
+        fit_graveyard_add(s->arena);
+    else
+        free(s->arena);
 }
 
 static int fit_side_finished(const fit_side_t *s)

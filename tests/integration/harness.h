@@ -42,6 +42,12 @@ void fit_fail(const char *file, int line, const char *fmt, ...)
 
 const char *fit_result_str(ncclResult_t rc);
 
+/*
+ * End a forked child: fflush, then (in sanitizer builds) run the leak check
+ * that _exit would skip; a leak turns code 0 into 1.
+ */
+void fit_child_exit(int code) __attribute__((noreturn));
+
 /* Name of this process in messages ("inproc", "sender", ...). */
 void fit_set_role(const char *role);
 /* "ok - <name>" progress line on stdout. */

@@ -294,8 +294,7 @@ static pid_t fork_spawn(const char *path, fork_case_t c, fit_role_t role, int fd
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         close(close_fd);
         fork_child_run(path, c, role, &ch);
-        fflush(NULL);
-        _exit(0);
+        fit_child_exit(0);
     }
     return pid;
 }
