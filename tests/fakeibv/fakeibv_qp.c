@@ -89,9 +89,17 @@ int fakeibv_qp_attach_inbound(uint32_t qpn, int fd)
 
     if (qp == NULL)
         return ENOENT;
-    for (i = 0; i < FAKEIBV_MAX_INBOUND; i++)
-        if (qp->in[i].fd < 0 && !qp->in[i].joinable)
-            break;
+    for (i = 0; i < FAKEIBV_MAX_INBOUND; i++) {
+        if (qp->in[i].fd >= 0)
+            continue;
+        /* A responder whose stream ended has already let go of the lock
+         * for good, so joining it here cannot deadlock. */
+        if (qp->in[i].joinable) {
+            pthread_join(qp->in[i].thread, NULL);
+            qp->in[i].joinable = 0;
+        }
+        break;
+    }
     if (qp->stopping || i == FAKEIBV_MAX_INBOUND || (arg = malloc(sizeof(*arg))) == NULL) {
         pthread_mutex_unlock(&qp->lock);
         return EBUSY;

@@ -221,8 +221,11 @@ static int fakeibv_read_scatter(struct fakeibv_qp *qp, int fd, const struct fake
         if (n == 0)
             continue;
         if (fakeibv_mr_get(w->sge[i].lkey, qp->qpx.qp_base.pd, w->sge[i].addr, n,
-                           IBV_ACCESS_LOCAL_WRITE, &mr) != FAKEIBV_MR_OK)
-            return EFAULT;
+                           IBV_ACCESS_LOCAL_WRITE, &mr) != FAKEIBV_MR_OK) {
+            /* Keep the stream in step: the rest of the data is dropped. */
+            rc = fakeibv_io_discard(fd, left);
+            return rc != 0 ? rc : EFAULT;
+        }
         rc = fakeibv_mem_from_fd(mr, w->sge[i].addr, fd, n);
         fakeibv_mr_put();
         left -= n;
@@ -433,7 +436,7 @@ static int fakeibv_serve(struct fakeibv_qp *qp, int fd, const struct fakeibv_wir
     enum ibv_wc_status st;
     int syn, rc = 0, io_err;
 
-    if (h->op == FAKEIBV_OP_WRITE_IMM || h->op == FAKEIBV_OP_SEND || h->op == FAKEIBV_OP_SEND_IMM) {
+    if (h->op == FAKEIBV_OP_SEND || h->op == FAKEIBV_OP_SEND_IMM) {
         syn = fakeibv_take_rwqe(qp, h->rnr_retry, &r);
         if (syn != 0) {
             rc = fakeibv_io_discard(fd, h->len);
@@ -463,9 +466,6 @@ static int fakeibv_serve(struct fakeibv_qp *qp, int fd, const struct fakeibv_wir
                          (unsigned long long)h->raddr, h->rkey);
             if (is_write && (rc = fakeibv_io_discard(fd, h->len)) != 0)
                 return rc;
-            /* The receive WQE already taken flushes ahead of the others. */
-            if (h->op == FAKEIBV_OP_WRITE_IMM)
-                fakeibv_push_recv(qp, &r, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, h);
             fakeibv_responder_fail(qp, IBV_EVENT_QP_ACCESS_ERR);
             return fakeibv_reply(fd, FAKEIBV_OP_NAK, FAKEIBV_SYN_REM_ACCESS, 0, h->seq);
         }
@@ -477,8 +477,15 @@ static int fakeibv_serve(struct fakeibv_qp *qp, int fd, const struct fakeibv_wir
         }
         if (rc != 0)
             return rc;
-        if (h->op == FAKEIBV_OP_WRITE_IMM)
+        if (h->op == FAKEIBV_OP_WRITE_IMM) {
+            /* The data is placed before the receive WQE is looked for, so a
+             * requester never stalls on the socket while the responder
+             * waits out RNR (a real HCA would re-send the data instead). */
+            syn = fakeibv_take_rwqe(qp, h->rnr_retry, &r);
+            if (syn != 0)
+                return fakeibv_reply(fd, FAKEIBV_OP_NAK, (uint8_t)syn, 0, h->seq);
             fakeibv_push_recv(qp, &r, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, h->len, h);
+        }
         return fakeibv_reply(fd, FAKEIBV_OP_ACK, 0, 0, h->seq);
     }
     rc = fakeibv_reply(fd, FAKEIBV_OP_READ_RESP, 0, h->len, h->seq);
