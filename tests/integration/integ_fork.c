@@ -13,6 +13,10 @@
  *                        WARN must name the peer's address
  *         receiver-dies  the receiver SIGKILLs itself with receives posted;
  *                        the sender must get ncclRemoteError (not SIGPIPE)
+ *         receiver-dies-before-accept
+ *                        the receiver sends its handle and dies before
+ *                        accept; the sender's connect must fail, or its
+ *                        first sends must, within a bound (no hang)
  *   integ_fork [--plugin PATH] --role recv|send --handle-file FILE
  *       "Two hosts" mode for integ_netns: one side of the sweep case; the
  *       receiver writes the handle to FILE, the sender waits for it.
@@ -45,6 +49,7 @@ typedef enum fork_case {
     FORK_CASE_SWEEP,
     FORK_CASE_SENDER_DIES,
     FORK_CASE_RECEIVER_DIES,
+    FORK_CASE_DIES_BEFORE_ACCEPT,
     FORK_CASE_COUNT
 } fork_case_t;
 
@@ -52,6 +57,7 @@ static const char *const fork_case_names[FORK_CASE_COUNT] = {
     [FORK_CASE_SWEEP]         = "sweep",
     [FORK_CASE_SENDER_DIES]   = "sender-dies",
     [FORK_CASE_RECEIVER_DIES] = "receiver-dies",
+    [FORK_CASE_DIES_BEFORE_ACCEPT] = "receiver-dies-before-accept",
 };
 
 /* Where the handle goes: a pipe (supervisor mode) or a file (two-hosts mode). */
@@ -266,6 +272,74 @@ static void fork_death(const char *path, fit_role_t role, fit_role_t victim, con
              e.peer_ip);
 }
 
+/* The receiver publishes its handle and dies; the sender must find out, not hang. */
+static void fork_early_death(const char *path, fit_role_t role, const fork_chan_t *ch)
+{
+    ncclNetDeviceHandle_v11_t *dev_handle = NULL;
+    fit_xfer_opts_t o = { 0 };
+    fit_xfer_result_t r;
+    fork_side_env_t e;
+    void *comm = NULL;
+    fit_bound_t b;
+    ncclResult_t rc = ncclSuccess;
+    double longest = 0;
+
+    /* Few, short retries: the default (34, 100 ms linear) takes a minute, as NCCL's does. */
+    setenv("NCCL_SOCKET_RETRY_CNT", "5", 1);
+    setenv("NCCL_SOCKET_RETRY_SLEEP_MSEC", "20", 1);
+    fit_plugin_open(&e.plugin, path);
+    e.ctx = fit_plugin_init(&e.plugin, 0xcccc);
+    fit_log_allow_warns(1);
+    if (role == FIT_RECV) {
+        void *listen_comm = fit_listen(&e.plugin, e.ctx, 0, e.handle);
+
+        (void)listen_comm;
+        fork_handle_send(ch, e.handle);
+        printf("  receiver pid %d: handle sent, SIGKILL self before accept\n", (int)getpid());
+        fflush(stdout);
+        raise(SIGKILL);
+    }
+    fork_handle_recv(ch, e.handle);
+    usleep(100000); /* Let the receiver die first, most of the time. */
+    fit_bound_init(&b, "connect to a dead receiver", FORK_SURVIVE_SECS, FIT_CONNECT_ITERS);
+    while (comm == NULL) {
+        double t0 = fit_now();
+
+        rc = e.plugin.net->connect(e.ctx, 0, e.handle, &comm, &dev_handle);
+        if (fit_now() - t0 > longest)
+            longest = fit_now() - t0;
+        if (rc != ncclSuccess)
+            break;
+        if (comm == NULL)
+            fit_bound_step(&b);
+    }
+    /* connect runs on NCCL's service thread: a call that sleeps stalls every other setup. */
+    FIT_CHECK(longest < 0.25, "a single connect() call blocked for %.3f s", longest);
+    if (rc != ncclSuccess) {
+        printf("  sender: connect -> %d (%s) after %.2f s; longest call %.1f ms\n", (int)rc,
+               fit_result_str(rc), fit_now() - b.start, longest * 1e3);
+    } else {
+        o.nmsgs        = -1;
+        o.endless_size = (size_t)1 << 20;
+        o.depth        = 8;
+        o.seed         = 400;
+        o.seconds      = FORK_SURVIVE_SECS;
+        fit_xfer_side(&e.plugin, FIT_SEND, comm, &o, &r);
+        FIT_CHECK(r.rc == ncclRemoteError,
+                  "connect to a dead receiver succeeded, then %s -> %d (%s); expected "
+                  "ncclRemoteError", r.err_call ? r.err_call : "(nothing)", (int)r.rc,
+                  fit_result_str(r.rc));
+        printf("  sender: connect succeeded (backlog), then %s -> ncclRemoteError after %.2f s\n",
+               r.err_call, r.seconds);
+        FIT_NCCL(e.plugin.net->closeSend(comm));
+    }
+    FIT_NCCL(e.plugin.net->finalize(e.ctx));
+    fit_plugin_close(&e.plugin);
+    fit_check_no_ferry_threads("after finalize + dlclose");
+    fit_log_allow_warns(0);
+    fit_pass("receiver died before accept: the sender found out without hanging");
+}
+
 static void fork_child_run(const char *path, fork_case_t c, fit_role_t role, const fork_chan_t *ch)
 {
     fit_role_t victim = c == FORK_CASE_SENDER_DIES ? FIT_SEND : FIT_RECV;
@@ -274,6 +348,8 @@ static void fork_child_run(const char *path, fork_case_t c, fit_role_t role, con
     alarm(FORK_WATCHDOG_SECS);
     if (c == FORK_CASE_SWEEP)
         fork_sweep(path, role, ch);
+    else if (c == FORK_CASE_DIES_BEFORE_ACCEPT)
+        fork_early_death(path, role, ch);
     else
         fork_death(path, role, victim, ch);
 }
@@ -325,6 +401,7 @@ static int fork_case_run(const char *path, fork_case_t c)
     fit_role_t victim = c == FORK_CASE_SENDER_DIES ? FIT_SEND : FIT_RECV;
 
     printf("case %s\n", fork_case_names[c]);
+    fflush(stdout);
     FIT_CHECK(pipe(pfd) == 0, "pipe: %s", strerror(errno));
     pids[FIT_RECV] = fork_spawn(path, c, FIT_RECV, pfd[1], pfd[0]);
     pids[FIT_SEND] = fork_spawn(path, c, FIT_SEND, pfd[0], pfd[1]);

@@ -238,6 +238,41 @@ static void inproc_parallel(const fit_plugin_t *p, void *ctx_a, void *ctx_b)
              INPROC_NPAR);
 }
 
+/* NCCL closes comms with requests still posted when it aborts: no hang, no crash. */
+static void inproc_close_busy(const fit_plugin_t *p, void *ctx_l, void *ctx_c)
+{
+    size_t len = (size_t)8 << 20, cap = len;
+    char *buf = malloc(len * 2);
+    void *smh = NULL, *rmh = NULL, *req;
+    inproc_pair_t pr;
+    int i, tag = 1, posted = 0;
+
+    FIT_CHECK(buf != NULL, "malloc");
+    inproc_pair_open(p, ctx_l, ctx_c, &pr, NULL);
+    FIT_NCCL(p->net->regMr(pr.send_comm, buf, len, NCCL_PTR_HOST, &smh));
+    FIT_NCCL(p->net->regMr(pr.recv_comm, buf + len, len, NCCL_PTR_HOST, &rmh));
+    for (i = 0; i < 4; i++) {
+        void *data = buf + len;
+
+        req = NULL;
+        FIT_NCCL(p->net->irecv(pr.recv_comm, 1, &data, &cap, &tag, &rmh, NULL, &req));
+        posted += req != NULL;
+    }
+    /* Two sends: the first matches a receive, the second is still moving at close. */
+    for (i = 0; i < 2; i++) {
+        req = NULL;
+        FIT_NCCL(p->net->isend(pr.send_comm, buf, len, 1, smh, NULL, &req));
+        posted += req != NULL;
+    }
+    fit_log_allow_warns(1); /* Closing under traffic may be worth a WARN; it must not hang. */
+    FIT_NCCL(p->net->deregMr(pr.send_comm, smh));
+    FIT_NCCL(p->net->deregMr(pr.recv_comm, rmh));
+    inproc_pair_close(p, &pr);
+    fit_log_allow_warns(0);
+    free(buf);
+    fit_pass("closeSend/closeRecv with %d requests still in flight", posted);
+}
+
 /* A send larger than the posted receive: ncclInvalidUsage on the receiver, WARN with both sizes. */
 static void inproc_truncation(const fit_plugin_t *p, void *ctx_l, void *ctx_c)
 {
@@ -319,6 +354,7 @@ int main(int argc, char **argv)
 
     inproc_parallel(&plugin, ctx_a, ctx_b);
     inproc_truncation(&plugin, ctx_b, ctx_a);
+    inproc_close_busy(&plugin, ctx_a, ctx_b);
 
     inproc_pair_close(&plugin, &pair);
     FIT_NCCL(plugin.net->finalize(ctx_a));
