@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# compare.sh: on the GPU machine, prove that NCCL runs over ferry and compare
+# ferry with NCCL's own Socket transport, for each NCCL build.
+#
+#   bench/nccl/compare.sh [--quick] [--nccl system|torch|both] [--reps N]
+#                         [--budget S] [--sizes LIST] [OUTDIR]
+#
+# Two ranks on GPU 0, each its own NCCL_HOSTID, under MPS, NCCL_SOCKET_IFNAME=lo,
+# NCCL_NVLS_ENABLE=0. NCCL builds: system (default library path) and torch
+# (PyTorch's libnccl.so.2 via LD_LIBRARY_PATH); --quick: system only, 1 rep.
+#  (a) proof, every build first: all five collectives, 4 KiB..256 MiB, with
+#      NCCL_NET=ferry and NCCL_DEBUG=INFO; the log must show "Loaded net plugin
+#      ferry (v11)" and every "Channel ... via" line must say NET/ferry; every
+#      element right.
+#  (b) comparison, per build: ferry / Socket default / Socket 2x2 (threads x
+#      sockets), interleaved A B C A B C (absolute numbers drift between runs
+#      and machines; only ratios inside one run mean something), all_reduce
+#      over --sizes. At least 3 and at most 5 repetitions (--reps N: exactly
+#      N); after the 3rd, one more starts only while the build's --budget
+#      (default 100 s) allows it. A configuration that fails is not retried.
+# Output in OUTDIR (default $OUT, else bench/results/<date>-gpu): raw-<build>.csv,
+# runs.tsv, proof-<build>.txt, summary.md/.csv, env.txt, logs/. Exit 0 only if
+# everything passed.
+set -uo pipefail
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+QUICK=0
+NCCL_SEL=
+REPS_MIN=3
+REPS_MAX=5
+BUDGET=100
+SIZES=4K,64K,512K,1M,4M,16M,64M,256M
+OUTDIR_ARG=
+
+usage() { sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
+while [ $# -gt 0 ]; do
+  case $1 in
+    --quick) QUICK=1 ;;
+    --nccl) NCCL_SEL=$2; shift ;;
+    --reps) REPS_MIN=$2; REPS_MAX=$2; shift ;;
+    --budget) BUDGET=$2; shift ;;
+    --sizes) SIZES=$2; shift ;;
+    -h|--help) usage; exit 0 ;;
+    -*) usage >&2; exit 2 ;;
+    *) OUTDIR_ARG=$1 ;;
+  esac
+  shift
+done
+
+PROOF_OPTS=(-b 4K -e 256M -f 4 -n 10 -w 2 --iter-bytes 256M -T 150)
+CMP_OPTS=(-n 1000 -w 10 --iter-bytes 256M -T 90)
+if [ "$QUICK" = 1 ]; then
+  NCCL_SEL=${NCCL_SEL:-system}
+  REPS_MIN=1; REPS_MAX=1
+  SIZES=4K,512K,64M
+  PROOF_OPTS=(-b 4K -e 64M -f 8 -n 5 -w 1 --iter-bytes 64M -T 120)
+fi
+case ${NCCL_SEL:=both} in
+  system) BUILDS=(system) ;;
+  torch) BUILDS=(torch) ;;
+  both) BUILDS=(system torch) ;;
+  *) usage >&2; exit 2 ;;
+esac
+CONFIGS=(ferry socket-default socket-2x2)
+
+OUTDIR=$(fnb_outdir "$OUTDIR_ARG") || exit 2
+FAILED=0
+
+# The environment of one configuration, as NAME=value words for `env`.
+config_env() {
+  case $1 in
+    ferry) echo "NCCL_NET_PLUGIN=$FNB_PLUGIN NCCL_NET=ferry" ;;
+    socket-default) echo "NCCL_NET_PLUGIN=none NCCL_NET=Socket" ;;
+    socket-2x2) echo "NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_SOCKET_NTHREADS=2 NCCL_NSOCKS_PERTHREAD=2" ;;
+  esac
+}
+
+# The LD_LIBRARY_PATH that selects one NCCL build (the bench links only the soname).
+build_ldpath() {
+  case $1 in
+    system) echo "${BASE_LDPATH}" ;;
+    torch) echo "$FNB_TORCH_NCCL_DIR${BASE_LDPATH:+:$BASE_LDPATH}" ;;
+  esac
+}
+
+record_env() {
+  {
+    echo "date: $(date -Is)"
+    echo "host: $(uname -nr) cpus=$(nproc)"
+    echo "git: $(git -C "$FNB_REPO" rev-parse HEAD 2>/dev/null) dirty-files=$(git -C "$FNB_REPO" status --porcelain 2>/dev/null | wc -l)"
+    timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
+    echo "plugin: $FNB_PLUGIN"
+    env | grep -E '^(NCCL_|FERRY_|CUDA_MPS_)' | sort
+  } >"$OUTDIR/env.txt"
+}
+
+# proof BUILD: the run that shows NCCL really used ferry, and got every element right.
+proof() {
+  local b=$1 rc counts verdict=PASS
+  local log=$OUTDIR/logs/proof-$b.log
+  fnb_log "proof run, NCCL build '$b'"
+  env LD_LIBRARY_PATH="$(build_ldpath "$b")" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV \
+      NCCL_NET_PLUGIN="$FNB_PLUGIN" NCCL_NET=ferry \
+      "$FNB_BENCH" -N 2 -o all "${PROOF_OPTS[@]}" --label "proof-$b" \
+      --csv "$OUTDIR/proof-$b.csv" >"$log" 2>&1
+  rc=$?
+  counts=$(fnb_proof_check "$log" ferry)
+  if [ $rc -ne 0 ] || ! fnb_proof_check "$log" ferry >/dev/null; then verdict=FAIL; FAILED=1; fi
+  {
+    echo "proof $b: $verdict (bench exit $rc; $counts)"
+    grep -E '^# (NCCL|ferry_nccl_bench|wrong)' "$log"
+    fnb_proof_excerpt "$log" | cut -c1-240 | sed 's/^/    /'
+  } >"$OUTDIR/proof-$b.txt"
+  cat "$OUTDIR/proof-$b.txt" >&2
+}
+
+# run_one BUILD REP CONFIG: one comparison run; its rows go to raw-BUILD.csv.
+run_one() {
+  local b=$1 rep=$2 cfg=$3 log start rc
+  log=$OUTDIR/logs/$b-rep$rep-$cfg.log
+  start=$SECONDS
+  # shellcheck disable=SC2046 # config_env returns NAME=value words
+  env LD_LIBRARY_PATH="$(build_ldpath "$b")" NCCL_DEBUG=WARN $(config_env "$cfg") \
+      "$FNB_BENCH" -N 2 -o all_reduce -l "$SIZES" "${CMP_OPTS[@]}" --label "$cfg" \
+      --csv "$OUTDIR/raw-$b.csv" >"$log" 2>&1
+  rc=$?
+  printf '%s\t%s\t%s\t%s\t%s\n' "$b" "$rep" "$cfg" "$rc" "$((SECONDS - start))" >>"$OUTDIR/runs.tsv"
+  fnb_log "$b rep $rep $cfg: exit $rc, $((SECONDS - start)) s"
+  [ $rc -eq 0 ] || { FAILED=1; tail -5 "$log" >&2; }
+  return $rc
+}
+
+compare() {
+  local b=$1 rep=0 start=$SECONDS rep_start cfg
+  local -A broken=()
+  while [ $rep -lt "$REPS_MAX" ]; do
+    rep=$((rep + 1))
+    rep_start=$SECONDS
+    for cfg in "${CONFIGS[@]}"; do
+      # A configuration that failed once is not retried: a hang costs minutes.
+      [ -n "${broken[$cfg]:-}" ] && continue
+      run_one "$b" "$rep" "$cfg" || broken[$cfg]=1
+    done
+    if [ $rep -ge "$REPS_MIN" ] && [ $((SECONDS - start + SECONDS - rep_start)) -gt "$BUDGET" ]; then
+      fnb_log "$b: $rep repetitions fit the ${BUDGET} s budget"
+      break
+    fi
+  done
+}
+
+main() {
+  local b
+  trap fnb_mps_stop EXIT
+  trap 'exit 130' INT TERM
+  BASE_LDPATH=${LD_LIBRARY_PATH:-}
+  # Runs must see only the settings chosen here (ferry reads these too).
+  unset NCCL_NET NCCL_NET_PLUGIN NCCL_SOCKET_NTHREADS NCCL_NSOCKS_PERTHREAD NCCL_DEBUG \
+        NCCL_DEBUG_SUBSYS NCCL_HOSTID
+  export NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0
+  fnb_log "output in $OUTDIR"
+  fnb_build_ferry "$OUTDIR/logs/build-ferry.log" || { fnb_log "ferry build failed"; return 2; }
+  fnb_build_bench "$OUTDIR/logs/build-bench.log" || { fnb_log "bench build failed"; return 2; }
+  fnb_log "plugin $FNB_PLUGIN, bench $FNB_BENCH"
+  fnb_mps_start || return 2
+  record_env
+  printf 'build\trep\tconfig\texit\tseconds\n' >"$OUTDIR/runs.tsv"
+  if [ ! -f "$FNB_TORCH_NCCL_DIR/libnccl.so.2" ] && [[ " ${BUILDS[*]} " == *" torch "* ]]; then
+    fnb_log "no $FNB_TORCH_NCCL_DIR/libnccl.so.2: NCCL build 'torch' skipped"
+    BUILDS=("${BUILDS[@]/torch/}")
+  fi
+  # All proofs first: they are the must-have, the comparison the nice-to-have.
+  for b in "${BUILDS[@]}"; do [ -n "$b" ] && proof "$b"; done
+  for b in "${BUILDS[@]}"; do [ -n "$b" ] && compare "$b"; done
+  python3 "$FNB_DIR/summarize.py" "$OUTDIR" || FAILED=1
+  fnb_log "summary: $OUTDIR/summary.md"
+  return $FAILED
+}
+
+main 2>&1 | tee -a "$OUTDIR/compare.log"
+rc=${PIPESTATUS[0]}
+echo "compare.sh: $([ "$rc" -eq 0 ] && echo PASS || echo "FAIL (exit $rc)")"
+exit "$rc"

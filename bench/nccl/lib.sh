@@ -1,0 +1,120 @@
+# shellcheck shell=bash disable=SC2034 # FNB_PLUGIN, FNB_BENCH are read by the sourcing scripts
+# Helpers sourced by compare.sh, torch_ddp.sh and run_all.sh: build ferry and
+# the bench, start/stop CUDA MPS, check a log for proof of plugin use. Every
+# external command that could hang runs under `timeout`.
+
+FNB_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+FNB_DIR=$FNB_REPO/bench/nccl
+FNB_BUILD=${FNB_BUILD:-$FNB_REPO/build-gpu}
+FNB_TORCH_NCCL_DIR=${FNB_TORCH_NCCL_DIR:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib}
+FNB_MPS_STARTED=0
+
+fnb_log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
+
+# Default output folder: the device's $OUT when set, else a dated results folder.
+fnb_outdir() {
+  local dir=${1:-${OUT:-$FNB_REPO/bench/results/$(date +%Y-%m-%d)-gpu}}
+  mkdir -p "$dir/logs" && (cd "$dir" && pwd)
+}
+
+# Plugin without CMake (the GPU machine may lack it): the same sources, flags,
+# version script and link options as CMakeLists.txt, in one gcc call.
+fnb_build_ferry_gcc() {
+  local out=$1 version
+  version=$(sed -n 's/^project(ferry VERSION \([0-9.]*\).*/\1/p' "$FNB_REPO/CMakeLists.txt")
+  mkdir -p "$(dirname "$out")"
+  # shellcheck disable=SC2046 # word splitting of the source list is intended
+  gcc -std=c11 -O2 -g -fPIC -shared -pthread -fvisibility=hidden \
+      -D_GNU_SOURCE "-DFERRY_VERSION_STRING=\"${version:-0}\"" \
+      -Wall -Wextra -Werror -Wno-unused-parameter \
+      -I"$FNB_REPO/src" -I"$FNB_REPO/include" \
+      $(ls "$FNB_REPO"/src/{core,proxy,socket,ib,nccl}/*.c 2>/dev/null) \
+      -Wl,--version-script="$FNB_REPO/cmake/ferry.map" -Wl,--no-undefined -Wl,--as-needed \
+      -ldl -o "$out"
+}
+
+# Builds libnccl-net-ferry.so into $FNB_BUILD; sets FNB_PLUGIN to its absolute path.
+fnb_build_ferry() {
+  local log=$1 tests=OFF
+  FNB_PLUGIN=$FNB_BUILD/libnccl-net-ferry.so
+  if ! command -v cmake >/dev/null; then
+    fnb_log "cmake not found: building the plugin with gcc directly"
+    fnb_build_ferry_gcc "$FNB_PLUGIN" >"$log" 2>&1 || { cat "$log" >&2; return 1; }
+    return 0
+  fi
+  # Unit tests need cmocka; only the plugin target is built either way.
+  if pkg-config --exists cmocka 2>/dev/null; then tests=ON; fi
+  if ! cmake -S "$FNB_REPO" -B "$FNB_BUILD" -DFERRY_BUILD_TESTS=$tests >"$log" 2>&1 &&
+     ! cmake -S "$FNB_REPO" -B "$FNB_BUILD" -DFERRY_BUILD_TESTS=OFF >>"$log" 2>&1; then
+    cat "$log" >&2
+    return 1
+  fi
+  if ! cmake --build "$FNB_BUILD" -j "$(nproc)" --target nccl-net-ferry >>"$log" 2>&1; then
+    cat "$log" >&2
+    return 1
+  fi
+  [ -f "$FNB_PLUGIN" ] || FNB_PLUGIN=$(find "$FNB_BUILD" -name libnccl-net-ferry.so -print -quit)
+  [ -n "$FNB_PLUGIN" ] && [ -f "$FNB_PLUGIN" ]
+}
+
+# Builds ferry_nccl_bench; sets FNB_BENCH.
+fnb_build_bench() {
+  local log=$1
+  FNB_BENCH=$FNB_BUILD/nccl-bench/ferry_nccl_bench
+  make -C "$FNB_DIR" BUILD="$FNB_BUILD/nccl-bench" >"$log" 2>&1 || { cat "$log" >&2; return 1; }
+}
+
+fnb_mps_running() {
+  echo get_server_list | timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1
+}
+
+# Starts the MPS daemon unless one already answers; only ours is stopped later.
+fnb_mps_start() {
+  export CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/ferry-mps}
+  export CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-/tmp/ferry-mpslog}
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if fnb_mps_running; then
+    fnb_log "MPS already running on $CUDA_MPS_PIPE_DIRECTORY; left as is"
+    return 0
+  fi
+  command -v nvidia-cuda-mps-control >/dev/null || { fnb_log "nvidia-cuda-mps-control not found"; return 1; }
+  # No inherited stdout: a daemon holding our pipe would keep `tee` waiting forever.
+  timeout 30 nvidia-cuda-mps-control -d </dev/null >/dev/null 2>&1 || { fnb_log "MPS start failed"; return 1; }
+  FNB_MPS_STARTED=1
+  for _ in $(seq 50); do
+    fnb_mps_running && { fnb_log "MPS started ($CUDA_MPS_PIPE_DIRECTORY)"; return 0; }
+    sleep 0.2
+  done
+  fnb_log "MPS daemon does not answer"
+  return 1
+}
+
+fnb_mps_stop() {
+  [ "$FNB_MPS_STARTED" = 1 ] || return 0
+  FNB_MPS_STARTED=0
+  echo quit | timeout 30 nvidia-cuda-mps-control >/dev/null 2>&1 || fnb_log "MPS stop failed"
+  fnb_log "MPS stopped"
+}
+
+# fnb_proof_check LOG [NAME]: the plugin NAME was loaded with the v11 ABI and
+# every connection NCCL printed ("Channel ... via ...") went through NET/NAME.
+# Prints one line of counts; returns 0 only when all of that holds.
+fnb_proof_check() {
+  local log=$1 name=${2:-ferry} loaded using all net ours
+  loaded=$(grep -c "NET/Plugin: Loaded net plugin $name (v11)" "$log")
+  using=$(grep -c "Using network $name" "$log")
+  all=$(grep -cE 'Channel .* via ' "$log")
+  net=$(grep -cE 'Channel .* via NET/' "$log")
+  ours=$(grep -cE "Channel .* via NET/$name/" "$log")
+  printf 'loaded-v11=%s using-network=%s channels=%s via-NET=%s via-NET/%s=%s other=%s\n' \
+    "$loaded" "$using" "$all" "$net" "$name" "$ours" "$((all - ours))"
+  [ "$loaded" -gt 0 ] && [ "$ours" -gt 0 ] && [ "$ours" -eq "$all" ]
+}
+
+# The lines a reader wants to see as evidence, from an NCCL_DEBUG=INFO log.
+fnb_proof_excerpt() {
+  grep -m 2 -E 'NCCL version' "$1"
+  grep -m 2 -E 'NET/Plugin: Loaded net plugin|Successfully loaded external network plugin' "$1"
+  grep -m 2 -E 'Using network' "$1"
+  grep -m 4 -E 'Channel .* via ' "$1"
+}

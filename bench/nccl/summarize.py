@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Summarize a compare.sh output folder into summary.md and summary.csv.
+
+Reads raw-<build>.csv (ferry_nccl_bench rows, one file per NCCL build, label =
+configuration), runs.tsv (exit status of every run) and proof-<build>.txt.
+Per build, op and size: the median over repetitions of busbw and of time for
+each configuration, and ferry's ratio to each Socket configuration. Medians
+and ratios only: absolute numbers drift between runs and machines.
+"""
+import csv
+import os
+import statistics
+import sys
+
+CONFIGS = ["ferry", "socket-default", "socket-2x2"]
+TIME_TABLE_MAX = 512 << 10  # Latency-bound sizes get a time table too.
+
+
+def human(size):
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {unit}"
+    return f"{size} B"
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}" if a is not None and b else "-"
+
+
+def fmt(v, digits):
+    return f"{v:.{digits}f}" if v is not None else "-"
+
+
+def load_rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def group(rows):
+    """(op, size, label) -> list of (busbw, time_us)."""
+    out = {}
+    for r in rows:
+        key = (r["op"], int(r["size_bytes"]), r["label"])
+        out.setdefault(key, []).append((float(r["busbw_gbps"]), float(r["time_us"])))
+    return out
+
+
+def median(groups, key, idx):
+    vals = [v[idx] for v in groups.get(key, [])]
+    return statistics.median(vals) if vals else None
+
+
+def build_section(build, rows, proof, md, summary):
+    version = sorted({r["nccl_version"] for r in rows})
+    groups = group(rows)
+    runs = {c: max((len(v) for k, v in groups.items() if k[2] == c), default=0) for c in CONFIGS}
+    md.append(f"## NCCL {', '.join(version) or '?'} ({build})\n")
+    md.extend(f"    {line}" for line in proof)
+    if proof:
+        md.append("")
+    md.append("2 ranks on GPU 0, NCCL_HOSTID per rank (all traffic over the network "
+              "transport), MPS, NCCL_SOCKET_IFNAME=lo. Runs per configuration: "
+              + ", ".join(f"{c} {runs[c]}" for c in CONFIGS) + ". Interleaved A B C.\n")
+    wrong = sum(int(r["wrong"]) for r in rows)
+    if wrong:
+        md.append(f"**{wrong} wrong elements in the comparison runs.**\n")
+    for op in sorted({k[0] for k in groups}):
+        sizes = sorted({k[1] for k in groups if k[0] == op})
+        md.append(f"### {op}: median busbw, GB/s (ratio > 1: ferry faster)\n")
+        md.append("| size | ferry | Socket default | Socket 2x2 | ferry / default | ferry / 2x2 |")
+        md.append("|---|---|---|---|---|---|")
+        for s in sizes:
+            bw = [median(groups, (op, s, c), 0) for c in CONFIGS]
+            md.append(f"| {human(s)} | {fmt(bw[0], 2)} | {fmt(bw[1], 2)} | {fmt(bw[2], 2)} | "
+                      f"{ratio(bw[0], bw[1])} | {ratio(bw[0], bw[2])} |")
+        small = [s for s in sizes if s <= TIME_TABLE_MAX]
+        if small:
+            md.append(f"\n### {op}: median time per operation, us (ratio < 1: ferry faster)\n")
+            md.append("| size | ferry | Socket default | Socket 2x2 | ferry / default | ferry / 2x2 |")
+            md.append("|---|---|---|---|---|---|")
+            for s in small:
+                t = [median(groups, (op, s, c), 1) for c in CONFIGS]
+                md.append(f"| {human(s)} | {fmt(t[0], 1)} | {fmt(t[1], 1)} | {fmt(t[2], 1)} | "
+                          f"{ratio(t[0], t[1])} | {ratio(t[0], t[2])} |")
+        md.append("")
+        for (o, s, c), vals in sorted(groups.items()):
+            if o != op:
+                continue
+            bws = [v[0] for v in vals]
+            ts = [v[1] for v in vals]
+            summary.append([build, ", ".join(version), c, o, s, len(vals),
+                            statistics.median(bws), min(bws), max(bws),
+                            statistics.median(ts), min(ts), max(ts)])
+
+
+def proof_digest(lines):
+    """The verdict, the NCCL library line, and one line of each kind of evidence."""
+    keep, seen = [], set()
+    for line in lines:
+        kind = next((k for k in ("proof ", "# NCCL", "# wrong", "Loaded net plugin",
+                                 "Using network", " via ") if k in line), None)
+        if kind and kind not in seen:
+            seen.add(kind)
+            keep.append(line.strip())
+    return keep
+
+
+def failed_runs(outdir):
+    path = os.path.join(outdir, "runs.tsv")
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return [r for r in csv.DictReader(f, delimiter="\t") if r["exit"] != "0"]
+
+
+def main():
+    outdir = sys.argv[1] if len(sys.argv) > 1 else "."
+    md = ["# ferry vs NCCL Socket: compare.sh summary\n"]
+    summary = []
+    builds = sorted(f[4:-4] for f in os.listdir(outdir)
+                    if f.startswith("raw-") and f.endswith(".csv"))
+    proofs = sorted(f[6:-4] for f in os.listdir(outdir)
+                    if f.startswith("proof-") and f.endswith(".txt"))
+    for b in sorted(set(builds) | set(proofs)):
+        proof_path = os.path.join(outdir, f"proof-{b}.txt")
+        proof = open(proof_path).read().splitlines() if os.path.exists(proof_path) else []
+        proof = proof_digest(proof)
+        raw_path = os.path.join(outdir, f"raw-{b}.csv")
+        rows = load_rows(raw_path) if os.path.exists(raw_path) else []
+        build_section(b, rows, proof, md, summary)
+    failed = failed_runs(outdir)
+    if failed:
+        md.append("## Failed runs\n")
+        md.extend(f"- {r['build']} rep {r['rep']} {r['config']}: exit {r['exit']} "
+                  f"after {r['seconds']} s (logs/{r['build']}-rep{r['rep']}-{r['config']}.log)"
+                  for r in failed)
+        md.append("")
+    with open(os.path.join(outdir, "summary.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    with open(os.path.join(outdir, "summary.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["build", "nccl_version", "config", "op", "size_bytes", "runs",
+                    "busbw_median", "busbw_min", "busbw_max",
+                    "time_us_median", "time_us_min", "time_us_max"])
+        w.writerows(summary)
+    print("\n".join(md))
+    return 0 if summary else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

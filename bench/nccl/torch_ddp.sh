@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# torch_ddp.sh: PyTorch DDP (NCCL backend) over ferry, 2 processes on GPU 0.
+#
+#   bench/nccl/torch_ddp.sh [OUTDIR]      (default $OUT, else bench/results/<date>-gpu)
+#
+# Builds the plugin if needed, starts MPS (unless one runs), runs torch_ddp.py
+# with PyTorch's python and NCCL_NET=ferry, and passes only when the script
+# prints PASS, the log shows "Loaded net plugin ferry (v11)" and every
+# "Channel ... via" line says NET/ferry. Writes torch_ddp.log and torch_ddp.txt.
+set -uo pipefail
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+case ${1:-} in -h|--help) sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+OUTDIR=$(fnb_outdir "${1:-}") || exit 2
+PY=${FNB_PYTHON:-/opt/torch/.venv/bin/python3}
+[ -x "$PY" ] || PY=python3
+LOG=$OUTDIR/torch_ddp.log
+
+main() {
+  local rc verdict=PASS counts
+  trap fnb_mps_stop EXIT
+  trap 'exit 130' INT TERM
+  FNB_PLUGIN=$FNB_BUILD/libnccl-net-ferry.so
+  if [ ! -f "$FNB_PLUGIN" ]; then
+    fnb_build_ferry "$OUTDIR/logs/build-ferry-ddp.log" || { fnb_log "ferry build failed"; return 2; }
+  fi
+  fnb_mps_start || return 2
+  fnb_log "torch_ddp.py with $PY, plugin $FNB_PLUGIN"
+  # The timeout covers a hang anywhere, including inside NCCL.
+  env -u NCCL_SOCKET_NTHREADS -u NCCL_NSOCKS_PERTHREAD \
+      NCCL_NET_PLUGIN="$FNB_PLUGIN" NCCL_NET=ferry NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0 \
+      NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV \
+      timeout -k 10 240 "$PY" "$FNB_DIR/torch_ddp.py" >"$LOG" 2>&1
+  rc=$?
+  counts=$(fnb_proof_check "$LOG" ferry)
+  if [ $rc -ne 0 ] || ! grep -q '^torch_ddp: PASS' "$LOG" || ! fnb_proof_check "$LOG" ferry >/dev/null; then
+    verdict=FAIL
+  fi
+  {
+    echo "torch_ddp: $verdict (exit $rc; $counts)"
+    grep '^torch_ddp:' "$LOG"
+    fnb_proof_excerpt "$LOG" | cut -c1-240 | sed 's/^/    /'
+  } >"$OUTDIR/torch_ddp.txt"
+  cat "$OUTDIR/torch_ddp.txt"
+  [ $verdict = PASS ] || { tail -20 "$LOG"; return 1; }
+}
+
+main 2>&1
+rc=$?
+echo "torch_ddp.sh: $([ "$rc" -eq 0 ] && echo PASS || echo "FAIL (exit $rc)")"
+exit "$rc"
