@@ -548,7 +548,9 @@ void fit_handle_addr(const void *handle, char *buf, size_t len)
 
     if (h->family == AF_INET || h->family == AF_INET6)
         inet_ntop(h->family, h->addr, ip, sizeof(ip));
-    if (h->family == AF_INET6)
+    if (h->family == AF_INET6 && h->scope_id != 0)
+        snprintf(buf, len, "[%s%%%u]:%u", ip, (unsigned)h->scope_id, (unsigned)ntohs(h->port));
+    else if (h->family == AF_INET6)
         snprintf(buf, len, "[%s]:%u", ip, (unsigned)ntohs(h->port));
     else
         snprintf(buf, len, "%s:%u", ip, (unsigned)ntohs(h->port));
