@@ -19,6 +19,11 @@ set -uo pipefail
 fork_bin=${1:?usage: integ_netns.sh INTEG_FORK_BINARY PLUGIN_PATH}
 plugin=${2:?usage: integ_netns.sh INTEG_FORK_BINARY PLUGIN_PATH}
 mode=${3:-main}
+# dlopen searches the library path for a bare name: make a relative path absolute.
+if [ -f "$plugin" ]; then
+    plugin=$(readlink -f "$plugin")
+fi
+fork_bin=$(readlink -f "$fork_bin")
 limit_s=150
 
 skip() {
