@@ -17,6 +17,8 @@
  *                    same load (NCCL_NET_PLUGIN_REF_COUNT=1); then dlclose and
  *                    dlopen again (NCCL's unload/reload); data flows each time
  *                    and no ferry-* thread outlives a dlclose
+ *   close-after-finalize  every context finalized while its comms are open;
+ *                    the comms then close cleanly and dlclose leaves no thread
  *
  *   integ_config [--plugin PATH] [--case NAME]
  */
@@ -240,6 +242,38 @@ static void config_reinit_reload(const char *path)
     }
 }
 
+/* NCCL may finalize a context before its proxy thread closes the comms made with it. */
+static void config_close_after_finalize(const char *path)
+{
+    static const size_t sizes[] = { 1, 65536, (size_t)4 << 20 };
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    void *a, *b, *listen_comm, *send_comm, *recv_comm;
+    fit_xfer_opts_t o = { 0 };
+    fit_xfer_result_t r;
+    fit_plugin_t p;
+
+    fit_plugin_open(&p, path);
+    a = fit_plugin_init(&p, 0x7d);
+    b = fit_plugin_init(&p, 0x7e);
+    listen_comm = fit_listen(&p, a, 0, handle);
+    fit_connect_accept(&p, b, 0, handle, listen_comm, &send_comm, &recv_comm, NULL);
+    o.sizes   = sizes;
+    o.nmsgs   = 3;
+    o.depth   = 2;
+    o.seed    = 77;
+    o.seconds = 30.0;
+    fit_xfer_inproc(&p, send_comm, recv_comm, &o, &r);
+    fit_xfer_expect_ok(&r, "before finalize");
+    FIT_NCCL(p.net->finalize(a));
+    FIT_NCCL(p.net->finalize(b));
+    /* The comms outlive their contexts: they must still close cleanly. */
+    FIT_NCCL(p.net->closeListen(listen_comm));
+    FIT_NCCL(p.net->closeSend(send_comm));
+    FIT_NCCL(p.net->closeRecv(recv_comm));
+    fit_log_check_clean("close after finalize");
+    config_close(&p);
+}
+
 static const config_case_t config_cases[] = {
     { "backend-ib",     { "NCCL_FERRY_BACKEND=ib" },                config_backend_ib },
     { "backend-bogus",  { "NCCL_FERRY_BACKEND=bogus" },             config_backend_bogus },
@@ -249,6 +283,7 @@ static const config_case_t config_cases[] = {
     { "one-stream",     { "NCCL_FERRY_STREAMS=1", "NCCL_SOCKET_NTHREADS=", "NCCL_NSOCKS_PERTHREAD=" },
                         config_one_stream },
     { "reinit-reload",  { NULL },                                   config_reinit_reload },
+    { "close-after-finalize", { NULL },                             config_close_after_finalize },
 };
 
 static int config_run_case(const char *path, const config_case_t *c)
