@@ -19,6 +19,7 @@
  *                    and no ferry-* thread outlives a dlclose
  *   close-after-finalize  every context finalized while its comms are open;
  *                    the comms then close cleanly and dlclose leaves no thread
+ *   many-comms       32 connections open at once, each carries 1 MiB intact
  *
  *   integ_config [--plugin PATH] [--case NAME]
  */
@@ -274,6 +275,51 @@ static void config_close_after_finalize(const char *path)
     config_close(&p);
 }
 
+#define CONFIG_MANY 32
+
+/* Many comms at once, as NCCL opens per channel and peer: all connect, all carry data. */
+static void config_many_comms(const char *path)
+{
+    static void *send_comm[CONFIG_MANY], *recv_comm[CONFIG_MANY];
+    size_t size = (size_t)1 << 20;
+    fit_xfer_opts_t o = { 0 };
+    fit_xfer_result_t r;
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    char names[64];
+    fit_plugin_t p;
+    void *a, *b;
+    int i, threads;
+
+    fit_plugin_open(&p, path);
+    a = fit_plugin_init(&p, 0x80);
+    b = fit_plugin_init(&p, 0x81);
+    for (i = 0; i < CONFIG_MANY; i++) {
+        void *listen_comm = fit_listen(&p, a, 0, handle);
+
+        fit_connect_accept(&p, b, 0, handle, listen_comm, &send_comm[i], &recv_comm[i], NULL);
+        FIT_NCCL(p.net->closeListen(listen_comm));
+    }
+    threads = fit_count_threads("ferry-", names, sizeof(names));
+    printf("  %d comm pairs open, %d ferry-* threads\n", CONFIG_MANY, threads);
+    o.sizes   = &size;
+    o.nmsgs   = 1;
+    o.depth   = 1;
+    o.seconds = 30.0;
+    for (i = 0; i < CONFIG_MANY; i++) {
+        o.seed = 900 + (uint64_t)i;
+        fit_xfer_inproc(&p, send_comm[i], recv_comm[i], &o, &r);
+        fit_xfer_expect_ok(&r, "many comms");
+    }
+    for (i = 0; i < CONFIG_MANY; i++) {
+        FIT_NCCL(p.net->closeSend(send_comm[i]));
+        FIT_NCCL(p.net->closeRecv(recv_comm[i]));
+    }
+    FIT_NCCL(p.net->finalize(a));
+    FIT_NCCL(p.net->finalize(b));
+    fit_log_check_clean("many comms");
+    config_close(&p);
+}
+
 static const config_case_t config_cases[] = {
     { "backend-ib",     { "NCCL_FERRY_BACKEND=ib" },                config_backend_ib },
     { "backend-bogus",  { "NCCL_FERRY_BACKEND=bogus" },             config_backend_bogus },
@@ -284,6 +330,7 @@ static const config_case_t config_cases[] = {
                         config_one_stream },
     { "reinit-reload",  { NULL },                                   config_reinit_reload },
     { "close-after-finalize", { NULL },                             config_close_after_finalize },
+    { "many-comms",     { NULL },                                   config_many_comms },
 };
 
 static int config_run_case(const char *path, const config_case_t *c)
