@@ -101,7 +101,8 @@ def worker(rank, args, store):
         print(f"torch_ddp: torch {torch.__version__}, backend {args.backend}, "
               f"world {args.world}, {final.numel()} parameters, {STEPS} steps")
         if args.backend == "nccl":
-            print(f"torch_ddp: NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}")
+            v = torch.cuda.nccl.version()  # A tuple in torch 2.x, an int in older ones.
+            print(f"torch_ddp: NCCL {'.'.join(map(str, v)) if isinstance(v, tuple) else v}")
         print(f"torch_ddp: replicas identical: {same}; moved from init: {moved}; "
               f"matches single-process reference: {matches} (max |diff| {max_diff:.3g})")
         print("torch_ddp: PASS" if ok else "torch_ddp: FAIL", flush=True)
