@@ -61,8 +61,8 @@ FAKEIBV_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
     return 0;
 }
 
-FAKEIBV_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_context,
-                                            struct ibv_comp_channel *channel, int comp_vector)
+struct fakeibv_cq *fakeibv_cq_create(struct ibv_context *context, int cqe, void *cq_context,
+                                     struct ibv_comp_channel *channel, int comp_vector)
 {
     struct fakeibv_cq *cq;
     int rc = fakeibv_fault_check(FAKEIBV_FAULT_CREATE_CQ);
@@ -93,7 +93,15 @@ FAKEIBV_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe
     pthread_mutex_init(&cq->lock, NULL);
     if (channel != NULL)
         __atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_RELAXED);
-    return &cq->cq;
+    return cq;
+}
+
+FAKEIBV_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_context,
+                                            struct ibv_comp_channel *channel, int comp_vector)
+{
+    struct fakeibv_cq *cq = fakeibv_cq_create(context, cqe, cq_context, channel, comp_vector);
+
+    return cq != NULL ? &cq->cq : NULL;
 }
 
 FAKEIBV_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
@@ -212,6 +220,15 @@ void fakeibv_cq_push(struct fakeibv_cq *cq, const struct ibv_wc *wc)
     }
 }
 
+int fakeibv_cq_pop_locked(struct fakeibv_cq *cq, struct ibv_wc *wc)
+{
+    if (cq->tail == cq->head)
+        return 0;
+    *wc = cq->ring[cq->tail % cq->size];
+    cq->tail++;
+    return 1;
+}
+
 int fakeibv_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 {
     struct fakeibv_cq *cq = (struct fakeibv_cq *)ibcq;
@@ -220,22 +237,19 @@ int fakeibv_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
     if (n < 0)
         return -EINVAL;
     pthread_mutex_lock(&cq->lock);
-    while (i < n && cq->tail != cq->head) {
-        wc[i++] = cq->ring[cq->tail % cq->size];
-        cq->tail++;
-    }
+    while (i < n && fakeibv_cq_pop_locked(cq, &wc[i]))
+        i++;
     pthread_mutex_unlock(&cq->lock);
     return i;
 }
 
 /* Solicited-only is treated like "any": the fake has no solicited bit, and
- * waking more often than asked is allowed. */
+ * waking more often than asked is allowed. Arming a CQ without a channel
+ * succeeds and does nothing, as on mlx5. */
 int fakeibv_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 {
     struct fakeibv_cq *cq = (struct fakeibv_cq *)ibcq;
 
-    if (ibcq->channel == NULL)
-        return EINVAL;
     pthread_mutex_lock(&cq->lock);
     cq->armed = 1;
     pthread_mutex_unlock(&cq->lock);

@@ -367,6 +367,7 @@ FAKEIBV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
     ctx->vctx.query_port = fakeibv_vctx_query_port;
     ctx->vctx.query_device_ex = fakeibv_query_device_ex;
     ctx->vctx.create_qp_ex = fakeibv_create_qp_ex;
+    ctx->vctx.create_cq_ex = fakeibv_create_cq_ex;
     c = &ctx->vctx.context;
     c->device = device;
     c->cmd_fd = -1;

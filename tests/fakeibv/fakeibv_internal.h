@@ -154,8 +154,13 @@ int fakeibv_cuda_dtoh(void *cu_ctx, void *dst, uint64_t src, size_t len);
 struct fakeibv_channel;
 
 struct fakeibv_cq {
-    struct ibv_cq cq;             /* Must be first. */
-    pthread_mutex_t lock;         /* Protects the ring, armed, ev_next. */
+    union {                       /* Must be first. */
+        struct ibv_cq cq;         /* What ibv_create_cq hands out. */
+        struct ibv_cq_ex cqx;     /* Same prefix: what ibv_create_cq_ex hands out. */
+    };
+    struct ibv_wc cur;            /* Entry the ibv_start_poll API is looking at. */
+    pthread_mutex_t lock;         /* Protects the ring, armed, ev_next; held
+                                   * from start_poll to end_poll. */
     struct ibv_wc *ring;
     uint32_t size;                /* Ring capacity (cq.cqe). */
     uint32_t head, tail;          /* Produced / consumed counters. */
@@ -165,6 +170,10 @@ struct fakeibv_cq {
     struct fakeibv_cq *ev_next;   /* Link in the channel's pending-event list. */
 };
 
+struct fakeibv_cq *fakeibv_cq_create(struct ibv_context *context, int cqe, void *cq_context,
+                                     struct ibv_comp_channel *channel, int comp_vector);
+int fakeibv_cq_pop_locked(struct fakeibv_cq *cq, struct ibv_wc *wc);
+struct ibv_cq_ex *fakeibv_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_attr_ex *a);
 void fakeibv_cq_push(struct fakeibv_cq *cq, const struct ibv_wc *wc);
 int fakeibv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int fakeibv_req_notify_cq(struct ibv_cq *cq, int solicited_only);

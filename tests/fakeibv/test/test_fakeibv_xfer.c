@@ -456,6 +456,76 @@ static void test_wr_api(void **state)
     assert_int_equal(ibv_destroy_qp(q), 0);
 }
 
+static void test_cq_ex_poll_api(void **state)
+{
+    struct xfx *x = *state;
+    struct ibv_cq_init_attr_ex ca;
+    struct ibv_cq_ex *cqx;
+    struct ibv_qp_init_attr qa;
+    struct ibv_qp *a, *b;
+    struct ibv_recv_wr rwr = { .wr_id = 501 }, *rbad;
+    struct ibv_poll_cq_attr pa = { .comp_mask = 0 };
+    int n = 0, seen_recv = 0, seen_send = 0, tries;
+
+    memset(&ca, 0, sizeof(ca));
+    ca.cqe = 16;
+    ca.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM;
+    cqx = ibv_create_cq_ex(x->f.ctx, &ca);
+    assert_non_null(cqx);
+    memset(&qa, 0, sizeof(qa));
+    qa.send_cq = qa.recv_cq = ibv_cq_ex_to_cq(cqx);
+    qa.qp_type = IBV_QPT_RC;
+    qa.cap.max_send_wr = qa.cap.max_recv_wr = 4;
+    qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+    a = ibv_create_qp(x->f.pd, &qa);
+    b = ibv_create_qp(x->f.pd, &qa);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(fx_connect(a, x->f.lid, b->qp_num, 7), 0);
+    assert_int_equal(fx_connect(b, x->f.lid, a->qp_num, 7), 0);
+    /* Nothing there yet: start_poll says ENOENT (and needs no end_poll). */
+    assert_int_equal(ibv_start_poll(cqx, &pa), ENOENT);
+    assert_int_equal(ibv_post_recv(b, &rwr, &rbad), 0);
+    assert_int_equal(fx_write(a, 500, IBV_WR_RDMA_WRITE_WITH_IMM, x->src, 100, x->src_mr->lkey,
+                              (uintptr_t)x->dst, x->dst_mr->rkey, IBV_SEND_SIGNALED, htobe32(9)),
+                     0);
+    for (tries = 0; n < 2 && tries < 5000; tries++) {
+        int rc = ibv_start_poll(cqx, &pa);
+
+        if (rc == ENOENT) {
+            usleep(1000);
+            continue;
+        }
+        assert_int_equal(rc, 0);
+        do {
+            assert_int_equal(cqx->status, IBV_WC_SUCCESS);
+            if (cqx->wr_id == 501) {
+                assert_int_equal(ibv_wc_read_opcode(cqx), IBV_WC_RECV_RDMA_WITH_IMM);
+                assert_int_equal(ibv_wc_read_byte_len(cqx), 100);
+                assert_int_equal(be32toh(ibv_wc_read_imm_data(cqx)), 9);
+                assert_int_equal(ibv_wc_read_qp_num(cqx), b->qp_num);
+                assert_true(ibv_wc_read_wc_flags(cqx) & IBV_WC_WITH_IMM);
+                seen_recv++;
+            } else {
+                assert_int_equal(cqx->wr_id, 500);
+                assert_int_equal(ibv_wc_read_opcode(cqx), IBV_WC_RDMA_WRITE);
+                seen_send++;
+            }
+            n++;
+        } while (ibv_next_poll(cqx) == 0);
+        ibv_end_poll(cqx);
+    }
+    assert_int_equal(seen_recv, 1);
+    assert_int_equal(seen_send, 1);
+    /* Timestamps are not emulated. */
+    ca.wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+    assert_null(ibv_create_cq_ex(x->f.ctx, &ca));
+    assert_int_equal(errno, EOPNOTSUPP);
+    assert_int_equal(ibv_destroy_qp(a), 0);
+    assert_int_equal(ibv_destroy_qp(b), 0);
+    assert_int_equal(ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)), 0);
+}
+
 static void test_link_drop_retry_exceeded(void **state)
 {
     struct xfx *x = *state;
@@ -573,6 +643,7 @@ int main(void)
         cmocka_unit_test(test_wr_api),
         cmocka_unit_test(test_rnr_waits_forever_with_7),
         cmocka_unit_test(test_sq_full),
+        cmocka_unit_test(test_cq_ex_poll_api),
         cmocka_unit_test_setup(test_send_too_long, reset_pair),
         cmocka_unit_test_setup(test_remote_access_error, reset_pair),
         cmocka_unit_test_setup(test_remote_range_and_right, reset_pair),
