@@ -212,4 +212,7 @@ void fit_xfer_expect_ok(const fit_xfer_result_t *r, const char *what);
 /* The size sweep the tests share: 0..64 MiB, powers of two, neighbours, odd sizes. */
 int fit_sweep_sizes(size_t *sizes, int max, size_t max_size);
 
+/* Keep ptr allocated until fit_plugin_close (the plugin may still write into it). */
+void fit_graveyard_add(void *ptr);
+
 #endif

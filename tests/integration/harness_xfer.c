@@ -1,0 +1,305 @@
+/*
+ * The transfer engine of the integration harness: one or both sides of a
+ * message sequence, a window of requests in flight, oldest-first test(),
+ * every received byte checked against the sender's seeded pattern.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+/* ---- the transfer engine -------------------------------------------------- */
+
+typedef struct fit_side {
+    fit_role_t             role;
+    const fit_plugin_t    *p;
+    void                  *comm;
+    const fit_xfer_opts_t *o;
+    uint8_t               *arena;     /* depth slots of slot_size bytes. */
+    size_t                 slot_size;
+    int                    depth;     /* Requests in flight, <= o->depth. */
+    void                  *mh;        /* regMr handle of arena. */
+    int                    posted;    /* Messages posted. */
+    int                    tested;    /* Messages completed (oldest-first). */
+    void                  *reqs[FIT_MAX_DEPTH]; /* Request of message i at i % depth. */
+} fit_side_t;
+
+static const char *fit_role_str(fit_role_t role)
+{
+    return role == FIT_SEND ? "sender" : "receiver";
+}
+
+static size_t fit_msg_size(const fit_xfer_opts_t *o, int i)
+{
+    return o->nmsgs < 0 ? o->endless_size : o->sizes[i];
+}
+
+static size_t fit_msg_recv_size(const fit_xfer_opts_t *o, int i)
+{
+    if (o->nmsgs >= 0 && o->recv_sizes != NULL)
+        return o->recv_sizes[i];
+    return fit_msg_size(o, i) + o->recv_extra;
+}
+
+static void fit_side_init(fit_side_t *s, const fit_plugin_t *p, fit_role_t role, void *comm,
+                          const fit_xfer_opts_t *o)
+{
+    size_t cap = o->arena_cap ? o->arena_cap : (size_t)256 << 20;
+    size_t slot = 64;
+    int i, n = o->nmsgs < 0 ? 1 : o->nmsgs;
+
+    memset(s, 0, sizeof(*s));
+    s->role = role;
+    s->p    = p;
+    s->comm = comm;
+    s->o    = o;
+    for (i = 0; i < n; i++) {
+        size_t need = fit_msg_size(o, i) > fit_msg_recv_size(o, i) ? fit_msg_size(o, i)
+                                                                   : fit_msg_recv_size(o, i);
+        if (need > slot)
+            slot = need;
+    }
+    s->slot_size = (slot + 63) & ~(size_t)63;
+    s->depth     = o->depth < 1 ? 1 : o->depth > FIT_MAX_DEPTH ? FIT_MAX_DEPTH : o->depth;
+    while (s->depth > 1 && s->slot_size * (size_t)s->depth > cap)
+        s->depth--;
+    s->arena = aligned_alloc(4096, (s->slot_size * (size_t)s->depth + 4095) & ~(size_t)4095);
+    FIT_CHECK(s->arena != NULL, "cannot allocate %zu x %d bytes", s->slot_size, s->depth);
+    FIT_NCCL(p->net->regMr(comm, s->arena, s->slot_size * (size_t)s->depth, NCCL_PTR_HOST,
+                           &s->mh));
+}
+
+/*
+ * Done with the side. deregMr either way, as NCCL does at teardown; a failed
+ * side's buffer may still be written by the plugin until the comm is closed,
+ * so it stays allocated until dlclose.
+ */
+static void fit_side_fini(fit_side_t *s, int failed)
+{
+    FIT_NCCL(s->p->net->deregMr(s->comm, s->mh));
+    if (failed)
+        fit_graveyard_add(s->arena);
+    else
+        free(s->arena);
+}
+
+static int fit_side_finished(const fit_side_t *s)
+{
+    return s->o->nmsgs >= 0 && s->tested >= s->o->nmsgs;
+}
+
+static void fit_side_error(const fit_side_t *s, fit_xfer_result_t *r, ncclResult_t rc,
+                           int msg, const char *call)
+{
+    if (r->rc != ncclSuccess)
+        return;
+    r->rc       = rc;
+    r->err_role = s->role;
+    r->err_msg  = msg;
+    r->err_call = call;
+}
+
+/* Post what the window allows; returns the number posted, or -1 on error. */
+static int fit_side_post(fit_side_t *s, fit_xfer_result_t *r)
+{
+    const fit_xfer_opts_t *o = s->o;
+    int posted = 0;
+
+    while (s->posted - s->tested < s->depth && (o->nmsgs < 0 || s->posted < o->nmsgs)) {
+        int i = s->posted;
+        uint8_t *slot = s->arena + (size_t)(i % s->depth) * s->slot_size;
+        size_t size = fit_msg_size(o, i);
+        void *req = NULL;
+        ncclResult_t rc;
+
+        if (s->role == FIT_SEND) {
+            fit_fill(slot, size, o->seed + (uint64_t)i);
+            rc = s->p->net->isend(s->comm, slot, size, o->tag, s->mh, NULL, &req);
+            if (rc != ncclSuccess) {
+                fit_side_error(s, r, rc, i, "isend");
+                return -1;
+            }
+        } else {
+            size_t rsize = fit_msg_recv_size(o, i);
+            void *data = slot;
+            int tag = o->tag;
+            void *mh = s->mh;
+
+            memset(slot, FIT_POISON, rsize);
+            req = o->use_hint ? (void *)(uintptr_t)NCCL_NET_OPTIONAL_RECV_COMPLETION
+                              : (void *)(uintptr_t)0xdeadbeef;
+            rc = s->p->net->irecv(s->comm, 1, &data, &rsize, &tag, &mh, NULL, &req);
+            if (rc != ncclSuccess) {
+                fit_side_error(s, r, rc, i, "irecv");
+                return -1;
+            }
+            FIT_CHECK(req != (void *)(uintptr_t)NCCL_NET_OPTIONAL_RECV_COMPLETION &&
+                      req != (void *)(uintptr_t)0xdeadbeef,
+                      "irecv of message %d returned ncclSuccess without overwriting *request (%p)",
+                      i, req);
+        }
+        if (req == NULL) {
+            r->retries[s->role]++;
+            break; /* NULL request: "try again later". */
+        }
+        s->reqs[i % s->depth] = req;
+        s->posted++;
+        posted++;
+    }
+    return posted;
+}
+
+/* Test the oldest request; returns 1 when it completed, 0 if not yet, -1 on error. */
+static int fit_side_test(fit_side_t *s, fit_xfer_result_t *r)
+{
+    const fit_xfer_opts_t *o = s->o;
+    int i = s->tested;
+    int done = 0;
+    int sizes[1] = { -7 };
+    /* NULL sizes now and then, as NCCL's bootstrap does; the data checks still run. */
+    int *sizes_arg = i % 4 == 3 ? NULL : sizes;
+    ncclResult_t rc;
+
+    if (s->posted == s->tested)
+        return 0;
+    rc = s->p->net->test(s->reqs[i % s->depth], &done, sizes_arg);
+    if (rc != ncclSuccess) {
+        fit_side_error(s, r, rc, i, "test");
+        return -1;
+    }
+    if (!done)
+        return 0;
+    if (sizes_arg != NULL)
+        FIT_CHECK((size_t)sizes[0] == fit_msg_size(o, i),
+                  "%s message %d: test reported %d bytes, %zu were sent (posted %zu)",
+                  fit_role_str(s->role), i, sizes[0], fit_msg_size(o, i),
+                  fit_msg_recv_size(o, i));
+    if (s->role == FIT_RECV) {
+        const uint8_t *slot = s->arena + (size_t)(i % s->depth) * s->slot_size;
+        size_t size = fit_msg_size(o, i), rsize = fit_msg_recv_size(o, i), off;
+        char what[96];
+
+        snprintf(what, sizeof(what), "received message %d (%zu bytes, posted %zu)", i, size,
+                 rsize);
+        fit_check_pattern(slot, size, o->seed + (uint64_t)i, what);
+        for (off = size; off < rsize; off++)
+            FIT_CHECK(slot[off] == FIT_POISON,
+                      "%s: byte %zu beyond the sent size was overwritten (0x%02x)", what, off,
+                      slot[off]);
+    }
+    s->tested++;
+    r->done[s->role]++;
+    if (o->on_done != NULL)
+        o->on_done(s->role, i, o->on_done_arg);
+    return 1;
+}
+
+static int fit_side_step(fit_side_t *s, fit_xfer_result_t *r)
+{
+    int posted, tested;
+
+    posted = fit_side_post(s, r);
+    if (posted < 0)
+        return -1;
+    tested = fit_side_test(s, r);
+    if (tested < 0)
+        return -1;
+    return posted + tested;
+}
+
+static void fit_xfer_result_init(fit_xfer_result_t *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->rc      = ncclSuccess;
+    r->err_msg = -1;
+}
+
+void fit_xfer_inproc(const fit_plugin_t *p, void *send_comm, void *recv_comm,
+                     const fit_xfer_opts_t *o, fit_xfer_result_t *r)
+{
+    fit_side_t sender, receiver;
+    fit_bound_t b;
+    double t0 = fit_now();
+
+    fit_xfer_result_init(r);
+    fit_side_init(&sender, p, FIT_SEND, send_comm, o);
+    fit_side_init(&receiver, p, FIT_RECV, recv_comm, o);
+    /* Both sides must agree on the window; take the smaller. */
+    if (sender.depth > receiver.depth)
+        sender.depth = receiver.depth;
+    receiver.depth = sender.depth;
+    fit_bound_init(&b, "in-process transfer", o->seconds, 2000000000L);
+    while (!fit_side_finished(&sender) || !fit_side_finished(&receiver)) {
+        /* Receives first, as NCCL posts them ahead of the peer's sends. */
+        if (fit_side_step(&receiver, r) < 0 || fit_side_step(&sender, r) < 0)
+            break;
+        fit_bound_step(&b);
+    }
+    r->seconds = fit_now() - t0;
+    fit_side_fini(&receiver, r->rc != ncclSuccess);
+    fit_side_fini(&sender, r->rc != ncclSuccess);
+}
+
+void fit_xfer_side(const fit_plugin_t *p, fit_role_t role, void *comm,
+                   const fit_xfer_opts_t *o, fit_xfer_result_t *r)
+{
+    fit_side_t s;
+    fit_bound_t b;
+    double t0 = fit_now();
+
+    fit_xfer_result_init(r);
+    fit_side_init(&s, p, role, comm, o);
+    fit_bound_init(&b, role == FIT_SEND ? "send sequence" : "receive sequence", o->seconds,
+                   2000000000L);
+    while (!fit_side_finished(&s)) {
+        if (fit_side_step(&s, r) < 0)
+            break;
+        fit_bound_step(&b);
+    }
+    r->seconds = fit_now() - t0;
+    fit_side_fini(&s, r->rc != ncclSuccess);
+}
+
+void fit_xfer_expect_ok(const fit_xfer_result_t *r, const char *what)
+{
+    if (r->rc != ncclSuccess)
+        fit_fail(__FILE__, __LINE__, "%s: %s %s of message %d returned %d (%s)", what,
+                 fit_role_str(r->err_role), r->err_call, r->err_msg, (int)r->rc,
+                 fit_result_str(r->rc));
+}
+
+static int fit_size_cmp(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+int fit_sweep_sizes(size_t *sizes, int max, size_t max_size)
+{
+    static const size_t odd[] = { 1000, 4097, 9001, 65537, 123457, 1000003, 3000017,
+                                  12345679, 33554431 + 2, (size_t)64 << 20 };
+    int n = 0, i, k, out;
+
+    if (n < max)
+        sizes[n++] = 0;
+    for (k = 0; (((size_t)1) << k) <= max_size; k++) {
+        size_t p2 = (size_t)1 << k;
+
+        if (n + 3 > max)
+            break;
+        sizes[n++] = p2 - 1;
+        sizes[n++] = p2;
+        if (p2 + 1 <= max_size)
+            sizes[n++] = p2 + 1;
+    }
+    for (i = 0; i < (int)(sizeof(odd) / sizeof(odd[0])) && n < max; i++)
+        if (odd[i] <= max_size)
+            sizes[n++] = odd[i];
+    qsort(sizes, (size_t)n, sizeof(sizes[0]), fit_size_cmp);
+    for (i = 1, out = n ? 1 : 0; i < n; i++)
+        if (sizes[i] != sizes[out - 1])
+            sizes[out++] = sizes[i];
+    return out;
+}
