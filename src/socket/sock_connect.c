@@ -8,6 +8,8 @@
  * sleeping inside the call.
  */
 #include <errno.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,8 +94,14 @@ static ferry_status_t ferry_sock_stage_create(int dev, ferry_sock_handle_t *h,
 
         in6->sin6_family = AF_INET6;
         in6->sin6_port = h->port;
-        in6->sin6_scope_id = h->scope_id;
         memcpy(&in6->sin6_addr, h->addr, 16);
+        /*
+         * A link-local address only means something with an interface: ours,
+         * the one NCCL connects from, not the listener's index on its host.
+         */
+        in6->sin6_scope_id = h->scope_id;
+        if (IN6_IS_ADDR_LINKLOCAL(&in6->sin6_addr) && dev >= 0 && dev < ferry_sock_state.ndev)
+            in6->sin6_scope_id = if_nametoindex(ferry_sock_state.devs[dev].ifc.name);
         st->addr_len = sizeof(*in6);
     }
     ferry_sock_addr_str((struct sockaddr *)&st->addr, st->peer, sizeof(st->peer));
