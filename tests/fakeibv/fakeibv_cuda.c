@@ -34,6 +34,7 @@ static struct {
     fakeibv_CUresult (*ctx_set_current)(fakeibv_CUcontext);
     fakeibv_CUresult (*stream_create)(fakeibv_CUstream *, unsigned);
     fakeibv_CUresult (*stream_sync)(fakeibv_CUstream);
+    fakeibv_CUresult (*stream_destroy)(fakeibv_CUstream);
     fakeibv_CUresult (*htod_async)(fakeibv_CUdeviceptr, const void *, size_t, fakeibv_CUstream);
     fakeibv_CUresult (*dtoh_async)(void *, fakeibv_CUdeviceptr, size_t, fakeibv_CUstream);
 } fakeibv_cu;
@@ -73,6 +74,8 @@ static void fakeibv_cu_load(void)
         fakeibv_cu_sym(h, "cuStreamCreate");
     fakeibv_cu.stream_sync = (fakeibv_CUresult (*)(fakeibv_CUstream))
         fakeibv_cu_sym(h, "cuStreamSynchronize");
+    fakeibv_cu.stream_destroy = (fakeibv_CUresult (*)(fakeibv_CUstream))
+        fakeibv_cu_sym(h, "cuStreamDestroy_v2");
     fakeibv_cu.htod_async = (fakeibv_CUresult (*)(fakeibv_CUdeviceptr, const void *, size_t,
                                                   fakeibv_CUstream))
         fakeibv_cu_sym(h, "cuMemcpyHtoDAsync_v2");
@@ -81,7 +84,8 @@ static void fakeibv_cu_load(void)
         fakeibv_cu_sym(h, "cuMemcpyDtoHAsync_v2");
     if (!fakeibv_cu.init || !fakeibv_cu.pointer_get_attribute || !fakeibv_cu.primary_ctx_retain ||
         !fakeibv_cu.device_get || !fakeibv_cu.ctx_set_current || !fakeibv_cu.stream_create ||
-        !fakeibv_cu.stream_sync || !fakeibv_cu.htod_async || !fakeibv_cu.dtoh_async)
+        !fakeibv_cu.stream_sync || !fakeibv_cu.stream_destroy || !fakeibv_cu.htod_async ||
+        !fakeibv_cu.dtoh_async)
         return;
     if (fakeibv_cu.init(0) != 0) {
         FAKEIBV_WARN("cuInit failed; GPU mode off");
@@ -122,30 +126,65 @@ int fakeibv_cuda_is_device_ptr(uint64_t addr, void **cu_ctx_p)
     return 1;
 }
 
-static __thread fakeibv_CUstream fakeibv_cu_stream;
-static __thread fakeibv_CUcontext fakeibv_cu_stream_ctx;
+/* Each transfer thread copies on its own stream; the stream goes away with
+ * the thread (QP threads come and go with every NCCL communicator). */
+struct fakeibv_cu_tls {
+    fakeibv_CUstream stream;
+    fakeibv_CUcontext ctx;
+};
 
-static int fakeibv_cu_prepare(void *cu_ctx)
+static pthread_key_t fakeibv_cu_key;
+static pthread_once_t fakeibv_cu_key_once = PTHREAD_ONCE_INIT;
+static __thread struct fakeibv_cu_tls fakeibv_cu_tls;
+
+static void fakeibv_cu_tls_end(void *p)
 {
+    struct fakeibv_cu_tls *t = p;
+
+    if (t->stream != NULL && fakeibv_cu.ctx_set_current(t->ctx) == 0)
+        fakeibv_cu.stream_destroy(t->stream);
+    t->stream = NULL;
+}
+
+static void fakeibv_cu_key_init(void)
+{
+    pthread_key_create(&fakeibv_cu_key, fakeibv_cu_tls_end);
+}
+
+static fakeibv_CUstream fakeibv_cu_prepare(void *cu_ctx)
+{
+    struct fakeibv_cu_tls *t = &fakeibv_cu_tls;
+
     if (fakeibv_cu.ctx_set_current(cu_ctx) != 0)
-        return EIO;
-    if (fakeibv_cu_stream == NULL || fakeibv_cu_stream_ctx != cu_ctx) {
-        if (fakeibv_cu.stream_create(&fakeibv_cu_stream, FAKEIBV_CU_STREAM_NON_BLOCKING) != 0)
-            return EIO;
-        fakeibv_cu_stream_ctx = cu_ctx;
+        return NULL;
+    if (t->stream != NULL && t->ctx != cu_ctx) {
+        fakeibv_cu_tls_end(t);
+        fakeibv_cu.ctx_set_current(cu_ctx);
     }
-    return 0;
+    if (t->stream == NULL) {
+        if (fakeibv_cu.stream_create(&t->stream, FAKEIBV_CU_STREAM_NON_BLOCKING) != 0) {
+            t->stream = NULL;
+            return NULL;
+        }
+        t->ctx = cu_ctx;
+        pthread_once(&fakeibv_cu_key_once, fakeibv_cu_key_init);
+        pthread_setspecific(fakeibv_cu_key, t);
+    }
+    return t->stream;
 }
 
 int fakeibv_cuda_htod(void *cu_ctx, uint64_t dst, const void *src, size_t len)
 {
+    fakeibv_CUstream st = fakeibv_cu_prepare(cu_ctx);
     int r;
 
-    if (fakeibv_cu_prepare(cu_ctx) != 0)
+    if (st == NULL) {
+        FAKEIBV_WARN("cannot make a CUDA stream for copies to device memory");
         return EIO;
-    r = fakeibv_cu.htod_async(dst, src, len, fakeibv_cu_stream);
+    }
+    r = fakeibv_cu.htod_async(dst, src, len, st);
     if (r == 0)
-        r = fakeibv_cu.stream_sync(fakeibv_cu_stream);
+        r = fakeibv_cu.stream_sync(st);
     if (r != 0) {
         FAKEIBV_WARN("cuMemcpyHtoDAsync to 0x%llx (%zu bytes) failed: CUresult %d",
                      (unsigned long long)dst, len, r);
@@ -156,13 +195,16 @@ int fakeibv_cuda_htod(void *cu_ctx, uint64_t dst, const void *src, size_t len)
 
 int fakeibv_cuda_dtoh(void *cu_ctx, void *dst, uint64_t src, size_t len)
 {
+    fakeibv_CUstream st = fakeibv_cu_prepare(cu_ctx);
     int r;
 
-    if (fakeibv_cu_prepare(cu_ctx) != 0)
+    if (st == NULL) {
+        FAKEIBV_WARN("cannot make a CUDA stream for copies from device memory");
         return EIO;
-    r = fakeibv_cu.dtoh_async(dst, src, len, fakeibv_cu_stream);
+    }
+    r = fakeibv_cu.dtoh_async(dst, src, len, st);
     if (r == 0)
-        r = fakeibv_cu.stream_sync(fakeibv_cu_stream);
+        r = fakeibv_cu.stream_sync(st);
     if (r != 0) {
         FAKEIBV_WARN("cuMemcpyDtoHAsync from 0x%llx (%zu bytes) failed: CUresult %d",
                      (unsigned long long)src, len, r);

@@ -226,13 +226,28 @@ static uint64_t fakeibv_mr_local(const struct fakeibv_mr *mr, uint64_t addr)
 }
 
 #define FAKEIBV_BOUNCE (1u << 20)
-static __thread char *fakeibv_bounce;
+static pthread_key_t fakeibv_bounce_key;
+static pthread_once_t fakeibv_bounce_once = PTHREAD_ONCE_INIT;
 
+static void fakeibv_bounce_key_init(void)
+{
+    /* The destructor frees a thread's buffer when the thread ends. */
+    pthread_key_create(&fakeibv_bounce_key, free);
+}
+
+/* One staging buffer per transfer thread, for device memory only. */
 static char *fakeibv_bounce_buf(void)
 {
-    if (fakeibv_bounce == NULL)
-        fakeibv_bounce = malloc(FAKEIBV_BOUNCE); /* Per thread; freed at exit by the OS. */
-    return fakeibv_bounce;
+    char *b;
+
+    pthread_once(&fakeibv_bounce_once, fakeibv_bounce_key_init);
+    b = pthread_getspecific(fakeibv_bounce_key);
+    if (b == NULL) {
+        b = malloc(FAKEIBV_BOUNCE);
+        if (b != NULL)
+            pthread_setspecific(fakeibv_bounce_key, b);
+    }
+    return b;
 }
 
 int fakeibv_mem_from_fd(const struct fakeibv_mr *mr, uint64_t addr, int fd, size_t len)

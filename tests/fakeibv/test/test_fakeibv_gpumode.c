@@ -30,6 +30,7 @@ struct gfx {
     struct ibv_mr *hmr;
     void *d;
     void *(*shadow)(const void *);
+    int (*live_streams)(void);
 };
 
 static int setup(void **state)
@@ -42,7 +43,8 @@ static int setup(void **state)
         return -1;
     dmalloc = (void *(*)(size_t))dlsym(lib, "mockcuda_malloc");
     g.shadow = (void *(*)(const void *))dlsym(lib, "mockcuda_shadow");
-    if (dmalloc == NULL || g.shadow == NULL || fx_open(&g.f) != 0)
+    g.live_streams = (int (*)(void))dlsym(lib, "mockcuda_live_streams");
+    if (dmalloc == NULL || g.shadow == NULL || g.live_streams == NULL || fx_open(&g.f) != 0)
         return -1;
     g.d = dmalloc(N);
     g.h = malloc(2 * (size_t)N);
@@ -151,6 +153,8 @@ static void test_write_imm_into_device_memory(void **state)
     ibv_destroy_qp(a);
     ibv_destroy_qp(b);
     ibv_dereg_mr(dmr);
+    /* Only the self QP's threads (still alive) may hold streams now. */
+    assert_true(g->live_streams() <= 2);
 }
 
 int main(void)

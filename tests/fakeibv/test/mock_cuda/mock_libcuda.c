@@ -43,6 +43,8 @@ MOCK_EXPORT int cuDevicePrimaryCtxRetain(void **ctx, int dev);
 MOCK_EXPORT int cuCtxSetCurrent(void *ctx);
 MOCK_EXPORT int cuStreamCreate(void **stream, unsigned flags);
 MOCK_EXPORT int cuStreamSynchronize(void *stream);
+MOCK_EXPORT int cuStreamDestroy_v2(void *stream);
+MOCK_EXPORT int mockcuda_live_streams(void);
 MOCK_EXPORT int cuMemcpyHtoDAsync_v2(unsigned long long dst, const void *src, size_t n, void *s);
 MOCK_EXPORT int cuMemcpyDtoHAsync_v2(void *dst, unsigned long long src, size_t n, void *s);
 
@@ -126,17 +128,31 @@ int cuCtxSetCurrent(void *ctx)
     return CU_OK;
 }
 
+static int mock_streams[64];
+static int mock_nstreams; /* Live streams: create minus destroy. */
+
 int cuStreamCreate(void **stream, unsigned flags)
 {
-    static int streams[64];
     static int next;
 
     if (mock_current_ctx == NULL)
         return CU_ERROR_INVALID_CONTEXT;
     if (flags != 1) /* fakeibv must never use a blocking stream. */
         return CU_ERROR_INVALID_VALUE;
-    *stream = &streams[__atomic_fetch_add(&next, 1, __ATOMIC_RELAXED) % 64];
+    *stream = &mock_streams[__atomic_fetch_add(&next, 1, __ATOMIC_RELAXED) % 64];
+    __atomic_add_fetch(&mock_nstreams, 1, __ATOMIC_RELAXED);
     return CU_OK;
+}
+
+int cuStreamDestroy_v2(void *stream)
+{
+    __atomic_sub_fetch(&mock_nstreams, 1, __ATOMIC_RELAXED);
+    return CU_OK;
+}
+
+int mockcuda_live_streams(void)
+{
+    return __atomic_load_n(&mock_nstreams, __ATOMIC_RELAXED);
 }
 
 int cuStreamSynchronize(void *stream)
