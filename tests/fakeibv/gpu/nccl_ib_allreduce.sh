@@ -3,7 +3,8 @@
 # GPU 0, all_reduce sums checked, in two modes:
 #   host : fakeibv offers no DMA-BUF -> NCCL stages through host memory
 #   gdr  : fakeibv offers DMA-BUF, NCCL_NET_GDR_LEVEL=SYS -> NCCL registers
-#          GPU buffers and fakeibv moves them with cuMemcpy (GPU mode)
+#          GPU buffers and fakeibv moves them with cuMemcpy (GPU mode);
+#          NCCL_NET_FORCE_FLUSH=1 makes NCCL issue its flush READ too
 # plus a verbs-only GPU self-test of fakeibv (no NCCL).
 #
 # usage: tests/fakeibv/gpu/nccl_ib_allreduce.sh [host|gdr|selftest ...]
@@ -101,7 +102,9 @@ run_nccl() { # mode
             export NCCL_SOCKET_IFNAME=lo NCCL_IB_HCA=fakeib0
             export FAKEIBV_RETRY_TIMEOUT_MS=15000   # a stuck peer fails in 15 s, not 34 s
             if [ "$mode" = gdr ]; then
-                export FAKEIBV_DMABUF=1 NCCL_NET_GDR_LEVEL=SYS NCCL_DMABUF_ENABLE=1
+                # FORCE_FLUSH: Hopper needs no flush, so without it NCCL never
+                # issues the 1-byte RDMA READ from GPU memory; force it.
+                export FAKEIBV_DMABUF=1 NCCL_NET_GDR_LEVEL=SYS NCCL_DMABUF_ENABLE=1 NCCL_NET_FORCE_FLUSH=1
             else
                 export FAKEIBV_DMABUF=0 NCCL_NET_GDR_LEVEL=LOC
             fi
