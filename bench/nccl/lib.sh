@@ -57,11 +57,21 @@ fnb_build_ferry() {
   [ -n "$FNB_PLUGIN" ] && [ -f "$FNB_PLUGIN" ]
 }
 
-# Builds ferry_nccl_bench; sets FNB_BENCH.
+# Builds ferry_nccl_bench; sets FNB_BENCH. Without make: the Makefile's
+# default case (system NCCL, toolkit in /usr/local/cuda) in one gcc call.
 fnb_build_bench() {
-  local log=$1
+  local log=$1 cuda=${CUDA_HOME:-/usr/local/cuda}
   FNB_BENCH=$FNB_BUILD/nccl-bench/ferry_nccl_bench
-  make -C "$FNB_DIR" BUILD="$FNB_BUILD/nccl-bench" >"$log" 2>&1 || { cat "$log" >&2; return 1; }
+  if command -v make >/dev/null; then
+    make -C "$FNB_DIR" BUILD="$FNB_BUILD/nccl-bench" >"$log" 2>&1 || { cat "$log" >&2; return 1; }
+    return 0
+  fi
+  fnb_log "make not found: building the bench with gcc directly"
+  mkdir -p "$FNB_BUILD/nccl-bench"
+  gcc -std=c11 -O2 -g -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter \
+      -isystem "$cuda/include" "$FNB_DIR"/*.c -o "$FNB_BENCH" \
+      -L"$cuda/lib64" -l:libnccl.so.2 -lcudart_static -lrt -ldl -lpthread >"$log" 2>&1 ||
+    { cat "$log" >&2; return 1; }
 }
 
 fnb_mps_running() {

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# selftest.sh: checks ferry_nccl_bench (launcher, result checks, exit codes,
+# MPS handling) and compare.sh (proof verdicts, summary) on a machine without
+# a GPU, against the mock CUDA runtime, NCCL and MPS control in this folder.
+# The real thing runs on the GPU machine only; this catches the mistakes that
+# would waste its time. Needs gcc, make, cmake, python3 and CUDA headers
+# (CUDA_HOME, default /usr/local/cuda). Prints "N passed, N failed".
+set -uo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+WORK=$(mktemp -d /tmp/fnb-selftest.XXXXXX)
+# A killed rank leaves its mock shared memory file behind; they share this prefix.
+export MOCK_SHM_PREFIX=/fnb-mock-$$
+trap 'rm -rf "$WORK"; rm -f /dev/shm"$MOCK_SHM_PREFIX"-*' EXIT
+PASSED=0
+FAILED=0
+
+mock_build() {
+  local flags=(-shared -fPIC -O1 -Wall -Wextra -Werror -Wno-unused-parameter -isystem "$CUDA_HOME/include")
+  mkdir -p "$WORK/lib" "$WORK/torchlib" &&
+  gcc "${flags[@]}" -o "$WORK/lib/libcudart.so" "$HERE/mock_cudart.c" &&
+  gcc "${flags[@]}" -Wl,-soname,libnccl.so.2 -o "$WORK/lib/libnccl.so.2" "$HERE/mock_nccl.c" -lpthread -lrt &&
+  gcc "${flags[@]}" -DMOCK_VERSION=22809 -Wl,-soname,libnccl.so.2 -o "$WORK/torchlib/libnccl.so.2" \
+      "$HERE/mock_nccl.c" -lpthread -lrt &&
+  make -s -C "$HERE/.." BUILD="$WORK/build-gpu/nccl-bench" CUDA_HOME="$CUDA_HOME" LDFLAGS= \
+      LDLIBS="-L$WORK/lib -l:libnccl.so.2 -lcudart -Wl,-rpath,$WORK/lib -ldl"
+}
+
+# check NAME WANT_RC CMD...: runs CMD with output in $WORK/NAME.out.
+check() {
+  local name=$1 want=$2 rc
+  shift 2
+  "$@" >"$WORK/$name.out" 2>&1
+  rc=$?
+  if [ "$rc" -eq "$want" ]; then
+    PASSED=$((PASSED + 1)); echo "ok   $name"
+  else
+    FAILED=$((FAILED + 1)); echo "FAIL $name: exit $rc, wanted $want"; tail -5 "$WORK/$name.out"
+  fi
+}
+
+# expect NAME GREP_ARGS...: the output of check NAME matches.
+expect() {
+  local name=$1
+  shift
+  if grep -q "$@" "$WORK/$name.out"; then
+    PASSED=$((PASSED + 1)); echo "ok   $name: $*"
+  else
+    FAILED=$((FAILED + 1)); echo "FAIL $name: no match for $*"
+  fi
+}
+
+mps_log_is() {
+  local name=$1 want=$2 got
+  got=$(tr '\n' ' ' <"$MOCK_MPS_LOG")
+  if [ "$got" = "$want" ]; then
+    PASSED=$((PASSED + 1)); echo "ok   $name: MPS calls '$want'"
+  else
+    FAILED=$((FAILED + 1)); echo "FAIL $name: MPS calls '$got', wanted '$want'"
+  fi
+  : >"$MOCK_MPS_LOG"
+}
+
+mock_build || { echo "mock build failed"; echo "0 passed, 1 failed"; exit 1; }
+export PATH=$HERE:$PATH CUDA_MPS_PIPE_DIRECTORY=$WORK/mps CUDA_MPS_LOG_DIRECTORY=$WORK/mpslog
+export MOCK_MPS_LOG=$WORK/mps.log FNB_BUILD=$WORK/build-gpu FNB_TORCH_NCCL_DIR=$WORK/torchlib
+mkdir -p "$CUDA_MPS_PIPE_DIRECTORY"
+: >"$MOCK_MPS_LOG"
+B=$WORK/build-gpu/nccl-bench/ferry_nccl_bench
+
+check all_ops 0 "$B" -b 4K -e 1M -f 4 -n 3 -w 1 --csv "$WORK/all.csv" --label t
+expect all_ops -E '^# wrong elements: 0 \(OK\)'
+expect all_ops -E 'MPS: started'
+check all_ops_rows 0 test "$(grep -c ',t$' "$WORK/all.csv")" -eq 25
+mps_log_is all_ops "start get_server_list quit "
+
+check wrong 1 env MOCK_CORRUPT=1 "$B" -l 4K,64K -o all_reduce,sendrecv -n 2
+expect wrong -E 'sendrecv +65536 +16384 +float .* 1$'
+expect wrong 'rank 1 found wrong results'
+
+check init_fails 2 env MOCK_FAIL_INIT=1 "$B" -l 4K
+expect init_fails 'rank 1 failed (exit 2)'
+
+start=$SECONDS
+check hang_killed 2 env MOCK_HANG_INIT=1 "$B" -l 4K -T 2
+expect hang_killed 'timeout (2 s), stopping the ranks'
+check hang_bounded 0 test $((SECONDS - start)) -lt 15
+: >"$MOCK_MPS_LOG"
+
+nvidia-cuda-mps-control -d
+check mps_kept 0 "$B" -l 4K -o broadcast
+expect mps_kept 'MPS: already running'
+mps_log_is mps_kept "start get_server_list "
+echo quit | nvidia-cuda-mps-control; : >"$MOCK_MPS_LOG"
+
+check no_mps 0 "$B" -l 4K -o broadcast --no-mps
+mps_log_is no_mps ""
+
+check three_ranks 0 "$B" -N 3 -l 4K,1M -n 50 -w 4 --iter-bytes 8M --csv "$WORK/three.csv"
+check three_ranks_iters 0 grep -q '^all_gather,1048572,87381,float,.*,8,3,' "$WORK/three.csv"
+check distinct_gpus 0 env MOCK_NGPUS=4 "$B" -N 2 -l 4K
+expect distinct_gpus 'NCCL_HOSTID=host<r>: no, MPS: off'
+check bad_option 2 "$B" -o nonsense
+
+check compare_quick 0 "$HERE/../compare.sh" --quick --sizes 4K "$WORK/cmp"
+check compare_summary 0 grep -q 'proof system: PASS' "$WORK/cmp/summary.md"
+check compare_bad_channel 1 env MOCK_CHANNEL_NET=Socket "$HERE/../compare.sh" --quick --sizes 4K "$WORK/cmp2"
+check compare_bad_summary 0 grep -q 'proof system: FAIL' "$WORK/cmp2/summary.md"
+check compare_torch 0 "$HERE/../compare.sh" --quick --nccl torch --sizes 4K "$WORK/cmp3"
+check compare_torch_version 0 grep -q '^## NCCL 2.28.9 (torch)' "$WORK/cmp3/summary.md"
+
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]
