@@ -31,7 +31,7 @@ main() {
   env -u NCCL_SOCKET_NTHREADS -u NCCL_NSOCKS_PERTHREAD \
       NCCL_NET_PLUGIN="$FNB_PLUGIN" NCCL_NET=ferry NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0 \
       NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV \
-      timeout -k 10 240 "$PY" "$FNB_DIR/torch_ddp.py" >"$LOG" 2>&1
+      timeout -k 10 150 "$PY" "$FNB_DIR/torch_ddp.py" >"$LOG" 2>&1
   rc=$?
   counts=$(fnb_proof_check "$LOG" ferry)
   if [ $rc -ne 0 ] || ! grep -q '^torch_ddp: PASS' "$LOG" || ! fnb_proof_check "$LOG" ferry >/dev/null; then
