@@ -323,6 +323,32 @@ static void test_dlvsym_versions(void **state)
     dlclose(h);
 }
 
+/* NCCL falls back to the exported ibv_query_port, which takes the old
+ * (compat) struct: it must fill that much and not a byte more. */
+static void test_compat_query_port(void **state)
+{
+    struct fx *f = *state;
+    void *h = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
+    int (*qp_compat)(struct ibv_context *, uint8_t, void *);
+    union {
+        struct ibv_port_attr a;
+        unsigned char raw[sizeof(struct ibv_port_attr) + 16];
+    } u;
+    size_t end = offsetof(struct ibv_port_attr, port_cap_flags2), i;
+
+    assert_non_null(h);
+    qp_compat = (int (*)(struct ibv_context *, uint8_t, void *))dlvsym(h, "ibv_query_port",
+                                                                       "IBVERBS_1.1");
+    assert_non_null(qp_compat);
+    memset(&u, 0xee, sizeof(u));
+    assert_int_equal(qp_compat(f->ctx, 1, &u), 0);
+    assert_int_equal(u.a.state, IBV_PORT_ACTIVE);
+    assert_int_equal(u.a.lid, f->lid);
+    for (i = end; i < sizeof(u.raw); i++)
+        assert_int_equal(u.raw[i], 0xee);
+    dlclose(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -334,6 +360,7 @@ int main(void)
         cmocka_unit_test(test_async_events),
         cmocka_unit_test(test_cq_rules),
         cmocka_unit_test(test_dlvsym_versions),
+        cmocka_unit_test(test_compat_query_port),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);
