@@ -192,6 +192,11 @@ void ferry_px_comm_stop(ferry_px_comm_t *comm)
     uint64_t one = 1;
     int i;
 
+    /*
+     * Stop, wake and join every worker before closing any wake fd: a worker
+     * still running may kick its siblings (ferry_px_comm_fail), and a closed
+     * fd number can already belong to someone else's socket.
+     */
     atomic_store_explicit(&comm->stop, 1, memory_order_release);
     for (i = 0; i < comm->nworkers; i++) {
         ferry_px_worker_t *w = &comm->workers[i];
@@ -199,12 +204,16 @@ void ferry_px_comm_stop(ferry_px_comm_t *comm)
         if (w->wake_fd >= 0 && write(w->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
             FERRY_WARN("%s comm #%u: waking helper thread %d failed: %s", comm->backend,
                        comm->serial, i, strerror(errno));
-        if (w->started)
-            pthread_join(w->thread, NULL);
-        w->started = 0;
-        if (w->wake_fd >= 0)
-            close(w->wake_fd);
-        w->wake_fd = -1;
+    }
+    for (i = 0; i < comm->nworkers; i++) {
+        if (comm->workers[i].started)
+            pthread_join(comm->workers[i].thread, NULL);
+        comm->workers[i].started = 0;
+    }
+    for (i = 0; i < comm->nworkers; i++) {
+        if (comm->workers[i].wake_fd >= 0)
+            close(comm->workers[i].wake_fd);
+        comm->workers[i].wake_fd = -1;
     }
     ferry_px_registry_remove(comm);
     free(comm->defer);

@@ -35,13 +35,17 @@ typedef struct ferry_sock_state {
 
 extern ferry_sock_state_t ferry_sock_state;
 
-/* One TCP stream. Each field is touched only by the lane's helper thread. */
+/*
+ * One TCP stream. Fields are touched by whoever holds the lane (its helper
+ * thread, or NCCL's thread assisting, see ferry_px_comm_progress_lane);
+ * the two a sleeping worker reads without holding it are atomics.
+ */
 typedef struct ferry_sock_lane {
     int                    fd;
-    int                    closed;    /* Peer closed this stream (EOF seen). */
+    _Atomic int            closed;    /* Peer closed this stream (EOF seen); read by wants(). */
     /* Send side. */
     int                    has_chunk; /* claim/hdr describe the chunk in hand. */
-    int                    blocked;   /* Last send hit EAGAIN: wait for POLLOUT. */
+    _Atomic int            blocked;   /* Last send hit EAGAIN: wait for POLLOUT; read by wants(). */
     ferry_px_claim_t       claim;
     ferry_sock_chunk_hdr_t hdr;
     size_t                 sent;      /* Header + payload bytes of the chunk sent so far. */
@@ -50,7 +54,7 @@ typedef struct ferry_sock_lane {
     size_t                 rhdr_got;  /* Header bytes read so far. */
     ferry_px_req_t        *rreq;      /* Request the payload goes to, once matched. */
     size_t                 rgot;      /* Payload bytes of the chunk read so far. */
-    int                    parked;    /* Header read, its irecv not posted yet. */
+    _Atomic int            parked;    /* Header read, its irecv not posted yet; read by wants(). */
 } ferry_sock_lane_t;
 
 typedef struct ferry_sock_comm {

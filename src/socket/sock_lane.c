@@ -149,7 +149,7 @@ static long ferry_sock_send_lane_progress(ferry_px_comm_t *px, int li, short rev
             if (errno == EINTR)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                lane->blocked = 1;
+                atomic_store_explicit(&lane->blocked, 1, memory_order_relaxed);
                 ferry_px_lane_set(px, li, FERRY_PX_LANE_BLOCKED);
                 break;
             }
@@ -162,7 +162,7 @@ static long ferry_sock_send_lane_progress(ferry_px_comm_t *px, int li, short rev
                 return ferry_sock_lane_error(c, li, "send", errno, what);
             }
         }
-        lane->blocked = 0;
+        atomic_store_explicit(&lane->blocked, 0, memory_order_relaxed);
         if ((size_t)n > hdr_left) {
             ferry_px_req_progress(lane->claim.req, (size_t)n - hdr_left);
             atomic_fetch_add_explicit(&px->lanes[li].bytes, (size_t)n - hdr_left,
@@ -190,7 +190,7 @@ static short ferry_sock_send_lane_wants(ferry_px_comm_t *px, int li, int *fd_p)
     *fd_p = lane->fd;
     if (lane->closed)
         return 0;
-    return lane->blocked ? (POLLOUT | POLLIN) : POLLIN;
+    return atomic_load_explicit(&lane->blocked, memory_order_relaxed) ? (POLLOUT | POLLIN) : POLLIN;
 }
 
 const ferry_px_lane_ops_t ferry_sock_send_lane_ops = {
@@ -233,11 +233,11 @@ static long ferry_sock_recv_lane_match(ferry_sock_comm_t *c, int li)
     }
     req = ferry_px_comm_match(&c->px, h->seq);
     if (req == NULL) {
-        lane->parked = 1;
+        atomic_store_explicit(&lane->parked, 1, memory_order_relaxed);
         ferry_px_lane_set(&c->px, li, FERRY_PX_LANE_PARKED);
         return 0;
     }
-    lane->parked = 0;
+    atomic_store_explicit(&lane->parked, 0, memory_order_relaxed);
     status = ferry_px_req_learn(req, h->msg_size, h->nchunks);
     if (status == FERRY_ERR_USAGE) {
         ferry_px_comm_describe(&c->px, desc, sizeof(desc));
@@ -336,7 +336,7 @@ static short ferry_sock_recv_lane_wants(ferry_px_comm_t *px, int li, int *fd_p)
 
     *fd_p = lane->fd;
     /* A parked lane waits for irecv's kick, not for the socket. */
-    return lane->closed || lane->parked ? 0 : POLLIN;
+    return lane->closed || atomic_load_explicit(&lane->parked, memory_order_relaxed) ? 0 : POLLIN;
 }
 
 const ferry_px_lane_ops_t ferry_sock_recv_lane_ops = {
