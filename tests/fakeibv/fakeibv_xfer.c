@@ -426,6 +426,29 @@ static int fakeibv_recv_scatter(struct fakeibv_qp *qp, int fd, const struct fake
     return 0;
 }
 
+/* SEND / SEND_WITH_IMM: wait for a receive WQE (RNR), scatter into it. */
+static int fakeibv_serve_send(struct fakeibv_qp *qp, int fd, const struct fakeibv_wire_hdr *h)
+{
+    struct fakeibv_rwqe r;
+    enum ibv_wc_status st;
+    int syn, rc, io_err;
+
+    syn = fakeibv_take_rwqe(qp, h->rnr_retry, &r);
+    if (syn != 0) {
+        rc = fakeibv_io_discard(fd, h->len);
+        return rc ? rc : fakeibv_reply(fd, FAKEIBV_OP_NAK, (uint8_t)syn, 0, h->seq);
+    }
+    syn = fakeibv_recv_scatter(qp, fd, &r, h->len, &st, &io_err);
+    if (io_err != 0)
+        return io_err;
+    fakeibv_push_recv(qp, &r, st, IBV_WC_RECV, h->len, h);
+    if (syn != 0) {
+        fakeibv_responder_fail(qp, IBV_EVENT_QP_FATAL);
+        return fakeibv_reply(fd, FAKEIBV_OP_NAK, (uint8_t)syn, 0, h->seq);
+    }
+    return fakeibv_reply(fd, FAKEIBV_OP_ACK, 0, 0, h->seq);
+}
+
 /* Handles one request; returns 0 or an I/O errno that ends the stream. */
 static int fakeibv_serve(struct fakeibv_qp *qp, int fd, const struct fakeibv_wire_hdr *h)
 {
@@ -433,27 +456,10 @@ static int fakeibv_serve(struct fakeibv_qp *qp, int fd, const struct fakeibv_wir
     int is_write = h->op == FAKEIBV_OP_WRITE || h->op == FAKEIBV_OP_WRITE_IMM;
     struct fakeibv_rwqe r;
     struct fakeibv_mr *mr = NULL;
-    enum ibv_wc_status st;
-    int syn, rc = 0, io_err;
+    int syn, rc = 0;
 
-    if (h->op == FAKEIBV_OP_SEND || h->op == FAKEIBV_OP_SEND_IMM) {
-        syn = fakeibv_take_rwqe(qp, h->rnr_retry, &r);
-        if (syn != 0) {
-            rc = fakeibv_io_discard(fd, h->len);
-            return rc ? rc : fakeibv_reply(fd, FAKEIBV_OP_NAK, (uint8_t)syn, 0, h->seq);
-        }
-    }
-    if (h->op == FAKEIBV_OP_SEND || h->op == FAKEIBV_OP_SEND_IMM) {
-        syn = fakeibv_recv_scatter(qp, fd, &r, h->len, &st, &io_err);
-        if (io_err != 0)
-            return io_err;
-        fakeibv_push_recv(qp, &r, st, IBV_WC_RECV, h->len, h);
-        if (syn != 0) {
-            fakeibv_responder_fail(qp, IBV_EVENT_QP_FATAL);
-            return fakeibv_reply(fd, FAKEIBV_OP_NAK, (uint8_t)syn, 0, h->seq);
-        }
-        return fakeibv_reply(fd, FAKEIBV_OP_ACK, 0, 0, h->seq);
-    }
+    if (h->op == FAKEIBV_OP_SEND || h->op == FAKEIBV_OP_SEND_IMM)
+        return fakeibv_serve_send(qp, fd, h);
     /* RDMA: a zero-length operation carries no rkey check (IBA 9.4.4). */
     if (h->len > 0) {
         int ok = (qp->attr.qp_access_flags & need) &&
@@ -470,30 +476,30 @@ static int fakeibv_serve(struct fakeibv_qp *qp, int fd, const struct fakeibv_wir
             return fakeibv_reply(fd, FAKEIBV_OP_NAK, FAKEIBV_SYN_REM_ACCESS, 0, h->seq);
         }
     }
-    if (is_write) {
-        if (mr != NULL) {
-            rc = fakeibv_mem_from_fd(mr, h->raddr, fd, h->len);
+    if (!is_write) {
+        rc = fakeibv_reply(fd, FAKEIBV_OP_READ_RESP, 0, h->len, h->seq);
+        if (rc == 0 && mr != NULL)
+            rc = fakeibv_mem_to_fd(mr, h->raddr, fd, h->len);
+        if (mr != NULL)
             fakeibv_mr_put();
-        }
+        return rc;
+    }
+    if (mr != NULL) {
+        rc = fakeibv_mem_from_fd(mr, h->raddr, fd, h->len);
+        fakeibv_mr_put();
         if (rc != 0)
             return rc;
-        if (h->op == FAKEIBV_OP_WRITE_IMM) {
-            /* The data is placed before the receive WQE is looked for, so a
-             * requester never stalls on the socket while the responder
-             * waits out RNR (a real HCA would re-send the data instead). */
-            syn = fakeibv_take_rwqe(qp, h->rnr_retry, &r);
-            if (syn != 0)
-                return fakeibv_reply(fd, FAKEIBV_OP_NAK, (uint8_t)syn, 0, h->seq);
-            fakeibv_push_recv(qp, &r, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, h->len, h);
-        }
-        return fakeibv_reply(fd, FAKEIBV_OP_ACK, 0, 0, h->seq);
     }
-    rc = fakeibv_reply(fd, FAKEIBV_OP_READ_RESP, 0, h->len, h->seq);
-    if (rc == 0 && mr != NULL)
-        rc = fakeibv_mem_to_fd(mr, h->raddr, fd, h->len);
-    if (mr != NULL)
-        fakeibv_mr_put();
-    return rc;
+    if (h->op == FAKEIBV_OP_WRITE_IMM) {
+        /* The data is placed before the receive WQE is looked for, so a
+         * requester never stalls on the socket while the responder waits
+         * out RNR (a real HCA would re-send the data instead). */
+        syn = fakeibv_take_rwqe(qp, h->rnr_retry, &r);
+        if (syn != 0)
+            return fakeibv_reply(fd, FAKEIBV_OP_NAK, (uint8_t)syn, 0, h->seq);
+        fakeibv_push_recv(qp, &r, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, h->len, h);
+    }
+    return fakeibv_reply(fd, FAKEIBV_OP_ACK, 0, 0, h->seq);
 }
 
 void *fakeibv_responder_main(void *argp)
