@@ -15,6 +15,7 @@
 # Needs: cmake, a C compiler, CUDA (nvcc or gcc + CUDA headers), NCCL headers.
 # Prints a PASS/FAIL line per mode and a summary; exit 0 only if all pass.
 set -u
+case "${1:-}" in -h|--help) sed -n '2,16p' "$0"; exit 0 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/.." && pwd)                     # tests/fakeibv
 modes=${*:-selftest host gdr}
@@ -163,5 +164,5 @@ for m in $modes; do
     [ "${result[$m]}" = PASS ] || all=1
 done
 [ "${KEEP:-0}" = 1 ] && echo "logs kept in $work"
-if [ $all -eq 0 ]; then echo "OVERALL: PASS"; else echo "OVERALL: FAIL (rerun with KEEP=1 to keep logs in $work)"; fi
+if [ $all -eq 0 ]; then echo "OVERALL: PASS"; else echo "OVERALL: FAIL (rerun with KEEP=1 to keep all logs)"; fi
 exit $all
