@@ -3,7 +3,8 @@
 # ferry with NCCL's own Socket transport, for each NCCL build.
 #
 #   bench/nccl/compare.sh [--quick] [--nccl system|torch|both] [--reps N]
-#                         [--budget S] [--sizes LIST] [OUTDIR]
+#                         [--budget S] [--sizes LIST] [--no-proof]
+#                         [--variant LABEL:VAR=V[,VAR=V...]]... [OUTDIR]
 #
 # Two ranks on GPU 0, each its own NCCL_HOSTID, under MPS, NCCL_SOCKET_IFNAME=lo,
 # NCCL_NVLS_ENABLE=0. NCCL builds: system (default library path) and torch
@@ -18,6 +19,9 @@
 #      over --sizes. At least 3 and at most 5 repetitions (--reps N: exactly
 #      N); after the 3rd, one more starts only while the build's --budget
 #      (default 100 s) allows it. A configuration that fails is not retried.
+# --variant adds a ferry configuration with extra variables (e.g.
+# ferry-s8:NCCL_FERRY_STREAMS=8) to the interleaved rotation; the summary lists
+# each variant's ratio to ferry's defaults. --no-proof skips (a).
 # Output in OUTDIR (default $OUT, else bench/results/<date>-gpu): raw-<build>.csv,
 # runs.tsv, proof-<build>.txt, summary.md/.csv, env.txt, logs/. Exit 0 only if
 # everything passed.
@@ -33,7 +37,10 @@ BUDGET=100
 SIZES=4K,64K,512K,1M,4M,16M,64M,256M
 OUTDIR_ARG=
 
-usage() { sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+PROOF=1
+declare -A VARIANT_ENV=()
+VARIANTS=()
 
 while [ $# -gt 0 ]; do
   case $1 in
@@ -42,6 +49,8 @@ while [ $# -gt 0 ]; do
     --reps) REPS_MIN=$2; REPS_MAX=$2; shift ;;
     --budget) BUDGET=$2; shift ;;
     --sizes) SIZES=$2; shift ;;
+    --no-proof) PROOF=0 ;;
+    --variant) VARIANTS+=("${2%%:*}"); VARIANT_ENV[${2%%:*}]=${2#*:}; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) usage >&2; exit 2 ;;
     *) OUTDIR_ARG=$1 ;;
@@ -63,7 +72,7 @@ case ${NCCL_SEL:=both} in
   both) BUILDS=(system torch) ;;
   *) usage >&2; exit 2 ;;
 esac
-CONFIGS=(ferry socket-default socket-2x2)
+CONFIGS=(ferry socket-default socket-2x2 "${VARIANTS[@]}")
 
 OUTDIR=$(fnb_outdir "$OUTDIR_ARG") || exit 2
 FAILED=0
@@ -74,6 +83,7 @@ config_env() {
     ferry) echo "NCCL_NET_PLUGIN=$FNB_PLUGIN NCCL_NET=ferry" ;;
     socket-default) echo "NCCL_NET_PLUGIN=none NCCL_NET=Socket" ;;
     socket-2x2) echo "NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_SOCKET_NTHREADS=2 NCCL_NSOCKS_PERTHREAD=2" ;;
+    *) echo "NCCL_NET_PLUGIN=$FNB_PLUGIN NCCL_NET=ferry ${VARIANT_ENV[$1]//,/ }" ;;
   esac
 }
 
@@ -171,7 +181,9 @@ main() {
     BUILDS=("${BUILDS[@]/torch/}")
   fi
   # All proofs first: they are the must-have, the comparison the nice-to-have.
-  for b in "${BUILDS[@]}"; do [ -n "$b" ] && proof "$b"; done
+  if [ "$PROOF" = 1 ]; then
+    for b in "${BUILDS[@]}"; do [ -n "$b" ] && proof "$b"; done
+  fi
   for b in "${BUILDS[@]}"; do [ -n "$b" ] && compare "$b"; done
   python3 "$FNB_DIR/summarize.py" "$OUTDIR" || FAILED=1
   fnb_log "summary: $OUTDIR/summary.md"

@@ -53,14 +53,17 @@ def median(groups, key, idx):
 def build_section(build, rows, proof, md, summary):
     version = sorted({r["nccl_version"] for r in rows})
     groups = group(rows)
-    runs = {c: max((len(v) for k, v in groups.items() if k[2] == c), default=0) for c in CONFIGS}
+    variants = sorted({k[2] for k in groups} - set(CONFIGS))
+    runs = {c: max((len(v) for k, v in groups.items() if k[2] == c), default=0)
+            for c in CONFIGS + variants}
     md.append(f"## NCCL {', '.join(version) or '?'} ({build})\n")
     md.extend(f"    {line}" for line in proof)
     if proof:
         md.append("")
     md.append("2 ranks on GPU 0, NCCL_HOSTID per rank (all traffic over the network "
               "transport), MPS, NCCL_SOCKET_IFNAME=lo. Runs per configuration: "
-              + ", ".join(f"{c} {runs[c]}" for c in CONFIGS) + ". Interleaved A B C.\n")
+              + ", ".join(f"{c} {runs[c]}" for c in CONFIGS + variants)
+              + ". Interleaved A B C.\n")
     wrong = sum(int(r["wrong"]) for r in rows)
     if wrong:
         md.append(f"**{wrong} wrong elements in the comparison runs.**\n")
@@ -73,6 +76,17 @@ def build_section(build, rows, proof, md, summary):
             bw = [median(groups, (op, s, c), 0) for c in CONFIGS]
             md.append(f"| {human(s)} | {fmt(bw[0], 2)} | {fmt(bw[1], 2)} | {fmt(bw[2], 2)} | "
                       f"{ratio(bw[0], bw[1])} | {ratio(bw[0], bw[2])} |")
+        if variants:
+            md.append(f"\n### {op}: ferry variants, median busbw GB/s (ratio to ferry's defaults)\n")
+            md.append("| size | ferry | " + " | ".join(variants) + " |")
+            md.append("|---|---|" + "---|" * len(variants))
+            for s in sizes:
+                base = median(groups, (op, s, "ferry"), 0)
+                cells = []
+                for v in variants:
+                    bw = median(groups, (op, s, v), 0)
+                    cells.append(f"{fmt(bw, 2)} ({ratio(bw, base)})")
+                md.append(f"| {human(s)} | {fmt(base, 2)} | " + " | ".join(cells) + " |")
         small = [s for s in sizes if s <= TIME_TABLE_MAX]
         if small:
             md.append(f"\n### {op}: median time per operation, us (ratio < 1: ferry faster)\n")

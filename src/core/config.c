@@ -87,6 +87,9 @@ static const ferry_cfg_var_t ferry_cfg_vars[FERRY_CFG_COUNT] = {
     [FERRY_CFG_INJECT_DELAY_US]  = {"NCCL_FERRY_INJECT_DELAY_US", FERRY_CFG_KIND_INT,
                                     FERRY_CFG_FIELD(inject_delay_us), 0, 0, 1000000,
                                     "test knob: us added to every chunk completion"},
+    [FERRY_CFG_SPEED_MBPS]       = {"NCCL_FERRY_SPEED_MBPS", FERRY_CFG_KIND_INT,
+                                    FERRY_CFG_FIELD(speed_mbps), -1, -1, 100000000,
+                                    "device speed reported to NCCL in Mbps, -1 auto"},
 };
 
 static const struct {
@@ -309,7 +312,8 @@ void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
     snprintf(buf, len,
              "backend=%s(%s) ifname=%s(%s) family=%s(%s) streams=%d(%s) threads=%d(%s) "
              "chunk=%zu..%zu(%s) sndbuf=%d(%s) rcvbuf=%d(%s) retry=%dx%dms(%s) "
-             "hello_timeout=%dms(%s) dump_signal=%d(%s) spin=%dus(%s) inject_delay=%dus(%s)",
+             "hello_timeout=%dms(%s) dump_signal=%d(%s) spin=%dus(%s) inject_delay=%dus(%s) "
+             "speed=%dMbps(%s)",
              backends[cfg->backend], ferry_cfg_src_name(cfg->src[FERRY_CFG_BACKEND]),
              cfg->socket_ifname[0] ? cfg->socket_ifname : "<nccl order>",
              ferry_cfg_src_name(cfg->src[FERRY_CFG_SOCKET_IFNAME]), family,
@@ -325,5 +329,6 @@ void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
              cfg->hello_timeout_ms, ferry_cfg_src_name(cfg->src[FERRY_CFG_HELLO_TIMEOUT_MS]),
              cfg->dump_signal, ferry_cfg_src_name(cfg->src[FERRY_CFG_DUMP_SIGNAL]),
              cfg->spin_us, ferry_cfg_src_name(cfg->src[FERRY_CFG_SPIN_US]), cfg->inject_delay_us,
-             ferry_cfg_src_name(cfg->src[FERRY_CFG_INJECT_DELAY_US]));
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_INJECT_DELAY_US]), cfg->speed_mbps,
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_SPEED_MBPS]));
 }

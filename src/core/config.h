@@ -36,6 +36,7 @@ typedef enum ferry_cfg_id {
     FERRY_CFG_DUMP_SIGNAL,
     FERRY_CFG_SPIN_US,
     FERRY_CFG_INJECT_DELAY_US,
+    FERRY_CFG_SPEED_MBPS,
     FERRY_CFG_COUNT
 } ferry_cfg_id_t;
 
@@ -63,6 +64,7 @@ typedef struct ferry_config {
     int    dump_signal;            /* Signal number that dumps state, 0 = off. */
     int    spin_us;                /* Helper threads poll this long before sleeping; -1 = auto. */
     int    inject_delay_us;        /* Test knob: delay every chunk completion by this much. */
+    int    speed_mbps;             /* Reported device speed; -1: sysfs, or a default per kind. */
     ferry_cfg_src_t src[FERRY_CFG_COUNT];
 } ferry_config_t;
 

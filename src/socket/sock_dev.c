@@ -1,5 +1,9 @@
 /* Socket devices: one per chosen interface, discovered once per process. */
 #include <errno.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,13 +13,22 @@
 
 ferry_sock_state_t ferry_sock_state;
 
-/* /sys/class/net/<if>/speed in Mbps; virtual interfaces report none (or -1). */
-static int ferry_sock_dev_speed(const char *ifname)
+static int ferry_sock_dev_is_loopback(const char *ifname);
+
+/*
+ * Speed in Mbps: NCCL_FERRY_SPEED_MBPS, else /sys/class/net/<if>/speed.
+ * Loopback has no speed: it moves at memory speed, which NCCL's 10 Gbps
+ * guess understates by an order of magnitude and so gives it too few
+ * channels; ferry says 100 Gbps. Other interfaces without one get NCCL's 10 Gbps.
+ */
+static int ferry_sock_dev_speed(const char *ifname, int configured)
 {
     char path[PATH_MAX];
     FILE *f;
     int speed = -1;
 
+    if (configured > 0)
+        return configured;
     snprintf(path, sizeof(path), "/sys/class/net/%s/speed", ifname);
     f = fopen(path, "r");
     if (f != NULL) {
@@ -23,10 +36,11 @@ static int ferry_sock_dev_speed(const char *ifname)
             speed = -1;
         fclose(f);
     }
-    if (speed <= 0) {
-        FERRY_INFO(FERRY_LOG_NET, "%s has no link speed in sysfs; assuming 10000 Mbps", ifname);
-        speed = 10000;
-    }
+    if (speed > 0)
+        return speed;
+    speed = ferry_sock_dev_is_loopback(ifname) ? 100000 : 10000;
+    FERRY_INFO(FERRY_LOG_NET, "%s has no link speed in sysfs; reporting %d Mbps "
+               "(NCCL_FERRY_SPEED_MBPS overrides)", ifname, speed);
     return speed;
 }
 
@@ -96,6 +110,21 @@ static void ferry_sock_dev_placement(ferry_sock_dev_t *d)
     d->has_cpus = CPU_COUNT(&d->cpus) > 0;
 }
 
+static int ferry_sock_dev_is_loopback(const char *ifname)
+{
+    struct ifreq ifr;
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), lo = 0;
+
+    if (fd < 0)
+        return 0;
+    memset(&ifr, 0, sizeof(ifr));
+    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", ifname);
+    if (ioctl(fd, SIOCGIFFLAGS, &ifr) == 0)
+        lo = (ifr.ifr_flags & IFF_LOOPBACK) != 0;
+    close(fd);
+    return lo;
+}
+
 ferry_status_t ferry_sock_init(const ferry_config_t *cfg)
 {
     ferry_sock_if_t ifs[FERRY_SOCK_IF_MAX];
@@ -119,7 +148,7 @@ ferry_status_t ferry_sock_init(const ferry_config_t *cfg)
         ferry_sock_dev_t *d = &ferry_sock_state.devs[i];
 
         d->ifc = ifs[i];
-        d->speed_mbps = ferry_sock_dev_speed(d->ifc.name);
+        d->speed_mbps = ferry_sock_dev_speed(d->ifc.name, cfg->speed_mbps);
         ferry_sock_dev_pci_path(d->ifc.name, d->pci_path, sizeof(d->pci_path));
         ferry_sock_dev_placement(d);
         ferry_sock_addr_str((const struct sockaddr *)&d->ifc.addr, d->addr_str,
