@@ -475,7 +475,7 @@ static int fakeibv_transition_ok(enum ibv_qp_state cur, enum ibv_qp_state next, 
     if ((unsigned)cur >= FAKEIBV_NSTATES || (unsigned)next >= FAKEIBV_NSTATES)
         return 0;
     if (next == IBV_QPS_RESET || next == IBV_QPS_ERR)
-        return (mask & ~(IBV_QP_STATE | IBV_QP_CUR_STATE)) == 0;
+        return (mask & ~IBV_QP_STATE) == 0; /* The kernel allows no other bit. */
     t = &fakeibv_rc_table[cur][next];
     if (!t->valid)
         return 0;

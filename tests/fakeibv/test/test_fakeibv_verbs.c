@@ -126,8 +126,10 @@ static void test_qp_state_machine(void **state)
     a.qp_access_flags = IBV_ACCESS_REMOTE_READ;
     assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_ACCESS_FLAGS), 0);
     assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_PATH_MTU), EINVAL);
-    /* Any state -> ERR; the posted receive flushes. */
+    /* Any state -> ERR, with no attribute but the state; the posted
+     * receive flushes. */
     a.qp_state = IBV_QPS_ERR;
+    assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT), EINVAL);
     assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
     assert_int_equal(qp->state, IBV_QPS_ERR);
     {
