@@ -90,6 +90,9 @@ static const ferry_cfg_var_t ferry_cfg_vars[FERRY_CFG_COUNT] = {
     [FERRY_CFG_SPEED_MBPS]       = {"NCCL_FERRY_SPEED_MBPS", FERRY_CFG_KIND_INT,
                                     FERRY_CFG_FIELD(speed_mbps), -1, -1, 100000000,
                                     "device speed reported to NCCL in Mbps, -1 auto"},
+    [FERRY_CFG_INLINE_MAX]       = {"NCCL_FERRY_INLINE_MAX", FERRY_CFG_KIND_SIZE,
+                                    FERRY_CFG_FIELD(inline_max), 64 << 10, 0, 64 << 20,
+                                    "isends up to this size are sent by NCCL's own thread, 0..64M"},
 };
 
 static const struct {
@@ -313,7 +316,7 @@ void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
              "backend=%s(%s) ifname=%s(%s) family=%s(%s) streams=%d(%s) threads=%d(%s) "
              "chunk=%zu..%zu(%s) sndbuf=%d(%s) rcvbuf=%d(%s) retry=%dx%dms(%s) "
              "hello_timeout=%dms(%s) dump_signal=%d(%s) spin=%dus(%s) inject_delay=%dus(%s) "
-             "speed=%dMbps(%s)",
+             "speed=%dMbps(%s) inline_max=%zu(%s)",
              backends[cfg->backend], ferry_cfg_src_name(cfg->src[FERRY_CFG_BACKEND]),
              cfg->socket_ifname[0] ? cfg->socket_ifname : "<nccl order>",
              ferry_cfg_src_name(cfg->src[FERRY_CFG_SOCKET_IFNAME]), family,
@@ -330,5 +333,6 @@ void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
              cfg->dump_signal, ferry_cfg_src_name(cfg->src[FERRY_CFG_DUMP_SIGNAL]),
              cfg->spin_us, ferry_cfg_src_name(cfg->src[FERRY_CFG_SPIN_US]), cfg->inject_delay_us,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_INJECT_DELAY_US]), cfg->speed_mbps,
-             ferry_cfg_src_name(cfg->src[FERRY_CFG_SPEED_MBPS]));
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_SPEED_MBPS]), cfg->inline_max,
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_INLINE_MAX]));
 }

@@ -37,6 +37,7 @@ typedef enum ferry_cfg_id {
     FERRY_CFG_SPIN_US,
     FERRY_CFG_INJECT_DELAY_US,
     FERRY_CFG_SPEED_MBPS,
+    FERRY_CFG_INLINE_MAX,
     FERRY_CFG_COUNT
 } ferry_cfg_id_t;
 
@@ -65,6 +66,7 @@ typedef struct ferry_config {
     int    spin_us;                /* Helper threads poll this long before sleeping; -1 = auto. */
     int    inject_delay_us;        /* Test knob: delay every chunk completion by this much. */
     int    speed_mbps;             /* Reported device speed; -1: sysfs, or a default per kind. */
+    size_t inline_max;             /* isends up to this size leave from NCCL's thread itself. */
     ferry_cfg_src_t src[FERRY_CFG_COUNT];
 } ferry_config_t;
 

@@ -13,6 +13,8 @@
  * chunk, one sendmsg, no hand-off to a helper thread.
  */
 #define FERRY_PX_ASSIST_MAX (64 << 10)
+/* Messages up to this size are latency-bound: they switch on the spin window. */
+#define FERRY_PX_SMALL (64 << 10)
 
 static const char *const ferry_px_lane_state_names[FERRY_PX_LANE_STATE_COUNT] = {
     [FERRY_PX_LANE_IDLE]    = "idle",
@@ -69,6 +71,8 @@ void ferry_px_comm_describe(const ferry_px_comm_t *comm, char *buf, size_t len)
              comm->peer);
 }
 
+static void ferry_px_comm_note_small(ferry_px_comm_t *comm);
+
 ferry_px_req_t *ferry_px_comm_post(ferry_px_comm_t *comm, void *buf, size_t size)
 {
     ferry_px_chunk_plan_t plan = {0, 0};
@@ -87,6 +91,8 @@ ferry_px_req_t *ferry_px_comm_post(ferry_px_comm_t *comm, void *buf, size_t size
     if (comm->kind == FERRY_PX_SEND)
         atomic_store(&comm->unclaimed, 1);
     pthread_mutex_unlock(&comm->lock);
+    if (comm->kind == FERRY_PX_SEND && size <= FERRY_PX_SMALL)
+        ferry_px_comm_note_small(comm);
     if (comm->kind == FERRY_PX_SEND && size <= comm->assist_max)
         ferry_px_comm_assist(comm);
     /* After the assist: a chunk it left half-sent needs its worker to watch POLLOUT. */
@@ -95,6 +101,13 @@ ferry_px_req_t *ferry_px_comm_post(ferry_px_comm_t *comm, void *buf, size_t size
 }
 
 static long ferry_px_comm_defer_retire(ferry_px_comm_t *comm, int lane);
+
+/* Latency-bound traffic flows: workers may spin for what comes next (worker.c). */
+static void ferry_px_comm_note_small(ferry_px_comm_t *comm)
+{
+    if (comm->spin_ns > 0)
+        atomic_store_explicit(&comm->small_post_ns, ferry_px_now_ns(), memory_order_relaxed);
+}
 
 long ferry_px_comm_progress_lane(ferry_px_comm_t *comm, int lane, short revents)
 {
@@ -334,8 +347,12 @@ ferry_status_t ferry_px_comm_test(ferry_px_comm_t *comm, ferry_px_req_t *req, in
     *done_p = 0;
     if (state == FERRY_PX_REQ_DONE) {
         assert(ferry_px_req_check(req));
+        uint64_t size = atomic_load_explicit(&req->size, memory_order_relaxed);
+
         if (sizes != NULL)
-            sizes[0] = (int)atomic_load_explicit(&req->size, memory_order_relaxed);
+            sizes[0] = (int)size;
+        if (req->kind == FERRY_PX_RECV && size <= FERRY_PX_SMALL)
+            ferry_px_comm_note_small(comm);
         *done_p = 1;
         atomic_store_explicit(&req->state, FERRY_PX_REQ_FREE, memory_order_release);
         return FERRY_OK;

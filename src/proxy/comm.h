@@ -103,7 +103,8 @@ typedef struct ferry_px_comm {
      */
     _Atomic int           lane_busy[FERRY_PX_MAX_LANES];
     size_t                assist_max;    /* Messages up to this size are sent by the posting thread. */
-    uint64_t              spin_ns;       /* Workers keep sweeping this long after their last work. */
+    uint64_t              spin_ns;       /* Workers keep sweeping this long after their last work... */
+    _Atomic uint64_t      small_post_ns; /* ...if a small message was posted this recently. */
     unsigned              inject_delay_us; /* Test knob: added to every chunk completion. */
     ferry_px_defer_t     *defer;         /* nlanes rings when inject_delay_us > 0, else NULL. */
     int                   has_cpus;      /* Workers run on `cpus` (near the NIC) when set. */

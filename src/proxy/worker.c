@@ -20,6 +20,8 @@
 
 /* A safety net only: every state change that matters kicks the worker. */
 #define FERRY_PX_POLL_TIMEOUT_MS 1000
+/* Spin only if a small message was posted within this window. */
+#define FERRY_PX_SPIN_RECENT_NS 2000000ULL
 /* Sweeps in a row with progress before the worker re-reads its wake fd. */
 #define FERRY_PX_MAX_SWEEPS 64
 
@@ -125,10 +127,17 @@ static void *ferry_px_worker_main(void *arg)
             continue;
         }
         sweeps = 0;
-        /* The busy-poll window: a reply often comes within microseconds. */
+        /*
+         * The busy-poll window: a reply often comes within microseconds. Only
+         * while small messages flow: bulk traffic is bound by copies, and
+         * spinning threads would take the cores those copies need.
+         */
         if (comm->spin_ns > 0) {
             uint64_t now = ferry_px_now_ns();
 
+            if (now - atomic_load_explicit(&comm->small_post_ns, memory_order_relaxed) >
+                FERRY_PX_SPIN_RECENT_NS)
+                last_work_ns = now - comm->spin_ns; /* No recent small message: sleep now. */
             if (last_work_ns == 0)
                 last_work_ns = now;
             if (now - last_work_ns < comm->spin_ns)
