@@ -13,8 +13,12 @@
  * chunk, one sendmsg, no hand-off to a helper thread.
  */
 #define FERRY_PX_ASSIST_MAX (64 << 10)
-/* Messages up to this size are latency-bound: they switch on the spin window. */
-#define FERRY_PX_SMALL (64 << 10)
+/*
+ * Messages up to this size are latency-bound: they switch on the spin window.
+ * NCCL's bulk traffic comes as 512 KiB..1 MiB slices; below that a wake-up
+ * per chunk is a visible share of the message time (measured: bench/results).
+ */
+#define FERRY_PX_SMALL (256 << 10)
 
 static const char *const ferry_px_lane_state_names[FERRY_PX_LANE_STATE_COUNT] = {
     [FERRY_PX_LANE_IDLE]    = "idle",
