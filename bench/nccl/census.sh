@@ -33,10 +33,10 @@ unset NCCL_NET NCCL_NET_PLUGIN NCCL_SOCKET_NTHREADS NCCL_NSOCKS_PERTHREAD
 census() {
   local out=$OUTDIR/census.txt pids p
   NCCL_NET_PLUGIN=$FNB_PLUGIN NCCL_NET=ferry NCCL_FERRY_DUMP_SIGNAL=USR1 \
-    "$FNB_BENCH" -N "$NRANKS" -o all_reduce -l 64M -n 400 -w 5 -T 120 \
+    "$FNB_BENCH" -N "$NRANKS" -o all_reduce -l 64M -n 4000 -w 5 -T 150 \
     >"$OUTDIR/logs/census-run.log" 2>&1 &
   local bench=$!
-  sleep 12
+  sleep 10
   pids=$(pgrep -P "$bench" | tr '\n' ' ')
   {
     echo "# $(date -Is) $NRANKS ranks, $(nproc) CPUs, ranks: $pids"

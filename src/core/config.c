@@ -55,8 +55,8 @@ static const ferry_cfg_var_t ferry_cfg_vars[FERRY_CFG_COUNT] = {
                                     FERRY_CFG_FIELD(streams), FERRY_DEFAULT_STREAMS, 1,
                                     FERRY_MAX_STREAMS, "TCP streams per connection, 1..64"},
     [FERRY_CFG_THREADS]          = {"NCCL_FERRY_THREADS", FERRY_CFG_KIND_INT,
-                                    FERRY_CFG_FIELD(threads), 0, 1, FERRY_MAX_THREADS,
-                                    "helper threads per connection, 1..16"},
+                                    FERRY_CFG_FIELD(threads), -1, 0, FERRY_MAX_THREADS,
+                                    "helper threads per connection, 0..16 (0: NCCL's thread moves the data)"},
     [FERRY_CFG_CHUNK_MIN]        = {"NCCL_SOCKET_MIN_TASKSIZE", FERRY_CFG_KIND_SIZE,
                                     FERRY_CFG_FIELD(chunk_min), 64 << 10, 4 << 10, 64 << 20,
                                     "smallest chunk per stream, 4K..64M"},
@@ -225,6 +225,7 @@ static ferry_status_t ferry_cfg_parse_one(ferry_config_t *cfg, const ferry_cfg_v
 static void ferry_cfg_derive_lanes(ferry_config_t *cfg)
 {
     int nt = cfg->socket_nthreads, ns = cfg->nsocks_perthread;
+    cpu_set_t set;
 
     if (cfg->src[FERRY_CFG_STREAMS] == FERRY_CFG_DEFAULT && (nt > 0 || ns > 0)) {
         if (nt == 0)
@@ -240,8 +241,17 @@ static void ferry_cfg_derive_lanes(ferry_config_t *cfg)
         }
         cfg->src[FERRY_CFG_STREAMS] = FERRY_CFG_DERIVED;
     }
-    if (cfg->threads <= 0) {
-        cfg->threads = cfg->streams < FERRY_MAX_THREADS ? cfg->streams : FERRY_MAX_THREADS;
+    if (cfg->threads < 0) {
+        /*
+         * A process bound to one CPU (mpirun binds each rank to a core by
+         * default) has no core for helper threads: NCCL's own thread then
+         * moves every stream, as NCCL's socket transport does. Measured on
+         * the GPU machine: 4.7 ms per 4 KiB all_reduce with helpers on one core.
+         */
+        if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) == 1)
+            cfg->threads = 0;
+        else
+            cfg->threads = cfg->streams < FERRY_MAX_THREADS ? cfg->streams : FERRY_MAX_THREADS;
         cfg->src[FERRY_CFG_THREADS] = FERRY_CFG_DERIVED;
     }
     if (cfg->threads > cfg->streams)

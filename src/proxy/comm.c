@@ -44,7 +44,7 @@ ferry_status_t ferry_px_comm_init(ferry_px_comm_t *comm, ferry_px_req_kind_t kin
 {
     int i;
 
-    if (nlanes < 1 || nlanes > FERRY_PX_MAX_LANES || nworkers < 1)
+    if (nlanes < 1 || nlanes > FERRY_PX_MAX_LANES || nworkers < 0)
         return FERRY_ERR_INVALID;
     memset(comm, 0, sizeof(*comm));
     if (pthread_mutex_init(&comm->lock, NULL) != 0)
@@ -97,7 +97,7 @@ ferry_px_req_t *ferry_px_comm_post(ferry_px_comm_t *comm, void *buf, size_t size
     pthread_mutex_unlock(&comm->lock);
     if (comm->kind == FERRY_PX_SEND && size <= FERRY_PX_SMALL)
         ferry_px_comm_note_small(comm);
-    if (comm->kind == FERRY_PX_SEND && size <= comm->assist_max)
+    if (comm->kind == FERRY_PX_SEND && (size <= comm->assist_max || comm->nworkers == 0))
         ferry_px_comm_assist(comm);
     /* After the assist: a chunk it left half-sent needs its worker to watch POLLOUT. */
     ferry_px_comm_kick_posted(comm);
@@ -133,8 +133,17 @@ long ferry_px_comm_progress_lane(ferry_px_comm_t *comm, int lane, short revents)
 
 void ferry_px_comm_assist(ferry_px_comm_t *comm)
 {
-    if (atomic_load_explicit(&comm->failed, memory_order_relaxed) == 0 &&
-        !atomic_load_explicit(&comm->stop, memory_order_relaxed))
+    int lane;
+
+    if (atomic_load_explicit(&comm->stop, memory_order_relaxed))
+        return;
+    /* Without helper threads, NCCL's thread is the only one moving lanes. */
+    if (comm->nworkers == 0) {
+        for (lane = 0; lane < comm->nlanes; lane++)
+            ferry_px_comm_progress_lane(comm, lane, 0);
+        return;
+    }
+    if (atomic_load_explicit(&comm->failed, memory_order_relaxed) == 0)
         ferry_px_comm_progress_lane(comm, 0, 0);
 }
 

@@ -87,7 +87,7 @@ typedef struct ferry_px_comm {
     int                   fail_warned;   /* test() warned about the failure; progress thread only. */
     ferry_px_req_kind_t   kind;          /* Send or receive comm. */
     int                   nlanes;
-    int                   nworkers;
+    int                   nworkers;      /* 0: no helper threads, NCCL's thread moves every lane. */
     size_t                chunk_min, chunk_max;
     const ferry_px_lane_ops_t *ops;
     char                  backend[8];    /* "socket", "ib": for logs. */
