@@ -1,9 +1,19 @@
-# ferry_loopback_bench: two processes over loopback through the plugin API.
-# Included by bench/CMakeLists.txt once bench/*.c exists.
-add_executable(ferry_loopback_bench ${CMAKE_CURRENT_LIST_DIR}/ferry_loopback_bench.c)
-target_include_directories(ferry_loopback_bench PRIVATE ${PROJECT_SOURCE_DIR}/include)
-target_link_libraries(ferry_loopback_bench PRIVATE ${CMAKE_DL_LIBS})
+# ferry-bench: ferry against plain TCP between two processes (bench/README.md).
+# It reuses the integration harness (plugin loading, connect/accept loops,
+# logger) and links ferry_core for ferry_config_load(), so the raw mode uses
+# exactly the streams and threads ferry derives. Built even without tests.
+set(FERRY_BENCH_DIR ${CMAKE_CURRENT_LIST_DIR})
+set(FERRY_HARNESS_DIR ${PROJECT_SOURCE_DIR}/tests/integration)
+add_executable(ferry-bench
+  ${FERRY_BENCH_DIR}/fbench_main.c ${FERRY_BENCH_DIR}/fbench_side.c
+  ${FERRY_BENCH_DIR}/fbench_plugin.c ${FERRY_BENCH_DIR}/fbench_raw.c
+  ${FERRY_BENCH_DIR}/fbench_report.c
+  ${FERRY_HARNESS_DIR}/harness.c)
+target_include_directories(ferry-bench PRIVATE ${FERRY_BENCH_DIR} ${FERRY_HARNESS_DIR}
+  ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(ferry-bench PRIVATE ferry_core ${CMAKE_DL_LIBS} pthread)
 # The bench dlopens the plugin like NCCL; default to the one this tree builds.
-target_compile_definitions(ferry_loopback_bench PRIVATE
-  FERRY_BENCH_DEFAULT_PLUGIN="$<TARGET_FILE:nccl-net-ferry>")
-add_dependencies(ferry_loopback_bench nccl-net-ferry)
+target_compile_definitions(ferry-bench PRIVATE
+  FERRY_BENCH_DEFAULT_PLUGIN="$<TARGET_FILE:nccl-net-ferry>"
+  FERRY_PLUGIN_DEFAULT="$<TARGET_FILE:nccl-net-ferry>")
+add_dependencies(ferry-bench nccl-net-ferry)
