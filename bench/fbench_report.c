@@ -238,6 +238,23 @@ static int fb_plot_series(FILE *gp, const fb_point_t *pts, int npts, fb_test_t t
     return series;
 }
 
+/* Tics at the measured sizes, labelled 4K, 1M... (gnuplot's own would say 66kB). */
+static void fb_plot_xtics(FILE *gp, const fb_point_t *pts, int npts, fb_test_t test)
+{
+    size_t last = 0;
+    char sz[32];
+    int i, n = 0;
+
+    fprintf(gp, "set xtics (");
+    for (i = 0; i < npts; i++) {
+        if (pts[i].test != test || pts[i].size == last)
+            continue;
+        last = pts[i].size;
+        fprintf(gp, "%s\"%s\" %zu", n++ ? ", " : "", fb_size_str(last, sz, sizeof(sz)), last);
+    }
+    fprintf(gp, ")\n");
+}
+
 void fb_plot(const fb_opts_t *o, const fb_point_t *pts, int npts)
 {
     int have[FB_TEST_COUNT] = { 0 }, t, i;
@@ -257,7 +274,7 @@ void fb_plot(const fb_opts_t *o, const fb_point_t *pts, int npts)
     fprintf(gp, "set terminal png size %d,520\nset output '%s'\n",
             have[0] && have[1] ? 1400 : 760, o->png);
     fprintf(gp, "set multiplot layout 1,%d\nset logscale x 2\nset grid\nset key top left\n"
-                "set format x '%%.0s%%cB'\n", have[0] + have[1]);
+                "set offsets graph 0.02, graph 0.02, 0, 0\n", have[0] + have[1]);
     for (t = 0; t < FB_TEST_COUNT; t++) {
         if (!have[t])
             continue;
@@ -269,6 +286,7 @@ void fb_plot(const fb_opts_t *o, const fb_point_t *pts, int npts)
             fprintf(gp, "set title 'ping-pong round trip'\nset ylabel 'us p50 (median)'\n"
                         "set logscale y\n");
         fprintf(gp, "set xlabel 'message size'\n");
+        fb_plot_xtics(gp, pts, npts, (fb_test_t)t);
         fb_plot_series(gp, pts, npts, (fb_test_t)t, 0);
         fb_plot_series(gp, pts, npts, (fb_test_t)t, 1);
     }

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Build ferry and run the loopback benchmark: the README's first command.
+# Build ferry and run ferry-bench's default sweep: the README's first command.
 #
-#   bench/run-loopback.sh [ferry_loopback_bench options...]
+#   bench/run-loopback.sh [ferry-bench options...]
 #
 # Installs the build tools if missing (apt-get; sudo only when not root),
-# builds in build-bench (Release), and runs ferry_loopback_bench over lo with
-# the options given (e.g. --max 16M --csv out.csv). NCCL_* variables in the
-# environment (NCCL_FERRY_STREAMS, NCCL_SOCKET_IFNAME, ...) pass through.
+# builds build-bench/ in Release mode and runs ferry-bench over lo: ferry
+# against plain TCP with the same streams and threads, 4K..64M, 1 and 4
+# connections, 3 interleaved repetitions, a table of medians (see
+# bench/README.md). Options go to ferry-bench (e.g. --mode all --csv out.csv).
+# NCCL_* variables in the environment (NCCL_FERRY_STREAMS, ...) pass through.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -32,5 +34,5 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DFERRY_BUILD_TESTS=OFF >/dev/null
-cmake --build "$build" -j "$(nproc)" --target nccl-net-ferry ferry_loopback_bench
-exec "$build/bench/ferry_loopback_bench" --plugin "$build/libnccl-net-ferry.so" "$@"
+cmake --build "$build" -j "$(nproc)" --target nccl-net-ferry ferry-bench
+exec "$build/bench/ferry-bench" --plugin "$build/libnccl-net-ferry.so" "$@"
