@@ -64,6 +64,7 @@ typedef struct fb_opts {
     int         streams;                    /* TCP streams per connection (ferry's config). */
     int         threads;                    /* Helper threads per connection (ferry's config). */
     size_t      chunk_min;                  /* Raw: smallest part a message is cut into. */
+    size_t      chunk_max;                  /* Raw: most bytes one send/recv call moves. */
     int         sndbuf, rcvbuf;             /* SO_SNDBUF/SO_RCVBUF for raw sockets, -1 default. */
     const char *netns[2];                   /* [0] receiver's, [1] sender's namespace, or NULL. */
     const char *ifname[2];                  /* NCCL_SOCKET_IFNAME per side, or NULL: inherit. */

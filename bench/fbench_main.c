@@ -181,6 +181,7 @@ static void fb_load_ferry_config(fb_opts_t *o)
     o->streams   = cfg.streams;
     o->threads   = cfg.threads;
     o->chunk_min = cfg.chunk_min;
+    o->chunk_max = cfg.chunk_max;
     o->sndbuf    = cfg.sndbuf;
     o->rcvbuf    = cfg.rcvbuf;
 }

@@ -8,7 +8,8 @@
  * is cut like NCCL's socket transport cuts it: into min(streams,
  * size / NCCL_SOCKET_MIN_TASKSIZE) equal parts (at least one), part j of
  * message i travelling on stream (i + j) % streams, so small messages still
- * spread over the streams. A thread with one stream uses blocking send/recv;
+ * spread over the streams. One send/recv call moves at most
+ * NCCL_FERRY_CHUNK_SIZE bytes. A thread with one stream uses blocking calls;
  * one with several uses non-blocking calls and poll(). Every socket has
  * TCP_NODELAY and, when ferry's config sets them, its SO_SNDBUF/SO_RCVBUF.
  *
@@ -189,8 +190,12 @@ void fb_raw_teardown(fb_side_t *s)
     s->raw_up = 0;
 }
 
-/* Move every part to completion; blocking for one part, non-blocking + poll for several. */
-static void fb_raw_move(fb_raw_part_t *parts, int n, int is_send)
+/*
+ * Move every part to completion; blocking for one part, non-blocking + poll
+ * for several. One call moves at most max_call bytes (ferry's largest chunk),
+ * so a huge message is not one huge copy.
+ */
+static void fb_raw_move(fb_raw_part_t *parts, int n, int is_send, size_t max_call)
 {
     int flags = n > 1 ? MSG_DONTWAIT : is_send ? 0 : MSG_WAITALL, pending = n, j;
 
@@ -199,12 +204,13 @@ static void fb_raw_move(fb_raw_part_t *parts, int n, int is_send)
         int npfd = 0, moved = 0;
 
         for (j = 0; j < n; j++) {
+            size_t len = parts[j].left < max_call ? parts[j].left : max_call;
             ssize_t m;
 
-            if (parts[j].left == 0)
+            if (len == 0)
                 continue;
-            m = is_send ? send(parts[j].fd, parts[j].p, parts[j].left, flags | MSG_NOSIGNAL)
-                        : recv(parts[j].fd, parts[j].p, parts[j].left, flags);
+            m = is_send ? send(parts[j].fd, parts[j].p, len, flags | MSG_NOSIGNAL)
+                        : recv(parts[j].fd, parts[j].p, len, flags);
             if (m > 0) {
                 parts[j].p += m;
                 parts[j].left -= (size_t)m;
@@ -259,7 +265,7 @@ static void *fb_raw_thread(void *arg)
         n = fb_raw_parts(job, i, parts);
         for (j = 0; send && job->check && j < n; j++)
             fb_stamp(parts[j].p, parts[j].left, job->conn, i);
-        fb_raw_move(parts, n, send);
+        fb_raw_move(parts, n, send, job->s->o->chunk_max);
         n = fb_raw_parts(job, i, parts); /* fb_raw_move advanced the pointers. */
         for (j = 0; !send && job->check && j < n; j++)
             FIT_CHECK(fb_stamp_ok(parts[j].p, parts[j].left, job->conn, i),
@@ -335,12 +341,12 @@ void fb_raw_pingpong(fb_side_t *s, const fb_round_t *r, fb_lat_t *lat)
         double t0 = fit_now();
 
         if (s->is_send) {
-            fb_raw_move(&tx, 1, 1);
-            fb_raw_move(&rx, 1, 0);
+            fb_raw_move(&tx, 1, 1, s->o->chunk_max);
+            fb_raw_move(&rx, 1, 0, s->o->chunk_max);
             fb_lat_add(lat, (fit_now() - t0) * 1e6);
         } else {
-            fb_raw_move(&rx, 1, 0);
-            fb_raw_move(&tx, 1, 1);
+            fb_raw_move(&rx, 1, 0, s->o->chunk_max);
+            fb_raw_move(&tx, 1, 1, s->o->chunk_max);
         }
     }
 }
