@@ -389,9 +389,12 @@ int main(int argc, char **argv)
     fb_parse(&o, argc, argv);
     setenv("NCCL_SOCKET_IFNAME", "lo", 0);
     fb_load_ferry_config(&o);
-    printf("ferry-bench: plugin %s\n  NCCL_SOCKET_IFNAME=%s streams %d threads %d "
-           "(per connection, ferry and raw) depth %d reps %d\n",
-           o.plugin, getenv("NCCL_SOCKET_IFNAME"), o.streams, o.threads, o.depth, o.reps);
+    printf("ferry-bench: plugin %s\n  NCCL_SOCKET_IFNAME=%s (receiver) %s (sender)%s%s%s%s\n"
+           "  streams %d threads %d (per connection, ferry and raw) depth %d reps %d\n",
+           o.plugin, o.ifname[0] ? o.ifname[0] : getenv("NCCL_SOCKET_IFNAME"),
+           o.ifname[1] ? o.ifname[1] : getenv("NCCL_SOCKET_IFNAME"),
+           o.netns[0] ? " netns " : "", o.netns[0] ? o.netns[0] : "", o.netns[1] ? " / " : "",
+           o.netns[1] ? o.netns[1] : "", o.streams, o.threads, o.depth, o.reps);
     fflush(stdout);
     FIT_CHECK(pipe2(ctrl, O_CLOEXEC) == 0 && pipe2(ack, O_CLOEXEC) == 0, "pipe: %s",
               strerror(errno));
