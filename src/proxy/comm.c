@@ -19,6 +19,12 @@
  * per chunk is a visible share of the message time (measured: bench/results).
  */
 #define FERRY_PX_SMALL (256 << 10)
+/*
+ * How long after NCCL's last call lane 0 stays with NCCL's thread. NCCL's
+ * proxy calls test() in a tight loop while it has work, so a gap this long
+ * means it is busy elsewhere and the worker should take the lane back.
+ */
+#define FERRY_PX_LANE0_HOLD_NS 200000ULL
 
 static const char *const ferry_px_lane_state_names[FERRY_PX_LANE_STATE_COUNT] = {
     [FERRY_PX_LANE_IDLE]    = "idle",
@@ -143,8 +149,17 @@ void ferry_px_comm_assist(ferry_px_comm_t *comm)
             ferry_px_comm_progress_lane(comm, lane, 0);
         return;
     }
-    if (atomic_load_explicit(&comm->failed, memory_order_relaxed) == 0)
+    if (atomic_load_explicit(&comm->failed, memory_order_relaxed) == 0) {
+        atomic_store_explicit(&comm->assist_ns, ferry_px_now_ns(), memory_order_relaxed);
         ferry_px_comm_progress_lane(comm, 0, 0);
+    }
+}
+
+uint64_t ferry_px_comm_lane0_held_ns(const ferry_px_comm_t *comm, uint64_t now)
+{
+    uint64_t last = atomic_load_explicit(&comm->assist_ns, memory_order_relaxed);
+
+    return now - last < FERRY_PX_LANE0_HOLD_NS ? FERRY_PX_LANE0_HOLD_NS - (now - last) : 0;
 }
 
 int ferry_px_comm_claim(ferry_px_comm_t *comm, ferry_px_claim_t *claim_p)

@@ -105,6 +105,7 @@ typedef struct ferry_px_comm {
     size_t                assist_max;    /* Messages up to this size are sent by the posting thread. */
     uint64_t              spin_ns;       /* Workers keep sweeping this long after their last work... */
     _Atomic uint64_t      small_post_ns; /* ...if a small message was posted this recently. */
+    _Atomic uint64_t      assist_ns;     /* Last time NCCL's thread moved lane 0 (ferry_px_comm_assist). */
     unsigned              inject_delay_us; /* Test knob: added to every chunk completion. */
     ferry_px_defer_t     *defer;         /* nlanes rings when inject_delay_us > 0, else NULL. */
     int                   has_cpus;      /* Workers run on `cpus` (near the NIC) when set. */
@@ -166,6 +167,12 @@ long ferry_px_comm_progress_lane(ferry_px_comm_t *comm, int lane, short revents)
  * wake up. This is what keeps small-message latency at one syscall.
  */
 void ferry_px_comm_assist(ferry_px_comm_t *comm);
+/*
+ * While NCCL's thread keeps calling in, lane 0 is its own: the worker leaves
+ * it alone, so a wake-up never races the caller for a message the caller is
+ * already polling for. Returns the ns left of that hold (0: the worker's).
+ */
+uint64_t ferry_px_comm_lane0_held_ns(const ferry_px_comm_t *comm, uint64_t now);
 /* Wake every sleeping helper thread (failure, stop). */
 void ferry_px_comm_kick(ferry_px_comm_t *comm);
 /*

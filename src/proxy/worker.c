@@ -45,6 +45,8 @@ static long ferry_px_worker_sweep(ferry_px_worker_t *w, const ferry_px_pollset_t
     for (lane = w->index; lane < comm->nlanes; lane += comm->nworkers) {
         long r;
 
+        if (lane == 0 && ferry_px_comm_lane0_held_ns(comm, ferry_px_now_ns()) > 0)
+            continue;
         r = ferry_px_comm_progress_lane(comm, lane, revents[lane]);
         if (r > 0)
             work += r;
@@ -55,7 +57,7 @@ static long ferry_px_worker_sweep(ferry_px_worker_t *w, const ferry_px_pollset_t
 static void ferry_px_worker_sleep(ferry_px_worker_t *w, ferry_px_pollset_t *ps)
 {
     ferry_px_comm_t *comm = w->comm;
-    uint64_t drained;
+    uint64_t drained, held_ns;
     int lane, fd, rc;
 
     ps->n = 0;
@@ -63,9 +65,10 @@ static void ferry_px_worker_sleep(ferry_px_worker_t *w, ferry_px_pollset_t *ps)
     ps->fds[0].events = POLLIN;
     ps->lane_of[0] = -1;
     ps->n = 1;
+    held_ns = ferry_px_comm_lane0_held_ns(comm, ferry_px_now_ns());
     if (atomic_load_explicit(&comm->failed, memory_order_relaxed) == 0) {
         for (lane = w->index; lane < comm->nlanes; lane += comm->nworkers) {
-            short ev = comm->ops->wants(comm, lane, &fd);
+            short ev = lane == 0 && held_ns > 0 ? 0 : comm->ops->wants(comm, lane, &fd);
 
             if (ev == 0 || fd < 0)
                 continue;
@@ -78,6 +81,10 @@ static void ferry_px_worker_sleep(ferry_px_worker_t *w, ferry_px_pollset_t *ps)
     {
         /* Held-back completions (inject delay) wake the worker when due. */
         uint64_t wait_ns = ferry_px_comm_defer_next_ns(comm, w->index);
+
+        /* Take lane 0 back when NCCL's thread stops calling in. */
+        if (held_ns > 0 && held_ns < wait_ns)
+            wait_ns = held_ns;
         struct timespec ts;
 
         if (wait_ns > (uint64_t)FERRY_PX_POLL_TIMEOUT_MS * 1000000ULL)
