@@ -50,7 +50,7 @@ static void fb_usage(void)
 {
     printf(
         "usage: ferry-bench [options]\n"
-        "  --mode M          ferry | raw | both (stream test, default both)\n"
+        "  --mode M,...      ferry | raw | both (stream test, default both)\n"
         "                    pingpong | pingpong-raw | pingpong-both | all (both + pingpong-both)\n"
         "  --min/--max SIZE  stream message sizes, x4 steps (default 4K..64M)\n"
         "  --pp-min/--pp-max ping-pong sizes, x4 steps (default 8..64K)\n"
@@ -99,6 +99,7 @@ static void fb_parse_conns(fb_opts_t *o, const char *v)
     }
 }
 
+/* A comma list of mode names; the tests and implementations they name add up. */
 static void fb_parse_mode(fb_opts_t *o, const char *v)
 {
     static const struct { const char *name; int sf, sr, pf, pr; } modes[] = {
@@ -106,18 +107,23 @@ static void fb_parse_mode(fb_opts_t *o, const char *v)
         { "pingpong", 0, 0, 1, 0 }, { "pingpong-raw", 0, 0, 0, 1 }, { "pingpong-both", 0, 0, 1, 1 },
         { "all", 1, 1, 1, 1 },
     };
-    size_t i;
+    const char *p = v;
+    size_t i, len;
 
-    for (i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
-        if (strcmp(v, modes[i].name) != 0)
-            continue;
-        o->run[FB_TEST_STREAM][FB_IMPL_FERRY]   = modes[i].sf;
-        o->run[FB_TEST_STREAM][FB_IMPL_RAW]     = modes[i].sr;
-        o->run[FB_TEST_PINGPONG][FB_IMPL_FERRY] = modes[i].pf;
-        o->run[FB_TEST_PINGPONG][FB_IMPL_RAW]   = modes[i].pr;
-        return;
+    memset(o->run, 0, sizeof(o->run));
+    for (; *p != '\0'; p += len + (p[len] == ',')) {
+        len = strcspn(p, ",");
+        for (i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
+            if (strlen(modes[i].name) == len && strncmp(p, modes[i].name, len) == 0)
+                break;
+        if (i == sizeof(modes) / sizeof(modes[0]))
+            FIT_FAIL("--mode %s: want a comma list of ferry, raw, both, pingpong, pingpong-raw, "
+                     "pingpong-both, all", v);
+        o->run[FB_TEST_STREAM][FB_IMPL_FERRY]   |= modes[i].sf;
+        o->run[FB_TEST_STREAM][FB_IMPL_RAW]     |= modes[i].sr;
+        o->run[FB_TEST_PINGPONG][FB_IMPL_FERRY] |= modes[i].pf;
+        o->run[FB_TEST_PINGPONG][FB_IMPL_RAW]   |= modes[i].pr;
     }
-    FIT_FAIL("--mode %s: want ferry, raw, both, pingpong, pingpong-raw, pingpong-both or all", v);
 }
 
 static void fb_parse(fb_opts_t *o, int argc, char **argv)
