@@ -84,35 +84,30 @@ int fb_stamp_ok(const void *buf, size_t len, int conn, uint64_t i)
     return got == v;
 }
 
-void fb_pipe_write(int fd, const void *buf, size_t len)
+/* The whole buffer through a control pipe; dies on error or EOF (the peer process is gone). */
+static void fb_pipe_io(int fd, char *buf, size_t len, int is_write)
 {
-    const char *p = buf;
+    size_t done = 0;
 
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
+    while (done < len) {
+        ssize_t n = is_write ? write(fd, buf + done, len - done) : read(fd, buf + done, len - done);
 
-        if (n < 0 && errno == EINTR)
-            continue;
-        FIT_CHECK(n > 0, "control pipe write: %s", strerror(errno));
-        p += n;
-        len -= (size_t)n;
+        if (n > 0)
+            done += (size_t)n;
+        else
+            FIT_CHECK(n < 0 && errno == EINTR, "control pipe %s: %s", is_write ? "write" : "read",
+                      n == 0 ? "peer process exited" : strerror(errno));
     }
 }
 
-/* Dies on EOF: the peer process is gone (its own message says why). */
+void fb_pipe_write(int fd, const void *buf, size_t len)
+{
+    fb_pipe_io(fd, (char *)(uintptr_t)buf, len, 1);
+}
+
 void fb_pipe_read(int fd, void *buf, size_t len)
 {
-    char *p = buf;
-
-    while (len > 0) {
-        ssize_t n = read(fd, p, len);
-
-        if (n < 0 && errno == EINTR)
-            continue;
-        FIT_CHECK(n > 0, "control pipe read: %s", n == 0 ? "peer process exited" : strerror(errno));
-        p += n;
-        len -= (size_t)n;
-    }
+    fb_pipe_io(fd, buf, len, 0);
 }
 
 void fb_lat_init(fb_lat_t *l, size_t cap)
