@@ -7,7 +7,8 @@
 # ferry-bench --mode all: the stream test ferry vs raw TCP (same streams and
 # threads) on 4K..64M with 1, 4 (and 16 on >= 16 CPUs) connections, and the
 # ping-pong test ferry vs one TCP stream on 8..64K, each point 5 times,
-# interleaved A B A B. Writes into $OUT if set, else bench/results/<date>-<host>/:
+# interleaved A B A B. Writes into $OUT if set, else bench/results/<date>-<host>/
+# (-<HHMM> appended when that already holds a run):
 #   bench.csv     one row per measurement
 #   bench.png     medians (skipped with a note when gnuplot is missing)
 #   summary.md    machine, configuration, the tables of medians and ferry/raw
@@ -21,6 +22,9 @@ repo=$(pwd)
 build="$repo/build-bench"
 host=$(hostname -s 2>/dev/null || echo host)
 out=${OUT:-"$repo/bench/results/$(date +%Y-%m-%d)-$host"}
+if [ -z "${OUT:-}" ] && [ -e "$out/summary.md" ]; then
+    out="$out-$(date +%H%M)"    # A second run the same day keeps the first.
+fi
 mkdir -p "$out"
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
 
