@@ -43,7 +43,7 @@ typedef struct ferry_backend_ops {
     ferry_status_t (*close_listen)(void *listen_comm);
 } ferry_backend_ops_t;
 
-/* Shared stubs for members a backend does not support. */
+/* Shared behaviour for backends that move host memory only (ptrSupport = HOST). */
 ferry_status_t ferry_no_reg_mr_dmabuf(void *comm, void *data, size_t size, int type,
                                       uint64_t offset, int fd, void **mhandle_p);
 /* Host-memory backends have nothing to flush: *request_p = NULL. */

@@ -1,3 +1,4 @@
+/* What a host-memory-only backend does for NCCL calls that concern GPU memory. */
 #include "core/backend.h"
 #include "core/log.h"
 
