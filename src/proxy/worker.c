@@ -7,6 +7,8 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +106,41 @@ static void ferry_px_worker_sleep(ferry_px_worker_t *w, ferry_px_pollset_t *ps)
         ps->n = 0;
 }
 
+/*
+ * Spinning pays only while the spinners leave cores to everyone else: NCCL
+ * opens a send and a receive comm per channel and peer, and with one worker
+ * per stream a 2-rank job on 16 cores had 32 workers spinning, starving
+ * NCCL's own proxy threads (1 MiB all_reduce at 0.37x with a 200 us window).
+ * So at most a quarter of the process' CPUs spin at once.
+ */
+static _Atomic int ferry_px_spinners;
+static int ferry_px_spin_max;
+static pthread_once_t ferry_px_spin_once = PTHREAD_ONCE_INIT;
+
+static void ferry_px_spin_init(void)
+{
+    cpu_set_t set;
+    int n = 1;
+
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+        n = CPU_COUNT(&set) / 4;
+    ferry_px_spin_max = n > 0 ? n : 1;
+}
+
+static int ferry_px_spin_acquire(void)
+{
+    pthread_once(&ferry_px_spin_once, ferry_px_spin_init);
+    if (atomic_fetch_add(&ferry_px_spinners, 1) < ferry_px_spin_max)
+        return 1;
+    atomic_fetch_sub(&ferry_px_spinners, 1);
+    return 0;
+}
+
+static void ferry_px_spin_release(void)
+{
+    atomic_fetch_sub(&ferry_px_spinners, 1);
+}
+
 static void *ferry_px_worker_main(void *arg)
 {
     ferry_px_worker_t *w = arg;
@@ -111,6 +148,7 @@ static void *ferry_px_worker_main(void *arg)
     ferry_px_pollset_t ps;
     int sweeps = 0, have_poll = 0;
     uint64_t last_work_ns = 0; /* Start of the current idle stretch, 0 when busy. */
+    int spinning = 0;          /* Holds one of the process' spin slots. */
     char name[16];
 
     snprintf(name, sizeof(name), "ferry-%c%u-%d", comm->kind == FERRY_PX_SEND ? 's' : 'r',
@@ -145,11 +183,18 @@ static void *ferry_px_worker_main(void *arg)
             if (now - atomic_load_explicit(&comm->small_post_ns, memory_order_relaxed) >
                 FERRY_PX_SPIN_RECENT_NS)
                 last_work_ns = now - comm->spin_ns; /* No recent small message: sleep now. */
-            if (last_work_ns == 0)
+            if (last_work_ns == 0) {
                 last_work_ns = now;
+                /* Without a spin slot the worker sleeps at once. */
+                if (!spinning && !(spinning = ferry_px_spin_acquire()))
+                    last_work_ns = now - comm->spin_ns;
+            }
             if (now - last_work_ns < comm->spin_ns)
                 continue;
         }
+        if (spinning)
+            ferry_px_spin_release();
+        spinning = 0;
         last_work_ns = 0;
         /* Announce the sleep, then look again: a post in between bumped kick_gen. */
         atomic_store(&w->sleeping, 1);
@@ -161,6 +206,8 @@ static void *ferry_px_worker_main(void *arg)
         atomic_store(&w->sleeping, 0);
         have_poll = ps.n > 0;
     }
+    if (spinning)
+        ferry_px_spin_release();
     return NULL;
 }
 
