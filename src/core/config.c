@@ -83,7 +83,7 @@ static const ferry_cfg_var_t ferry_cfg_vars[FERRY_CFG_COUNT] = {
                                     "signal name or number that dumps all comms, off by default"},
     [FERRY_CFG_SPIN_US]          = {"NCCL_FERRY_SPIN_US", FERRY_CFG_KIND_INT,
                                     FERRY_CFG_FIELD(spin_us), -1, -1, 1000000,
-                                    "us helper threads keep polling before they sleep, -1 auto"},
+                                    "us helper threads keep polling before they sleep, -1 auto (0)"},
     [FERRY_CFG_INJECT_DELAY_US]  = {"NCCL_FERRY_INJECT_DELAY_US", FERRY_CFG_KIND_INT,
                                     FERRY_CFG_FIELD(inject_delay_us), 0, 0, 1000000,
                                     "test knob: us added to every chunk completion"},
@@ -259,19 +259,17 @@ static void ferry_cfg_derive_lanes(ferry_config_t *cfg)
 }
 
 /*
- * Spinning before sleeping saves a wake-up per message but burns a core per
- * helper thread: worth it only where cores are plenty (the CPUs this process
- * may run on).
+ * Spinning before sleeping was measured on the GPU machine (bench/results/
+ * 2026-11-29-gpu-tuning, runs 2-8): once NCCL's thread sends small messages
+ * itself and reads them inside test(), a spinning worker saves nothing at
+ * 4 KiB and costs 9-19 % at 256 KiB-1 MiB, where NCCL opens many comms and
+ * the spinners take the cores the copies need. Off unless asked for.
  */
 static void ferry_cfg_derive_spin(ferry_config_t *cfg)
 {
-    cpu_set_t set;
-
     if (cfg->spin_us >= 0)
         return;
     cfg->spin_us = 0;
-    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) >= 8)
-        cfg->spin_us = 50;
     cfg->src[FERRY_CFG_SPIN_US] = FERRY_CFG_DERIVED;
 }
 
