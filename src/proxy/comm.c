@@ -106,7 +106,7 @@ ferry_px_req_t *ferry_px_comm_post(ferry_px_comm_t *comm, void *buf, size_t size
     if (comm->kind == FERRY_PX_SEND && (size <= comm->assist_max || comm->nworkers == 0))
         ferry_px_comm_assist(comm);
     /* After the assist: a chunk it left half-sent needs its worker to watch POLLOUT. */
-    ferry_px_comm_kick_posted(comm);
+    ferry_px_comm_kick_posted(comm, plan.nchunks);
     return req;
 }
 
@@ -322,9 +322,11 @@ static int ferry_px_worker_needed(const ferry_px_comm_t *comm, int w)
     return 0;
 }
 
-void ferry_px_comm_kick_posted(ferry_px_comm_t *comm)
+void ferry_px_comm_kick_posted(ferry_px_comm_t *comm, uint32_t nchunks)
 {
-    int all, i;
+    int i;
+    /* One sleeping worker per unclaimed chunk is enough; more only burn wake-ups. */
+    uint32_t want = comm->kind == FERRY_PX_SEND && atomic_load(&comm->unclaimed) ? nchunks : 0;
 
     /*
      * seq_cst on kick_gen and on each worker's sleeping flag: a worker that
@@ -332,13 +334,17 @@ void ferry_px_comm_kick_posted(ferry_px_comm_t *comm)
      * is asleep published its lane states before it said so.
      */
     atomic_fetch_add(&comm->kick_gen, 1);
-    all = comm->kind == FERRY_PX_SEND && atomic_load(&comm->unclaimed);
     for (i = 0; i < comm->nworkers; i++) {
         ferry_px_worker_t *w = &comm->workers[i];
 
-        if (w->wake_fd >= 0 && atomic_load(&w->sleeping) &&
-            (all || ferry_px_worker_needed(comm, i)))
+        if (w->wake_fd < 0 || !atomic_load(&w->sleeping))
+            continue;
+        if (want > 0) {
+            want--;
             ferry_px_worker_wake(w);
+        } else if (ferry_px_worker_needed(comm, i)) {
+            ferry_px_worker_wake(w);
+        }
     }
 }
 

@@ -177,11 +177,11 @@ uint64_t ferry_px_comm_lane0_held_ns(const ferry_px_comm_t *comm, uint64_t now);
 void ferry_px_comm_kick(ferry_px_comm_t *comm);
 /*
  * After a post: wake only the sleeping workers that now have something to
- * do (unclaimed chunks, a chunk left half-sent, a parked lane whose irecv
- * may have arrived). Waking idle workers for nothing costs more CPU than
+ * do (one per unclaimed chunk of the new message, nchunks at most; a chunk
+ * left half-sent; a parked lane whose irecv may have arrived). Waking idle workers for nothing costs more CPU than
  * the message itself on small machines.
  */
-void ferry_px_comm_kick_posted(ferry_px_comm_t *comm);
+void ferry_px_comm_kick_posted(ferry_px_comm_t *comm, uint32_t nchunks);
 /*
  * test(): done/sizes for a request, or its error. Reports each outcome once
  * and returns the slot to FREE.
