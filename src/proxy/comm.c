@@ -95,15 +95,7 @@ ferry_px_req_t *ferry_px_comm_post(ferry_px_comm_t *comm, void *buf, size_t size
         return NULL;
     }
     if (comm->kind == FERRY_PX_SEND)
-        /*
-         * A message the posting thread sends itself stays whole: split, its
-         * other chunks would wait for helper threads to wake up.
-         */
-        plan = ferry_px_chunk_plan(size, size <= comm->assist_max ? 1 : comm->nlanes,
-                                   comm->chunk_min,
-                                   size <= comm->assist_max && size > comm->chunk_max
-                                       ? size
-                                       : comm->chunk_max);
+        plan = ferry_px_chunk_plan(size, comm->nlanes, comm->chunk_min, comm->chunk_max);
     ferry_px_req_post(req, comm->kind, comm->next_seq, buf, size, plan);
     comm->next_seq++;
     if (comm->kind == FERRY_PX_SEND)
