@@ -93,6 +93,9 @@ static const ferry_cfg_var_t ferry_cfg_vars[FERRY_CFG_COUNT] = {
     [FERRY_CFG_INLINE_MAX]       = {"NCCL_FERRY_INLINE_MAX", FERRY_CFG_KIND_SIZE,
                                     FERRY_CFG_FIELD(inline_max), 64 << 10, 0, 64 << 20,
                                     "isends up to this size are sent by NCCL's own thread, 0..64M"},
+    [FERRY_CFG_NOTSENT_LOWAT]    = {"NCCL_FERRY_NOTSENT_LOWAT", FERRY_CFG_KIND_SIZE,
+                                    FERRY_CFG_FIELD(notsent_lowat), 0, 0, 64 << 20,
+                                    "TCP_NOTSENT_LOWAT bytes on data streams, 0 keeps the kernel's"},
 };
 
 static const struct {
@@ -154,7 +157,7 @@ static void ferry_cfg_store(ferry_config_t *cfg, const ferry_cfg_var_t *var, lon
     char *field = (char *)cfg + var->offset;
 
     if (var->kind == FERRY_CFG_KIND_SIZE && var->offset != FERRY_CFG_FIELD(sndbuf) &&
-        var->offset != FERRY_CFG_FIELD(rcvbuf))
+        var->offset != FERRY_CFG_FIELD(rcvbuf) && var->offset != FERRY_CFG_FIELD(notsent_lowat))
         *(size_t *)field = (size_t)value;
     else
         *(int *)field = (int)value;
@@ -324,7 +327,7 @@ void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
              "backend=%s(%s) ifname=%s(%s) family=%s(%s) streams=%d(%s) threads=%d(%s) "
              "chunk=%zu..%zu(%s) sndbuf=%d(%s) rcvbuf=%d(%s) retry=%dx%dms(%s) "
              "hello_timeout=%dms(%s) dump_signal=%d(%s) spin=%dus(%s) inject_delay=%dus(%s) "
-             "speed=%dMbps(%s) inline_max=%zu(%s)",
+             "speed=%dMbps(%s) inline_max=%zu(%s) notsent_lowat=%d(%s)",
              backends[cfg->backend], ferry_cfg_src_name(cfg->src[FERRY_CFG_BACKEND]),
              cfg->socket_ifname[0] ? cfg->socket_ifname : "<nccl order>",
              ferry_cfg_src_name(cfg->src[FERRY_CFG_SOCKET_IFNAME]), family,
@@ -342,5 +345,6 @@ void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
              cfg->spin_us, ferry_cfg_src_name(cfg->src[FERRY_CFG_SPIN_US]), cfg->inject_delay_us,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_INJECT_DELAY_US]), cfg->speed_mbps,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_SPEED_MBPS]), cfg->inline_max,
-             ferry_cfg_src_name(cfg->src[FERRY_CFG_INLINE_MAX]));
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_INLINE_MAX]), cfg->notsent_lowat,
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_NOTSENT_LOWAT]));
 }

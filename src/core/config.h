@@ -38,6 +38,7 @@ typedef enum ferry_cfg_id {
     FERRY_CFG_INJECT_DELAY_US,
     FERRY_CFG_SPEED_MBPS,
     FERRY_CFG_INLINE_MAX,
+    FERRY_CFG_NOTSENT_LOWAT,
     FERRY_CFG_COUNT
 } ferry_cfg_id_t;
 
@@ -67,6 +68,7 @@ typedef struct ferry_config {
     int    inject_delay_us;        /* Test knob: delay every chunk completion by this much. */
     int    speed_mbps;             /* Reported device speed; -1: sysfs, or a default per kind. */
     size_t inline_max;             /* isends up to this size leave from NCCL's thread itself. */
+    int    notsent_lowat;          /* TCP_NOTSENT_LOWAT on data streams, 0 = kernel default. */
     ferry_cfg_src_t src[FERRY_CFG_COUNT];
 } ferry_config_t;
 

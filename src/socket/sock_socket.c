@@ -22,6 +22,15 @@ ferry_status_t ferry_sock_fd_tune(int fd, const char *peer)
         FERRY_WARN("socket to %s: setsockopt(TCP_NODELAY) failed: %s", peer, strerror(errno));
         return FERRY_ERR_IO;
     }
+    /*
+     * Keep unsent bytes low so a stream that drains slowly stops taking
+     * chunks the others could carry (the engine balances on EAGAIN).
+     */
+    if (cfg->notsent_lowat > 0 &&
+        setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &cfg->notsent_lowat,
+                   sizeof(cfg->notsent_lowat)) != 0)
+        FERRY_WARN("socket to %s: TCP_NOTSENT_LOWAT=%d (NCCL_FERRY_NOTSENT_LOWAT) refused: %s; "
+                   "using the kernel default", peer, cfg->notsent_lowat, strerror(errno));
     if (cfg->sndbuf > 0 &&
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &cfg->sndbuf, sizeof(cfg->sndbuf)) != 0)
         FERRY_WARN("socket to %s: SO_SNDBUF=%d (NCCL_SOCKET_SNDBUF) refused: %s; using the "
