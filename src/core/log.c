@@ -19,11 +19,6 @@ void ferry_log_set(ferry_log_fn_t fn)
         atomic_store(&ferry_log_fn, fn);
 }
 
-void ferry_log_reset(void)
-{
-    atomic_store(&ferry_log_fn, NULL);
-}
-
 /* Without NCCL's logger: WARN always, INFO only when NCCL_DEBUG asks for it. */
 static int ferry_log_stderr_wants(int level)
 {

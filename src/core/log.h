@@ -20,8 +20,6 @@ typedef void (*ferry_log_fn_t)(int level, unsigned long flags, const char *file,
 
 /* Remember NCCL's logger; NULL keeps the current one (stderr if none). */
 void ferry_log_set(ferry_log_fn_t fn);
-/* Forget the logger: called at the last finalize, before the code may be unmapped. */
-void ferry_log_reset(void);
 
 void ferry_log(int level, unsigned long flags, const char *file, int line,
                const char *fmt, ...) __attribute__((format(printf, 5, 6)));

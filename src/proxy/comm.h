@@ -84,7 +84,6 @@ typedef struct ferry_px_comm {
     _Atomic uint32_t      kick_gen;      /* Bumped by every post; workers recheck before sleeping. */
     _Atomic int           failed;        /* 0, or the ferry_status_t that broke the comm. */
     char                  fail_reason[256]; /* Written once, before failed is set. */
-    int                   fail_warned;   /* test() warned about the failure; progress thread only. */
     ferry_px_req_kind_t   kind;          /* Send or receive comm. */
     int                   nlanes;
     int                   nworkers;      /* 0: no helper threads, NCCL's thread moves every lane. */
