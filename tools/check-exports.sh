@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Check that a built plugin exports exactly the five ncclNetPlugin_vN
-# structs and nothing else (style rule 3). The library is loaded RTLD_LOCAL
+# Check that a built plugin exports exactly the five ncclNetPlugin_vN and
+# three ncclTunerPlugin_vN structs and nothing else (style rule 3). The library is loaded RTLD_LOCAL
 # by NCCL, but any extra global symbol can still interpose on or clash with
 # the application's own, so the exported set is part of the ABI.
 #
@@ -8,7 +8,7 @@
 set -euo pipefail
 export LC_ALL=C
 
-expected="ncclNetPlugin_v10 ncclNetPlugin_v11 ncclNetPlugin_v12 ncclNetPlugin_v8 ncclNetPlugin_v9"
+expected="ncclNetPlugin_v10 ncclNetPlugin_v11 ncclNetPlugin_v12 ncclNetPlugin_v8 ncclNetPlugin_v9 ncclTunerPlugin_v3 ncclTunerPlugin_v4 ncclTunerPlugin_v5"
 
 if [ $# -ne 1 ]; then
     echo "usage: $0 <plugin.so>" >&2

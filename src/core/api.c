@@ -56,7 +56,7 @@ static ferry_status_t ferry_api_bring_up(void)
 {
     const ferry_backend_ops_t *be = NULL;
     ferry_status_t status;
-    char line[1024];
+    char line[2048];
 
     status = ferry_config_load(&ferry_api_cfg);
     if (status != FERRY_OK)
@@ -125,6 +125,26 @@ ferry_status_t ferry_api_finalize(void *ctx)
     }
     pthread_mutex_unlock(&ferry_api_lock);
     return FERRY_OK;
+}
+
+int ferry_api_tuning(ferry_api_tuning_t *out)
+{
+    ferry_props_t props;
+    int up;
+
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&ferry_api_lock);
+    up = ferry_api_refs > 0 && ferry_api_be != NULL;
+    if (up) {
+        out->enabled = ferry_api_cfg.tuner;
+        out->ll_bw_mbs = ferry_api_cfg.tuner_ll_bw;
+        out->channel_bytes = ferry_api_cfg.tuner_channel_bytes;
+        memset(&props, 0, sizeof(props));
+        out->host_staged = ferry_api_be->get_properties(0, &props) == FERRY_OK &&
+                           (props.ptr_support & (FERRY_PTR_CUDA | FERRY_PTR_DMABUF)) == 0;
+    }
+    pthread_mutex_unlock(&ferry_api_lock);
+    return up;
 }
 
 /* The backend for calls that need one; NULL (with a WARN) before init. */

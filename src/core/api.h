@@ -77,6 +77,16 @@ ferry_status_t ferry_api_iflush(void *recv_comm, int n, void **data, int *sizes,
 /* sizes may be NULL; when done, sizes[i] receives the bytes of buffer i. */
 ferry_status_t ferry_api_test(void *request, int *done_p, int *sizes);
 
+/* What the bundled NCCL tuner needs to know (core/tune.c). */
+typedef struct ferry_api_tuning {
+    int    enabled;       /* NCCL_FERRY_TUNER. */
+    int    host_staged;   /* Device 0 takes host memory only: NCCL stages GPU data in host buffers. */
+    int    ll_bw_mbs;     /* NCCL_FERRY_TUNER_LL_BW. */
+    size_t channel_bytes; /* NCCL_FERRY_TUNER_CHANNEL_BYTES. */
+} ferry_api_tuning_t;
+/* 0 while ferry's net is not initialized (no live context). */
+int ferry_api_tuning(ferry_api_tuning_t *out);
+
 ferry_status_t ferry_api_close_send(void *send_comm);
 ferry_status_t ferry_api_close_recv(void *recv_comm);
 ferry_status_t ferry_api_close_listen(void *listen_comm);

@@ -96,6 +96,15 @@ static const ferry_cfg_var_t ferry_cfg_vars[FERRY_CFG_COUNT] = {
     [FERRY_CFG_NOTSENT_LOWAT]    = {"NCCL_FERRY_NOTSENT_LOWAT", FERRY_CFG_KIND_SIZE,
                                     FERRY_CFG_FIELD(notsent_lowat), 0, 0, 64 << 20,
                                     "TCP_NOTSENT_LOWAT bytes on data streams, 0 keeps the kernel's"},
+    [FERRY_CFG_TUNER]            = {"NCCL_FERRY_TUNER", FERRY_CFG_KIND_INT,
+                                    FERRY_CFG_FIELD(tuner), 1, 0, 1,
+                                    "1 lets ferry's bundled tuner correct NCCL's cost model, 0 off"},
+    [FERRY_CFG_TUNER_LL_BW]      = {"NCCL_FERRY_TUNER_LL_BW", FERRY_CFG_KIND_INT,
+                                    FERRY_CFG_FIELD(tuner_ll_bw), 1000, 1, 1000000,
+                                    "MB/s of bus bandwidth NCCL's LL protocols reach over ferry, 1..1000000"},
+    [FERRY_CFG_TUNER_CHANNEL_BYTES] = {"NCCL_FERRY_TUNER_CHANNEL_BYTES", FERRY_CFG_KIND_SIZE,
+                                    FERRY_CFG_FIELD(tuner_channel_bytes), 2 << 20, 0, 1LL << 40,
+                                    "collective bytes per NCCL channel, 0 leaves channels to NCCL"},
 };
 
 static const struct {
@@ -327,7 +336,8 @@ void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
              "backend=%s(%s) ifname=%s(%s) family=%s(%s) streams=%d(%s) threads=%d(%s) "
              "chunk=%zu..%zu(%s) sndbuf=%d(%s) rcvbuf=%d(%s) retry=%dx%dms(%s) "
              "hello_timeout=%dms(%s) dump_signal=%d(%s) spin=%dus(%s) inject_delay=%dus(%s) "
-             "speed=%dMbps(%s) inline_max=%zu(%s) notsent_lowat=%d(%s)",
+             "speed=%dMbps(%s) inline_max=%zu(%s) notsent_lowat=%d(%s) tuner=%d(%s) "
+             "tuner_ll_bw=%dMB/s(%s) tuner_channel_bytes=%zu(%s)",
              backends[cfg->backend], ferry_cfg_src_name(cfg->src[FERRY_CFG_BACKEND]),
              cfg->socket_ifname[0] ? cfg->socket_ifname : "<nccl order>",
              ferry_cfg_src_name(cfg->src[FERRY_CFG_SOCKET_IFNAME]), family,
@@ -346,5 +356,8 @@ void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
              ferry_cfg_src_name(cfg->src[FERRY_CFG_INJECT_DELAY_US]), cfg->speed_mbps,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_SPEED_MBPS]), cfg->inline_max,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_INLINE_MAX]), cfg->notsent_lowat,
-             ferry_cfg_src_name(cfg->src[FERRY_CFG_NOTSENT_LOWAT]));
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_NOTSENT_LOWAT]), cfg->tuner,
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_TUNER]), cfg->tuner_ll_bw,
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_TUNER_LL_BW]), cfg->tuner_channel_bytes,
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_TUNER_CHANNEL_BYTES]));
 }

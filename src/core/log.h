@@ -17,6 +17,7 @@ typedef void (*ferry_log_fn_t)(int level, unsigned long flags, const char *file,
 #define FERRY_LOG_INIT  0x1UL
 #define FERRY_LOG_NET   0x10UL
 #define FERRY_LOG_ENV   0x80UL
+#define FERRY_LOG_TUNING 0x40UL
 
 /* Remember NCCL's logger; NULL keeps the current one (stderr if none). */
 void ferry_log_set(ferry_log_fn_t fn);

@@ -17,9 +17,13 @@ static int ferry_sock_dev_is_loopback(const char *ifname);
 
 /*
  * Speed in Mbps: NCCL_FERRY_SPEED_MBPS, else /sys/class/net/<if>/speed.
- * Loopback has no speed: it moves at memory speed, which NCCL's 10 Gbps
- * guess understates by an order of magnitude and so gives it too few
- * channels; ferry says 100 Gbps. Other interfaces without one get NCCL's 10 Gbps.
+ * Loopback has no wire: it moves at memory speed (8 streams each way moved
+ * 23 GB/s per direction on the 16-core GPU machine). NCCL sizes its channels
+ * from this number, and only 400 Gbps or more makes it open 4 channels
+ * instead of 2 (bench/results/2026-11-29-gpu-tuner: +35-45 % at 16 MiB and
+ * up). The bundled tuner (core/tune.h) keeps NCCL's cost model from reading
+ * the fast link as a reason to use LL on mid sizes. Other interfaces without
+ * a speed get NCCL's 10 Gbps.
  */
 static int ferry_sock_dev_speed(const char *ifname, int configured)
 {
@@ -38,7 +42,7 @@ static int ferry_sock_dev_speed(const char *ifname, int configured)
     }
     if (speed > 0)
         return speed;
-    speed = ferry_sock_dev_is_loopback(ifname) ? 100000 : 10000;
+    speed = ferry_sock_dev_is_loopback(ifname) ? 400000 : 10000;
     FERRY_INFO(FERRY_LOG_NET, "%s has no link speed in sysfs; reporting %d Mbps "
                "(NCCL_FERRY_SPEED_MBPS overrides)", ifname, speed);
     return speed;

@@ -1,0 +1,121 @@
+/*
+ * The bundled tuner's policy (why: core/tune.h). Pure arithmetic on NCCL's
+ * cost table, so unit tests drive it with tables of their own.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/api.h"
+#include "core/tune.h"
+
+void ferry_tune_setup(ferry_tune_t *t, size_t nranks, size_t nnodes)
+{
+    ferry_api_tuning_t s;
+    const char *net = getenv("NCCL_NET");
+
+    memset(t, 0, sizeof(*t));
+    t->nranks = nranks;
+    t->nnodes = nnodes;
+    if (!ferry_api_tuning(&s)) {
+        snprintf(t->why, sizeof(t->why), "off: ferry's net is not initialized in this process");
+        return;
+    }
+    t->ll_bytes_per_us = (double)s.ll_bw_mbs;
+    t->channel_bytes = s.channel_bytes;
+    /* The user's own channel settings win over ferry's per-size count. */
+    if (getenv("NCCL_MIN_NCHANNELS") != NULL || getenv("NCCL_MAX_NCHANNELS") != NULL)
+        t->channel_bytes = 0;
+    if (!s.enabled)
+        snprintf(t->why, sizeof(t->why), "off: NCCL_FERRY_TUNER=0");
+    else if (net != NULL && *net != '\0' && strcasecmp(net, "ferry") != 0)
+        snprintf(t->why, sizeof(t->why), "off: NCCL_NET=%.64s selects another net", net);
+    else if (!s.host_staged)
+        snprintf(t->why, sizeof(t->why),
+                 "off: ferry's backend moves GPU memory directly, NCCL's model holds");
+    else if (nnodes < 2)
+        snprintf(t->why, sizeof(t->why),
+                 "off: all %zu ranks on one node, ferry carries none of this traffic", nranks);
+    else {
+        t->active = 1;
+        snprintf(t->why, sizeof(t->why),
+                 "on: LL/LL128 held to %d MB/s bus bandwidth; Simple gets one channel per "
+                 "%zu bytes (at least %d)%s", s.ll_bw_mbs, t->channel_bytes,
+                 FERRY_TUNE_MIN_CHANNELS, t->channel_bytes == 0 ? " (off: NCCL_*_NCHANNELS set)" : "");
+    }
+}
+
+/* Bytes each rank moves per byte of the collective, as NCCL's busbw counts it. */
+static double ferry_tune_bus_factor(int coll, size_t nranks)
+{
+    double n = (double)nranks;
+
+    if (nranks < 2)
+        return 0;
+    switch (coll) {
+    case FERRY_TUNE_ALL_REDUCE:     return 2.0 * (n - 1) / n;
+    case FERRY_TUNE_ALL_GATHER:
+    case FERRY_TUNE_REDUCE_SCATTER: return (n - 1) / n;
+    case FERRY_TUNE_BROADCAST:
+    case FERRY_TUNE_REDUCE:         return 1.0;
+    default:                        return 0; /* Not a collective the model covers. */
+    }
+}
+
+int ferry_tune_coll(const ferry_tune_t *t, int coll, size_t nbytes, float *table, int nalgo,
+                    int nproto, int *nchannels)
+{
+    static const int algos[] = {FERRY_TUNE_ALGO_TREE, FERRY_TUNE_ALGO_RING};
+    static const int ll[] = {FERRY_TUNE_PROTO_LL, FERRY_TUNE_PROTO_LL128};
+    double factor, floor_us;
+    float best = -1.0f;
+    int best_a = -1, best_p = -1, changed = 0;
+    size_t i, j;
+    int a, p;
+
+    if (t == NULL || !t->active || table == NULL || t->ll_bytes_per_us <= 0)
+        return 0;
+    factor = ferry_tune_bus_factor(coll, t->nranks);
+    if (factor <= 0)
+        return 0;
+    floor_us = (double)nbytes * factor / t->ll_bytes_per_us;
+    for (i = 0; i < sizeof(algos) / sizeof(algos[0]); i++) {
+        for (j = 0; j < sizeof(ll) / sizeof(ll[0]); j++) {
+            float *cost;
+
+            if (algos[i] >= nalgo || ll[j] >= nproto)
+                continue;
+            cost = &table[algos[i] * nproto + ll[j]];
+            /* Negative: NCCL will not use it (NCCL_PROTO, NCCL_ALGO, unsupported). */
+            if (*cost >= 0 && *cost < floor_us) {
+                *cost = (float)floor_us;
+                changed = 1;
+            }
+        }
+    }
+    for (a = 0; a < nalgo; a++) {
+        for (p = 0; p < nproto; p++) {
+            float cost = table[a * nproto + p];
+
+            if (cost >= 0 && (best < 0 || cost < best)) {
+                best = cost;
+                best_a = a;
+                best_p = p;
+            }
+        }
+    }
+    if (nchannels != NULL && *nchannels == 0 && t->channel_bytes > 0 &&
+        best_p == FERRY_TUNE_PROTO_SIMPLE &&
+        (best_a == FERRY_TUNE_ALGO_RING || best_a == FERRY_TUNE_ALGO_TREE)) {
+        size_t nc = nbytes / t->channel_bytes;
+
+        if (nc < FERRY_TUNE_MIN_CHANNELS)
+            nc = FERRY_TUNE_MIN_CHANNELS;
+        if (nc < FERRY_TUNE_MAX_CHANNELS) {
+            *nchannels = (int)nc;
+            changed = 1;
+        }
+    }
+    return changed;
+}
