@@ -105,9 +105,10 @@ int ferry_tune_coll(const ferry_tune_t *t, int coll, size_t nbytes, float *table
             }
         }
     }
-    if (nchannels != NULL && *nchannels == 0 && t->channel_bytes > 0 &&
-        best_p == FERRY_TUNE_PROTO_SIMPLE &&
-        (best_a == FERRY_TUNE_ALGO_RING || best_a == FERRY_TUNE_ALGO_TREE)) {
+    if (nchannels == NULL || *nchannels != 0 || t->channel_bytes == 0 ||
+        (best_a != FERRY_TUNE_ALGO_RING && best_a != FERRY_TUNE_ALGO_TREE))
+        return changed;
+    if (best_p == FERRY_TUNE_PROTO_SIMPLE) {
         size_t nc = nbytes / t->channel_bytes;
 
         if (nc < FERRY_TUNE_MIN_CHANNELS)
@@ -116,6 +117,15 @@ int ferry_tune_coll(const ferry_tune_t *t, int coll, size_t nbytes, float *table
             *nchannels = (int)nc;
             changed = 1;
         }
+    } else if (nbytes >= FERRY_TUNE_LL_CHANNEL_BYTES * t->nranks * FERRY_TUNE_MIN_CHANNELS) {
+        /*
+         * LL's ceiling is the path's, not a channel's (2 and 4 channels both
+         * stop at 0.95 GB/s), so more channels only add messages: a 32 KiB
+         * all_reduce on 4 channels moved 0.77x what it did on 2. Below this
+         * size NCCL itself uses fewer channels; it keeps that choice.
+         */
+        *nchannels = FERRY_TUNE_MIN_CHANNELS;
+        changed = 1;
     }
     return changed;
 }

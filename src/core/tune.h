@@ -29,6 +29,8 @@
 #define FERRY_TUNE_ALL_REDUCE      4
 /* Simple never gets fewer channels than NCCL opens for one NIC (one ring, doubled). */
 #define FERRY_TUNE_MIN_CHANNELS    2
+/* NCCL's LL bytes per channel and rank (512 threads x 8 bytes): it drops channels below that. */
+#define FERRY_TUNE_LL_CHANNEL_BYTES 4096
 /* At or above this many, the cap is left off (NCCL has at most 64). */
 #define FERRY_TUNE_MAX_CHANNELS    64
 

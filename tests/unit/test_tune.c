@@ -94,6 +94,27 @@ static void test_small_size_keeps_ll(void **state)
     assert_int_equal(nch, 0); /* LL keeps NCCL's channel choice. */
 }
 
+/* 32 KiB where LL still wins (NCCL: 10 us, ceiling 32.8 us, Simple 40 us): LL stays,
+ * on 2 channels; at 8 KiB NCCL's own (smaller) count stays. */
+static void test_ll_channels(void **state)
+{
+    ferry_tune_t t = active_tuner();
+    float table[NALGO][NPROTO];
+    int nch = 0, a = -1, p = -1;
+
+    (void)state;
+    ring_table(table, 10.0f, 40.0f);
+    assert_int_equal(ferry_tune_coll(&t, FERRY_TUNE_ALL_REDUCE, 32768, &table[0][0], NALGO,
+                                     NPROTO, &nch), 1);
+    argmin(table, &a, &p);
+    assert_int_equal(p, LL);
+    assert_int_equal(nch, FERRY_TUNE_MIN_CHANNELS);
+    ring_table(table, 10.0f, 40.0f);
+    nch = 0;
+    ferry_tune_coll(&t, FERRY_TUNE_ALL_REDUCE, 8192, &table[0][0], NALGO, NPROTO, &nch);
+    assert_int_equal(nch, 0);
+}
+
 /* Unusable entries (NCCL_PROTO, NCCL_ALGO, unsupported) stay unusable. */
 static void test_ignored_entries_stay_ignored(void **state)
 {
@@ -218,6 +239,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mid_size_moves_to_simple),
         cmocka_unit_test(test_small_size_keeps_ll),
+        cmocka_unit_test(test_ll_channels),
         cmocka_unit_test(test_ignored_entries_stay_ignored),
         cmocka_unit_test(test_tree_and_ll128),
         cmocka_unit_test(test_channels_by_size),

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# tcp_ceiling.sh: what this machine's loopback TCP moves for a 2-rank job, the
+# ceiling NCCL-over-sockets numbers are read against. Two raw-TCP ferry-bench
+# runs at once (one per direction of the job), each 2 connections x 4 streams
+# = 8 streams, 64 MiB messages, 8 in flight per connection: plain send/recv
+# loops, no plugin. Prints GB/s per direction for every repetition and the
+# median; writes ceiling.csv (both runs' rows) and ceiling.md in OUTDIR.
+#
+#   bench/nccl/tcp_ceiling.sh [--reps N] [--size SIZE] [OUTDIR]
+set -uo pipefail
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+REPS=3
+SIZE=64M
+OUTDIR_ARG=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --reps) REPS=$2; shift ;;
+    --size) SIZE=$2; shift ;;
+    -h|--help) sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) OUTDIR_ARG=$1 ;;
+  esac
+  shift
+done
+OUTDIR=$(fnb_outdir "$OUTDIR_ARG") || exit 2
+export NCCL_SOCKET_IFNAME=lo
+unset NCCL_FERRY_STREAMS NCCL_FERRY_THREADS NCCL_SOCKET_NTHREADS NCCL_NSOCKS_PERTHREAD
+
+fnb_build_ferry "$OUTDIR/build-ferry.log" || { fnb_log "ferry build failed"; exit 2; }
+if ! cmake --build "$FNB_BUILD" -j "$(nproc)" --target ferry-bench >>"$OUTDIR/build-ferry.log" 2>&1; then
+  fnb_log "ferry-bench build failed (needs cmake): see $OUTDIR/build-ferry.log"
+  exit 2
+fi
+FB=$FNB_BUILD/bench/ferry-bench
+rm -f "$OUTDIR/ceiling.csv"
+for rep in $(seq 1 "$REPS"); do
+  for dir in a b; do
+    "$FB" --plugin "$FNB_PLUGIN" --mode raw --conns 2 --depth 8 --min "$SIZE" --max "$SIZE" \
+          --reps 1 --time 1 --timeout 120 --csv "$OUTDIR/ceiling-$rep-$dir.csv" \
+          >"$OUTDIR/ceiling-$rep-$dir.log" 2>&1 &
+  done
+  wait
+  # Per direction: the two runs' rates overlap in time, each is one direction.
+  awk -F, -v rep="$rep" 'FNR > 1 && $2 == "raw" { s += $11; n++ }
+      END { if (n) printf "rep %s: %.2f GB/s per direction (%d runs)\n", rep, s / n, n }' \
+      "$OUTDIR"/ceiling-"$rep"-?.csv
+done | tee "$OUTDIR/ceiling.txt"
+cat "$OUTDIR"/ceiling-*.csv >"$OUTDIR/ceiling.csv"
+med=$(awk '{ print $3 }' "$OUTDIR/ceiling.txt" | sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }')
+{
+  echo "# loopback TCP ceiling: ${med:-?} GB/s per direction (median of $REPS)"
+  echo
+  echo "Two raw-TCP ferry-bench runs at once, 8 streams each ($SIZE messages, depth 8):"
+  echo
+  sed 's/^/    /' "$OUTDIR/ceiling.txt"
+} >"$OUTDIR/ceiling.md"
+cat "$OUTDIR/ceiling.md"
+[ -n "$med" ]
