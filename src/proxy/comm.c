@@ -86,9 +86,16 @@ static void ferry_px_comm_note_small(ferry_px_comm_t *comm);
 ferry_px_req_t *ferry_px_comm_post(ferry_px_comm_t *comm, void *buf, size_t size)
 {
     ferry_px_chunk_plan_t plan = {0, 0};
-    ferry_px_req_t *req;
+    ferry_px_req_t *req, *prev;
+    int busy = 0, st;
 
     pthread_mutex_lock(&comm->lock);
+    /* The previous send still moving: this one would queue behind it anyway. */
+    if (comm->next_seq > 0) {
+        prev = &comm->reqs[(comm->next_seq - 1) % FERRY_MAX_REQUESTS];
+        st = atomic_load_explicit(&prev->state, memory_order_acquire);
+        busy = st == FERRY_PX_REQ_POSTED || st == FERRY_PX_REQ_ACTIVE;
+    }
     req = &comm->reqs[comm->next_seq % FERRY_MAX_REQUESTS];
     if (atomic_load_explicit(&req->state, memory_order_acquire) != FERRY_PX_REQ_FREE) {
         pthread_mutex_unlock(&comm->lock);
@@ -103,7 +110,8 @@ ferry_px_req_t *ferry_px_comm_post(ferry_px_comm_t *comm, void *buf, size_t size
     pthread_mutex_unlock(&comm->lock);
     if (comm->kind == FERRY_PX_SEND && size <= FERRY_PX_SMALL)
         ferry_px_comm_note_small(comm);
-    if (comm->kind == FERRY_PX_SEND && (size <= comm->assist_max || comm->nworkers == 0))
+    if (comm->kind == FERRY_PX_SEND &&
+        ((size <= comm->assist_max && !(busy && comm->assist_idle_only)) || comm->nworkers == 0))
         ferry_px_comm_assist(comm);
     /* After the assist: a chunk it left half-sent needs its worker to watch POLLOUT. */
     ferry_px_comm_kick_posted(comm, plan.nchunks);
