@@ -395,6 +395,7 @@ ferry_status_t ferry_px_comm_test(ferry_px_comm_t *comm, ferry_px_req_t *req, in
             sizes[0] = (int)size;
         if (req->kind == FERRY_PX_RECV && size <= FERRY_PX_SMALL)
             ferry_px_comm_note_small(comm);
+        atomic_store_explicit(&comm->last_size, size, memory_order_relaxed);
         *done_p = 1;
         atomic_store_explicit(&req->state, FERRY_PX_REQ_FREE, memory_order_release);
         return FERRY_OK;
@@ -411,6 +412,19 @@ ferry_status_t ferry_px_comm_test(ferry_px_comm_t *comm, ferry_px_req_t *req, in
     /* All bytes are in; only the (delayed) completion is outstanding: not a failure. */
     if (failed != 0 && !ferry_px_req_all_moved(req))
         return ferry_px_comm_test_failed(comm, req, (ferry_status_t)failed);
-    ferry_px_comm_assist(comm);
+    /*
+     * NCCL's thread lends a hand only where a wake-up would be a visible share
+     * of the message time: small messages (a receive goes by the size of the
+     * last one, its posted size is only an upper bound). On bulk traffic the
+     * thread that serves every channel would otherwise move a quarter of all
+     * bytes itself and hold lane 0 away from its worker (ferry-bench 64 KiB x
+     * 4 connections: bench/results/2026-11-29-gpu-tuner).
+     */
+    if (comm->nworkers == 0 || comm->assist_all ||
+        (req->kind == FERRY_PX_SEND ? atomic_load_explicit(&req->size, memory_order_relaxed)
+                                    : atomic_load_explicit(&comm->last_size,
+                                                           memory_order_relaxed)) <=
+            comm->assist_max)
+        ferry_px_comm_assist(comm);
     return FERRY_OK;
 }
