@@ -104,6 +104,10 @@ static const ferry_cfg_var_t ferry_cfg_vars[FERRY_CFG_COUNT] = {
                                     FERRY_CFG_FIELD(assist_all), 0, 0, 1,
                                     "1: NCCL's thread moves stream 0 in every test() call, not "
                                     "only for messages up to NCCL_FERRY_INLINE_MAX; 0 or 1"},
+    [FERRY_CFG_ASSIST_MAX]       = {"NCCL_FERRY_ASSIST_MAX", FERRY_CFG_KIND_SIZE,
+                                    FERRY_CFG_FIELD(assist_max), -1, -1, 64 << 20,
+                                    "NCCL's thread reads or writes stream 0 in test() for messages "
+                                    "up to this size, -1 = NCCL_FERRY_INLINE_MAX"},
     [FERRY_CFG_TUNER]            = {"NCCL_FERRY_TUNER", FERRY_CFG_KIND_INT,
                                     FERRY_CFG_FIELD(tuner), 1, 0, 1,
                                     "1 lets ferry's bundled tuner correct NCCL's cost model, 0 off"},
@@ -174,8 +178,11 @@ static void ferry_cfg_store(ferry_config_t *cfg, const ferry_cfg_var_t *var, lon
     char *field = (char *)cfg + var->offset;
 
     if (var->kind == FERRY_CFG_KIND_SIZE && var->offset != FERRY_CFG_FIELD(sndbuf) &&
-        var->offset != FERRY_CFG_FIELD(rcvbuf) && var->offset != FERRY_CFG_FIELD(notsent_lowat))
+        var->offset != FERRY_CFG_FIELD(rcvbuf) && var->offset != FERRY_CFG_FIELD(notsent_lowat) &&
+        var->offset != FERRY_CFG_FIELD(assist_max))
         *(size_t *)field = (size_t)value;
+    else if (var->offset == FERRY_CFG_FIELD(assist_max))
+        *(long long *)field = value;
     else
         *(int *)field = (int)value;
 }
@@ -344,7 +351,7 @@ void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
              "backend=%s(%s) ifname=%s(%s) family=%s(%s) streams=%d(%s) threads=%d(%s) "
              "chunk=%zu..%zu(%s) sndbuf=%d(%s) rcvbuf=%d(%s) retry=%dx%dms(%s) "
              "hello_timeout=%dms(%s) dump_signal=%d(%s) spin=%dus(%s) inject_delay=%dus(%s) "
-             "speed=%dMbps(%s) inline_max=%zu(%s) inline_idle_only=%d(%s) assist_all=%d(%s) notsent_lowat=%d(%s) tuner=%d(%s) "
+             "speed=%dMbps(%s) inline_max=%zu(%s) inline_idle_only=%d(%s) assist_all=%d(%s) assist_max=%lld(%s) notsent_lowat=%d(%s) tuner=%d(%s) "
              "tuner_ll_bw=%dMB/s(%s) tuner_channel_bytes=%zu(%s)",
              backends[cfg->backend], ferry_cfg_src_name(cfg->src[FERRY_CFG_BACKEND]),
              cfg->socket_ifname[0] ? cfg->socket_ifname : "<nccl order>",
@@ -365,7 +372,8 @@ void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
              ferry_cfg_src_name(cfg->src[FERRY_CFG_SPEED_MBPS]), cfg->inline_max,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_INLINE_MAX]), cfg->inline_idle_only,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_INLINE_IDLE_ONLY]), cfg->assist_all,
-             ferry_cfg_src_name(cfg->src[FERRY_CFG_ASSIST_ALL]), cfg->notsent_lowat,
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_ASSIST_ALL]), cfg->assist_max,
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_ASSIST_MAX]), cfg->notsent_lowat,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_NOTSENT_LOWAT]), cfg->tuner,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_TUNER]), cfg->tuner_ll_bw,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_TUNER_LL_BW]), cfg->tuner_channel_bytes,

@@ -67,6 +67,7 @@ ferry_status_t ferry_px_comm_init(ferry_px_comm_t *comm, ferry_px_req_kind_t kin
     snprintf(comm->peer, sizeof(comm->peer), "%s", peer);
     comm->create_ns = ferry_px_now_ns();
     comm->assist_max = FERRY_PX_ASSIST_MAX;
+    comm->assist_test_max = FERRY_PX_ASSIST_MAX;
     for (i = 0; i < FERRY_MAX_REQUESTS; i++)
         comm->reqs[i].comm = comm;
     for (i = 0; i < FERRY_PX_MAX_WORKERS; i++)
@@ -424,7 +425,7 @@ ferry_status_t ferry_px_comm_test(ferry_px_comm_t *comm, ferry_px_req_t *req, in
         (req->kind == FERRY_PX_SEND ? atomic_load_explicit(&req->size, memory_order_relaxed)
                                     : atomic_load_explicit(&comm->last_size,
                                                            memory_order_relaxed)) <=
-            comm->assist_max)
+            comm->assist_test_max)
         ferry_px_comm_assist(comm);
     return FERRY_OK;
 }
