@@ -91,19 +91,11 @@ static const ferry_cfg_var_t ferry_cfg_vars[FERRY_CFG_COUNT] = {
                                     FERRY_CFG_FIELD(speed_mbps), -1, -1, 100000000,
                                     "device speed reported to NCCL in Mbps, -1 auto"},
     [FERRY_CFG_INLINE_MAX]       = {"NCCL_FERRY_INLINE_MAX", FERRY_CFG_KIND_SIZE,
-                                    FERRY_CFG_FIELD(inline_max), 64 << 10, 0, 64 << 20,
+                                    FERRY_CFG_FIELD(inline_max), 32 << 10, 0, 64 << 20,
                                     "isends up to this size are sent by NCCL's own thread, 0..64M"},
     [FERRY_CFG_NOTSENT_LOWAT]    = {"NCCL_FERRY_NOTSENT_LOWAT", FERRY_CFG_KIND_SIZE,
                                     FERRY_CFG_FIELD(notsent_lowat), 0, 0, 64 << 20,
                                     "TCP_NOTSENT_LOWAT bytes on data streams, 0 keeps the kernel's"},
-    [FERRY_CFG_INLINE_IDLE_ONLY] = {"NCCL_FERRY_INLINE_IDLE_ONLY", FERRY_CFG_KIND_INT,
-                                    FERRY_CFG_FIELD(inline_idle_only), 0, 0, 1,
-                                    "1: NCCL's thread sends small messages itself only while "
-                                    "nothing else is in flight on the connection, 0 or 1"},
-    [FERRY_CFG_ASSIST_ALL]       = {"NCCL_FERRY_ASSIST_ALL", FERRY_CFG_KIND_INT,
-                                    FERRY_CFG_FIELD(assist_all), 0, 0, 1,
-                                    "1: NCCL's thread moves stream 0 in every test() call, not "
-                                    "only for messages up to NCCL_FERRY_INLINE_MAX; 0 or 1"},
     [FERRY_CFG_ASSIST_MAX]       = {"NCCL_FERRY_ASSIST_MAX", FERRY_CFG_KIND_SIZE,
                                     FERRY_CFG_FIELD(assist_max), -1, -1, 64 << 20,
                                     "NCCL's thread reads or writes stream 0 in test() for messages "
@@ -351,7 +343,7 @@ void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
              "backend=%s(%s) ifname=%s(%s) family=%s(%s) streams=%d(%s) threads=%d(%s) "
              "chunk=%zu..%zu(%s) sndbuf=%d(%s) rcvbuf=%d(%s) retry=%dx%dms(%s) "
              "hello_timeout=%dms(%s) dump_signal=%d(%s) spin=%dus(%s) inject_delay=%dus(%s) "
-             "speed=%dMbps(%s) inline_max=%zu(%s) inline_idle_only=%d(%s) assist_all=%d(%s) assist_max=%lld(%s) notsent_lowat=%d(%s) tuner=%d(%s) "
+             "speed=%dMbps(%s) inline_max=%zu(%s) assist_max=%lld(%s) notsent_lowat=%d(%s) tuner=%d(%s) "
              "tuner_ll_bw=%dMB/s(%s) tuner_channel_bytes=%zu(%s)",
              backends[cfg->backend], ferry_cfg_src_name(cfg->src[FERRY_CFG_BACKEND]),
              cfg->socket_ifname[0] ? cfg->socket_ifname : "<nccl order>",
@@ -370,9 +362,7 @@ void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
              cfg->spin_us, ferry_cfg_src_name(cfg->src[FERRY_CFG_SPIN_US]), cfg->inject_delay_us,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_INJECT_DELAY_US]), cfg->speed_mbps,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_SPEED_MBPS]), cfg->inline_max,
-             ferry_cfg_src_name(cfg->src[FERRY_CFG_INLINE_MAX]), cfg->inline_idle_only,
-             ferry_cfg_src_name(cfg->src[FERRY_CFG_INLINE_IDLE_ONLY]), cfg->assist_all,
-             ferry_cfg_src_name(cfg->src[FERRY_CFG_ASSIST_ALL]), cfg->assist_max,
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_INLINE_MAX]), cfg->assist_max,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_ASSIST_MAX]), cfg->notsent_lowat,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_NOTSENT_LOWAT]), cfg->tuner,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_TUNER]), cfg->tuner_ll_bw,

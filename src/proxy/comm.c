@@ -10,9 +10,10 @@
 
 /*
  * Messages up to this size are pushed by the thread that posts them: one
- * chunk, one sendmsg, no hand-off to a helper thread.
+ * chunk, one sendmsg, no hand-off to a helper thread (the backend's config
+ * overrides it: NCCL_FERRY_INLINE_MAX).
  */
-#define FERRY_PX_ASSIST_MAX (64 << 10)
+#define FERRY_PX_ASSIST_MAX (32 << 10)
 /*
  * Messages up to this size are latency-bound: they switch on the spin window.
  * NCCL's bulk traffic comes as 512 KiB..1 MiB slices; below that a wake-up
@@ -87,16 +88,9 @@ static void ferry_px_comm_note_small(ferry_px_comm_t *comm);
 ferry_px_req_t *ferry_px_comm_post(ferry_px_comm_t *comm, void *buf, size_t size)
 {
     ferry_px_chunk_plan_t plan = {0, 0};
-    ferry_px_req_t *req, *prev;
-    int busy = 0, st;
+    ferry_px_req_t *req;
 
     pthread_mutex_lock(&comm->lock);
-    /* The previous send still moving: this one would queue behind it anyway. */
-    if (comm->next_seq > 0) {
-        prev = &comm->reqs[(comm->next_seq - 1) % FERRY_MAX_REQUESTS];
-        st = atomic_load_explicit(&prev->state, memory_order_acquire);
-        busy = st == FERRY_PX_REQ_POSTED || st == FERRY_PX_REQ_ACTIVE;
-    }
     req = &comm->reqs[comm->next_seq % FERRY_MAX_REQUESTS];
     if (atomic_load_explicit(&req->state, memory_order_acquire) != FERRY_PX_REQ_FREE) {
         pthread_mutex_unlock(&comm->lock);
@@ -111,8 +105,7 @@ ferry_px_req_t *ferry_px_comm_post(ferry_px_comm_t *comm, void *buf, size_t size
     pthread_mutex_unlock(&comm->lock);
     if (comm->kind == FERRY_PX_SEND && size <= FERRY_PX_SMALL)
         ferry_px_comm_note_small(comm);
-    if (comm->kind == FERRY_PX_SEND &&
-        ((size <= comm->assist_max && !(busy && comm->assist_idle_only)) || comm->nworkers == 0))
+    if (comm->kind == FERRY_PX_SEND && (size <= comm->assist_max || comm->nworkers == 0))
         ferry_px_comm_assist(comm);
     /* After the assist: a chunk it left half-sent needs its worker to watch POLLOUT. */
     ferry_px_comm_kick_posted(comm, plan.nchunks);
@@ -421,7 +414,7 @@ ferry_status_t ferry_px_comm_test(ferry_px_comm_t *comm, ferry_px_req_t *req, in
      * bytes itself and hold lane 0 away from its worker (ferry-bench 64 KiB x
      * 4 connections: bench/results/2026-11-29-gpu-tuner).
      */
-    if (comm->nworkers == 0 || comm->assist_all ||
+    if (comm->nworkers == 0 ||
         (req->kind == FERRY_PX_SEND ? atomic_load_explicit(&req->size, memory_order_relaxed)
                                     : atomic_load_explicit(&comm->last_size,
                                                            memory_order_relaxed)) <=
