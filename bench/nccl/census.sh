@@ -2,7 +2,7 @@
 # census.sh: N ranks through ferry on the GPUs present (every channel over the
 # network plugin), then what a stuck job would show: the thread census of each
 # rank (ps -T: names, CPU, final CPU masks) and ferry's counter dump, taken
-# while an all_reduce loop runs. Finally ferry vs NCCL Socket (default, 2x2)
+# while an all_reduce loop runs. Finally ferry vs NCCL Socket (default, 1x1, 2x2)
 # with N ranks, interleaved, --reps times.
 #
 #   bench/nccl/census.sh [-N ranks] [--reps N] [OUTDIR]     (default 4 ranks, 3 reps)
@@ -60,10 +60,11 @@ census() {
 compare_n() {
   local rep cfg env
   for rep in $(seq "$REPS"); do
-    for cfg in ferry socket-default socket-2x2; do
+    for cfg in ferry socket-default socket-1x1 socket-2x2; do
       case $cfg in
         ferry) env="NCCL_NET_PLUGIN=$FNB_PLUGIN NCCL_NET=ferry" ;;
         socket-default) env="NCCL_NET_PLUGIN=none NCCL_NET=Socket" ;;
+        socket-1x1) env="NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_SOCKET_NTHREADS=1 NCCL_NSOCKS_PERTHREAD=1" ;;
         socket-2x2) env="NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_SOCKET_NTHREADS=2 NCCL_NSOCKS_PERTHREAD=2" ;;
       esac
       # shellcheck disable=SC2086 # NAME=value words

@@ -10,6 +10,14 @@
 #include "core/api.h"
 #include "core/tune.h"
 
+/* NCCL's boolean variables: set to a non-zero number. */
+static int ferry_tune_env_on(const char *name)
+{
+    const char *v = getenv(name);
+
+    return v != NULL && atoi(v) != 0;
+}
+
 void ferry_tune_setup(ferry_tune_t *t, size_t nranks, size_t nnodes)
 {
     ferry_api_tuning_t s;
@@ -34,7 +42,8 @@ void ferry_tune_setup(ferry_tune_t *t, size_t nranks, size_t nnodes)
     else if (!s.host_staged)
         snprintf(t->why, sizeof(t->why),
                  "off: ferry's backend moves GPU memory directly, NCCL's model holds");
-    else if (nnodes < 2)
+    else if (nnodes < 2 && !(ferry_tune_env_on("NCCL_P2P_DISABLE") &&
+                             ferry_tune_env_on("NCCL_SHM_DISABLE")))
         snprintf(t->why, sizeof(t->why),
                  "off: all %zu ranks on one node, ferry carries none of this traffic", nranks);
     else {

@@ -46,7 +46,9 @@ typedef struct ferry_tune {
 /*
  * Fill t for one communicator from ferry's configuration and state: active
  * only when ferry's net is up with a host-staged backend, NCCL_NET does not
- * name another net, the communicator spans nodes and NCCL_FERRY_TUNER=1.
+ * name another net, NCCL_FERRY_TUNER=1 and ferry carries the communicator's
+ * traffic: it spans nodes, or NCCL_P2P_DISABLE and NCCL_SHM_DISABLE force
+ * even same-node peers onto the network.
  * Every input is the same on every rank of a job, so every rank decides alike.
  */
 void ferry_tune_setup(ferry_tune_t *t, size_t nranks, size_t nnodes);

@@ -146,6 +146,14 @@ int main(int argc, char **argv)
     CHECK(strstr(abi_last_info, "one node") != NULL, "log said: %s", abi_last_info);
     CHECK(!abi_adjusted("one node", ctx, NULL, v3, &nch), "changed a one-node table");
     v3->destroy(ctx);
+    /* ...unless P2P and SHM are off: then same-node peers talk through ferry. */
+    setenv("NCCL_P2P_DISABLE", "1", 1);
+    setenv("NCCL_SHM_DISABLE", "1", 1);
+    CHECK(v3->init(4, 1, abi_log, &ctx) == ncclSuccess, "v3 init");
+    CHECK(abi_adjusted("one node, P2P/SHM off", ctx, NULL, v3, &nch), "left LL alone");
+    v3->destroy(ctx);
+    unsetenv("NCCL_P2P_DISABLE");
+    unsetenv("NCCL_SHM_DISABLE");
 
     /* NCCL_NET names another net: ferry's lib is loaded but not carrying traffic. */
     setenv("NCCL_NET", "IB", 1);
