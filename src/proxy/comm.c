@@ -161,6 +161,9 @@ uint64_t ferry_px_comm_lane0_held_ns(const ferry_px_comm_t *comm, uint64_t now)
 {
     uint64_t last = atomic_load_explicit(&comm->assist_ns, memory_order_relaxed);
 
+    /* last > now: NCCL's thread called in after the caller read the clock. */
+    if (last > now)
+        return FERRY_PX_LANE0_HOLD_NS;
     return now - last < FERRY_PX_LANE0_HOLD_NS ? FERRY_PX_LANE0_HOLD_NS - (now - last) : 0;
 }
 

@@ -34,6 +34,12 @@ void ferry_px_registry_remove(ferry_px_comm_t *comm)
     pthread_mutex_unlock(&ferry_px_registry_lock);
 }
 
+/* Milliseconds since then; a request posted after the dump took "now" reads 0. */
+static uint64_t ferry_px_dump_ms_since(uint64_t now, uint64_t then)
+{
+    return now > then ? (now - then) / 1000000 : 0;
+}
+
 static void ferry_px_dump_req(FILE *out, const ferry_px_req_t *req, uint64_t now)
 {
     int state = atomic_load(&req->state);
@@ -48,8 +54,8 @@ static void ferry_px_dump_req(FILE *out, const ferry_px_req_t *req, uint64_t now
             atomic_load(&req->posted), atomic_load(&req->transmitted),
             atomic_load(&req->received), atomic_load(&req->done), atomic_load(&req->nchunks),
             (uint64_t)atomic_load(&req->bytes), (uint64_t)atomic_load(&req->size),
-            req->capacity, (now - req->post_ns) / 1000000,
-            (now - atomic_load(&req->last_ns)) / 1000000);
+            req->capacity, ferry_px_dump_ms_since(now, req->post_ns),
+            ferry_px_dump_ms_since(now, atomic_load(&req->last_ns)));
 }
 
 static void ferry_px_dump_comm(FILE *out, const ferry_px_comm_t *comm, uint64_t now)
