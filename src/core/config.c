@@ -98,17 +98,17 @@ static const ferry_cfg_var_t ferry_cfg_vars[FERRY_CFG_COUNT] = {
                                     "TCP_NOTSENT_LOWAT bytes on data streams, 0 keeps the kernel's"},
     [FERRY_CFG_ASSIST_MAX]       = {"NCCL_FERRY_ASSIST_MAX", FERRY_CFG_KIND_SIZE,
                                     FERRY_CFG_FIELD(assist_max), -1, -1, 64 << 20,
-                                    "NCCL's thread reads or writes stream 0 in test() for messages "
-                                    "up to this size, -1 = NCCL_FERRY_INLINE_MAX"},
+                                    "-1 (follow NCCL_FERRY_INLINE_MAX) or a size up to 64M (messages NCCL's "
+                                    "thread moves on stream 0 inside test())"},
     [FERRY_CFG_TUNER]            = {"NCCL_FERRY_TUNER", FERRY_CFG_KIND_INT,
                                     FERRY_CFG_FIELD(tuner), 1, 0, 1,
-                                    "1 lets ferry's bundled tuner correct NCCL's cost model, 0 off"},
+                                    "0 or 1 (1: ferry's bundled tuner corrects NCCL's cost model)"},
     [FERRY_CFG_TUNER_LL_BW]      = {"NCCL_FERRY_TUNER_LL_BW", FERRY_CFG_KIND_INT,
                                     FERRY_CFG_FIELD(tuner_ll_bw), 1000, 1, 1000000,
-                                    "MB/s of bus bandwidth NCCL's LL protocols reach over ferry, 1..1000000"},
+                                    "1..1000000 (MB/s of bus bandwidth NCCL's LL protocols reach over ferry)"},
     [FERRY_CFG_TUNER_CHANNEL_BYTES] = {"NCCL_FERRY_TUNER_CHANNEL_BYTES", FERRY_CFG_KIND_SIZE,
                                     FERRY_CFG_FIELD(tuner_channel_bytes), 2 << 20, 0, 1LL << 40,
-                                    "collective bytes per NCCL channel, 0 leaves channels to NCCL"},
+                                    "a size up to 1T (collective bytes per NCCL channel; 0 leaves channels to NCCL)"},
 };
 
 static const struct {

@@ -15,7 +15,9 @@ static const char *const vars[] = {
     "NCCL_NSOCKS_PERTHREAD", "NCCL_FERRY_STREAMS", "NCCL_FERRY_THREADS",
     "NCCL_SOCKET_MIN_TASKSIZE", "NCCL_FERRY_CHUNK_SIZE", "NCCL_SOCKET_SNDBUF",
     "NCCL_SOCKET_RCVBUF", "NCCL_SOCKET_RETRY_CNT", "NCCL_SOCKET_RETRY_SLEEP_MSEC",
-    "NCCL_FERRY_HELLO_TIMEOUT_MS", "NCCL_FERRY_DUMP_SIGNAL",
+    "NCCL_FERRY_HELLO_TIMEOUT_MS", "NCCL_FERRY_DUMP_SIGNAL", "NCCL_FERRY_INLINE_MAX",
+    "NCCL_FERRY_ASSIST_MAX", "NCCL_FERRY_TUNER", "NCCL_FERRY_TUNER_LL_BW",
+    "NCCL_FERRY_TUNER_CHANNEL_BYTES",
 };
 
 static int clear_env(void **state)
@@ -31,7 +33,7 @@ static int clear_env(void **state)
 static void test_defaults(void **state)
 {
     ferry_config_t cfg;
-    char line[1024];
+    char line[2048];
 
     assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
     assert_int_equal(cfg.backend, FERRY_BACKEND_AUTO);
@@ -44,8 +46,14 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.sndbuf, -1);
     assert_int_equal(cfg.retry_cnt, 34);
     assert_int_equal(cfg.dump_signal, 0);
+    assert_int_equal(cfg.inline_max, 32 << 10);
+    assert_true(cfg.assist_max == -1); /* Follows inline_max. */
+    assert_int_equal(cfg.tuner, 1);
+    assert_int_equal(cfg.tuner_ll_bw, 1000);
+    assert_int_equal(cfg.tuner_channel_bytes, 2 << 20);
     assert_int_equal(cfg.src[FERRY_CFG_STREAMS], FERRY_CFG_DEFAULT);
     ferry_config_format(&cfg, line, sizeof(line));
+    assert_non_null(strstr(line, "tuner=1(default)"));
     assert_non_null(strstr(line, "backend=auto(default)"));
     assert_non_null(strstr(line, "streams=4(default)"));
 }
@@ -53,9 +61,13 @@ static void test_defaults(void **state)
 static void test_env_values_and_sources(void **state)
 {
     ferry_config_t cfg;
-    char line[1024];
+    char line[2048];
 
     setenv("NCCL_FERRY_BACKEND", "Socket", 1);
+    setenv("NCCL_FERRY_ASSIST_MAX", "16K", 1);
+    setenv("NCCL_FERRY_TUNER", "0", 1);
+    setenv("NCCL_FERRY_TUNER_LL_BW", "2500", 1);
+    setenv("NCCL_FERRY_TUNER_CHANNEL_BYTES", "0", 1);
     setenv("NCCL_SOCKET_IFNAME", "^docker,lo", 1);
     setenv("NCCL_SOCKET_FAMILY", "AF_INET6", 1);
     setenv("NCCL_FERRY_CHUNK_SIZE", "2M", 1);
@@ -68,7 +80,14 @@ static void test_env_values_and_sources(void **state)
     assert_int_equal(cfg.chunk_max, 2 << 20);
     assert_int_equal(cfg.chunk_min, 128 << 10);
     assert_int_equal(cfg.dump_signal, SIGUSR2);
+    assert_true(cfg.assist_max == 16 << 10);
+    assert_int_equal(cfg.tuner, 0);
+    assert_int_equal(cfg.tuner_ll_bw, 2500);
+    assert_int_equal(cfg.tuner_channel_bytes, 0);
     ferry_config_format(&cfg, line, sizeof(line));
+    assert_non_null(strstr(line, "tuner=0(env)"));
+    assert_non_null(strstr(line, "tuner_ll_bw=2500MB/s(env)"));
+    assert_non_null(strstr(line, "assist_max=16384(env)"));
     assert_non_null(strstr(line, "backend=socket(env)"));
     assert_non_null(strstr(line, "ifname=^docker,lo(env)"));
 }
@@ -139,6 +158,11 @@ static void test_bad_values_rejected(void **state)
     expect_bad("NCCL_FERRY_DUMP_SIGNAL", "SEGV");
     expect_bad("NCCL_FERRY_DUMP_SIGNAL", "9");
     expect_bad("NCCL_FERRY_DUMP_SIGNAL", "USR9");
+    expect_bad("NCCL_FERRY_TUNER", "2");
+    expect_bad("NCCL_FERRY_TUNER", "yes");
+    expect_bad("NCCL_FERRY_TUNER_LL_BW", "0");
+    expect_bad("NCCL_FERRY_TUNER_CHANNEL_BYTES", "-5");
+    expect_bad("NCCL_FERRY_ASSIST_MAX", "65M");
     /* Contradictory pair. */
     clear_env(NULL);
     setenv("NCCL_SOCKET_MIN_TASKSIZE", "4M", 1);
