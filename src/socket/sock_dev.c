@@ -17,15 +17,17 @@ static int ferry_sock_dev_is_loopback(const char *ifname);
 
 /*
  * Speed in Mbps: NCCL_FERRY_SPEED_MBPS, else /sys/class/net/<if>/speed.
- * Loopback has no wire: it moves at memory speed (8 streams each way moved
- * 23 GB/s per direction on the 16-core GPU machine). NCCL sizes its channels
+ * Loopback has no wire: it moves at memory speed (the 16-core GPU machine's
+ * loopback TCP moved 11-15 GB/s each way at once). NCCL sizes its channels
  * from this number, and only 400 Gbps or more makes it open 4 channels
- * instead of 2 (bench/results/2026-11-29-gpu-tuner: +35-45 % at 16 MiB and
- * up). The bundled tuner (core/tune.h) keeps NCCL's cost model from reading
- * the fast link as a reason to use LL on mid sizes. Other interfaces without
- * a speed get NCCL's 10 Gbps.
+ * instead of 2 (+37-53 % at 16 MiB and up: bench/results/2026-11-29-gpu-tuner).
+ * A fast link also makes NCCL's cost model pick LL up to 1 MiB, where LL over
+ * a host-staged path runs at 0.3x Simple; the bundled tuner (core/tune.h)
+ * corrects that. Without the tuner (NCCL_FERRY_TUNER=0, or another tuner
+ * named in NCCL_TUNER_PLUGIN) loopback says 100 Gbps: 2 channels, and NCCL's
+ * own choices stay sound. Other interfaces without a speed get NCCL's 10 Gbps.
  */
-static int ferry_sock_dev_speed(const char *ifname, int configured)
+static int ferry_sock_dev_speed(const char *ifname, int configured, int tuner)
 {
     char path[PATH_MAX];
     FILE *f;
@@ -42,10 +44,23 @@ static int ferry_sock_dev_speed(const char *ifname, int configured)
     }
     if (speed > 0)
         return speed;
-    speed = ferry_sock_dev_is_loopback(ifname) ? 400000 : 10000;
-    FERRY_INFO(FERRY_LOG_NET, "%s has no link speed in sysfs; reporting %d Mbps "
-               "(NCCL_FERRY_SPEED_MBPS overrides)", ifname, speed);
+    speed = !ferry_sock_dev_is_loopback(ifname) ? 10000 : tuner ? 400000 : 100000;
+    FERRY_INFO(FERRY_LOG_NET, "%s has no link speed in sysfs; reporting %d Mbps%s "
+               "(NCCL_FERRY_SPEED_MBPS overrides)", ifname, speed,
+               ferry_sock_dev_is_loopback(ifname) && !tuner ? " (ferry's tuner is off)" : "");
     return speed;
+}
+
+/*
+ * Whether NCCL will consult ferry's tuner: on unless NCCL_FERRY_TUNER=0 or
+ * NCCL_TUNER_PLUGIN names another one (NCCL looks there before it falls
+ * back to the net plugin's library).
+ */
+static int ferry_sock_dev_tuner_on(const ferry_config_t *cfg)
+{
+    const char *other = getenv("NCCL_TUNER_PLUGIN");
+
+    return cfg->tuner && (other == NULL || *other == '\0' || strstr(other, "ferry") != NULL);
 }
 
 static void ferry_sock_dev_pci_path(const char *ifname, char *out, size_t len)
@@ -152,7 +167,8 @@ ferry_status_t ferry_sock_init(const ferry_config_t *cfg)
         ferry_sock_dev_t *d = &ferry_sock_state.devs[i];
 
         d->ifc = ifs[i];
-        d->speed_mbps = ferry_sock_dev_speed(d->ifc.name, cfg->speed_mbps);
+        d->speed_mbps = ferry_sock_dev_speed(d->ifc.name, cfg->speed_mbps,
+                                              ferry_sock_dev_tuner_on(cfg));
         ferry_sock_dev_pci_path(d->ifc.name, d->pci_path, sizeof(d->pci_path));
         ferry_sock_dev_placement(d);
         ferry_sock_addr_str((const struct sockaddr *)&d->ifc.addr, d->addr_str,

@@ -127,6 +127,33 @@ static void config_backend_socket(const char *path)
     config_close(&p);
 }
 
+/* Loopback's reported speed follows the tuner: 400 Gbps with it, 100 Gbps without. */
+static void config_lo_speed(const char *path, int want)
+{
+    ncclNetProperties_v11_t props;
+    fit_plugin_t p;
+    void *ctx;
+    int ndev = 0;
+
+    fit_plugin_open(&p, path);
+    ctx = fit_plugin_init(&p, 0x79);
+    FIT_NCCL(p.net->devices(&ndev));
+    FIT_CHECK(ndev >= 1, "devices() = %d", ndev);
+    FIT_NCCL(p.net->getProperties(0, &props));
+    FIT_CHECK(strcmp(props.name, "lo") == 0, "device 0 is %s, not lo", props.name);
+    FIT_CHECK(props.speed == want, "lo reports %d Mbps, expected %d (NCCL_FERRY_TUNER=%s "
+              "NCCL_TUNER_PLUGIN=%s NCCL_FERRY_SPEED_MBPS=%s)", props.speed, want,
+              getenv("NCCL_FERRY_TUNER") ? getenv("NCCL_FERRY_TUNER") : "(unset)",
+              getenv("NCCL_TUNER_PLUGIN") ? getenv("NCCL_TUNER_PLUGIN") : "(unset)",
+              getenv("NCCL_FERRY_SPEED_MBPS") ? getenv("NCCL_FERRY_SPEED_MBPS") : "(unset)");
+    FIT_NCCL(p.net->finalize(ctx));
+    config_close(&p);
+}
+
+static void config_lo_speed_tuner(const char *path) { config_lo_speed(path, 400000); }
+static void config_lo_speed_no_tuner(const char *path) { config_lo_speed(path, 100000); }
+static void config_lo_speed_set(const char *path) { config_lo_speed(path, 25000); }
+
 static void config_no_interface(const char *path)
 {
     ncclNetCommConfig_v11_t cfg = { .trafficClass = -1 };
@@ -325,6 +352,14 @@ static const config_case_t config_cases[] = {
     { "backend-bogus",  { "NCCL_FERRY_BACKEND=bogus" },             config_backend_bogus },
     { "backend-socket", { "NCCL_FERRY_BACKEND=socket" },            config_backend_socket },
     { "no-interface",   { "NCCL_SOCKET_IFNAME=ferrynoif0" },        config_no_interface },
+    { "lo-speed-tuner", { "NCCL_SOCKET_IFNAME=lo", "NCCL_FERRY_TUNER=", "NCCL_TUNER_PLUGIN=" },
+                        config_lo_speed_tuner },
+    { "lo-speed-tuner-off", { "NCCL_SOCKET_IFNAME=lo", "NCCL_FERRY_TUNER=0" },
+                        config_lo_speed_no_tuner },
+    { "lo-speed-other-tuner", { "NCCL_SOCKET_IFNAME=lo", "NCCL_TUNER_PLUGIN=none" },
+                        config_lo_speed_no_tuner },
+    { "lo-speed-set",   { "NCCL_SOCKET_IFNAME=lo", "NCCL_FERRY_SPEED_MBPS=25000" },
+                        config_lo_speed_set },
     { "bad-streams",    { "NCCL_FERRY_STREAMS=1000" },              config_bad_streams },
     { "one-stream",     { "NCCL_FERRY_STREAMS=1", "NCCL_SOCKET_NTHREADS=", "NCCL_NSOCKS_PERTHREAD=" },
                         config_one_stream },
