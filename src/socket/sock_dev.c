@@ -20,7 +20,7 @@ static int ferry_sock_dev_is_loopback(const char *ifname);
  * Loopback has no wire: it moves at memory speed (the 16-core GPU machine's
  * loopback TCP moved 11-15 GB/s each way at once). NCCL sizes its channels
  * from this number, and only 400 Gbps or more makes it open 4 channels
- * instead of 2 (+37-53 % at 16 MiB and up: bench/results/2026-11-29-gpu-tuner).
+ * instead of 2 (+37-45 % at 16 MiB and up: bench/results/2026-11-29-gpu-tuner).
  * A fast link also makes NCCL's cost model pick LL up to 1 MiB, where LL over
  * a host-staged path runs at 0.3x Simple; the bundled tuner (core/tune.h)
  * corrects that. Without the tuner (NCCL_FERRY_TUNER=0, or another tuner
