@@ -40,7 +40,6 @@ typedef enum ferry_cfg_id {
     FERRY_CFG_INLINE_MAX,
     FERRY_CFG_NOTSENT_LOWAT,
     FERRY_CFG_ASSIST_MAX,
-    FERRY_CFG_INLINE_IDLE_MAX,
     FERRY_CFG_TUNER,
     FERRY_CFG_TUNER_LL_BW,
     FERRY_CFG_TUNER_CHANNEL_BYTES,
@@ -74,7 +73,6 @@ typedef struct ferry_config {
     int    speed_mbps;             /* Reported device speed; -1: sysfs, or a default per kind. */
     size_t inline_max;             /* isends up to this size leave from NCCL's thread itself. */
     int    notsent_lowat;          /* TCP_NOTSENT_LOWAT on data streams, 0 = kernel default. */
-    size_t inline_idle_max;        /* ...and up to this while the process has no other send in flight. */
     long long assist_max;          /* test() moves lane 0 for messages up to this; -1: inline_max. */
     int    tuner;                  /* 1: the bundled NCCL tuner corrects NCCL's cost model. */
     int    tuner_ll_bw;            /* MB/s of bus bandwidth LL/LL128 reach over a host-staged net. */

@@ -27,28 +27,6 @@
  */
 #define FERRY_PX_LANE0_HOLD_NS 200000ULL
 
-/*
- * Sends posted and not yet reported done, over every comm of the process.
- * While it is zero, NCCL's thread has nothing else to move and may copy a
- * mid-size message itself (assist_idle_max); while other sends are in
- * flight, that copy would make every other channel wait behind it.
- */
-static _Atomic int ferry_px_sends_in_flight;
-
-static void ferry_px_req_uncount(ferry_px_req_t *req)
-{
-    if (atomic_exchange_explicit(&req->in_flight, 0, memory_order_relaxed))
-        atomic_fetch_sub_explicit(&ferry_px_sends_in_flight, 1, memory_order_relaxed);
-}
-
-void ferry_px_comm_drop_in_flight(ferry_px_comm_t *comm)
-{
-    int i;
-
-    for (i = 0; i < FERRY_MAX_REQUESTS; i++)
-        ferry_px_req_uncount(&comm->reqs[i]);
-}
-
 static const char *const ferry_px_lane_state_names[FERRY_PX_LANE_STATE_COUNT] = {
     [FERRY_PX_LANE_IDLE]    = "idle",
     [FERRY_PX_LANE_HEADER]  = "header",
@@ -91,7 +69,6 @@ ferry_status_t ferry_px_comm_init(ferry_px_comm_t *comm, ferry_px_req_kind_t kin
     comm->create_ns = ferry_px_now_ns();
     comm->assist_max = FERRY_PX_ASSIST_MAX;
     comm->assist_test_max = FERRY_PX_ASSIST_MAX;
-    comm->assist_idle_max = FERRY_PX_ASSIST_MAX;
     for (i = 0; i < FERRY_MAX_REQUESTS; i++)
         comm->reqs[i].comm = comm;
     for (i = 0; i < FERRY_PX_MAX_WORKERS; i++)
@@ -112,10 +89,7 @@ ferry_px_req_t *ferry_px_comm_post(ferry_px_comm_t *comm, void *buf, size_t size
 {
     ferry_px_chunk_plan_t plan = {0, 0};
     ferry_px_req_t *req;
-    int others = 0;
 
-    if (comm->kind == FERRY_PX_SEND)
-        others = atomic_load_explicit(&ferry_px_sends_in_flight, memory_order_relaxed);
     pthread_mutex_lock(&comm->lock);
     req = &comm->reqs[comm->next_seq % FERRY_MAX_REQUESTS];
     if (atomic_load_explicit(&req->state, memory_order_acquire) != FERRY_PX_REQ_FREE) {
@@ -125,19 +99,13 @@ ferry_px_req_t *ferry_px_comm_post(ferry_px_comm_t *comm, void *buf, size_t size
     if (comm->kind == FERRY_PX_SEND)
         plan = ferry_px_chunk_plan(size, comm->nlanes, comm->chunk_min, comm->chunk_max);
     ferry_px_req_post(req, comm->kind, comm->next_seq, buf, size, plan);
-    if (comm->kind == FERRY_PX_SEND) {
-        atomic_store_explicit(&req->in_flight, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&ferry_px_sends_in_flight, 1, memory_order_relaxed);
-    }
     comm->next_seq++;
     if (comm->kind == FERRY_PX_SEND)
         atomic_store(&comm->unclaimed, 1);
     pthread_mutex_unlock(&comm->lock);
     if (comm->kind == FERRY_PX_SEND && size <= FERRY_PX_SMALL)
         ferry_px_comm_note_small(comm);
-    if (comm->kind == FERRY_PX_SEND &&
-        (size <= comm->assist_max || comm->nworkers == 0 ||
-         (size <= comm->assist_idle_max && others == 0)))
+    if (comm->kind == FERRY_PX_SEND && (size <= comm->assist_max || comm->nworkers == 0))
         ferry_px_comm_assist(comm);
     /* After the assist: a chunk it left half-sent needs its worker to watch POLLOUT. */
     ferry_px_comm_kick_posted(comm, plan.nchunks);
@@ -401,7 +369,6 @@ static ferry_status_t ferry_px_comm_test_failed(ferry_px_comm_t *comm, ferry_px_
                (unsigned long long)atomic_load(&req->size),
                (unsigned long long)((ferry_px_now_ns() - req->post_ns) / 1000000),
                comm->fail_reason);
-    ferry_px_req_uncount(req);
     atomic_store_explicit(&req->state, FERRY_PX_REQ_FREE, memory_order_release);
     return status;
 }
@@ -427,7 +394,6 @@ ferry_status_t ferry_px_comm_test(ferry_px_comm_t *comm, ferry_px_req_t *req, in
             ferry_px_comm_note_small(comm);
         atomic_store_explicit(&comm->last_size, size, memory_order_relaxed);
         *done_p = 1;
-        ferry_px_req_uncount(req);
         atomic_store_explicit(&req->state, FERRY_PX_REQ_FREE, memory_order_release);
         return FERRY_OK;
     }
@@ -435,7 +401,6 @@ ferry_status_t ferry_px_comm_test(ferry_px_comm_t *comm, ferry_px_req_t *req, in
         /* The lane that detected it already logged the cause with peer and sizes. */
         ferry_status_t status = req->status;
 
-        ferry_px_req_uncount(req);
         atomic_store_explicit(&req->state, FERRY_PX_REQ_FREE, memory_order_release);
         return status;
     }
@@ -446,21 +411,17 @@ ferry_status_t ferry_px_comm_test(ferry_px_comm_t *comm, ferry_px_req_t *req, in
         return ferry_px_comm_test_failed(comm, req, (ferry_status_t)failed);
     /*
      * NCCL's thread lends a hand only where a wake-up would be a visible share
-     * of the message time: small messages, and mid-size ones while the process
-     * sends nothing else (a receive goes by the size of the last one, its
-     * posted size is only an upper bound). On bulk traffic the thread that
-     * serves every channel would otherwise move a quarter of all bytes itself
-     * and hold lane 0 away from its worker (bench/results/2026-11-29-gpu-tuner).
+     * of the message time: small messages (a receive goes by the size of the
+     * last one, its posted size is only an upper bound). On bulk traffic the
+     * thread that serves every channel would otherwise move a quarter of all
+     * bytes itself and hold lane 0 away from its worker (ferry-bench 64 KiB x
+     * 4 connections: bench/results/2026-11-29-gpu-tuner).
      */
-    {
-        uint64_t hint = req->kind == FERRY_PX_SEND
-                            ? atomic_load_explicit(&req->size, memory_order_relaxed)
-                            : atomic_load_explicit(&comm->last_size, memory_order_relaxed);
-
-        if (comm->nworkers == 0 || hint <= comm->assist_test_max ||
-            (hint <= comm->assist_idle_max &&
-             atomic_load_explicit(&ferry_px_sends_in_flight, memory_order_relaxed) == 0))
-            ferry_px_comm_assist(comm);
-    }
+    if (comm->nworkers == 0 ||
+        (req->kind == FERRY_PX_SEND ? atomic_load_explicit(&req->size, memory_order_relaxed)
+                                    : atomic_load_explicit(&comm->last_size,
+                                                           memory_order_relaxed)) <=
+            comm->assist_test_max)
+        ferry_px_comm_assist(comm);
     return FERRY_OK;
 }

@@ -101,8 +101,7 @@ typedef struct ferry_px_comm {
      * backend's lane state from one thread to the next.
      */
     _Atomic int           lane_busy[FERRY_PX_MAX_LANES];
-    size_t                assist_max;    /* Messages up to this size are sent by the posting thread, */
-    size_t                assist_idle_max; /* ...and up to this one while no other send of the process is in flight. */
+    size_t                assist_max;    /* Messages up to this size are sent by the posting thread. */
     size_t                assist_test_max; /* test() moves lane 0 for messages up to this size. */
     _Atomic uint64_t      last_size;     /* Bytes of the last message test() reported done. */
     uint64_t              spin_ns;       /* Workers keep sweeping this long after their last work... */
@@ -136,8 +135,6 @@ ferry_status_t ferry_px_comm_init(ferry_px_comm_t *comm, ferry_px_req_kind_t kin
 ferry_status_t ferry_px_comm_start(ferry_px_comm_t *comm);
 /* Stop and join every helper thread, unregister; the comm memory stays the caller's. */
 void ferry_px_comm_stop(ferry_px_comm_t *comm);
-/* Forget the comm's sends that NCCL never tested to completion (close). */
-void ferry_px_comm_drop_in_flight(ferry_px_comm_t *comm);
 
 /*
  * Take the next request slot and post it (isend/irecv). Returns NULL when

@@ -38,7 +38,6 @@ struct ferry_px_comm;
 
 typedef struct ferry_px_req {
     _Atomic int          state;       /* ferry_px_req_state_t; see transitions in req.c. */
-    _Atomic int          in_flight;   /* Send: counted in the process' sends in flight (comm.c). */
     ferry_px_req_kind_t  kind;        /* Set at post. */
     uint32_t             seq;         /* Message number on the comm; set at post. */
     char                *buf;         /* NCCL's buffer; set at post. */

@@ -279,7 +279,6 @@ void ferry_px_comm_stop(ferry_px_comm_t *comm)
         comm->workers[i].wake_fd = -1;
     }
     ferry_px_registry_remove(comm);
-    ferry_px_comm_drop_in_flight(comm);
     free(comm->defer);
     comm->defer = NULL;
 }
