@@ -100,6 +100,14 @@ static const ferry_cfg_var_t ferry_cfg_vars[FERRY_CFG_COUNT] = {
                                     FERRY_CFG_FIELD(assist_max), -1, -1, 64 << 20,
                                     "-1 (follow NCCL_FERRY_INLINE_MAX) or a size up to 64M (messages NCCL's "
                                     "thread moves on stream 0 inside test())"},
+    [FERRY_CFG_ZEROCOPY]         = {"NCCL_FERRY_ZEROCOPY", FERRY_CFG_KIND_INT,
+                                    FERRY_CFG_FIELD(zerocopy), 0, 0, 2,
+                                    "0, 1 or 2 (1: large chunks are sent with MSG_ZEROCOPY, "
+                                    "falling back to copies where the kernel copies anyway; 2: "
+                                    "never fall back, for tests)"},
+    [FERRY_CFG_ZEROCOPY_MIN]     = {"NCCL_FERRY_ZEROCOPY_MIN", FERRY_CFG_KIND_SIZE,
+                                    FERRY_CFG_FIELD(zerocopy_min), 64 << 10, 4 << 10, 64 << 20,
+                                    "4K..64M (smallest chunk sent with MSG_ZEROCOPY)"},
     [FERRY_CFG_TUNER]            = {"NCCL_FERRY_TUNER", FERRY_CFG_KIND_INT,
                                     FERRY_CFG_FIELD(tuner), 1, 0, 1,
                                     "0 or 1 (1: ferry's bundled tuner corrects NCCL's cost model)"},
@@ -343,7 +351,7 @@ void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
              "backend=%s(%s) ifname=%s(%s) family=%s(%s) streams=%d(%s) threads=%d(%s) "
              "chunk=%zu..%zu(%s) sndbuf=%d(%s) rcvbuf=%d(%s) retry=%dx%dms(%s) "
              "hello_timeout=%dms(%s) dump_signal=%d(%s) spin=%dus(%s) inject_delay=%dus(%s) "
-             "speed=%dMbps(%s) inline_max=%zu(%s) assist_max=%lld(%s) notsent_lowat=%d(%s) tuner=%d(%s) "
+             "speed=%dMbps(%s) inline_max=%zu(%s) assist_max=%lld(%s) notsent_lowat=%d(%s) zerocopy=%d/%zu(%s) tuner=%d(%s) "
              "tuner_ll_bw=%dMB/s(%s) tuner_channel_bytes=%zu(%s)",
              backends[cfg->backend], ferry_cfg_src_name(cfg->src[FERRY_CFG_BACKEND]),
              cfg->socket_ifname[0] ? cfg->socket_ifname : "<nccl order>",
@@ -364,7 +372,8 @@ void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
              ferry_cfg_src_name(cfg->src[FERRY_CFG_SPEED_MBPS]), cfg->inline_max,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_INLINE_MAX]), cfg->assist_max,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_ASSIST_MAX]), cfg->notsent_lowat,
-             ferry_cfg_src_name(cfg->src[FERRY_CFG_NOTSENT_LOWAT]), cfg->tuner,
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_NOTSENT_LOWAT]), cfg->zerocopy, cfg->zerocopy_min,
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_ZEROCOPY]), cfg->tuner,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_TUNER]), cfg->tuner_ll_bw,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_TUNER_LL_BW]), cfg->tuner_channel_bytes,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_TUNER_CHANNEL_BYTES]));

@@ -40,6 +40,8 @@ typedef enum ferry_cfg_id {
     FERRY_CFG_INLINE_MAX,
     FERRY_CFG_NOTSENT_LOWAT,
     FERRY_CFG_ASSIST_MAX,
+    FERRY_CFG_ZEROCOPY,
+    FERRY_CFG_ZEROCOPY_MIN,
     FERRY_CFG_TUNER,
     FERRY_CFG_TUNER_LL_BW,
     FERRY_CFG_TUNER_CHANNEL_BYTES,
@@ -74,6 +76,8 @@ typedef struct ferry_config {
     size_t inline_max;             /* isends up to this size leave from NCCL's thread itself. */
     int    notsent_lowat;          /* TCP_NOTSENT_LOWAT on data streams, 0 = kernel default. */
     long long assist_max;          /* test() moves lane 0 for messages up to this; -1: inline_max. */
+    int    zerocopy;               /* 1: chunks of zerocopy_min bytes or more go MSG_ZEROCOPY; 2: even where copied. */
+    size_t zerocopy_min;
     int    tuner;                  /* 1: the bundled NCCL tuner corrects NCCL's cost model. */
     int    tuner_ll_bw;            /* MB/s of bus bandwidth LL/LL128 reach over a host-staged net. */
     size_t tuner_channel_bytes;    /* Simple collectives: bytes per channel before adding one. */

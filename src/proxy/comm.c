@@ -133,6 +133,9 @@ long ferry_px_comm_progress_lane(ferry_px_comm_t *comm, int lane, short revents)
     work = atomic_load_explicit(&comm->failed, memory_order_relaxed) == 0
                ? comm->ops->progress(comm, lane, revents)
                : 0;
+    /* Completions the backend holds back (MSG_ZEROCOPY) come due even on a failed comm. */
+    if (comm->ops->retire != NULL)
+        work += comm->ops->retire(comm, lane);
     if (comm->defer != NULL)
         work += ferry_px_comm_defer_retire(comm, lane);
     atomic_store_explicit(&comm->lane_busy[lane], 0, memory_order_release);
@@ -219,9 +222,14 @@ static long ferry_px_comm_defer_retire(ferry_px_comm_t *comm, int lane)
 
 void ferry_px_comm_chunk_finish(ferry_px_comm_t *comm, int lane, ferry_px_req_t *req)
 {
+    ferry_px_req_chunk_moved(req);
+    ferry_px_comm_chunk_retire(comm, lane, req);
+}
+
+void ferry_px_comm_chunk_retire(ferry_px_comm_t *comm, int lane, ferry_px_req_t *req)
+{
     ferry_px_defer_t *d;
 
-    ferry_px_req_chunk_moved(req);
     if (comm->defer == NULL) {
         ferry_px_req_chunk_done(req);
         return;

@@ -33,6 +33,13 @@ typedef struct ferry_px_lane_ops {
     long (*progress)(struct ferry_px_comm *comm, int lane, short revents);
     /* The fd to poll for the lane and the events it waits for now (0: only a kick). */
     short (*wants)(struct ferry_px_comm *comm, int lane, int *fd_p);
+    /*
+     * Optional: report chunks whose bytes left earlier but whose completion
+     * the backend held back (MSG_ZEROCOPY: until the kernel lets go of the
+     * buffer). Called on every sweep, also after the comm failed. Returns
+     * how many were reported.
+     */
+    long (*retire)(struct ferry_px_comm *comm, int lane);
 } ferry_px_lane_ops_t;
 
 /* Lane states shown in the dump. */
@@ -152,6 +159,8 @@ ferry_px_req_t *ferry_px_comm_match(ferry_px_comm_t *comm, uint32_t seq);
  * per-chunk latency the pipeline hides. Call with the lane held.
  */
 void ferry_px_comm_chunk_finish(ferry_px_comm_t *comm, int lane, ferry_px_req_t *req);
+/* The second half of chunk_finish, for a chunk already counted moved. */
+void ferry_px_comm_chunk_retire(ferry_px_comm_t *comm, int lane, ferry_px_req_t *req);
 /* Nanoseconds until the earliest held-back completion of worker w's lanes; UINT64_MAX if none. */
 uint64_t ferry_px_comm_defer_next_ns(ferry_px_comm_t *comm, int w);
 /* Mark the comm broken (first reason wins) and wake every worker. */

@@ -40,6 +40,9 @@ extern ferry_sock_state_t ferry_sock_state;
  * thread, or NCCL's thread assisting, see ferry_px_comm_progress_lane);
  * the two a sleeping worker reads without holding it are atomics.
  */
+/* Zerocopy chunks a lane may have waiting for the kernel's release; then it copies. */
+#define FERRY_SOCK_ZC_WAIT 16
+
 typedef struct ferry_sock_lane {
     int                    fd;
     _Atomic int            closed;    /* Peer closed this stream (EOF seen); read by wants(). */
@@ -48,6 +51,7 @@ typedef struct ferry_sock_lane {
     _Atomic int            blocked;   /* Last send hit EAGAIN: wait for POLLOUT; read by wants(). */
     ferry_px_claim_t       claim;
     ferry_sock_chunk_hdr_t hdr;
+    const ferry_sock_chunk_hdr_t *hdr_p; /* What goes out: &hdr, or a zc_hdr slot (below). */
     size_t                 sent;      /* Header + payload bytes of the chunk sent so far. */
     /* Receive side. */
     ferry_sock_chunk_hdr_t rhdr;
@@ -55,6 +59,19 @@ typedef struct ferry_sock_lane {
     ferry_px_req_t        *rreq;      /* Request the payload goes to, once matched. */
     size_t                 rgot;      /* Payload bytes of the chunk read so far. */
     _Atomic int            parked;    /* Header read, its irecv not posted yet; read by wants(). */
+    /* MSG_ZEROCOPY on the send side (sock_zc.c); touched only with the lane held. */
+    int                    zc_on;     /* Chunks of zc_min bytes or more go MSG_ZEROCOPY. */
+    int                    zc_chunk;  /* The chunk in hand went (partly) MSG_ZEROCOPY... */
+    uint32_t               zc_last;   /* ...and this is the id of its last zerocopy sendmsg. */
+    uint32_t               zc_next;   /* Id the kernel gives the next zerocopy sendmsg. */
+    uint32_t               zc_acked;  /* Every id below this is released by the kernel. */
+    uint32_t               zc_head, zc_tail; /* Chunks waiting for their release. */
+    struct {
+        ferry_px_req_t *req;
+        uint32_t        last;
+    } zc_wait[FERRY_SOCK_ZC_WAIT];
+    /* A zerocopy send pins its header too: each waiting chunk keeps its own. */
+    ferry_sock_chunk_hdr_t zc_hdr[FERRY_SOCK_ZC_WAIT];
 } ferry_sock_lane_t;
 
 typedef struct ferry_sock_comm {
@@ -62,6 +79,8 @@ typedef struct ferry_sock_comm {
     uint64_t          magic;         /* FERRY_SOCK_COMM_MAGIC while alive. */
     int               dev;
     _Atomic int       closed_lanes;  /* Lanes that saw EOF. */
+    size_t            zc_min;        /* NCCL_FERRY_ZEROCOPY_MIN; 0: zerocopy off. */
+    int               zc_keep;       /* NCCL_FERRY_ZEROCOPY=2: no fallback when the kernel copies. */
     ferry_sock_lane_t lanes[FERRY_SOCK_MAX_LANES];
 } ferry_sock_comm_t;
 
@@ -127,6 +146,19 @@ void ferry_sock_comm_destroy(ferry_sock_comm_t *comm);
 
 /* sock_lane.c */
 extern const ferry_px_lane_ops_t ferry_sock_send_lane_ops;
+
+/* MSG_ZEROCOPY (sock_zc.c). Turn it on for a send comm's lanes when zc_min > 0. */
+void ferry_sock_zc_setup(ferry_sock_comm_t *c);
+/* A chunk starts on lane li (header filled in): pick where its header goes out from. */
+void ferry_sock_zc_prepare(ferry_sock_comm_t *c, int li);
+/* Flags for the next sendmsg of lane li's chunk in hand: MSG_ZEROCOPY or 0. */
+int ferry_sock_zc_flags(ferry_sock_comm_t *c, int li);
+/* A sendmsg with those flags queued bytes. */
+void ferry_sock_zc_sent(ferry_sock_comm_t *c, int li, int flags);
+/* The chunk in hand is fully queued: complete it now, or once the kernel releases it. */
+void ferry_sock_zc_chunk_queued(ferry_sock_comm_t *c, int li);
+/* Read the kernel's releases and complete the chunks they cover (lane ops retire). */
+long ferry_sock_zc_retire(ferry_px_comm_t *px, int li);
 extern const ferry_px_lane_ops_t ferry_sock_recv_lane_ops;
 
 #endif

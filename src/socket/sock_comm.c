@@ -42,6 +42,9 @@ ferry_status_t ferry_sock_comm_create(ferry_px_req_kind_t kind, int dev, const i
         if (status != FERRY_OK)
             goto err_close_comm;
     }
+    comm->zc_min = cfg->zerocopy ? cfg->zerocopy_min : 0;
+    comm->zc_keep = cfg->zerocopy == 2;
+    ferry_sock_zc_setup(comm);
     status = ferry_px_comm_start(&comm->px);
     if (status != FERRY_OK)
         goto err_close_comm;

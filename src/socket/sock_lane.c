@@ -98,6 +98,7 @@ static void ferry_sock_send_lane_start(ferry_sock_comm_t *c, int li)
     lane->hdr.check = FERRY_SOCK_CHUNK_CHECK(cl->seq, (uint32_t)cl->len);
     lane->sent = 0;
     lane->has_chunk = 1;
+    ferry_sock_zc_prepare(c, li);
     atomic_store_explicit(&c->px.lanes[li].seq, cl->seq, memory_order_relaxed);
     ferry_px_lane_set(&c->px, li, FERRY_PX_LANE_HEADER);
 }
@@ -122,7 +123,7 @@ static long ferry_sock_send_lane_progress(ferry_px_comm_t *px, int li, short rev
         struct iovec iov[2];
         struct msghdr msg;
         ssize_t n;
-        int niov = 0;
+        int niov = 0, zc;
 
         if (!lane->has_chunk) {
             if (!ferry_px_comm_claim(px, &lane->claim))
@@ -132,7 +133,7 @@ static long ferry_sock_send_lane_progress(ferry_px_comm_t *px, int li, short rev
         total = sizeof(lane->hdr) + lane->claim.len;
         hdr_left = lane->sent < sizeof(lane->hdr) ? sizeof(lane->hdr) - lane->sent : 0;
         if (hdr_left > 0) {
-            iov[niov].iov_base = (char *)&lane->hdr + lane->sent;
+            iov[niov].iov_base = (char *)lane->hdr_p + lane->sent;
             iov[niov++].iov_len = hdr_left;
         }
         if (lane->claim.len > 0) {
@@ -144,7 +145,13 @@ static long ferry_sock_send_lane_progress(ferry_px_comm_t *px, int li, short rev
         memset(&msg, 0, sizeof(msg));
         msg.msg_iov = iov;
         msg.msg_iovlen = (size_t)niov;
-        n = sendmsg(lane->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        zc = ferry_sock_zc_flags(c, li);
+        n = sendmsg(lane->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT | zc);
+        if (n < 0 && zc != 0 && errno == ENOBUFS) {
+            /* The pinned-page budget (optmem_max) is spent: this one goes copied. */
+            zc = 0;
+            n = sendmsg(lane->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        }
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -163,6 +170,7 @@ static long ferry_sock_send_lane_progress(ferry_px_comm_t *px, int li, short rev
             }
         }
         atomic_store_explicit(&lane->blocked, 0, memory_order_relaxed);
+        ferry_sock_zc_sent(c, li, zc);
         if ((size_t)n > hdr_left) {
             ferry_px_req_progress(lane->claim.req, (size_t)n - hdr_left);
             atomic_fetch_add_explicit(&px->lanes[li].bytes, (size_t)n - hdr_left,
@@ -173,7 +181,7 @@ static long ferry_sock_send_lane_progress(ferry_px_comm_t *px, int li, short rev
         work += n;
         if (lane->sent < total)
             continue;
-        ferry_px_comm_chunk_finish(px, li, lane->claim.req);
+        ferry_sock_zc_chunk_queued(c, li);
         atomic_fetch_add_explicit(&px->lanes[li].chunks, 1, memory_order_relaxed);
         ferry_px_lane_set(px, li, FERRY_PX_LANE_IDLE);
         lane->has_chunk = 0;
@@ -196,6 +204,7 @@ static short ferry_sock_send_lane_wants(ferry_px_comm_t *px, int li, int *fd_p)
 const ferry_px_lane_ops_t ferry_sock_send_lane_ops = {
     .progress = ferry_sock_send_lane_progress,
     .wants    = ferry_sock_send_lane_wants,
+    .retire   = ferry_sock_zc_retire,
 };
 
 /* Read into buf; returns bytes, 0 when nothing is there now, -1 on EOF/error (errno; 0 = EOF). */

@@ -154,6 +154,32 @@ static void config_lo_speed_tuner(const char *path) { config_lo_speed(path, 4000
 static void config_lo_speed_no_tuner(const char *path) { config_lo_speed(path, 100000); }
 static void config_lo_speed_set(const char *path) { config_lo_speed(path, 25000); }
 
+static void config_traffic(const fit_plugin_t *p, void *ctx_l, void *ctx_c, uint64_t seed,
+                           int expect_streams);
+
+/* NCCL_FERRY_ZEROCOPY=1 on loopback: the kernel copies, ferry notices and says so, data intact. */
+static void config_zerocopy_fallback(const char *path)
+{
+    fit_plugin_t p;
+    void *a, *b;
+    char line[4096];
+
+    fit_plugin_open(&p, path);
+    a = fit_plugin_init(&p, 0x7c);
+    b = fit_plugin_init(&p, 0x7d);
+    config_traffic(&p, a, b, 0x2e80c0, 0);
+    FIT_CHECK(fit_log_find(0, NCCL_LOG_INFO, "zerocopy=1/65536(env)", NULL, NULL, line,
+                           sizeof(line)) >= 0, "the config line does not show zerocopy=1");
+    FIT_CHECK(fit_log_find(0, NCCL_LOG_INFO, "copied zerocopy sends anyway", "stream", NULL, line,
+                           sizeof(line)) >= 0,
+              "no INFO line says loopback copied the zerocopy sends and ferry fell back");
+    printf("  %s\n", line);
+    FIT_NCCL(p.net->finalize(b));
+    FIT_NCCL(p.net->finalize(a));
+    fit_log_check_clean("zerocopy fallback");
+    config_close(&p);
+}
+
 static void config_no_interface(const char *path)
 {
     ncclNetCommConfig_v11_t cfg = { .trafficClass = -1 };
@@ -358,6 +384,8 @@ static const config_case_t config_cases[] = {
                         config_lo_speed_no_tuner },
     { "lo-speed-other-tuner", { "NCCL_SOCKET_IFNAME=lo", "NCCL_TUNER_PLUGIN=none" },
                         config_lo_speed_no_tuner },
+    { "zerocopy-fallback", { "NCCL_SOCKET_IFNAME=lo", "NCCL_FERRY_ZEROCOPY=1" },
+                        config_zerocopy_fallback },
     { "lo-speed-set",   { "NCCL_SOCKET_IFNAME=lo", "NCCL_FERRY_SPEED_MBPS=25000" },
                         config_lo_speed_set },
     { "bad-streams",    { "NCCL_FERRY_STREAMS=1000" },              config_bad_streams },

@@ -17,7 +17,7 @@ static const char *const vars[] = {
     "NCCL_SOCKET_RCVBUF", "NCCL_SOCKET_RETRY_CNT", "NCCL_SOCKET_RETRY_SLEEP_MSEC",
     "NCCL_FERRY_HELLO_TIMEOUT_MS", "NCCL_FERRY_DUMP_SIGNAL", "NCCL_FERRY_INLINE_MAX",
     "NCCL_FERRY_ASSIST_MAX", "NCCL_FERRY_TUNER", "NCCL_FERRY_TUNER_LL_BW",
-    "NCCL_FERRY_TUNER_CHANNEL_BYTES",
+    "NCCL_FERRY_TUNER_CHANNEL_BYTES", "NCCL_FERRY_ZEROCOPY", "NCCL_FERRY_ZEROCOPY_MIN",
 };
 
 static int clear_env(void **state)
@@ -49,6 +49,8 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.inline_max, 32 << 10);
     assert_true(cfg.assist_max == -1); /* Follows inline_max. */
     assert_int_equal(cfg.tuner, 1);
+    assert_int_equal(cfg.zerocopy, 0);
+    assert_int_equal(cfg.zerocopy_min, 64 << 10);
     assert_int_equal(cfg.tuner_ll_bw, 1000);
     assert_int_equal(cfg.tuner_channel_bytes, 2 << 20);
     assert_int_equal(cfg.src[FERRY_CFG_STREAMS], FERRY_CFG_DEFAULT);
@@ -163,6 +165,8 @@ static void test_bad_values_rejected(void **state)
     expect_bad("NCCL_FERRY_TUNER_LL_BW", "0");
     expect_bad("NCCL_FERRY_TUNER_CHANNEL_BYTES", "-5");
     expect_bad("NCCL_FERRY_ASSIST_MAX", "65M");
+    expect_bad("NCCL_FERRY_ZEROCOPY", "3");
+    expect_bad("NCCL_FERRY_ZEROCOPY_MIN", "1K");
     /* Contradictory pair. */
     clear_env(NULL);
     setenv("NCCL_SOCKET_MIN_TASKSIZE", "4M", 1);
