@@ -68,6 +68,7 @@ typedef struct fb_opts {
     int         sndbuf, rcvbuf;             /* SO_SNDBUF/SO_RCVBUF for raw sockets, -1 default. */
     const char *netns[2];                   /* [0] receiver's, [1] sender's namespace, or NULL. */
     const char *ifname[2];                  /* NCCL_SOCKET_IFNAME per side, or NULL: inherit. */
+    int         cpu[2];                     /* Bind each side to this CPU (as mpirun binds ranks), -1: no. */
 } fb_opts_t;
 
 /* One round, parent -> child over the control pipe. */

@@ -64,6 +64,8 @@ static void fb_usage(void)
         "  --plugin PATH     plugin to dlopen (default %s)\n"
         "  --netns-recv NS --netns-send NS   run each side in that network namespace\n"
         "  --ifname-recv IF --ifname-send IF NCCL_SOCKET_IFNAME of each side\n"
+        "  --cpu-recv N --cpu-send N         bind each side to one CPU, as mpirun binds ranks\n"
+        "                    (ferry then runs without helper threads; raw keeps its threads)\n"
         "NCCL_SOCKET_IFNAME defaults to lo. Streams and threads per connection, for ferry\n"
         "and raw alike, come from ferry's config (NCCL_FERRY_STREAMS, NCCL_FERRY_THREADS,\n"
         "NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD).\n",
@@ -140,6 +142,7 @@ static void fb_parse(fb_opts_t *o, int argc, char **argv)
     o->reps     = 3;
     o->target_s = 0.15;
     o->timeout_s = 600;
+    o->cpu[0] = o->cpu[1] = -1;
     fb_parse_mode(o, "both");
     fb_parse_conns(o, "1,4");
     for (i = 1; i < argc; i++) {
@@ -169,6 +172,8 @@ static void fb_parse(fb_opts_t *o, int argc, char **argv)
         else if (strcmp(a, "--netns-send") == 0)  o->netns[1] = v;
         else if (strcmp(a, "--ifname-recv") == 0) o->ifname[0] = v;
         else if (strcmp(a, "--ifname-send") == 0) o->ifname[1] = v;
+        else if (strcmp(a, "--cpu-recv") == 0)   o->cpu[0] = atoi(v);
+        else if (strcmp(a, "--cpu-send") == 0)   o->cpu[1] = atoi(v);
         else FIT_FAIL("unknown option %s (see --help)", a);
     }
     FIT_CHECK(o->depth >= 1 && o->depth <= FB_MAX_DEPTH, "--depth must be 1..%d", FB_MAX_DEPTH);
@@ -237,6 +242,14 @@ static void fb_enter_side(const fb_opts_t *o, int side)
 
     if (o->ifname[side] != NULL)
         setenv("NCCL_SOCKET_IFNAME", o->ifname[side], 1);
+    if (o->cpu[side] >= 0) {
+        cpu_set_t set;
+
+        CPU_ZERO(&set);
+        CPU_SET(o->cpu[side], &set);
+        FIT_CHECK(sched_setaffinity(0, sizeof(set), &set) == 0, "bind the %s to CPU %d: %s",
+                  side == 0 ? "receiver" : "sender", o->cpu[side], strerror(errno));
+    }
     if (o->netns[side] == NULL)
         return;
     if (strchr(o->netns[side], '/') != NULL)

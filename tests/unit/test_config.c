@@ -1,4 +1,5 @@
 /* Configuration parsing: defaults, NCCL's variables, ferry's own, and bad input. */
+#include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -147,6 +148,34 @@ static void expect_bad(const char *name, const char *value)
     assert_int_equal(ferry_config_load(&cfg), FERRY_ERR_USAGE);
 }
 
+/* A process bound to one CPU: no helper threads; the streams stay as configured. */
+static void test_one_cpu(void **state)
+{
+    ferry_config_t cfg;
+    cpu_set_t all, one;
+
+    (void)state;
+    assert_int_equal(sched_getaffinity(0, sizeof(all), &all), 0);
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu() >= 0 ? sched_getcpu() : 0, &one);
+    assert_int_equal(sched_setaffinity(0, sizeof(one), &one), 0);
+    assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.threads, 0);
+    assert_int_equal(cfg.src[FERRY_CFG_THREADS], FERRY_CFG_DERIVED);
+    assert_int_equal(cfg.streams, 4);
+    setenv("NCCL_FERRY_STREAMS", "2", 1);
+    assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.threads, 0);
+    assert_int_equal(cfg.streams, 2);
+    assert_int_equal(sched_setaffinity(0, sizeof(all), &all), 0);
+    if (CPU_COUNT(&all) > 1) {
+        unsetenv("NCCL_FERRY_STREAMS");
+        assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
+        assert_int_equal(cfg.streams, 4);
+        assert_true(cfg.threads > 0);
+    }
+}
+
 static void test_bad_values_rejected(void **state)
 {
     expect_bad("NCCL_FERRY_BACKEND", "rdma");
@@ -212,6 +241,7 @@ int main(void)
         cmocka_unit_test_setup(test_env_values_and_sources, clear_env),
         cmocka_unit_test_setup(test_nccl_threads_times_socks, clear_env),
         cmocka_unit_test_setup(test_threads_never_exceed_streams, clear_env),
+        cmocka_unit_test_setup(test_one_cpu, clear_env),
         cmocka_unit_test_setup(test_bad_values_rejected, clear_env),
         cmocka_unit_test_setup(test_parse_helpers, clear_env),
         cmocka_unit_test_setup(test_one_char_ifname_is_unset, clear_env),
