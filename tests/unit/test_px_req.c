@@ -232,6 +232,89 @@ static void test_injected_delay_and_close(void **state)
     free(c);
 }
 
+/* Lane calls made by the thread that posts and tests (counting ops). */
+static int count_progress[4], count_retire[4];
+static long count_progress_fn(ferry_px_comm_t *comm, int lane, short revents)
+{
+    (void)comm;
+    (void)revents;
+    count_progress[lane]++;
+    return 0;
+}
+static long count_retire_fn(ferry_px_comm_t *comm, int lane)
+{
+    (void)comm;
+    count_retire[lane]++;
+    return 0;
+}
+static const ferry_px_lane_ops_t count_ops = {
+    .progress = count_progress_fn, .wants = fake_wants, .retire = count_retire_fn};
+
+static ferry_px_comm_t *new_counted_comm(ferry_px_req_kind_t kind, int nworkers)
+{
+    ferry_px_comm_t *c = calloc(1, sizeof(*c));
+
+    assert_int_equal(ferry_px_comm_init(c, kind, "test", "10.0.0.2:1234", 4, nworkers, 64 << 10,
+                                        1 << 20, &count_ops), FERRY_OK);
+    memset(count_progress, 0, sizeof(count_progress));
+    memset(count_retire, 0, sizeof(count_retire));
+    return c;
+}
+
+/*
+ * NCCL's thread moves stream 0 itself only for small messages (isend posts
+ * up to assist_max, test() up to assist_test_max; a receive goes by the last
+ * message's size); bulk is left to the helpers. Without helpers it moves
+ * every stream, whatever the size.
+ */
+static void test_assist_policy(void **state)
+{
+    static char buf[1 << 20];
+    ferry_px_comm_t *c;
+    ferry_px_req_t *r;
+    int done = 0, size = 0;
+
+    (void)state;
+    c = new_counted_comm(FERRY_PX_SEND, 2);
+    assert_int_equal((int)c->assist_max, 32 << 10);
+    r = ferry_px_comm_post(c, buf, 16 << 10);            /* Small: sent at post... */
+    assert_int_equal(count_progress[0], 1);
+    assert_int_equal(ferry_px_comm_test(c, r, &done, &size), FERRY_OK);
+    assert_int_equal(count_progress[0], 2);               /* ...and helped along in test(). */
+    assert_int_equal(count_retire[0], 2);                 /* Held-back completions looked at too. */
+    r = ferry_px_comm_post(c, buf, 1 << 20);             /* Bulk: left to the helpers. */
+    assert_int_equal(ferry_px_comm_test(c, r, &done, &size), FERRY_OK);
+    assert_int_equal(count_progress[0], 2);
+    assert_int_equal(count_progress[1] + count_progress[2] + count_progress[3], 0);
+    free(c);
+
+    /* Receive: the first test() helps (nothing learnt yet); after a 1 MiB message, no more. */
+    c = new_counted_comm(FERRY_PX_RECV, 2);
+    r = ferry_px_comm_post(c, buf, sizeof(buf));
+    assert_int_equal(count_progress[0], 0);               /* Receives are not pushed at post. */
+    assert_int_equal(ferry_px_comm_test(c, r, &done, &size), FERRY_OK);
+    assert_int_equal(count_progress[0], 1);
+    assert_ptr_equal(ferry_px_comm_match(c, 0), r);
+    assert_int_equal(ferry_px_req_learn(r, 1 << 20, 1), FERRY_OK);
+    ferry_px_req_chunk_start(r);
+    ferry_px_req_chunk_finish(r, 1 << 20);
+    assert_int_equal(ferry_px_comm_test(c, r, &done, &size), FERRY_OK);
+    assert_int_equal(done, 1);
+    r = ferry_px_comm_post(c, buf, sizeof(buf));
+    assert_int_equal(ferry_px_comm_test(c, r, &done, &size), FERRY_OK);
+    assert_int_equal(done, 0);
+    assert_int_equal(count_progress[0], 1);
+    free(c);
+
+    /* No helper threads (a one-CPU process): every stream, any size. */
+    c = new_counted_comm(FERRY_PX_SEND, 0);
+    r = ferry_px_comm_post(c, buf, 1 << 20);
+    assert_int_equal(ferry_px_comm_test(c, r, &done, &size), FERRY_OK);
+    assert_int_equal(count_progress[0], 2);
+    assert_int_equal(count_progress[3], 2);
+    free(c);
+}
+
 static void test_state_names(void **state)
 {
     assert_string_equal(ferry_px_req_state_str(FERRY_PX_REQ_POSTED), "POSTED");
@@ -250,6 +333,7 @@ int main(void)
         cmocka_unit_test(test_comm_failure),
         cmocka_unit_test(test_fail_does_not_undo_done),
         cmocka_unit_test(test_injected_delay_and_close),
+        cmocka_unit_test(test_assist_policy),
         cmocka_unit_test(test_state_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
