@@ -46,16 +46,23 @@ static void ferry_px_dump_req(FILE *out, const ferry_px_req_t *req, uint64_t now
 
     if (state == FERRY_PX_REQ_FREE)
         return;
+    /*
+     * Every byte out but not done: the completion is held back (the kernel has
+     * not released a zerocopy chunk yet, or an injected delay), not the wire.
+     */
     fprintf(out,
             "NET/ferry :     req seq %u %s %s: chunks posted %u transmitted %u received %u "
             "done %u of %u, bytes %" PRIu64 " of %" PRIu64 " (buffer %zu), age %" PRIu64
-            " ms, idle %" PRIu64 " ms\n",
+            " ms, idle %" PRIu64 " ms%s\n",
             req->seq, req->kind == FERRY_PX_SEND ? "send" : "recv", ferry_px_req_state_str(state),
             atomic_load(&req->posted), atomic_load(&req->transmitted),
             atomic_load(&req->received), atomic_load(&req->done), atomic_load(&req->nchunks),
             (uint64_t)atomic_load(&req->bytes), (uint64_t)atomic_load(&req->size),
             req->capacity, ferry_px_dump_ms_since(now, req->post_ns),
-            ferry_px_dump_ms_since(now, atomic_load(&req->last_ns)));
+            ferry_px_dump_ms_since(now, atomic_load(&req->last_ns)),
+            state == FERRY_PX_REQ_ACTIVE && ferry_px_req_all_moved(req)
+                ? "; all bytes out, completion held back (zerocopy release or injected delay)"
+                : "");
 }
 
 static void ferry_px_dump_comm(FILE *out, const ferry_px_comm_t *comm, uint64_t now)

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <strings.h>
 
 #include "harness.h"
@@ -218,6 +219,29 @@ int main(int argc, char **argv)
     dump_wait(&plugin, lonely_req, lonely_send, "lonely send on pair B");
     fit_check_pattern(rbuf_b, lonely_send, 77, "pair B after dump");
     fit_pass("requests complete intact after the dump");
+
+    /*
+     * With completions held back (NCCL_FERRY_INJECT_DELAY_US, as a zerocopy
+     * release would hold them), a request whose bytes all left must say so
+     * rather than look stuck on the wire.
+     */
+    if (getenv("NCCL_FERRY_INJECT_DELAY_US") != NULL &&
+        atoi(getenv("NCCL_FERRY_INJECT_DELAY_US")) >= 500000) {
+        void *held_recv, *held_send;
+
+        held_recv = dump_post_recv(&plugin, &a, rbuf_a, 4096);
+        fit_fill(sbuf_a, 3000, 55);
+        held_send = dump_post_send(&plugin, &a, sbuf_a, 3000);
+        usleep(100000);
+        nlines = dump_trigger(signo, 10.0, text, 1 << 20);
+        FIT_CHECK(nlines > 0, "no dump while completions are held back");
+        FIT_CHECK(strstr(text, "completion held back") != NULL,
+                  "a request with every byte out shows no 'completion held back':\n%s", text);
+        dump_wait(&plugin, held_send, 3000, "held-back send");
+        dump_wait(&plugin, held_recv, 3000, "held-back receive");
+        fit_check_pattern(rbuf_a, 3000, 55, "held-back message");
+        fit_pass("a request whose completion is held back says so in the dump");
+    }
 
     nlines = dump_trigger(signo, 10.0, text, 1 << 20);
     FIT_CHECK(nlines > 0, "the second SIGUSR1 produced no dump");
