@@ -60,9 +60,10 @@ static void ferry_px_dump_req(FILE *out, const ferry_px_req_t *req, uint64_t now
             (uint64_t)atomic_load(&req->bytes), (uint64_t)atomic_load(&req->size),
             req->capacity, ferry_px_dump_ms_since(now, req->post_ns),
             ferry_px_dump_ms_since(now, atomic_load(&req->last_ns)),
-            state == FERRY_PX_REQ_ACTIVE && ferry_px_req_all_moved(req)
+            state != FERRY_PX_REQ_ACTIVE || !ferry_px_req_all_moved(req) ? ""
+            : req->kind == FERRY_PX_SEND
                 ? "; all bytes out, completion held back (zerocopy release or injected delay)"
-                : "");
+                : "; all bytes in, completion held back (injected delay)");
 }
 
 static void ferry_px_dump_comm(FILE *out, const ferry_px_comm_t *comm, uint64_t now)
