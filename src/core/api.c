@@ -140,7 +140,8 @@ int ferry_api_tuning(ferry_api_tuning_t *out)
         out->ll_bw_mbs = ferry_api_cfg.tuner_ll_bw;
         out->channel_bytes = ferry_api_cfg.tuner_channel_bytes;
         memset(&props, 0, sizeof(props));
-        out->host_staged = ferry_api_be->get_properties(0, &props) == FERRY_OK &&
+        out->has_device = ferry_api_be->get_properties(0, &props) == FERRY_OK;
+        out->host_staged = out->has_device &&
                            (props.ptr_support & (FERRY_PTR_CUDA | FERRY_PTR_DMABUF)) == 0;
     }
     pthread_mutex_unlock(&ferry_api_lock);

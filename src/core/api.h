@@ -80,6 +80,7 @@ ferry_status_t ferry_api_test(void *request, int *done_p, int *sizes);
 /* What the bundled NCCL tuner needs to know (core/tune.c). */
 typedef struct ferry_api_tuning {
     int    enabled;       /* NCCL_FERRY_TUNER. */
+    int    has_device;    /* The backend found at least one device. */
     int    host_staged;   /* Device 0 takes host memory only: NCCL stages GPU data in host buffers. */
     int    ll_bw_mbs;     /* NCCL_FERRY_TUNER_LL_BW. */
     size_t channel_bytes; /* NCCL_FERRY_TUNER_CHANNEL_BYTES. */

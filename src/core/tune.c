@@ -39,6 +39,8 @@ void ferry_tune_setup(ferry_tune_t *t, size_t nranks, size_t nnodes)
         snprintf(t->why, sizeof(t->why), "off: NCCL_FERRY_TUNER=0");
     else if (net != NULL && *net != '\0' && strcasecmp(net, "ferry") != 0)
         snprintf(t->why, sizeof(t->why), "off: NCCL_NET=%.64s selects another net", net);
+    else if (!s.has_device)
+        snprintf(t->why, sizeof(t->why), "off: ferry found no network device, NCCL uses another");
     else if (!s.host_staged)
         snprintf(t->why, sizeof(t->why),
                  "off: ferry's backend moves GPU memory directly, NCCL's model holds");
