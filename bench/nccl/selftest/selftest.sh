@@ -109,5 +109,18 @@ check compare_bad_summary 0 grep -q 'proof system: FAIL' "$WORK/cmp2/summary.md"
 check compare_torch 0 "$HERE/../compare.sh" --quick --nccl torch --sizes 4K "$WORK/cmp3"
 check compare_torch_version 0 grep -q '^## NCCL 2.28.9 (torch)' "$WORK/cmp3/summary.md"
 
+# The helpers around compare.sh: probe (the mock NCCL logs no TUNING lines, so
+# only that it runs and writes its report), plot, and the TCP ceiling (real
+# raw-TCP ferry-bench on loopback).
+check probe_runs 0 "$HERE/../tuning_probe.sh" --sizes 4K "$WORK/probe" ferry:X=1 socket:X=1
+check probe_report 0 grep -q '^## socket' "$WORK/probe/probe.md"
+if command -v gnuplot >/dev/null; then
+  check plot 0 "$HERE/../plot.sh" "$WORK/cmp/summary.csv" "$WORK/cmp.png" system "selftest"
+  check plot_png 0 test -s "$WORK/cmp.png"
+fi
+check plot_usage 2 "$HERE/../plot.sh"
+check ceiling 0 env NCCL_SOCKET_IFNAME=lo "$HERE/../tcp_ceiling.sh" --reps 1 --size 1M --conns 1 "$WORK/ceil"
+check ceiling_report 0 grep -q '^# loopback TCP ceiling: [0-9.]* GB/s per direction' "$WORK/ceil/ceiling.md"
+
 echo "$PASSED passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]
