@@ -80,7 +80,6 @@ int ferry_sock_zc_flags(ferry_sock_comm_t *c, int li)
 {
     ferry_sock_lane_t *lane = &c->lanes[li];
 
-    (void)c;
     return lane->zc_on && lane->hdr_p != &lane->hdr ? MSG_ZEROCOPY : 0;
 }
 
