@@ -130,7 +130,7 @@ ferry_status_t ferry_api_finalize(void *ctx)
 int ferry_api_tuning(ferry_api_tuning_t *out)
 {
     ferry_props_t props;
-    int up;
+    int up, ndev = 0;
 
     memset(out, 0, sizeof(*out));
     pthread_mutex_lock(&ferry_api_lock);
@@ -140,7 +140,9 @@ int ferry_api_tuning(ferry_api_tuning_t *out)
         out->ll_bw_mbs = ferry_api_cfg.tuner_ll_bw;
         out->channel_bytes = ferry_api_cfg.tuner_channel_bytes;
         memset(&props, 0, sizeof(props));
-        out->has_device = ferry_api_be->get_properties(0, &props) == FERRY_OK;
+        /* Ask for device 0 only if there is one: getProperties WARNs on a bad index. */
+        out->has_device = ferry_api_be->devices(&ndev) == FERRY_OK && ndev > 0 &&
+                          ferry_api_be->get_properties(0, &props) == FERRY_OK;
         out->host_staged = out->has_device &&
                            (props.ptr_support & (FERRY_PTR_CUDA | FERRY_PTR_DMABUF)) == 0;
     }

@@ -162,8 +162,14 @@ long ferry_sock_zc_retire(ferry_px_comm_t *px, int li)
      * On a failed comm the stream is dead and its queued data purged: the
      * kernel no longer sends from these buffers, give them back.
      */
-    if (!failed && ferry_sock_zc_read_releases(c, li) < 0)
+    if (!failed && ferry_sock_zc_read_releases(c, li) < 0) {
+        /* The stream is broken; its send path reports that with a WARN. */
+        FERRY_INFO(FERRY_LOG_NET, "socket send comm #%u peer %s stream %d: reading zerocopy "
+                   "releases failed (%s) with %u chunk(s) waiting; giving their buffers back",
+                   c->px.serial, c->px.peer, li, strerror(errno),
+                   lane->zc_tail - lane->zc_head);
         failed = 1;
+    }
     while (lane->zc_head != lane->zc_tail) {
         uint32_t last = lane->zc_wait[lane->zc_head % FERRY_SOCK_ZC_WAIT].last;
 
