@@ -316,9 +316,23 @@ static uint64_t fb_calibrate(fb_side_t *s, fb_round_t *r)
                  : ((uint64_t)8 << 20) / (r->size * r->conns);
     double t, want;
 
+    int pass;
+
     cal = cal < FB_MIN_ITERS ? FB_MIN_ITERS : cal > 1000 ? 1000 : cal;
-    r->iters = cal;
-    t = fb_measure(s, r, NULL, -1);
+    /*
+     * A first round carries set-up costs (page faults, slow start) that make
+     * a short one look slow; measure again, longer, until a round lasts at
+     * least a quarter of --time (at most 3 rounds), so the timed round lasts
+     * about --time (duplex.sh overlaps two runs and needs that).
+     */
+    for (pass = 0;; pass++) {
+        r->iters = cal;
+        t = fb_measure(s, r, NULL, -1);
+        if (pass == 2 || t >= s->o->target_s / 4 || cal >= FB_MAX_ITERS / 16)
+            break;
+        want = (double)cal * s->o->target_s / 2 / (t > 1e-6 ? t : 1e-6);
+        cal = want > (double)(cal * 16) ? cal * 16 : want > (double)cal ? (uint64_t)want : cal * 2;
+    }
     want = (double)cal * s->o->target_s / (t > 1e-6 ? t : 1e-6);
     return want < FB_MIN_ITERS ? FB_MIN_ITERS : want > FB_MAX_ITERS ? FB_MAX_ITERS
                                                                       : (uint64_t)want;

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# duplex.sh: ferry against raw TCP with traffic both ways at once, the shape of
+# a 2-rank NCCL job's large all_reduce (each rank sends and receives on every
+# channel at the same time; NCCL cuts Simple traffic into 512 KiB-1 MiB steps,
+# at most 8 in flight per connection).
+#
+# For each repetition and each mode (ferry, raw; interleaved A B A B) it starts
+# two ferry-bench runs at once, one per direction, with the same size, depth
+# and connections, and reads the GB/s of each; the per-direction figure of a
+# repetition is the mean of the two. Prints every repetition, the medians and
+# ferry/raw, and writes duplex.csv (all rows) and duplex.md in OUTDIR.
+#
+#   bench/duplex.sh [--size SIZE] [--depth N] [--conns N] [--reps N] [--time S]
+#                   [--build DIR] [OUTDIR]
+#
+# Defaults: 1M, depth 4, 4 connections (NCCL's 4 channels over ferry at 400
+# Gbps), 5 repetitions of 2 s. Streams and threads per connection come from
+# ferry's config for both modes (NCCL_FERRY_STREAMS, ... pass through).
+set -uo pipefail
+
+SIZE=1M
+DEPTH=4
+CONNS=4
+REPS=5
+TIME=2
+BUILD=
+OUTDIR=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --size) SIZE=$2; shift ;;
+    --depth) DEPTH=$2; shift ;;
+    --conns) CONNS=$2; shift ;;
+    --reps) REPS=$2; shift ;;
+    --time) TIME=$2; shift ;;
+    --build) BUILD=$2; shift ;;
+    -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "duplex.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    *) OUTDIR=$1 ;;
+  esac
+  shift
+done
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${BUILD:-$repo/build-bench}
+OUTDIR=${OUTDIR:-${OUT:-$repo/bench/results/$(date +%Y-%m-%d)-duplex}}
+mkdir -p "$OUTDIR" || exit 2
+export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
+
+if [ ! -x "$BUILD/bench/ferry-bench" ]; then
+  { cmake -S "$repo" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DFERRY_BUILD_TESTS=OFF &&
+    cmake --build "$BUILD" -j "$(nproc)" --target nccl-net-ferry ferry-bench; } \
+    >"$OUTDIR/build.log" 2>&1 || { cat "$OUTDIR/build.log" >&2; exit 2; }
+fi
+FB=$BUILD/bench/ferry-bench
+PLUGIN=$(find "$BUILD" -name libnccl-net-ferry.so -print -quit)
+[ -n "$PLUGIN" ] || { echo "duplex.sh: no libnccl-net-ferry.so under $BUILD" >&2; exit 2; }
+
+echo "rep,mode,dir,size,depth,conns,gbps" >"$OUTDIR/duplex.csv"
+: >"$OUTDIR/duplex.txt"
+fail=0
+for rep in $(seq 1 "$REPS"); do
+  for mode in ferry raw; do
+    for dir in a b; do
+      "$FB" --plugin "$PLUGIN" --mode "$mode" --conns "$CONNS" --depth "$DEPTH" \
+            --min "$SIZE" --max "$SIZE" --reps 1 --time "$TIME" --timeout 120 \
+            --csv "$OUTDIR/run-$rep-$mode-$dir.csv" >"$OUTDIR/run-$rep-$mode-$dir.log" 2>&1 &
+    done
+    wait
+    line=$(awk -F, -v rep="$rep" -v mode="$mode" -v depth="$DEPTH" -v conns="$CONNS" \
+        'FNR > 1 && $2 == mode { s += $11; n++; printf "%s,%s,%s,%s,%s,%s,%s\n", rep, mode, n, $7, depth, conns, $11 >> "/dev/stderr" }
+         END { if (n == 2) printf "%s rep %s: %.2f GB/s per direction\n", mode, rep, s / n }' \
+        "$OUTDIR"/run-"$rep"-"$mode"-?.csv 2>>"$OUTDIR/duplex.csv")
+    if [ -z "$line" ]; then
+      echo "duplex.sh: $mode rep $rep: a direction did not finish (see $OUTDIR/run-$rep-$mode-?.log)" >&2
+      fail=1
+      continue
+    fi
+    echo "$line" | tee -a "$OUTDIR/duplex.txt"
+  done
+done
+
+med() { grep "^$1 rep" "$OUTDIR/duplex.txt" | awk '{ print $(NF - 3) }' | sort -n |
+        awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'; }
+mf=$(med ferry)
+mr=$(med raw)
+{
+  echo "# duplex: ferry ${mf:-?} GB/s, raw TCP ${mr:-?} GB/s per direction" \
+       "(ferry/raw $(awk -v a="${mf:-0}" -v b="${mr:-0}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "?" }'))"
+  echo
+  echo "Both directions at once, $SIZE messages, depth $DEPTH, $CONNS connections each way," \
+       "medians of $REPS interleaved repetitions ($(nproc) CPUs):"
+  echo
+  sed 's/^/    /' "$OUTDIR/duplex.txt"
+} >"$OUTDIR/duplex.md"
+cat "$OUTDIR/duplex.md"
+[ "$fail" = 0 ] && [ -n "$mf" ] && [ -n "$mr" ]
