@@ -11,8 +11,10 @@
 # ferry/raw, and writes duplex.csv (all rows) and duplex.md in OUTDIR.
 #
 #   bench/duplex.sh [--size SIZE] [--depth N] [--conns N] [--reps N] [--time S]
-#                   [--build DIR] [OUTDIR]
+#                   [--build DIR] [--variant LABEL:VAR=V[,VAR=V...]]... [OUTDIR]
 #
+# --variant adds ferry with extra variables to the rotation (e.g.
+# nob:NCCL_FERRY_RECV_BLOCK=0); its median is reported against ferry's.
 # Defaults: 1M, depth 4, 4 connections (NCCL's 4 channels over ferry at 400
 # Gbps), 5 repetitions of 2 s. Streams and threads per connection come from
 # ferry's config for both modes (NCCL_FERRY_STREAMS, ... pass through).
@@ -25,6 +27,8 @@ REPS=5
 TIME=2
 BUILD=
 OUTDIR=
+VARIANTS=()
+declare -A VARIANT_ENV=()
 while [ $# -gt 0 ]; do
   case $1 in
     --size) SIZE=$2; shift ;;
@@ -33,7 +37,8 @@ while [ $# -gt 0 ]; do
     --reps) REPS=$2; shift ;;
     --time) TIME=$2; shift ;;
     --build) BUILD=$2; shift ;;
-    -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --variant) VARIANTS+=("${2%%:*}"); VARIANT_ENV[${2%%:*}]=${2#*:}; shift ;;
+    -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "duplex.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) OUTDIR=$1 ;;
   esac
@@ -59,15 +64,20 @@ echo "rep,mode,dir,size,depth,conns,gbps" >"$OUTDIR/duplex.csv"
 : >"$OUTDIR/duplex.txt"
 fail=0
 for rep in $(seq 1 "$REPS"); do
-  for mode in ferry raw; do
+  for mode in ferry raw "${VARIANTS[@]}"; do
+    impl=$mode vars=()
+    if [ -n "${VARIANT_ENV[$mode]+set}" ]; then
+      impl=ferry
+      IFS=, read -r -a vars <<<"${VARIANT_ENV[$mode]}"
+    fi
     for dir in a b; do
-      "$FB" --plugin "$PLUGIN" --mode "$mode" --conns "$CONNS" --depth "$DEPTH" \
+      env "${vars[@]}" "$FB" --plugin "$PLUGIN" --mode "$impl" --conns "$CONNS" --depth "$DEPTH" \
             --min "$SIZE" --max "$SIZE" --reps 1 --time "$TIME" --timeout 120 \
             --csv "$OUTDIR/run-$rep-$mode-$dir.csv" >"$OUTDIR/run-$rep-$mode-$dir.log" 2>&1 &
     done
     wait
-    line=$(awk -F, -v rep="$rep" -v mode="$mode" -v depth="$DEPTH" -v conns="$CONNS" \
-        'FNR > 1 && $2 == mode { s += $11; n++; printf "%s,%s,%s,%s,%s,%s,%s\n", rep, mode, n, $7, depth, conns, $11 >> "/dev/stderr" }
+    line=$(awk -F, -v rep="$rep" -v mode="$mode" -v impl="$impl" -v depth="$DEPTH" -v conns="$CONNS" \
+        'FNR > 1 && $2 == impl { s += $11; n++; printf "%s,%s,%s,%s,%s,%s,%s\n", rep, mode, n, $7, depth, conns, $11 >> "/dev/stderr" }
          END { if (n == 2) printf "%s rep %s: %.2f GB/s per direction\n", mode, rep, s / n }' \
         "$OUTDIR"/run-"$rep"-"$mode"-?.csv 2>>"$OUTDIR/duplex.csv")
     if [ -z "$line" ]; then
@@ -89,6 +99,13 @@ mr=$(med raw)
   echo
   echo "Both directions at once, $SIZE messages, depth $DEPTH, $CONNS connections each way," \
        "medians of $REPS interleaved repetitions ($(nproc) CPUs):"
+  echo
+  for v in "${VARIANTS[@]}"; do
+    mv_=$(med "$v")
+    echo "    variant $v (${VARIANT_ENV[$v]}): ${mv_:-?} GB/s per direction," \
+         "$(awk -v a="${mv_:-0}" -v b="${mf:-0}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "?" }')x ferry," \
+         "$(awk -v a="${mv_:-0}" -v b="${mr:-0}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "?" }')x raw"
+  done
   echo
   sed 's/^/    /' "$OUTDIR/duplex.txt"
 } >"$OUTDIR/duplex.md"
