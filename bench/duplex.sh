@@ -11,10 +11,12 @@
 # ferry/raw, and writes duplex.csv (all rows) and duplex.md in OUTDIR.
 #
 #   bench/duplex.sh [--size SIZE] [--depth N] [--conns N] [--reps N] [--time S]
-#                   [--build DIR] [--variant LABEL:VAR=V[,VAR=V...]]... [OUTDIR]
+#                   [--build DIR] [--proxy-sleep US] [--variant LABEL:VAR=V[,VAR=V...]]...
+#                   [OUTDIR]
 #
 # --variant adds ferry with extra variables to the rotation (e.g.
 # nob:NCCL_FERRY_RECV_BLOCK=0); its median is reported against ferry's.
+# --proxy-sleep is ferry-bench's: idle proxy passes sleep instead of spinning.
 # Defaults: 1M, depth 4, 4 connections (NCCL's 4 channels over ferry at 400
 # Gbps), 5 repetitions of 2 s. Streams and threads per connection come from
 # ferry's config for both modes (NCCL_FERRY_STREAMS, ... pass through).
@@ -27,6 +29,7 @@ REPS=5
 TIME=2
 BUILD=
 OUTDIR=
+PROXY_SLEEP=0
 VARIANTS=()
 declare -A VARIANT_ENV=()
 while [ $# -gt 0 ]; do
@@ -37,8 +40,9 @@ while [ $# -gt 0 ]; do
     --reps) REPS=$2; shift ;;
     --time) TIME=$2; shift ;;
     --build) BUILD=$2; shift ;;
+    --proxy-sleep) PROXY_SLEEP=$2; shift ;;
     --variant) VARIANTS+=("${2%%:*}"); VARIANT_ENV[${2%%:*}]=${2#*:}; shift ;;
-    -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "duplex.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) OUTDIR=$1 ;;
   esac
@@ -72,7 +76,7 @@ for rep in $(seq 1 "$REPS"); do
     fi
     for dir in a b; do
       env "${vars[@]}" "$FB" --plugin "$PLUGIN" --mode "$impl" --conns "$CONNS" --depth "$DEPTH" \
-            --min "$SIZE" --max "$SIZE" --reps 1 --time "$TIME" --timeout 120 \
+            --min "$SIZE" --max "$SIZE" --proxy-sleep "$PROXY_SLEEP" --reps 1 --time "$TIME" --timeout 120 \
             --csv "$OUTDIR/run-$rep-$mode-$dir.csv" >"$OUTDIR/run-$rep-$mode-$dir.log" 2>&1 &
     done
     wait
@@ -98,7 +102,7 @@ mr=$(med raw)
        "(ferry/raw $(awk -v a="${mf:-0}" -v b="${mr:-0}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "?" }'))"
   echo
   echo "Both directions at once, $SIZE messages, depth $DEPTH, $CONNS connections each way," \
-       "medians of $REPS interleaved repetitions ($(nproc) CPUs):"
+       "medians of $REPS interleaved repetitions ($(nproc) CPUs, proxy sleep $PROXY_SLEEP us):"
   echo
   for v in "${VARIANTS[@]}"; do
     mv_=$(med "$v")

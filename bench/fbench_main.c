@@ -66,6 +66,8 @@ static void fb_usage(void)
         "  --ifname-recv IF --ifname-send IF NCCL_SOCKET_IFNAME of each side\n"
         "  --cpu-recv N --cpu-send N         bind each side to one CPU, as mpirun binds ranks\n"
         "                    (ferry then runs without helper threads; raw keeps its threads)\n"
+        "  --proxy-sleep US  an idle proxy pass sleeps US microseconds instead of\n"
+        "                    sched_yield() (NCCL's proxy spins; this shows what the spin costs)\n"
         "NCCL_SOCKET_IFNAME defaults to lo. Streams and threads per connection, for ferry\n"
         "and raw alike, come from ferry's config (NCCL_FERRY_STREAMS, NCCL_FERRY_THREADS,\n"
         "NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD).\n",
@@ -174,8 +176,10 @@ static void fb_parse(fb_opts_t *o, int argc, char **argv)
         else if (strcmp(a, "--ifname-send") == 0) o->ifname[1] = v;
         else if (strcmp(a, "--cpu-recv") == 0)   o->cpu[0] = atoi(v);
         else if (strcmp(a, "--cpu-send") == 0)   o->cpu[1] = atoi(v);
+        else if (strcmp(a, "--proxy-sleep") == 0) o->proxy_sleep_us = atoi(v);
         else FIT_FAIL("unknown option %s (see --help)", a);
     }
+    FIT_CHECK(o->proxy_sleep_us >= 0 && o->proxy_sleep_us <= 100000, "--proxy-sleep must be 0..100000");
     FIT_CHECK(o->depth >= 1 && o->depth <= FB_MAX_DEPTH, "--depth must be 1..%d", FB_MAX_DEPTH);
     FIT_CHECK(o->reps >= 1 && o->reps <= FB_MAX_REPS, "--reps must be 1..%d", FB_MAX_REPS);
     FIT_CHECK(o->min_size <= o->max_size && o->pp_min <= o->pp_max, "need --min <= --max");

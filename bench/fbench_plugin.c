@@ -5,7 +5,8 @@
  * over every connection, posts requests until --depth are in flight (or the
  * plugin answers with a NULL request), then tests that connection's oldest
  * request once. A pass that made no progress ends in sched_yield(), as
- * NCCL's idle proxy loop does, so the plugin's helper threads get the CPU.
+ * NCCL's idle proxy loop does, so the plugin's helper threads get the CPU
+ * (--proxy-sleep: a short sleep instead, to show what that spin costs).
  *
  * Latency of a streamed message: from its isend post to the test() that
  * reported it done, on the sender. With --depth messages queued this
@@ -15,6 +16,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fbench.h"
 
@@ -25,6 +27,14 @@ typedef struct fb_px_conn {
     void    *req[FB_MAX_DEPTH];      /* In flight, indexed by sequence % depth. */
     double   t_post[FB_MAX_DEPTH];   /* fit_now() at post (sender only). */
 } fb_px_conn_t;
+
+static void fb_plugin_idle(const fb_side_t *s)
+{
+    if (s->o->proxy_sleep_us > 0)
+        usleep((useconds_t)s->o->proxy_sleep_us);
+    else
+        sched_yield();
+}
 
 static void fb_plugin_connect_all(fb_side_t *s)
 {
@@ -182,7 +192,7 @@ void fb_plugin_stream(fb_side_t *s, const fb_round_t *r, fb_lat_t *lat)
         if (events > 0) {
             last = fit_now();
         } else {
-            sched_yield();
+            fb_plugin_idle(s);
             if ((++idle & 1023) == 0)
                 fb_stall_check(last, "ferry stream", px[0].done, r->iters);
         }

@@ -5,7 +5,11 @@
 # context switches) and a per-thread top (which threads burn the CPU). Tells
 # a CPU-bound run (idle near 0) from one bound elsewhere (GPU, pipeline).
 #
-#   bench/nccl/cpuload.sh [--size SIZE] [--iters N] [--variant LABEL:VAR=V[,..]]... [OUTDIR]
+#   bench/nccl/cpuload.sh [--size SIZE] [--iters N] [--settle S]
+#                         [--variant LABEL:VAR=V[,..]]... [OUTDIR]
+#
+# --settle: seconds from launch to the samples (default 8: past CUDA and NCCL
+# set-up, inside the timed loop; 1000 x 256 MiB lasts 20-40 s on the H200).
 #
 # Writes OUTDIR/cpuload.md (one section per configuration) and the raw logs.
 set -uo pipefail
@@ -14,6 +18,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 SIZE=256M
 ITERS=1000
+SETTLE=8
 OUTDIR_ARG=
 CONFIGS=(ferry socket-2x2)
 declare -A CFG_ENV=()
@@ -21,8 +26,9 @@ while [ $# -gt 0 ]; do
   case $1 in
     --size) SIZE=$2; shift ;;
     --iters) ITERS=$2; shift ;;
+    --settle) SETTLE=$2; shift ;;
     --variant) CONFIGS+=("${2%%:*}"); CFG_ENV[${2%%:*}]=${2#*:}; shift ;;
-    -h|--help) sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "cpuload.sh: unknown option $1" >&2; exit 2 ;;
     *) OUTDIR_ARG=$1 ;;
   esac
@@ -90,8 +96,7 @@ for cfg in "${CONFIGS[@]}"; do
   env $(cfg_env "$cfg") timeout 300 "$FNB_BENCH" -N 2 -l "$SIZE" -n "$ITERS" -w 5 -o all_reduce \
       --label "$cfg" >"$log" 2>&1 &
   pid=$!
-  # Past CUDA and NCCL set-up (a few seconds), into the timed loop.
-  sleep 8
+  sleep "$SETTLE"
   vmstat 1 4 >"$OUTDIR/vmstat-$cfg.txt" 2>&1
   top -H -b -n 2 -d 2 -w 200 2>/dev/null | awk "/^top -/ { n++ } n == 2" | head -45 >"$OUTDIR/top-$cfg.txt"
   threads_sample >"$OUTDIR/threads-$cfg.txt" 2>&1

@@ -121,6 +121,21 @@ fi
 check plot_usage 2 "$HERE/../plot.sh"
 check ceiling 0 env NCCL_SOCKET_IFNAME=lo "$HERE/../tcp_ceiling.sh" --reps 1 --size 1M --conns 1 "$WORK/ceil"
 check ceiling_report 0 grep -q '^# loopback TCP ceiling: [0-9.]* GB/s per direction' "$WORK/ceil/ceiling.md"
+# duplex.sh reuses the ferry-bench tcp_ceiling.sh just built (real traffic, loopback).
+check duplex 0 env NCCL_SOCKET_IFNAME=lo "$HERE/../../duplex.sh" --build "$FNB_BUILD" --reps 1 \
+      --time 0.2 --size 256K --conns 1 --variant s2:NCCL_FERRY_STREAMS=2 "$WORK/dx"
+check duplex_report 0 grep -q '^# duplex: ferry [0-9.]* GB/s, raw TCP [0-9.]* GB/s per direction (ferry/raw [0-9.]*)' "$WORK/dx/duplex.md"
+check duplex_variant 0 grep -q 'variant s2 (NCCL_FERRY_STREAMS=2): [0-9.]* GB/s per direction' "$WORK/dx/duplex.md"
+check duplex_bad_option 2 "$HERE/../../duplex.sh" --nonsense
+# pcie_load (built with the bench, against the mock runtime) and loaded_ceiling.sh.
+check pcie_load 0 "$WORK/build-gpu/nccl-bench/pcie_load" --rate 0.5 --seconds 0.3
+expect pcie_load 'pcie_load: [0-9.]* GB/s each way'
+check pcie_load_bad 2 "$WORK/build-gpu/nccl-bench/pcie_load" --rate -1
+check loaded_ceiling 0 env NCCL_SOCKET_IFNAME=lo "$HERE/../loaded_ceiling.sh" --reps 1 --time 0.2 --rate 0.5 "$WORK/lc"
+check loaded_ceiling_report 0 grep -q '^# loopback TCP ceiling with the job.s PCIe traffic: raw [0-9.]* GB/s' "$WORK/lc/loaded_ceiling.md"
+# cpuload.sh against the mock: both configurations run and get their section.
+check cpuload 0 "$HERE/../cpuload.sh" --size 4K --iters 2 --settle 1 "$WORK/cpu"
+check cpuload_report 0 grep -q '^## socket-2x2 (exit 0)' "$WORK/cpu/cpuload.md"
 
 echo "$PASSED passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]
