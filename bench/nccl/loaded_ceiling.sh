@@ -49,7 +49,7 @@ for rep in $(seq 1 "$REPS"); do
     dir=$OUTDIR/$load-$rep
     pl_pid=
     if [ "$load" = pcie ]; then
-      timeout 300 "$PL" --rate "$RATE" --seconds 240 >"$OUTDIR/pcie-$rep.log" 2>&1 &
+      timeout 300 "$PL" --rate "$RATE" --seconds 240 >"$OUTDIR/pcie_load-$rep.log" 2>&1 &
       pl_pid=$!
       sleep 1   # CUDA context up, copies flowing.
     fi
@@ -77,7 +77,7 @@ med() { grep "^$1 $2 rep" "$OUTDIR/loaded.txt" | awk '$(NF - 3) != "?" { print $
   echo
   echo "pcie_load, as measured by itself:"
   echo
-  cat "$OUTDIR"/pcie-*.log 2>/dev/null | sed 's/^/    /'
+  cat "$OUTDIR"/pcie_load-*.log 2>/dev/null | sed 's/^/    /'
 } >"$OUTDIR/loaded_ceiling.md"
 cat "$OUTDIR/loaded_ceiling.md"
 [ -n "$(med pcie raw)" ]
