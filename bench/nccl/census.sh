@@ -61,12 +61,7 @@ compare_n() {
   local rep cfg env
   for rep in $(seq "$REPS"); do
     for cfg in ferry socket-default socket-1x1 socket-2x2; do
-      case $cfg in
-        ferry) env="NCCL_NET_PLUGIN=$FNB_PLUGIN NCCL_NET=ferry" ;;
-        socket-default) env="NCCL_NET_PLUGIN=none NCCL_NET=Socket" ;;
-        socket-1x1) env="NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_SOCKET_NTHREADS=1 NCCL_NSOCKS_PERTHREAD=1" ;;
-        socket-2x2) env="NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_SOCKET_NTHREADS=2 NCCL_NSOCKS_PERTHREAD=2" ;;
-      esac
+      env=$(fnb_config_env "$cfg")
       # shellcheck disable=SC2086 # NAME=value words
       env $env "$FNB_BENCH" -N "$NRANKS" -o all_reduce -l 4K,512K,64M,256M -n 200 -w 5 \
         --iter-bytes 256M -T 120 --label "$cfg" --csv "$OUTDIR/raw-n$NRANKS.csv" \

@@ -39,7 +39,6 @@ OUTDIR_ARG=
 
 usage() { sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 PROOF=1
-declare -A VARIANT_ENV=()
 VARIANTS=()
 
 while [ $# -gt 0 ]; do
@@ -50,7 +49,7 @@ while [ $# -gt 0 ]; do
     --budget) BUDGET=$2; shift ;;
     --sizes) SIZES=$2; shift ;;
     --no-proof) PROOF=0 ;;
-    --variant) VARIANTS+=("${2%%:*}"); VARIANT_ENV[${2%%:*}]=${2#*:}; shift ;;
+    --variant) VARIANTS+=("${2%%:*}"); FNB_VARIANT_ENV[${2%%:*}]=${2#*:}; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) usage >&2; exit 2 ;;
     *) OUTDIR_ARG=$1 ;;
@@ -76,16 +75,6 @@ CONFIGS=(ferry socket-default socket-2x2 "${VARIANTS[@]}")
 
 OUTDIR=$(fnb_outdir "$OUTDIR_ARG") || exit 2
 FAILED=0
-
-# The environment of one configuration, as NAME=value words for `env`.
-config_env() {
-  case $1 in
-    ferry) echo "NCCL_NET_PLUGIN=$FNB_PLUGIN NCCL_NET=ferry" ;;
-    socket-default) echo "NCCL_NET_PLUGIN=none NCCL_NET=Socket" ;;
-    socket-2x2) echo "NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_SOCKET_NTHREADS=2 NCCL_NSOCKS_PERTHREAD=2" ;;
-    *) echo "NCCL_NET_PLUGIN=$FNB_PLUGIN NCCL_NET=ferry ${VARIANT_ENV[$1]//,/ }" ;;
-  esac
-}
 
 # The LD_LIBRARY_PATH that selects one NCCL build (the bench links only the soname).
 build_ldpath() {
@@ -131,8 +120,8 @@ run_one() {
   local b=$1 rep=$2 cfg=$3 log start rc
   log=$OUTDIR/logs/$b-rep$rep-$cfg.log
   start=$SECONDS
-  # shellcheck disable=SC2046 # config_env returns NAME=value words
-  env LD_LIBRARY_PATH="$(build_ldpath "$b")" NCCL_DEBUG=WARN $(config_env "$cfg") \
+  # shellcheck disable=SC2046 # fnb_config_env returns NAME=value words
+  env LD_LIBRARY_PATH="$(build_ldpath "$b")" NCCL_DEBUG=WARN $(fnb_config_env "$cfg") \
       "$FNB_BENCH" -N 2 -o all_reduce -l "$SIZES" "${CMP_OPTS[@]}" --label "$cfg" \
       --csv "$OUTDIR/raw-$b.csv" >"$log" 2>&1
   rc=$?

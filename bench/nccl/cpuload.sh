@@ -21,13 +21,12 @@ ITERS=1000
 SETTLE=8
 OUTDIR_ARG=
 CONFIGS=(ferry socket-2x2)
-declare -A CFG_ENV=()
 while [ $# -gt 0 ]; do
   case $1 in
     --size) SIZE=$2; shift ;;
     --iters) ITERS=$2; shift ;;
     --settle) SETTLE=$2; shift ;;
-    --variant) CONFIGS+=("${2%%:*}"); CFG_ENV[${2%%:*}]=${2#*:}; shift ;;
+    --variant) CONFIGS+=("${2%%:*}"); FNB_VARIANT_ENV[${2%%:*}]=${2#*:}; shift ;;
     -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "cpuload.sh: unknown option $1" >&2; exit 2 ;;
     *) OUTDIR_ARG=$1 ;;
@@ -38,15 +37,6 @@ OUTDIR=$(fnb_outdir "$OUTDIR_ARG") || exit 2
 export NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0 NCCL_SET_THREAD_NAME=1
 fnb_build_ferry "$OUTDIR/build-ferry.log" || { fnb_log "ferry build failed"; exit 2; }
 fnb_build_bench "$OUTDIR/build-bench.log" || { fnb_log "bench build failed"; exit 2; }
-
-cfg_env() {
-  case $1 in
-    ferry) echo "NCCL_NET_PLUGIN=$FNB_PLUGIN NCCL_NET=ferry" ;;
-    socket-default) echo "NCCL_NET_PLUGIN=none NCCL_NET=Socket" ;;
-    socket-2x2) echo "NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_SOCKET_NTHREADS=2 NCCL_NSOCKS_PERTHREAD=2" ;;
-    *) echo "NCCL_NET_PLUGIN=$FNB_PLUGIN NCCL_NET=ferry ${CFG_ENV[$1]//,/ }" ;;
-  esac
-}
 
 # Per thread of the bench's rank processes, over 2 s: context switches
 # (voluntary: it slept; involuntary: it was preempted) and where it sleeps
@@ -93,7 +83,7 @@ threads_sample() {
 for cfg in "${CONFIGS[@]}"; do
   log=$OUTDIR/cpuload-$cfg.log
   # shellcheck disable=SC2046 # the configuration's variables are meant to split
-  env $(cfg_env "$cfg") timeout 300 "$FNB_BENCH" -N 2 -l "$SIZE" -n "$ITERS" -w 5 -o all_reduce \
+  env $(fnb_config_env "$cfg") timeout 300 "$FNB_BENCH" -N 2 -l "$SIZE" -n "$ITERS" -w 5 -o all_reduce \
       --label "$cfg" >"$log" 2>&1 &
   pid=$!
   sleep "$SETTLE"

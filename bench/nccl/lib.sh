@@ -9,6 +9,21 @@ FNB_BUILD=${FNB_BUILD:-$FNB_REPO/build-gpu}
 FNB_TORCH_NCCL_DIR=${FNB_TORCH_NCCL_DIR:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib}
 FNB_MPS_STARTED=0
 
+# Extra variables of each --variant LABEL (comma-separated NAME=value), filled by the scripts.
+declare -A FNB_VARIANT_ENV=()
+
+# The environment of one configuration, as NAME=value words for `env`: ferry,
+# NCCL's Socket (default, 1x1, 2x2 threads x sockets), or a ferry --variant.
+fnb_config_env() {
+  case $1 in
+    ferry) echo "NCCL_NET_PLUGIN=$FNB_PLUGIN NCCL_NET=ferry" ;;
+    socket-default) echo "NCCL_NET_PLUGIN=none NCCL_NET=Socket" ;;
+    socket-1x1) echo "NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_SOCKET_NTHREADS=1 NCCL_NSOCKS_PERTHREAD=1" ;;
+    socket-2x2) echo "NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_SOCKET_NTHREADS=2 NCCL_NSOCKS_PERTHREAD=2" ;;
+    *) echo "NCCL_NET_PLUGIN=$FNB_PLUGIN NCCL_NET=ferry ${FNB_VARIANT_ENV[$1]//,/ }" ;;
+  esac
+}
+
 fnb_log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
 
 # Default output folder: the device's $OUT when set, else a dated results folder.
