@@ -84,6 +84,7 @@ typedef struct ferry_api_tuning {
     int    host_staged;   /* Device 0 takes host memory only: NCCL stages GPU data in host buffers. */
     int    ll_bw_mbs;     /* NCCL_FERRY_TUNER_LL_BW. */
     size_t channel_bytes; /* NCCL_FERRY_TUNER_CHANNEL_BYTES. */
+    int    channel_bytes_set; /* ...set by the user (it then holds even with NCCL_*_NCHANNELS). */
 } ferry_api_tuning_t;
 /* 0 while ferry's net is not initialized (no live context). */
 int ferry_api_tuning(ferry_api_tuning_t *out);

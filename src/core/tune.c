@@ -32,8 +32,14 @@ void ferry_tune_setup(ferry_tune_t *t, size_t nranks, size_t nnodes)
     }
     t->ll_bytes_per_us = (double)s.ll_bw_mbs;
     t->channel_bytes = s.channel_bytes;
-    /* The user's own channel settings win over ferry's per-size count. */
-    if (getenv("NCCL_MIN_NCHANNELS") != NULL || getenv("NCCL_MAX_NCHANNELS") != NULL)
+    /*
+     * The user's own channel settings win over ferry's per-size count, unless
+     * the user also set ferry's (NCCL_MIN_NCHANNELS=8 to have NCCL open 8
+     * channels, NCCL_FERRY_TUNER_CHANNEL_BYTES to still use few of them for
+     * mid sizes).
+     */
+    if ((getenv("NCCL_MIN_NCHANNELS") != NULL || getenv("NCCL_MAX_NCHANNELS") != NULL) &&
+        !s.channel_bytes_set)
         t->channel_bytes = 0;
     if (!s.enabled)
         snprintf(t->why, sizeof(t->why), "off: NCCL_FERRY_TUNER=0");

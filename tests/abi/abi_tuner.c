@@ -168,6 +168,28 @@ int main(int argc, char **argv)
     v4->destroy(ctx);
     unsetenv("NCCL_NET");
 
+    /* The user's NCCL_MIN_NCHANNELS wins over ferry's channel count... */
+    setenv("NCCL_MIN_NCHANNELS", "8", 1);
+    CHECK(v5->init(&ctx, 1, 2, 2, abi_log, NULL, NULL) == ncclSuccess, "v5 init");
+    CHECK(strstr(abi_last_info, "(off: NCCL_*_NCHANNELS set)") != NULL, "log said: %s",
+          abi_last_info);
+    CHECK(abi_adjusted("NCCL_MIN_NCHANNELS", ctx, v5->getCollInfo, NULL, &nch), "LL unchanged");
+    CHECK(nch == 0, "NCCL_MIN_NCHANNELS set, yet nChannels %d", nch);
+    v5->finalize(ctx);
+    CHECK(net->finalize(netctx) == ncclSuccess, "net finalize");
+
+    /* ...unless ferry's own NCCL_FERRY_TUNER_CHANNEL_BYTES is set too (read at net init). */
+    setenv("NCCL_FERRY_TUNER_CHANNEL_BYTES", "32K", 1);
+    CHECK(net->init(&netctx, 1, &cfg, abi_log, NULL) == ncclSuccess, "net init");
+    CHECK(v5->init(&ctx, 1, 2, 2, abi_log, NULL, NULL) == ncclSuccess, "v5 init");
+    CHECK(strstr(abi_last_info, "one channel per 32768 bytes") != NULL &&
+          strstr(abi_last_info, "off:") == NULL, "log said: %s", abi_last_info);
+    CHECK(abi_adjusted("both channel settings", ctx, v5->getCollInfo, NULL, &nch), "LL unchanged");
+    CHECK(nch == 2, "64 KiB at 32 KiB per channel: nChannels %d, wanted 2", nch);
+    v5->finalize(ctx);
+    unsetenv("NCCL_MIN_NCHANNELS");
+    unsetenv("NCCL_FERRY_TUNER_CHANNEL_BYTES");
+
     CHECK(net->finalize(netctx) == ncclSuccess, "net finalize");
     CHECK(abi_warns == 0, "%d WARN lines", abi_warns);
     printf("abi_tuner: %s\n", abi_failed ? "FAIL" : "PASS");
