@@ -117,6 +117,10 @@ static const ferry_cfg_var_t ferry_cfg_vars[FERRY_CFG_COUNT] = {
     [FERRY_CFG_TUNER_CHANNEL_BYTES] = {"NCCL_FERRY_TUNER_CHANNEL_BYTES", FERRY_CFG_KIND_SIZE,
                                     FERRY_CFG_FIELD(tuner_channel_bytes), 2 << 20, 0, 1LL << 40,
                                     "a size up to 1T (collective bytes per NCCL channel; 0 leaves channels to NCCL)"},
+    [FERRY_CFG_SOLO_MAX]         = {"NCCL_FERRY_SOLO_MAX", FERRY_CFG_KIND_SIZE,
+                                    FERRY_CFG_FIELD(solo_max), 256 << 10, 0, 64 << 20,
+                                    "0..64M (while one comm is all that sends or receives in the "
+                                    "process, NCCL's thread moves messages up to this itself; 0: off)"},
 };
 
 static const struct {
@@ -352,7 +356,7 @@ void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
              "chunk=%zu..%zu(%s) sndbuf=%d(%s) rcvbuf=%d(%s) retry=%dx%dms(%s) "
              "hello_timeout=%dms(%s) dump_signal=%d(%s) spin=%dus(%s) inject_delay=%dus(%s) "
              "speed=%dMbps(%s) inline_max=%zu(%s) assist_max=%lld(%s) notsent_lowat=%d(%s) zerocopy=%d/%zu(%s) tuner=%d(%s) "
-             "tuner_ll_bw=%dMB/s(%s) tuner_channel_bytes=%zu(%s)",
+             "tuner_ll_bw=%dMB/s(%s) tuner_channel_bytes=%zu(%s) solo_max=%zu(%s)",
              backends[cfg->backend], ferry_cfg_src_name(cfg->src[FERRY_CFG_BACKEND]),
              cfg->socket_ifname[0] ? cfg->socket_ifname : "<nccl order>",
              ferry_cfg_src_name(cfg->src[FERRY_CFG_SOCKET_IFNAME]), family,
@@ -376,5 +380,6 @@ void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
              ferry_cfg_src_name(cfg->src[FERRY_CFG_ZEROCOPY]), cfg->tuner,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_TUNER]), cfg->tuner_ll_bw,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_TUNER_LL_BW]), cfg->tuner_channel_bytes,
-             ferry_cfg_src_name(cfg->src[FERRY_CFG_TUNER_CHANNEL_BYTES]));
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_TUNER_CHANNEL_BYTES]), cfg->solo_max,
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_SOLO_MAX]));
 }

@@ -27,6 +27,39 @@
  */
 #define FERRY_PX_LANE0_HOLD_NS 200000ULL
 
+/*
+ * A lone comm. NCCL's thread serves every channel, so it must not become the
+ * copy engine for all of them (the reason for the 32 KiB limit above). But
+ * when one comm of a kind is all that posts (a ping-pong, a one-channel p2p
+ * exchange), there is nobody else to serve, and each message above 32 KiB
+ * otherwise pays a helper wake-up on each side (64 KiB ping-pong on 2 cores:
+ * 4.4x raw TCP, bench/results/2026-11-29-vm-netns-3). A comm is alone when
+ * no other comm of its kind posted within this window before it.
+ */
+#define FERRY_PX_SOLO_WINDOW_NS 2000000ULL
+
+typedef struct ferry_px_solo {
+    _Atomic uintptr_t last;     /* The comm that posted last... */
+    _Atomic uint64_t  last_ns;  /* ...and when. */
+    _Atomic uint64_t  multi_ns; /* Last time two comms posted within the window. */
+} ferry_px_solo_t;
+
+static ferry_px_solo_t ferry_px_solo_state[2]; /* [0] receive, [1] send. */
+
+static int ferry_px_comm_alone(ferry_px_comm_t *comm)
+{
+    ferry_px_solo_t *st = &ferry_px_solo_state[comm->kind == FERRY_PX_SEND];
+    uint64_t now = ferry_px_now_ns(), prev_ns, multi;
+    uintptr_t prev;
+
+    prev = atomic_exchange_explicit(&st->last, (uintptr_t)comm, memory_order_relaxed);
+    prev_ns = atomic_exchange_explicit(&st->last_ns, now, memory_order_relaxed);
+    if (prev != 0 && prev != (uintptr_t)comm && now - prev_ns < FERRY_PX_SOLO_WINDOW_NS)
+        atomic_store_explicit(&st->multi_ns, now, memory_order_relaxed);
+    multi = atomic_load_explicit(&st->multi_ns, memory_order_relaxed);
+    return multi == 0 || now - multi > FERRY_PX_SOLO_WINDOW_NS;
+}
+
 static const char *const ferry_px_lane_state_names[FERRY_PX_LANE_STATE_COUNT] = {
     [FERRY_PX_LANE_IDLE]    = "idle",
     [FERRY_PX_LANE_HEADER]  = "header",
@@ -69,6 +102,7 @@ ferry_status_t ferry_px_comm_init(ferry_px_comm_t *comm, ferry_px_req_kind_t kin
     comm->create_ns = ferry_px_now_ns();
     comm->assist_max = FERRY_PX_ASSIST_MAX;
     comm->assist_test_max = FERRY_PX_ASSIST_MAX;
+    comm->solo_max = 0;
     for (i = 0; i < FERRY_MAX_REQUESTS; i++)
         comm->reqs[i].comm = comm;
     for (i = 0; i < FERRY_PX_MAX_WORKERS; i++)
@@ -89,6 +123,7 @@ ferry_px_req_t *ferry_px_comm_post(ferry_px_comm_t *comm, void *buf, size_t size
 {
     ferry_px_chunk_plan_t plan = {0, 0};
     ferry_px_req_t *req;
+    int alone;
 
     pthread_mutex_lock(&comm->lock);
     req = &comm->reqs[comm->next_seq % FERRY_MAX_REQUESTS];
@@ -105,7 +140,10 @@ ferry_px_req_t *ferry_px_comm_post(ferry_px_comm_t *comm, void *buf, size_t size
     pthread_mutex_unlock(&comm->lock);
     if (comm->kind == FERRY_PX_SEND && size <= FERRY_PX_SMALL)
         ferry_px_comm_note_small(comm);
-    if (comm->kind == FERRY_PX_SEND && (size <= comm->assist_max || comm->nworkers == 0))
+    alone = comm->solo_max > 0 && ferry_px_comm_alone(comm);
+    atomic_store_explicit(&comm->solo, alone, memory_order_relaxed);
+    if (comm->kind == FERRY_PX_SEND && (size <= comm->assist_max || comm->nworkers == 0 ||
+                                        (alone && size <= comm->solo_max)))
         ferry_px_comm_assist(comm);
     /* After the assist: a chunk it left half-sent needs its worker to watch POLLOUT. */
     ferry_px_comm_kick_posted(comm, plan.nchunks);
@@ -425,11 +463,14 @@ ferry_status_t ferry_px_comm_test(ferry_px_comm_t *comm, ferry_px_req_t *req, in
      * bytes itself and hold lane 0 away from its worker (ferry-bench 64 KiB x
      * 4 connections: bench/results/2026-11-29-gpu-tuner).
      */
-    if (comm->nworkers == 0 ||
-        (req->kind == FERRY_PX_SEND ? atomic_load_explicit(&req->size, memory_order_relaxed)
-                                    : atomic_load_explicit(&comm->last_size,
-                                                           memory_order_relaxed)) <=
-            comm->assist_test_max)
-        ferry_px_comm_assist(comm);
+    {
+        uint64_t size = req->kind == FERRY_PX_SEND
+                            ? atomic_load_explicit(&req->size, memory_order_relaxed)
+                            : atomic_load_explicit(&comm->last_size, memory_order_relaxed);
+
+        if (comm->nworkers == 0 || size <= comm->assist_test_max ||
+            (size <= comm->solo_max && atomic_load_explicit(&comm->solo, memory_order_relaxed)))
+            ferry_px_comm_assist(comm);
+    }
     return FERRY_OK;
 }

@@ -110,6 +110,8 @@ typedef struct ferry_px_comm {
     _Atomic int           lane_busy[FERRY_PX_MAX_LANES];
     size_t                assist_max;    /* Messages up to this size are sent by the posting thread. */
     size_t                assist_test_max; /* test() moves lane 0 for messages up to this size. */
+    size_t                solo_max;      /* ...and up to this size while the comm is alone (comm.c). */
+    _Atomic int           solo;          /* The last post found no other comm of its kind busy. */
     _Atomic uint64_t      last_size;     /* Bytes of the last message test() reported done. */
     uint64_t              spin_ns;       /* Workers keep sweeping this long after their last work... */
     _Atomic uint64_t      small_post_ns; /* ...if a small message was posted this recently. */

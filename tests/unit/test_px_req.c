@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "proxy/comm.h"
@@ -315,6 +316,47 @@ static void test_assist_policy(void **state)
     free(c);
 }
 
+/*
+ * A comm that is the only one of its kind posting (a ping-pong) has NCCL's
+ * thread move messages up to solo_max itself; as soon as another comm posts
+ * within the window (NCCL's channels), only the 32 KiB rule holds again.
+ */
+static void test_solo_assist(void **state)
+{
+    static char buf[1 << 20];
+    ferry_px_comm_t *c, *other;
+    ferry_px_req_t *r;
+    int done = 0, size = 0;
+
+    (void)state;
+    usleep(3000); /* Earlier tests' comms posted: let the window pass. */
+    other = new_counted_comm(FERRY_PX_SEND, 2);
+    c = new_counted_comm(FERRY_PX_SEND, 2);
+    c->solo_max = 256 << 10;
+    other->solo_max = 256 << 10;
+    r = ferry_px_comm_post(c, buf, 128 << 10);       /* Alone: sent at post... */
+    assert_non_null(r);
+    assert_int_equal(count_progress[0], 1);
+    assert_int_equal(ferry_px_comm_test(c, r, &done, &size), FERRY_OK);
+    assert_int_equal(count_progress[0], 2);           /* ...and helped in test(). */
+    r = ferry_px_comm_post(c, buf, 512 << 10);       /* Above solo_max: helpers. */
+    assert_int_equal(count_progress[0], 2);
+    assert_non_null(ferry_px_comm_post(other, buf, 1 << 20)); /* A second comm posts... */
+    r = ferry_px_comm_post(c, buf, 128 << 10);       /* ...so 128 KiB is bulk again. */
+    assert_int_equal(count_progress[0], 2);
+    assert_int_equal(ferry_px_comm_test(c, r, &done, &size), FERRY_OK);
+    assert_int_equal(count_progress[0], 2);
+    usleep(3000);                                     /* The other comm went quiet. */
+    r = ferry_px_comm_post(c, buf, 128 << 10);
+    assert_int_equal(count_progress[0], 3);
+    c->solo_max = 0;                                  /* NCCL_FERRY_SOLO_MAX=0: off. */
+    usleep(3000);
+    r = ferry_px_comm_post(c, buf, 128 << 10);
+    assert_int_equal(count_progress[0], 3);
+    free(other);
+    free(c);
+}
+
 static void test_state_names(void **state)
 {
     assert_string_equal(ferry_px_req_state_str(FERRY_PX_REQ_POSTED), "POSTED");
@@ -333,6 +375,7 @@ int main(void)
         cmocka_unit_test(test_comm_failure),
         cmocka_unit_test(test_fail_does_not_undo_done),
         cmocka_unit_test(test_injected_delay_and_close),
+        cmocka_unit_test(test_solo_assist),
         cmocka_unit_test(test_assist_policy),
         cmocka_unit_test(test_state_names),
     };
