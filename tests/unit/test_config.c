@@ -19,6 +19,7 @@ static const char *const vars[] = {
     "NCCL_FERRY_HELLO_TIMEOUT_MS", "NCCL_FERRY_DUMP_SIGNAL", "NCCL_FERRY_INLINE_MAX",
     "NCCL_FERRY_ASSIST_MAX", "NCCL_FERRY_TUNER", "NCCL_FERRY_TUNER_LL_BW",
     "NCCL_FERRY_TUNER_CHANNEL_BYTES", "NCCL_FERRY_ZEROCOPY", "NCCL_FERRY_ZEROCOPY_MIN",
+    "NCCL_FERRY_SOLO_MAX",
 };
 
 static int clear_env(void **state)
@@ -54,6 +55,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.zerocopy_min, 64 << 10);
     assert_int_equal(cfg.tuner_ll_bw, 1000);
     assert_int_equal(cfg.tuner_channel_bytes, 2 << 20);
+    assert_int_equal(cfg.solo_max, 256 << 10);
     assert_int_equal(cfg.src[FERRY_CFG_STREAMS], FERRY_CFG_DEFAULT);
     ferry_config_format(&cfg, line, sizeof(line));
     assert_non_null(strstr(line, "tuner=1(default)"));
@@ -76,8 +78,10 @@ static void test_env_values_and_sources(void **state)
     setenv("NCCL_FERRY_CHUNK_SIZE", "2M", 1);
     setenv("NCCL_SOCKET_MIN_TASKSIZE", "128KiB", 1);
     setenv("NCCL_FERRY_DUMP_SIGNAL", "SIGUSR2", 1);
+    setenv("NCCL_FERRY_SOLO_MAX", "0", 1);
     assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
     assert_int_equal(cfg.backend, FERRY_BACKEND_SOCKET);
+    assert_int_equal(cfg.solo_max, 0);
     assert_string_equal(cfg.socket_ifname, "^docker,lo");
     assert_int_equal(cfg.socket_family, AF_INET6);
     assert_int_equal(cfg.chunk_max, 2 << 20);
@@ -93,6 +97,7 @@ static void test_env_values_and_sources(void **state)
     assert_non_null(strstr(line, "assist_max=16384(env)"));
     assert_non_null(strstr(line, "backend=socket(env)"));
     assert_non_null(strstr(line, "ifname=^docker,lo(env)"));
+    assert_non_null(strstr(line, "solo_max=0(env)"));
 }
 
 /* NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD is honoured, product capped at 64. */
