@@ -31,33 +31,51 @@ listening() {
     grep -qi "^ *[0-9]*: [0-9A-F]*:$(printf '%04X' "$port") 00000000:0000 0A" /proc/net/tcp /proc/net/tcp6 2>/dev/null
 }
 
-# shellcheck disable=SC2086 # opts are deliberately word-split.
-timeout 60 "$tool" -d fakeib0 -p "$port" $opts >"$tmp/server.log" 2>&1 &
-spid=$!
-for _ in $(seq 100); do
-    listening && break
-    kill -0 "$spid" 2>/dev/null || break
-    sleep 0.1
-done
-# shellcheck disable=SC2086
-timeout 60 "$tool" -d fakeib0 -p "$port" $opts 127.0.0.1 >"$tmp/client.log" 2>&1
-crc=$?
-wait "$spid"
-src=$?
-spid=
-
 # A result row: "<bytes> <iterations> <n> <n> ..." with the 4th field > 0
 # (average bandwidth for *_bw, t_max for *_lat).
 result_ok() {
     awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF >= 5 && $4 + 0 > 0 { ok = 1 } END { exit !ok }' "$1"
 }
 
-fail=0
-[ "$crc" -eq 0 ] || { echo "FAIL: client exited $crc"; fail=1; }
-[ "$src" -eq 0 ] || { echo "FAIL: server exited $src"; fail=1; }
-for side in server client; do
-    grep -q "Device *: fakeib0" "$tmp/$side.log" || { echo "FAIL: $side did not use fakeib0"; fail=1; }
-    result_ok "$tmp/$side.log" || { echo "FAIL: $side printed no nonzero result row"; fail=1; }
+# One server + client run; sets fail (0/1) and prints what failed.
+run_pair() {
+    local crc src side
+    # shellcheck disable=SC2086 # opts are deliberately word-split.
+    timeout 60 "$tool" -d fakeib0 -p "$port" $opts >"$tmp/server.log" 2>&1 &
+    spid=$!
+    for _ in $(seq 100); do
+        listening && break
+        kill -0 "$spid" 2>/dev/null || break
+        sleep 0.1
+    done
+    # shellcheck disable=SC2086
+    timeout 60 "$tool" -d fakeib0 -p "$port" $opts 127.0.0.1 >"$tmp/client.log" 2>&1
+    crc=$?
+    wait "$spid"
+    src=$?
+    spid=
+    fail=0
+    [ "$crc" -eq 0 ] || { echo "FAIL: client exited $crc"; fail=1; }
+    [ "$src" -eq 0 ] || { echo "FAIL: server exited $src"; fail=1; }
+    for side in server client; do
+        grep -q "Device *: fakeib0" "$tmp/$side.log" || { echo "FAIL: $side did not use fakeib0"; fail=1; }
+        result_ok "$tmp/$side.log" || { echo "FAIL: $side printed no nonzero result row"; fail=1; }
+    done
+}
+
+# perftest times itself with the CPU's cycle counter and first checks that the
+# counter tracks wall time (r^2 >= 0.9 over a few short samples); on a loaded
+# 2-core machine that check can fail, and the tool then prints "Can't produce
+# a report" whatever the transfer did. That is perftest's clock, not the fake:
+# such a run is repeated, at most twice more. Any other failure counts.
+for attempt in 1 2 3; do
+    run_pair
+    [ "$fail" -eq 0 ] && break
+    grep -q "Correlation coefficient" "$tmp/server.log" "$tmp/client.log" || break
+    [ "$attempt" -lt 3 ] || break
+    echo "NOTE: perftest's clock calibration failed (a loaded machine); run $((attempt + 1)) of 3"
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
+           echo $((20000 + RANDOM % 20000)))
 done
 if [ "$fail" -ne 0 ]; then
     for side in server client; do
