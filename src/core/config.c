@@ -118,7 +118,7 @@ static const ferry_cfg_var_t ferry_cfg_vars[FERRY_CFG_COUNT] = {
                                     FERRY_CFG_FIELD(tuner_channel_bytes), 2 << 20, 0, 1LL << 40,
                                     "a size up to 1T (collective bytes per NCCL channel; 0 leaves channels to NCCL)"},
     [FERRY_CFG_SOLO_MAX]         = {"NCCL_FERRY_SOLO_MAX", FERRY_CFG_KIND_SIZE,
-                                    FERRY_CFG_FIELD(solo_max), 256 << 10, 0, 64 << 20,
+                                    FERRY_CFG_FIELD(solo_max), 64 << 10, 0, 64 << 20,
                                     "0..64M (while one comm is all that sends or receives in the "
                                     "process, NCCL's thread moves messages up to this itself; 0: off)"},
 };

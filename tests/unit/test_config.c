@@ -55,7 +55,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.zerocopy_min, 64 << 10);
     assert_int_equal(cfg.tuner_ll_bw, 1000);
     assert_int_equal(cfg.tuner_channel_bytes, 2 << 20);
-    assert_int_equal(cfg.solo_max, 256 << 10);
+    assert_int_equal(cfg.solo_max, 64 << 10);
     assert_int_equal(cfg.src[FERRY_CFG_STREAMS], FERRY_CFG_DEFAULT);
     ferry_config_format(&cfg, line, sizeof(line));
     assert_non_null(strstr(line, "tuner=1(default)"));
