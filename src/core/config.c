@@ -27,13 +27,16 @@ typedef enum ferry_cfg_kind {
 typedef struct ferry_cfg_var {
     const char      *name;    /* Environment variable. */
     ferry_cfg_kind_t kind;
-    size_t           offset;  /* Field in ferry_config_t. */
+    size_t           offset;  /* Field in ferry_config_t... */
+    size_t           width;   /* ...and its size: int, or 8 bytes (size_t, long long). */
     long long        def;     /* Default for numeric kinds. */
     long long        min, max;
     const char      *help;    /* What it does; quoted in errors. */
 } ferry_cfg_var_t;
 
-#define FERRY_CFG_FIELD(_f) offsetof(ferry_config_t, _f)
+#define FERRY_CFG_FIELD(_f) offsetof(ferry_config_t, _f), sizeof(((ferry_config_t *)0)->_f)
+
+_Static_assert(sizeof(size_t) == sizeof(long long), "8-byte fields hold size_t or long long");
 
 static const ferry_cfg_var_t ferry_cfg_vars[FERRY_CFG_COUNT] = {
     [FERRY_CFG_BACKEND]          = {"NCCL_FERRY_BACKEND", FERRY_CFG_KIND_BACKEND,
@@ -180,15 +183,13 @@ long long ferry_config_parse_size(const char *text)
 static void ferry_cfg_store(ferry_config_t *cfg, const ferry_cfg_var_t *var, long long value)
 {
     char *field = (char *)cfg + var->offset;
+    int narrow = (int)value;
 
-    if (var->kind == FERRY_CFG_KIND_SIZE && var->offset != FERRY_CFG_FIELD(sndbuf) &&
-        var->offset != FERRY_CFG_FIELD(rcvbuf) && var->offset != FERRY_CFG_FIELD(notsent_lowat) &&
-        var->offset != FERRY_CFG_FIELD(assist_max))
-        *(size_t *)field = (size_t)value;
-    else if (var->offset == FERRY_CFG_FIELD(assist_max))
-        *(long long *)field = value;
+    /* The range check already ran: the value fits the field, whatever its type. */
+    if (var->width == sizeof(int))
+        memcpy(field, &narrow, sizeof(narrow));
     else
-        *(int *)field = (int)value;
+        memcpy(field, &value, sizeof(value));
 }
 
 static ferry_status_t ferry_cfg_bad(const ferry_cfg_var_t *var, const char *value)

@@ -59,7 +59,10 @@ void ferry_tune_setup(ferry_tune_t *t, size_t nranks, size_t nnodes)
         snprintf(t->why, sizeof(t->why),
                  "on: LL/LL128 held to %d MB/s bus bandwidth; Simple gets one channel per "
                  "%zu bytes (at least %d)%s", s.ll_bw_mbs, t->channel_bytes,
-                 FERRY_TUNE_MIN_CHANNELS, t->channel_bytes == 0 ? " (off: NCCL_*_NCHANNELS set)" : "");
+                 FERRY_TUNE_MIN_CHANNELS,
+                 t->channel_bytes != 0 ? ""
+                 : s.channel_bytes != 0 ? " (off: NCCL_*_NCHANNELS set)"
+                                        : " (off: NCCL_FERRY_TUNER_CHANNEL_BYTES=0)");
     }
 }
 

@@ -106,7 +106,6 @@ ferry_status_t ferry_px_comm_init(ferry_px_comm_t *comm, ferry_px_req_kind_t kin
     comm->create_ns = ferry_px_now_ns();
     comm->assist_max = FERRY_PX_ASSIST_MAX;
     comm->assist_test_max = FERRY_PX_ASSIST_MAX;
-    comm->solo_max = 0;
     for (i = 0; i < FERRY_MAX_REQUESTS; i++)
         comm->reqs[i].comm = comm;
     for (i = 0; i < FERRY_PX_MAX_WORKERS; i++)

@@ -190,8 +190,9 @@ void ferry_px_comm_kick(ferry_px_comm_t *comm);
 /*
  * After a post: wake only the sleeping workers that now have something to
  * do (one per unclaimed chunk of the new message, nchunks at most; a chunk
- * left half-sent; a parked lane whose irecv may have arrived). Waking idle workers for nothing costs more CPU than
- * the message itself on small machines.
+ * left half-sent; a parked lane whose irecv may have arrived). Waking idle
+ * workers for nothing costs more CPU than the message itself on small
+ * machines.
  */
 void ferry_px_comm_kick_posted(ferry_px_comm_t *comm, uint32_t nchunks);
 /*

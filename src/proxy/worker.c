@@ -24,8 +24,6 @@
 #define FERRY_PX_POLL_TIMEOUT_MS 1000
 /* Spin only if a small message was posted within this window. */
 #define FERRY_PX_SPIN_RECENT_NS 2000000ULL
-/* Sweeps in a row with progress before the worker re-reads its wake fd. */
-#define FERRY_PX_MAX_SWEEPS 64
 
 typedef struct ferry_px_pollset {
     struct pollfd fds[FERRY_PX_MAX_LANES + 1];
@@ -59,7 +57,8 @@ static long ferry_px_worker_sweep(ferry_px_worker_t *w, const ferry_px_pollset_t
 static void ferry_px_worker_sleep(ferry_px_worker_t *w, ferry_px_pollset_t *ps)
 {
     ferry_px_comm_t *comm = w->comm;
-    uint64_t drained, held_ns;
+    uint64_t drained, held_ns, wait_ns;
+    struct timespec ts;
     int lane, fd, rc;
 
     ps->n = 0;
@@ -80,21 +79,16 @@ static void ferry_px_worker_sleep(ferry_px_worker_t *w, ferry_px_pollset_t *ps)
             ps->n++;
         }
     }
-    {
-        /* Held-back completions (inject delay) wake the worker when due. */
-        uint64_t wait_ns = ferry_px_comm_defer_next_ns(comm, w->index);
-
-        /* Take lane 0 back when NCCL's thread stops calling in. */
-        if (held_ns > 0 && held_ns < wait_ns)
-            wait_ns = held_ns;
-        struct timespec ts;
-
-        if (wait_ns > (uint64_t)FERRY_PX_POLL_TIMEOUT_MS * 1000000ULL)
-            wait_ns = (uint64_t)FERRY_PX_POLL_TIMEOUT_MS * 1000000ULL;
-        ts.tv_sec = (time_t)(wait_ns / 1000000000ULL);
-        ts.tv_nsec = (long)(wait_ns % 1000000000ULL);
-        rc = ppoll(ps->fds, (nfds_t)ps->n, &ts, NULL);
-    }
+    /* Held-back completions (inject delay) wake the worker when due... */
+    wait_ns = ferry_px_comm_defer_next_ns(comm, w->index);
+    /* ...and it takes lane 0 back when NCCL's thread stops calling in. */
+    if (held_ns > 0 && held_ns < wait_ns)
+        wait_ns = held_ns;
+    if (wait_ns > (uint64_t)FERRY_PX_POLL_TIMEOUT_MS * 1000000ULL)
+        wait_ns = (uint64_t)FERRY_PX_POLL_TIMEOUT_MS * 1000000ULL;
+    ts.tv_sec = (time_t)(wait_ns / 1000000000ULL);
+    ts.tv_nsec = (long)(wait_ns % 1000000000ULL);
+    rc = ppoll(ps->fds, (nfds_t)ps->n, &ts, NULL);
     if (rc < 0 && errno != EINTR)
         FERRY_WARN("%s comm #%u peer %s worker %d: poll failed: %s; retrying", comm->backend,
                    comm->serial, comm->peer, w->index, strerror(errno));
@@ -141,13 +135,38 @@ static void ferry_px_spin_release(void)
     atomic_fetch_sub(&ferry_px_spinners, 1);
 }
 
+/*
+ * The busy-poll window (NCCL_FERRY_SPIN_US): a reply often comes within
+ * microseconds. Only while small messages flow: bulk traffic is bound by
+ * copies, and spinning threads would take the cores those copies need.
+ * Returns 1 while the idle worker should sweep again instead of sleeping;
+ * idle_since is the start of its idle stretch (0 before the first call).
+ */
+static int ferry_px_worker_keep_spinning(const ferry_px_comm_t *comm, uint64_t *idle_since,
+                                         int *spinning)
+{
+    uint64_t now;
+
+    if (comm->spin_ns == 0)
+        return 0;
+    now = ferry_px_now_ns();
+    if (now - atomic_load_explicit(&comm->small_post_ns, memory_order_relaxed) >
+        FERRY_PX_SPIN_RECENT_NS)
+        return 0;
+    if (!*spinning && !(*spinning = ferry_px_spin_acquire()))
+        return 0; /* Every spin slot is taken: sleep. */
+    if (*idle_since == 0)
+        *idle_since = now;
+    return now - *idle_since < comm->spin_ns;
+}
+
 static void *ferry_px_worker_main(void *arg)
 {
     ferry_px_worker_t *w = arg;
     ferry_px_comm_t *comm = w->comm;
     ferry_px_pollset_t ps;
-    int sweeps = 0, have_poll = 0;
-    uint64_t last_work_ns = 0; /* Start of the current idle stretch, 0 when busy. */
+    int have_poll = 0;
+    uint64_t idle_since = 0; /* Start of the current idle stretch, 0 when busy. */
     int spinning = 0;          /* Holds one of the process' spin slots. */
     char name[16];
 
@@ -165,37 +184,15 @@ static void *ferry_px_worker_main(void *arg)
 
         have_poll = 0;
         if (work > 0) {
-            last_work_ns = 0;
-            if (++sweeps < FERRY_PX_MAX_SWEEPS)
-                continue;
-            sweeps = 0;
+            idle_since = 0;
             continue;
         }
-        sweeps = 0;
-        /*
-         * The busy-poll window: a reply often comes within microseconds. Only
-         * while small messages flow: bulk traffic is bound by copies, and
-         * spinning threads would take the cores those copies need.
-         */
-        if (comm->spin_ns > 0) {
-            uint64_t now = ferry_px_now_ns();
-
-            if (now - atomic_load_explicit(&comm->small_post_ns, memory_order_relaxed) >
-                FERRY_PX_SPIN_RECENT_NS)
-                last_work_ns = now - comm->spin_ns; /* No recent small message: sleep now. */
-            if (last_work_ns == 0) {
-                last_work_ns = now;
-                /* Without a spin slot the worker sleeps at once. */
-                if (!spinning && !(spinning = ferry_px_spin_acquire()))
-                    last_work_ns = now - comm->spin_ns;
-            }
-            if (now - last_work_ns < comm->spin_ns)
-                continue;
-        }
+        if (ferry_px_worker_keep_spinning(comm, &idle_since, &spinning))
+            continue;
         if (spinning)
             ferry_px_spin_release();
         spinning = 0;
-        last_work_ns = 0;
+        idle_since = 0;
         /* Announce the sleep, then look again: a post in between bumped kick_gen. */
         atomic_store(&w->sleeping, 1);
         if (atomic_load(&comm->kick_gen) != gen || atomic_load(&comm->stop)) {

@@ -35,14 +35,14 @@ typedef struct ferry_sock_state {
 
 extern ferry_sock_state_t ferry_sock_state;
 
-/*
- * One TCP stream. Fields are touched by whoever holds the lane (its helper
- * thread, or NCCL's thread assisting, see ferry_px_comm_progress_lane);
- * the two a sleeping worker reads without holding it are atomics.
- */
 /* Zerocopy chunks a lane may have waiting for the kernel's release; then it copies. */
 #define FERRY_SOCK_ZC_WAIT 16
 
+/*
+ * One TCP stream. Fields are touched by whoever holds the lane (its helper
+ * thread, or NCCL's thread assisting, see ferry_px_comm_progress_lane);
+ * the ones a sleeping worker reads without holding it are atomics.
+ */
 typedef struct ferry_sock_lane {
     int                    fd;
     _Atomic int            closed;    /* Peer closed this stream (EOF seen); read by wants(). */

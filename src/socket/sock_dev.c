@@ -13,15 +13,30 @@
 
 ferry_sock_state_t ferry_sock_state;
 
-static int ferry_sock_dev_is_loopback(const char *ifname);
+/* IFF_LOOPBACK, whatever the interface is called. */
+static int ferry_sock_dev_is_loopback(const char *ifname)
+{
+    struct ifreq ifr;
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), lo = 0;
+
+    if (fd < 0)
+        return 0;
+    memset(&ifr, 0, sizeof(ifr));
+    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", ifname);
+    if (ioctl(fd, SIOCGIFFLAGS, &ifr) == 0)
+        lo = (ifr.ifr_flags & IFF_LOOPBACK) != 0;
+    close(fd);
+    return lo;
+}
 
 /*
  * Speed in Mbps: NCCL_FERRY_SPEED_MBPS, else /sys/class/net/<if>/speed.
  * Loopback has no wire: it moves at memory speed (the 16-core GPU machine's
- * loopback TCP moved 11-15 GB/s each way at once). NCCL sizes its channels
- * from this number, and only 400 Gbps or more makes it open 4 channels
- * instead of 2 (+37-45 % at 16 MiB and up: bench/results/2026-11-29-gpu-tuner).
- * A fast link also makes NCCL's cost model pick LL up to 1 MiB, where LL over
+ * loopback TCP moved 19-21 GB/s each way at once, bench/duplex.sh). NCCL
+ * sizes its channels from this number, and only 400 Gbps or more makes it
+ * open 4 channels instead of 2 (+37-45 % at 16 MiB and up:
+ * bench/results/2026-11-29-gpu-tuner). A fast link also makes NCCL's cost
+ * model pick LL up to 1 MiB, where LL over
  * a host-staged path runs at 0.3x Simple; the bundled tuner (core/tune.h)
  * corrects that. Without the tuner (NCCL_FERRY_TUNER=0, or another tuner
  * named in NCCL_TUNER_PLUGIN) loopback says 100 Gbps: 2 channels, and NCCL's
@@ -31,7 +46,7 @@ static int ferry_sock_dev_speed(const char *ifname, int configured, int tuner)
 {
     char path[PATH_MAX];
     FILE *f;
-    int speed = -1;
+    int speed = -1, loopback;
 
     if (configured > 0)
         return configured;
@@ -44,10 +59,11 @@ static int ferry_sock_dev_speed(const char *ifname, int configured, int tuner)
     }
     if (speed > 0)
         return speed;
-    speed = !ferry_sock_dev_is_loopback(ifname) ? 10000 : tuner ? 400000 : 100000;
+    loopback = ferry_sock_dev_is_loopback(ifname);
+    speed = !loopback ? 10000 : tuner ? 400000 : 100000;
     FERRY_INFO(FERRY_LOG_NET, "%s has no link speed in sysfs; reporting %d Mbps%s "
                "(NCCL_FERRY_SPEED_MBPS overrides)", ifname, speed,
-               ferry_sock_dev_is_loopback(ifname) && !tuner ? " (ferry's tuner is off)" : "");
+               loopback && !tuner ? " (ferry's tuner is off)" : "");
     return speed;
 }
 
@@ -129,20 +145,6 @@ static void ferry_sock_dev_placement(ferry_sock_dev_t *d)
     d->has_cpus = CPU_COUNT(&d->cpus) > 0;
 }
 
-static int ferry_sock_dev_is_loopback(const char *ifname)
-{
-    struct ifreq ifr;
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), lo = 0;
-
-    if (fd < 0)
-        return 0;
-    memset(&ifr, 0, sizeof(ifr));
-    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", ifname);
-    if (ioctl(fd, SIOCGIFFLAGS, &ifr) == 0)
-        lo = (ifr.ifr_flags & IFF_LOOPBACK) != 0;
-    close(fd);
-    return lo;
-}
 
 ferry_status_t ferry_sock_init(const ferry_config_t *cfg)
 {
