@@ -20,7 +20,11 @@ fnb_config_env() {
     socket-default) echo "NCCL_NET_PLUGIN=none NCCL_NET=Socket" ;;
     socket-1x1) echo "NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_SOCKET_NTHREADS=1 NCCL_NSOCKS_PERTHREAD=1" ;;
     socket-2x2) echo "NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_SOCKET_NTHREADS=2 NCCL_NSOCKS_PERTHREAD=2" ;;
-    *) echo "NCCL_NET_PLUGIN=$FNB_PLUGIN NCCL_NET=ferry ${FNB_VARIANT_ENV[$1]//,/ }" ;;
+    # A variant may name its own plugin build (NCCL_NET_PLUGIN=/path/old.so): A/B of two builds.
+    *) case ",${FNB_VARIANT_ENV[$1]}" in
+         *,NCCL_NET_PLUGIN=*) echo "NCCL_NET=ferry ${FNB_VARIANT_ENV[$1]//,/ }" ;;
+         *) echo "NCCL_NET_PLUGIN=$FNB_PLUGIN NCCL_NET=ferry ${FNB_VARIANT_ENV[$1]//,/ }" ;;
+       esac ;;
   esac
 }
 

@@ -134,6 +134,18 @@ check pcie_load_bad 2 "$WORK/build-gpu/nccl-bench/pcie_load" --rate -1
 check loaded_ceiling 0 env NCCL_SOCKET_IFNAME=lo "$HERE/../loaded_ceiling.sh" --reps 1 --time 0.2 --rate 0.5 "$WORK/lc"
 check loaded_ceiling_report 0 grep -q '^# loopback TCP ceiling with the job.s PCIe traffic: raw [0-9.]* GB/s' "$WORK/lc/loaded_ceiling.md"
 # cpuload.sh against the mock: both configurations run and get their section.
+# mpirun_ab.sh against the mock mpirun and all_reduce_perf: proof, rows, a variant
+# naming its own plugin build, and a wrong element failing the run.
+check mpirun_ab 0 "$HERE/../mpirun_ab.sh" --tests "$HERE/mock_all_reduce_perf" --reps 2 \
+      --configs ferry,socket-default --variant old:NCCL_NET_PLUGIN=/nonexistent/old.so "$WORK/mab"
+expect mpirun_ab '^| 256 MiB | 2.00 | 1.00 | - | 2.00 | - |'
+check mpirun_ab_proof 0 grep -q '^proof passed' "$WORK/mab/proof-mpirun.txt"
+check mpirun_ab_bindings 0 grep -q 'rank 1 bound to' "$WORK/mab/bindings.txt"
+check mpirun_ab_plugin 0 grep -q '^# plugin=/nonexistent/old.so$' "$WORK/mab/logs/mpirun-rep2-old.log"
+check mpirun_ab_own_plugin 0 grep -q "^# plugin=$FNB_BUILD/libnccl-net-ferry.so\$" "$WORK/mab/logs/mpirun-rep1-ferry.log"
+check mpirun_ab_wrong 1 env MOCK_WRONG=1 "$HERE/../mpirun_ab.sh" --tests "$HERE/mock_all_reduce_perf" \
+      --reps 1 --configs socket-default "$WORK/mab2"
+check mpirun_ab_no_tests 2 "$HERE/../mpirun_ab.sh" --tests /nonexistent/all_reduce_perf
 check cpuload 0 "$HERE/../cpuload.sh" --size 4K --iters 2 --settle 1 "$WORK/cpu"
 check cpuload_report 0 grep -q '^## socket-2x2 (exit 0)' "$WORK/cpu/cpuload.md"
 

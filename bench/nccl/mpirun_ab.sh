@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# mpirun_ab.sh: nccl-tests under mpirun (which binds each rank to one core by
+# default) through ferry and NCCL's Socket, interleaved, medians and ratios.
+#
+#   bench/nccl/mpirun_ab.sh --tests PATH/all_reduce_perf [--reps N]
+#                           [--configs ferry,socket-default,socket-2x2]
+#                           [--variant LABEL:VAR=V[,VAR=V...]]... [--bind core|none]
+#                           [--args "nccl-tests options"] [OUTDIR]
+#
+# nccl-tests is not part of ferry: build it yourself (bench/nccl/README.md,
+# "nccl-tests through ferry") and pass its all_reduce_perf. Two ranks on GPU 0,
+# each its own NCCL_HOSTID (so every channel goes through the network
+# transport), under MPS, NCCL_SOCKET_IFNAME=lo, NCCL_NVLS_ENABLE=0. Each
+# repetition runs every configuration once (A B C A B C); --variant adds a
+# ferry configuration with extra variables. --bind core (default) keeps
+# mpirun's own binding, one core per rank; none lets the ranks run anywhere.
+# First a proof run (NCCL_DEBUG=INFO) that ferry carried every channel.
+# Output in OUTDIR (default $OUT, else bench/results/<date>-gpu): raw-mpirun.csv
+# (compare.sh's columns), runs.tsv, proof-mpirun.txt, bindings.txt,
+# summary.md/.csv (summarize.py), logs/. Exit 0 only if every run passed with
+# no wrong element.
+set -uo pipefail
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+TESTS=
+REPS=3
+CONFIGS=ferry,socket-default,socket-2x2
+BIND=core
+ARGS="-b 4K -e 256M -f 4 -g 1 -w 5 -n 20"
+OUTDIR_ARG=
+VARIANTS=()
+
+usage() { sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
+while [ $# -gt 0 ]; do
+  case $1 in
+    --tests) TESTS=$2; shift ;;
+    --reps) REPS=$2; shift ;;
+    --configs) CONFIGS=$2; shift ;;
+    --variant) VARIANTS+=("${2%%:*}"); FNB_VARIANT_ENV[${2%%:*}]=${2#*:}; shift ;;
+    --bind) BIND=$2; shift ;;
+    --args) ARGS=$2; shift ;;
+    -h|--help) usage; exit 0 ;;
+    -*) usage >&2; exit 2 ;;
+    *) OUTDIR_ARG=$1 ;;
+  esac
+  shift
+done
+
+[ -x "$TESTS" ] || { echo "mpirun_ab.sh: --tests must name a built all_reduce_perf (got '$TESTS')" >&2; exit 2; }
+case $REPS in ''|*[!0-9]*) echo "mpirun_ab.sh: --reps needs a number" >&2; exit 2 ;; esac
+case $BIND in core|none) ;; *) echo "mpirun_ab.sh: --bind is core or none" >&2; exit 2 ;; esac
+command -v mpirun >/dev/null || { echo "mpirun_ab.sh: mpirun not found" >&2; exit 2; }
+
+OUTDIR=$(fnb_outdir "$OUTDIR_ARG")
+IFS=, read -r -a CFG_LIST <<<"$CONFIGS"
+CFG_LIST+=("${VARIANTS[@]}")
+fnb_build_ferry "$OUTDIR/logs/build-ferry.log" || exit 1
+fnb_mps_start || exit 1
+trap fnb_mps_stop EXIT
+
+# Each rank its own host identity; every rank on GPU 0.
+WRAP=$OUTDIR/logs/rank.sh
+printf '#!/bin/bash\nexport NCCL_HOSTID=host$OMPI_COMM_WORLD_RANK NCCL_TESTS_DEVICE=0\nexec "$@"\n' >"$WRAP"
+chmod +x "$WRAP"
+
+# mpirun_ab_run CONFIG LOG [extra NAME=value...]: one nccl-tests run, bounded in time.
+mpirun_ab_run() {
+  local config=$1 log=$2 kv xs=() bind=()
+  shift 2
+  # shellcheck disable=SC2046 # fnb_config_env prints NAME=value words
+  for kv in $(fnb_config_env "$config") NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0 \
+            CUDA_MPS_PIPE_DIRECTORY="$CUDA_MPS_PIPE_DIRECTORY" "$@"; do
+    xs+=(-x "$kv")
+  done
+  [ "$BIND" = none ] && bind=(--bind-to none)
+  # shellcheck disable=SC2086 # ARGS is a list of nccl-tests options
+  timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 --report-bindings "${bind[@]}" \
+    "${xs[@]}" "$WRAP" "$TESTS" $ARGS >"$log" 2>&1
+}
+
+# nccl-tests rows (out-of-place columns) to compare.sh's CSV columns.
+mpirun_ab_rows() {
+  local log=$1 label=$2 version net
+  version=$(sed -n 's/.*nccl-library=\([0-9]*\).*/\1/p' "$log" | head -1)
+  [ -n "$version" ] && version="$((version / 10000)).$((version / 100 % 100)).$((version % 100))"
+  case $label in socket-*) net=Socket ;; *) net=ferry ;; esac
+  awk -v label="$label" -v ver="${version:-?}" -v net="$net" '
+    $1 ~ /^[0-9]+$/ && NF >= 13 && $3 ~ /^(float|half|double|int|int32|bfloat16)$/ {
+      printf "all_reduce,%s,%s,%s,%s,%s,%s,%s,0,2,%s,%s,%s\n", $1, $2, $3, $6, $7, $8, $9, ver, net, label
+    }' "$log"
+}
+
+fnb_log "proof: ferry, NCCL_DEBUG=INFO"
+proof_log=$OUTDIR/logs/proof.log
+mpirun_ab_run ferry "$proof_log" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,TUNING
+proof_rc=$?
+{
+  echo "# proof run exit $proof_rc"
+  if fnb_proof_check "$proof_log"; then echo "proof passed"; else echo "proof FAILED"; proof_rc=1; fi
+  fnb_proof_excerpt "$proof_log"
+} >"$OUTDIR/proof-mpirun.txt"
+grep -E 'bound to|not bound' "$proof_log" >"$OUTDIR/bindings.txt"
+cat "$OUTDIR/proof-mpirun.txt" >&2
+
+echo "op,size_bytes,count,type,time_us,algbw_gbps,busbw_gbps,wrong,iters,nranks,nccl_version,nccl_net,label" \
+  >"$OUTDIR/raw-mpirun.csv"
+printf 'build\trep\tconfig\texit\tseconds\n' >"$OUTDIR/runs.tsv"
+failed=$proof_rc
+for rep in $(seq "$REPS"); do
+  for config in "${CFG_LIST[@]}"; do
+    log=$OUTDIR/logs/mpirun-rep$rep-$config.log
+    start=$SECONDS
+    mpirun_ab_run "$config" "$log"
+    rc=$?
+    rows=$(mpirun_ab_rows "$log" "$config")
+    [ -n "$rows" ] || { [ $rc -ne 0 ] || rc=99; }
+    # Any wrong element (either column) fails the run.
+    awk '$1 ~ /^[0-9]+$/ && NF >= 13 && ($9 != 0 || $13 != 0) { bad = 1 } END { exit bad }' "$log" || rc=98
+    [ -n "$rows" ] && echo "$rows" >>"$OUTDIR/raw-mpirun.csv"
+    printf 'mpirun\t%s\t%s\t%s\t%s\n' "$rep" "$config" "$rc" "$((SECONDS - start))" >>"$OUTDIR/runs.tsv"
+    fnb_log "rep $rep $config: exit $rc, $((SECONDS - start)) s"
+    [ $rc -eq 0 ] || failed=1
+  done
+done
+python3 "$FNB_DIR/summarize.py" "$OUTDIR" >/dev/null || failed=1
+sed -n '1,200p' "$OUTDIR/summary.md"
+exit $failed
