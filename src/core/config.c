@@ -286,6 +286,17 @@ static void ferry_cfg_derive_lanes(ferry_config_t *cfg)
             cfg->threads = cfg->streams < FERRY_MAX_THREADS ? cfg->streams : FERRY_MAX_THREADS;
         cfg->src[FERRY_CFG_THREADS] = FERRY_CFG_DERIVED;
     }
+    /*
+     * NCCL's thread moving every stream itself gains nothing from several:
+     * each is one more socket to poll per call and one more buffer to keep
+     * warm. nccl-tests under mpirun (one core per rank, 2 channels): one
+     * stream 1.00-1.12x four at every size, 1.06-1.10x from 4 MiB up
+     * (bench/results/2026-11-29-gpu-onecore, run2).
+     */
+    if (cfg->threads == 0 && cfg->src[FERRY_CFG_STREAMS] == FERRY_CFG_DEFAULT) {
+        cfg->streams = 1;
+        cfg->src[FERRY_CFG_STREAMS] = FERRY_CFG_DERIVED;
+    }
     if (cfg->threads > cfg->streams)
         cfg->threads = cfg->streams;
 }

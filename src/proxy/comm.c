@@ -422,17 +422,10 @@ static ferry_status_t ferry_px_comm_test_failed(ferry_px_comm_t *comm, ferry_px_
     return status;
 }
 
-ferry_status_t ferry_px_comm_test(ferry_px_comm_t *comm, ferry_px_req_t *req, int *done_p,
-                                  int *sizes)
+/* A finished request: hand its result to the caller and free its slot. */
+static ferry_status_t ferry_px_comm_reap(ferry_px_comm_t *comm, ferry_px_req_t *req, int state,
+                                         int *done_p, int *sizes)
 {
-    /*
-     * Read the failure before the state: a comm fails only when no more data
-     * can arrive, so a request not DONE after that point never will be.
-     */
-    int failed = atomic_load_explicit(&comm->failed, memory_order_acquire);
-    int state = atomic_load_explicit(&req->state, memory_order_acquire);
-
-    *done_p = 0;
     if (state == FERRY_PX_REQ_DONE) {
         assert(ferry_px_req_check(req));
         uint64_t size = atomic_load_explicit(&req->size, memory_order_relaxed);
@@ -446,34 +439,63 @@ ferry_status_t ferry_px_comm_test(ferry_px_comm_t *comm, ferry_px_req_t *req, in
         atomic_store_explicit(&req->state, FERRY_PX_REQ_FREE, memory_order_release);
         return FERRY_OK;
     }
-    if (state == FERRY_PX_REQ_ERROR) {
-        /* The lane that detected it already logged the cause with peer and sizes. */
+    /* FERRY_PX_REQ_ERROR: the lane that detected it already logged the cause. */
+    {
         ferry_status_t status = req->status;
 
         atomic_store_explicit(&req->state, FERRY_PX_REQ_FREE, memory_order_release);
         return status;
     }
+}
+
+/*
+ * NCCL's thread lends a hand only where a wake-up would be a visible share of
+ * the message time: small messages (a receive goes by the size of the last
+ * one, its posted size is only an upper bound), a comm alone (ping-pong), or
+ * every message when there are no helpers. On bulk traffic the thread that
+ * serves every channel would otherwise move a quarter of all bytes itself
+ * and hold lane 0 away from its worker (ferry-bench 64 KiB x 4 connections:
+ * bench/results/2026-11-29-gpu-tuner).
+ */
+static int ferry_px_comm_test_assists(ferry_px_comm_t *comm, const ferry_px_req_t *req)
+{
+    uint64_t size = req->kind == FERRY_PX_SEND
+                        ? atomic_load_explicit(&req->size, memory_order_relaxed)
+                        : atomic_load_explicit(&comm->last_size, memory_order_relaxed);
+
+    return comm->nworkers == 0 || size <= comm->assist_test_max ||
+           (size <= comm->solo_max && atomic_load_explicit(&comm->solo, memory_order_relaxed));
+}
+
+ferry_status_t ferry_px_comm_test(ferry_px_comm_t *comm, ferry_px_req_t *req, int *done_p,
+                                  int *sizes)
+{
+    /*
+     * Read the failure before the state: a comm fails only when no more data
+     * can arrive, so a request not DONE after that point never will be.
+     */
+    int failed = atomic_load_explicit(&comm->failed, memory_order_acquire);
+    int state = atomic_load_explicit(&req->state, memory_order_acquire);
+
+    *done_p = 0;
+    if (state == FERRY_PX_REQ_DONE || state == FERRY_PX_REQ_ERROR)
+        return ferry_px_comm_reap(comm, req, state, done_p, sizes);
     if (state == FERRY_PX_REQ_FREE)
         return FERRY_ERR_INVALID;
     /* All bytes are in; only the (delayed) completion is outstanding: not a failure. */
     if (failed != 0 && !ferry_px_req_all_moved(req))
         return ferry_px_comm_test_failed(comm, req, (ferry_status_t)failed);
+    if (!ferry_px_comm_test_assists(comm, req))
+        return FERRY_OK;
+    ferry_px_comm_assist(comm);
     /*
-     * NCCL's thread lends a hand only where a wake-up would be a visible share
-     * of the message time: small messages (a receive goes by the size of the
-     * last one, its posted size is only an upper bound). On bulk traffic the
-     * thread that serves every channel would otherwise move a quarter of all
-     * bytes itself and hold lane 0 away from its worker (ferry-bench 64 KiB x
-     * 4 connections: bench/results/2026-11-29-gpu-tuner).
+     * What the assist finished is reported now, not on NCCL's next call: its
+     * proxy thread yields the CPU after a round without progress, and on a
+     * one-core rank the next call then waits for the rank's spinning main
+     * thread to give the core back.
      */
-    {
-        uint64_t size = req->kind == FERRY_PX_SEND
-                            ? atomic_load_explicit(&req->size, memory_order_relaxed)
-                            : atomic_load_explicit(&comm->last_size, memory_order_relaxed);
-
-        if (comm->nworkers == 0 || size <= comm->assist_test_max ||
-            (size <= comm->solo_max && atomic_load_explicit(&comm->solo, memory_order_relaxed)))
-            ferry_px_comm_assist(comm);
-    }
+    state = atomic_load_explicit(&req->state, memory_order_acquire);
+    if (state == FERRY_PX_REQ_DONE || state == FERRY_PX_REQ_ERROR)
+        return ferry_px_comm_reap(comm, req, state, done_p, sizes);
     return FERRY_OK;
 }

@@ -40,9 +40,15 @@ static int ferry_sock_dev_is_loopback(const char *ifname)
  * a host-staged path runs at 0.3x Simple; the bundled tuner (core/tune.h)
  * corrects that. Without the tuner (NCCL_FERRY_TUNER=0, or another tuner
  * named in NCCL_TUNER_PLUGIN) loopback says 100 Gbps: 2 channels, and NCCL's
- * own choices stay sound. Other interfaces without a speed get NCCL's 10 Gbps.
+ * own choices stay sound. So does a process without helper threads (bound to
+ * one CPU, or NCCL_FERRY_THREADS=0): one thread, NCCL's, copies every byte,
+ * and two more channels only add messages to it (nccl-tests under mpirun,
+ * 2 channels 1.05-1.13x 4 at 16-256 MiB: bench/results/2026-11-29-gpu-onecore).
+ * NCCL agrees the channel count across ranks at init, so ranks bound
+ * differently still run alike. Other interfaces without a speed get NCCL's
+ * 10 Gbps.
  */
-static int ferry_sock_dev_speed(const char *ifname, int configured, int tuner)
+static int ferry_sock_dev_speed(const char *ifname, int configured, int fast)
 {
     char path[PATH_MAX];
     FILE *f;
@@ -60,10 +66,10 @@ static int ferry_sock_dev_speed(const char *ifname, int configured, int tuner)
     if (speed > 0)
         return speed;
     loopback = ferry_sock_dev_is_loopback(ifname);
-    speed = !loopback ? 10000 : tuner ? 400000 : 100000;
+    speed = !loopback ? 10000 : fast ? 400000 : 100000;
     FERRY_INFO(FERRY_LOG_NET, "%s has no link speed in sysfs; reporting %d Mbps%s "
                "(NCCL_FERRY_SPEED_MBPS overrides)", ifname, speed,
-               loopback && !tuner ? " (ferry's tuner is off)" : "");
+               loopback && !fast ? " (ferry's tuner is off, or no helper threads)" : "");
     return speed;
 }
 
@@ -170,7 +176,7 @@ ferry_status_t ferry_sock_init(const ferry_config_t *cfg)
 
         d->ifc = ifs[i];
         d->speed_mbps = ferry_sock_dev_speed(d->ifc.name, cfg->speed_mbps,
-                                              ferry_sock_dev_tuner_on(cfg));
+                                              ferry_sock_dev_tuner_on(cfg) && cfg->threads > 0);
         ferry_sock_dev_pci_path(d->ifc.name, d->pci_path, sizeof(d->pci_path));
         ferry_sock_dev_placement(d);
         ferry_sock_addr_str((const struct sockaddr *)&d->ifc.addr, d->addr_str,

@@ -127,7 +127,10 @@ static void config_backend_socket(const char *path)
     config_close(&p);
 }
 
-/* Loopback's reported speed follows the tuner: 400 Gbps with it, 100 Gbps without. */
+/*
+ * Loopback's reported speed: 400 Gbps with ferry's tuner and helper threads,
+ * 100 Gbps without either.
+ */
 static void config_lo_speed(const char *path, int want)
 {
     ncclNetProperties_v11_t props;
@@ -378,8 +381,13 @@ static const config_case_t config_cases[] = {
     { "backend-bogus",  { "NCCL_FERRY_BACKEND=bogus" },             config_backend_bogus },
     { "backend-socket", { "NCCL_FERRY_BACKEND=socket" },            config_backend_socket },
     { "no-interface",   { "NCCL_SOCKET_IFNAME=ferrynoif0" },        config_no_interface },
-    { "lo-speed-tuner", { "NCCL_SOCKET_IFNAME=lo", "NCCL_FERRY_TUNER=", "NCCL_TUNER_PLUGIN=" },
+    { "lo-speed-tuner", { "NCCL_SOCKET_IFNAME=lo", "NCCL_FERRY_TUNER=", "NCCL_TUNER_PLUGIN=",
+                          "NCCL_FERRY_THREADS=" },
                         config_lo_speed_tuner },
+    /* NCCL's thread copies every byte: 2 channels serve it better than 4. */
+    { "lo-speed-no-helpers", { "NCCL_SOCKET_IFNAME=lo", "NCCL_FERRY_TUNER=", "NCCL_TUNER_PLUGIN=",
+                               "NCCL_FERRY_THREADS=0" },
+                        config_lo_speed_no_tuner },
     { "lo-speed-tuner-off", { "NCCL_SOCKET_IFNAME=lo", "NCCL_FERRY_TUNER=0" },
                         config_lo_speed_no_tuner },
     { "lo-speed-other-tuner", { "NCCL_SOCKET_IFNAME=lo", "NCCL_TUNER_PLUGIN=none" },

@@ -153,7 +153,10 @@ static void expect_bad(const char *name, const char *value)
     assert_int_equal(ferry_config_load(&cfg), FERRY_ERR_USAGE);
 }
 
-/* A process bound to one CPU: no helper threads; the streams stay as configured. */
+/*
+ * A process bound to one CPU: no helper threads, and one stream unless the
+ * user asked for more (NCCL's thread polls every stream on every call).
+ */
 static void test_one_cpu(void **state)
 {
     ferry_config_t cfg;
@@ -167,7 +170,8 @@ static void test_one_cpu(void **state)
     assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
     assert_int_equal(cfg.threads, 0);
     assert_int_equal(cfg.src[FERRY_CFG_THREADS], FERRY_CFG_DERIVED);
-    assert_int_equal(cfg.streams, 4);
+    assert_int_equal(cfg.streams, 1);
+    assert_int_equal(cfg.src[FERRY_CFG_STREAMS], FERRY_CFG_DERIVED);
     setenv("NCCL_FERRY_STREAMS", "2", 1);
     assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
     assert_int_equal(cfg.threads, 0);

@@ -262,6 +262,53 @@ static ferry_px_comm_t *new_counted_comm(ferry_px_req_kind_t kind, int nworkers)
     return c;
 }
 
+/* A receive lane that delivers message seq 0 (1 MiB, one chunk) once the "peer" has sent it. */
+static int arrive_ready;
+static long arrive_progress_fn(ferry_px_comm_t *comm, int lane, short revents)
+{
+    ferry_px_req_t *r;
+
+    (void)revents;
+    if (lane != 0 || !arrive_ready || (r = ferry_px_comm_match(comm, 0)) == NULL)
+        return 0;
+    arrive_ready = 0;
+    assert_int_equal(ferry_px_req_learn(r, 1 << 20, 1), FERRY_OK);
+    ferry_px_req_chunk_start(r);
+    ferry_px_req_progress(r, 1 << 20);
+    ferry_px_comm_chunk_finish(comm, lane, r);
+    return 1 << 20;
+}
+static const ferry_px_lane_ops_t arrive_ops = {.progress = arrive_progress_fn,
+                                               .wants = fake_wants};
+
+/*
+ * A test() whose assist finishes the request says so in that same call:
+ * NCCL's proxy thread yields the CPU after a round that reported nothing, so
+ * a completion held back to the next call costs a one-core rank its wait for
+ * the core.
+ */
+static void test_assist_completes_in_same_test(void **state)
+{
+    static char buf[1 << 20];
+    ferry_px_comm_t *c = calloc(1, sizeof(*c));
+    ferry_px_req_t *r;
+    int done = 0, size = 0;
+
+    (void)state;
+    assert_int_equal(ferry_px_comm_init(c, FERRY_PX_RECV, "test", "10.0.0.2:1234", 1, 0,
+                                        64 << 10, 1 << 20, &arrive_ops), FERRY_OK);
+    arrive_ready = 0;
+    r = ferry_px_comm_post(c, buf, sizeof(buf));
+    assert_int_equal(ferry_px_comm_test(c, r, &done, &size), FERRY_OK);
+    assert_int_equal(done, 0); /* Nothing has arrived. */
+    arrive_ready = 1;
+    assert_int_equal(ferry_px_comm_test(c, r, &done, &size), FERRY_OK);
+    assert_int_equal(done, 1);
+    assert_int_equal(size, 1 << 20);
+    assert_int_equal(atomic_load(&r->state), FERRY_PX_REQ_FREE);
+    free(c);
+}
+
 /*
  * NCCL's thread moves stream 0 itself only for small messages (isend posts
  * up to assist_max, test() up to assist_test_max; a receive goes by the last
@@ -377,6 +424,7 @@ int main(void)
         cmocka_unit_test(test_injected_delay_and_close),
         cmocka_unit_test(test_solo_assist),
         cmocka_unit_test(test_assist_policy),
+        cmocka_unit_test(test_assist_completes_in_same_test),
         cmocka_unit_test(test_state_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
