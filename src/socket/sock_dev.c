@@ -48,7 +48,7 @@ static int ferry_sock_dev_is_loopback(const char *ifname)
  * differently still run alike. Other interfaces without a speed get NCCL's
  * 10 Gbps.
  */
-static int ferry_sock_dev_speed(const char *ifname, int configured, int fast)
+static int ferry_sock_dev_speed(const char *ifname, int configured, const char *slow_why)
 {
     char path[PATH_MAX];
     FILE *f;
@@ -66,10 +66,11 @@ static int ferry_sock_dev_speed(const char *ifname, int configured, int fast)
     if (speed > 0)
         return speed;
     loopback = ferry_sock_dev_is_loopback(ifname);
-    speed = !loopback ? 10000 : fast ? 400000 : 100000;
-    FERRY_INFO(FERRY_LOG_NET, "%s has no link speed in sysfs; reporting %d Mbps%s "
+    speed = !loopback ? 10000 : slow_why == NULL ? 400000 : 100000;
+    FERRY_INFO(FERRY_LOG_NET, "%s has no link speed in sysfs; reporting %d Mbps%s%s%s "
                "(NCCL_FERRY_SPEED_MBPS overrides)", ifname, speed,
-               loopback && !fast ? " (ferry's tuner is off, or no helper threads)" : "");
+               loopback && slow_why != NULL ? " (" : "", loopback && slow_why != NULL ? slow_why : "",
+               loopback && slow_why != NULL ? ")" : "");
     return speed;
 }
 
@@ -175,8 +176,11 @@ ferry_status_t ferry_sock_init(const ferry_config_t *cfg)
         ferry_sock_dev_t *d = &ferry_sock_state.devs[i];
 
         d->ifc = ifs[i];
-        d->speed_mbps = ferry_sock_dev_speed(d->ifc.name, cfg->speed_mbps,
-                                              ferry_sock_dev_tuner_on(cfg) && cfg->threads > 0);
+        d->speed_mbps = ferry_sock_dev_speed(
+            d->ifc.name, cfg->speed_mbps,
+            !ferry_sock_dev_tuner_on(cfg) ? "ferry's tuner is off"
+            : cfg->threads == 0 ? "no helper threads: 2 NCCL channels suit NCCL's one copying thread"
+                                : NULL);
         ferry_sock_dev_pci_path(d->ifc.name, d->pci_path, sizeof(d->pci_path));
         ferry_sock_dev_placement(d);
         ferry_sock_addr_str((const struct sockaddr *)&d->ifc.addr, d->addr_str,
