@@ -258,6 +258,7 @@ static void ferry_cfg_derive_lanes(ferry_config_t *cfg)
 {
     int nt = cfg->socket_nthreads, ns = cfg->nsocks_perthread;
     cpu_set_t set;
+    int one_cpu = sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) == 1;
 
     if (cfg->src[FERRY_CFG_STREAMS] == FERRY_CFG_DEFAULT && (nt > 0 || ns > 0)) {
         if (nt == 0)
@@ -277,10 +278,11 @@ static void ferry_cfg_derive_lanes(ferry_config_t *cfg)
         /*
          * A process bound to one CPU (mpirun binds each rank to a core by
          * default) has no core for helper threads: NCCL's own thread then
-         * moves every stream, as NCCL's socket transport does. Measured on
-         * the GPU machine: 4.7 ms per 4 KiB all_reduce with helpers on one core.
+         * moves every stream, as NCCL's socket transport does. Helpers on
+         * that core took turns with it: 0.75-0.94x at every size under
+         * mpirun (bench/results/2026-11-29-gpu-onecore, run1).
          */
-        if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) == 1)
+        if (one_cpu)
             cfg->threads = 0;
         else
             cfg->threads = cfg->streams < FERRY_MAX_THREADS ? cfg->streams : FERRY_MAX_THREADS;
@@ -299,6 +301,13 @@ static void ferry_cfg_derive_lanes(ferry_config_t *cfg)
     }
     if (cfg->threads > cfg->streams)
         cfg->threads = cfg->streams;
+    if (one_cpu && cfg->threads > 0)
+        FERRY_WARN("%d helper threads per connection (%s) in a process bound to one CPU: they "
+                   "take turns with NCCL's own thread for that CPU (0.75-0.94x measured under "
+                   "mpirun); unset it, or give each rank more CPUs (mpirun --bind-to none, or "
+                   "--map-by slot:PE=N)", cfg->threads,
+                   cfg->src[FERRY_CFG_THREADS] == FERRY_CFG_ENV ? "NCCL_FERRY_THREADS"
+                                                                : "NCCL_SOCKET_NTHREADS");
 }
 
 /*

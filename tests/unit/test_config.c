@@ -4,12 +4,31 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <cmocka.h>
 
 #include "core/config.h"
+#include "core/log.h"
+
+/* The last WARN ferry logged, to check messages by content. */
+static char last_warn[512];
+static void capture_log(int level, unsigned long flags, const char *file, int line,
+                        const char *fmt, ...)
+{
+    va_list ap;
+
+    (void)flags;
+    (void)file;
+    (void)line;
+    if (level != FERRY_LOG_WARN)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(last_warn, sizeof(last_warn), fmt, ap);
+    va_end(ap);
+}
 
 static const char *const vars[] = {
     "NCCL_FERRY_BACKEND", "NCCL_SOCKET_IFNAME", "NCCL_SOCKET_FAMILY", "NCCL_SOCKET_NTHREADS",
@@ -176,6 +195,19 @@ static void test_one_cpu(void **state)
     assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
     assert_int_equal(cfg.threads, 0);
     assert_int_equal(cfg.streams, 2);
+    /* Helpers asked for anyway: honoured, with a WARN that says what it costs and what to do. */
+    ferry_log_set(capture_log);
+    last_warn[0] = '\0';
+    setenv("NCCL_FERRY_THREADS", "2", 1);
+    assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.threads, 2);
+    assert_non_null(strstr(last_warn, "2 helper threads per connection (NCCL_FERRY_THREADS) in a "
+                                      "process bound to one CPU"));
+    assert_non_null(strstr(last_warn, "--bind-to none"));
+    unsetenv("NCCL_FERRY_THREADS");
+    last_warn[0] = '\0';
+    assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
+    assert_int_equal(last_warn[0], '\0'); /* The default (no helpers) says nothing. */
     assert_int_equal(sched_setaffinity(0, sizeof(all), &all), 0);
     if (CPU_COUNT(&all) > 1) {
         unsetenv("NCCL_FERRY_STREAMS");
