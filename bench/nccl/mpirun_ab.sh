@@ -5,7 +5,8 @@
 #   bench/nccl/mpirun_ab.sh --tests PATH/all_reduce_perf [--reps N]
 #                           [--configs ferry,socket-default,socket-2x2]
 #                           [--variant LABEL:VAR=V[,VAR=V...]]... [--bind core|none]
-#                           [--args "nccl-tests options"] [OUTDIR]
+#                           [--mpirun-args "mpirun options"] [--args "nccl-tests options"]
+#                           [OUTDIR]
 #
 # nccl-tests is not part of ferry: build it yourself (bench/nccl/README.md,
 # "nccl-tests through ferry") and pass its all_reduce_perf. Two ranks on GPU 0,
@@ -14,6 +15,8 @@
 # repetition runs every configuration once (A B C A B C); --variant adds a
 # ferry configuration with extra variables. --bind core (default) keeps
 # mpirun's own binding, one core per rank; none lets the ranks run anywhere.
+# --mpirun-args adds mapping options (e.g. "--map-by slot:PE=2": two cores per
+# rank).
 # First a proof run (NCCL_DEBUG=INFO) that ferry carried every channel.
 # Output in OUTDIR (default $OUT, else bench/results/<date>-gpu): raw-mpirun.csv
 # (compare.sh's columns), runs.tsv, proof-mpirun.txt, bindings.txt,
@@ -27,11 +30,12 @@ TESTS=
 REPS=3
 CONFIGS=ferry,socket-default,socket-2x2
 BIND=core
+MPIRUN_ARGS=
 ARGS="-b 4K -e 256M -f 4 -g 1 -w 5 -n 20"
 OUTDIR_ARG=
 VARIANTS=()
 
-usage() { sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
   case $1 in
@@ -40,6 +44,7 @@ while [ $# -gt 0 ]; do
     --configs) CONFIGS=$2; shift ;;
     --variant) VARIANTS+=("${2%%:*}"); FNB_VARIANT_ENV[${2%%:*}]=${2#*:}; shift ;;
     --bind) BIND=$2; shift ;;
+    --mpirun-args) MPIRUN_ARGS=$2; shift ;;
     --args) ARGS=$2; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) usage >&2; exit 2 ;;
@@ -75,9 +80,9 @@ mpirun_ab_run() {
     xs+=(-x "$kv")
   done
   [ "$BIND" = none ] && bind=(--bind-to none)
-  # shellcheck disable=SC2086 # ARGS is a list of nccl-tests options
+  # shellcheck disable=SC2086 # ARGS and MPIRUN_ARGS are lists of options
   timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 --report-bindings "${bind[@]}" \
-    "${xs[@]}" "$WRAP" "$TESTS" $ARGS >"$log" 2>&1
+    $MPIRUN_ARGS "${xs[@]}" "$WRAP" "$TESTS" $ARGS >"$log" 2>&1
 }
 
 # nccl-tests rows (out-of-place columns) to compare.sh's CSV columns.
