@@ -63,6 +63,8 @@ typedef struct fb_opts {
     const char *png;                        /* gnuplot PNG, or NULL. */
     int         streams;                    /* TCP streams per connection (ferry's config). */
     int         threads;                    /* Helper threads per connection (ferry's config). */
+    int         raw_threads;                /* Raw TCP's threads per connection: threads, or 1
+                                               when ferry has none (NCCL's thread moves all). */
     size_t      chunk_min;                  /* Raw: smallest part a message is cut into. */
     size_t      chunk_max;                  /* Raw: most bytes one send/recv call moves. */
     int         sndbuf, rcvbuf;             /* SO_SNDBUF/SO_RCVBUF for raw sockets, -1 default. */

@@ -195,6 +195,7 @@ static void fb_load_ferry_config(fb_opts_t *o)
     FIT_CHECK(ferry_config_load(&cfg) == FERRY_OK, "ferry's configuration is invalid (above)");
     o->streams   = cfg.streams;
     o->threads   = cfg.threads;
+    o->raw_threads = cfg.threads > 0 ? cfg.threads : 1;
     o->chunk_min = cfg.chunk_min;
     o->chunk_max = cfg.chunk_max;
     o->sndbuf    = cfg.sndbuf;

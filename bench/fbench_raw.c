@@ -4,7 +4,9 @@
  *
  * Each connection gets ferry's number of TCP streams and helper threads
  * (ferry_config_load(): NCCL_FERRY_STREAMS/THREADS or NCCL_SOCKET_NTHREADS x
- * NCCL_NSOCKS_PERTHREAD); stream k belongs to thread k % threads. A message
+ * NCCL_NSOCKS_PERTHREAD), at least one thread (where ferry has no helpers,
+ * NCCL's one thread moves everything; raw then gets one thread per
+ * connection); stream k belongs to thread k % threads. A message
  * is cut like NCCL's socket transport cuts it: into min(streams,
  * size / NCCL_SOCKET_MIN_TASKSIZE) equal parts (at least one), part j of
  * message i travelling on stream (i + j) % streams, so small messages still
@@ -246,7 +248,7 @@ static int fb_raw_parts(const fb_raw_job_t *job, uint64_t i, fb_raw_part_t *part
         int stream = (int)((i + j) % (uint64_t)ns);
         size_t off = size * j / nparts, end = size * (j + 1) / nparts;
 
-        if (stream % s->o->threads != job->thread || end == off)
+        if (stream % s->o->raw_threads != job->thread || end == off)
             continue;
         parts[n++] = (fb_raw_part_t){ .fd = s->raw_fd[job->conn][stream], .p = msg + off,
                                       .left = end - off };
@@ -300,7 +302,7 @@ static void fb_raw_latency(const fb_raw_job_t *jobs, const fb_round_t *r, int th
 
 void fb_raw_stream(fb_side_t *s, const fb_round_t *r, fb_lat_t *lat)
 {
-    int threads = s->o->threads, njobs = (int)r->conns * threads, j;
+    int threads = s->o->raw_threads, njobs = (int)r->conns * threads, j;
     uint64_t lat_n = FB_RAW_LAT_TOTAL / (uint64_t)njobs;
     fb_raw_job_t *jobs = calloc((size_t)njobs, sizeof(*jobs));
     double t0 = fit_now();
