@@ -264,14 +264,21 @@ static ferry_px_comm_t *new_counted_comm(ferry_px_req_kind_t kind, int nworkers)
 
 /* A receive lane that delivers message seq 0 (1 MiB, one chunk) once the "peer" has sent it. */
 static int arrive_ready;
+static int arrive_too_big;    /* The "peer" sends more than the receive holds. */
+static uint32_t arrive_seq;   /* Sequence number of the message that arrives. */
 static long arrive_progress_fn(ferry_px_comm_t *comm, int lane, short revents)
 {
     ferry_px_req_t *r;
 
     (void)revents;
-    if (lane != 0 || !arrive_ready || (r = ferry_px_comm_match(comm, 0)) == NULL)
+    if (lane != 0 || !arrive_ready || (r = ferry_px_comm_match(comm, arrive_seq)) == NULL)
         return 0;
     arrive_ready = 0;
+    if (arrive_too_big) {
+        assert_int_equal(ferry_px_req_learn(r, 2 << 20, 1), FERRY_ERR_USAGE);
+        ferry_px_req_fail(r, FERRY_ERR_USAGE);
+        return FERRY_ERR_USAGE;
+    }
     assert_int_equal(ferry_px_req_learn(r, 1 << 20, 1), FERRY_OK);
     ferry_px_req_chunk_start(r);
     ferry_px_req_progress(r, 1 << 20);
@@ -298,6 +305,7 @@ static void test_assist_completes_in_same_test(void **state)
     assert_int_equal(ferry_px_comm_init(c, FERRY_PX_RECV, "test", "10.0.0.2:1234", 1, 0,
                                         64 << 10, 1 << 20, &arrive_ops), FERRY_OK);
     arrive_ready = 0;
+    arrive_seq = 0;
     r = ferry_px_comm_post(c, buf, sizeof(buf));
     assert_int_equal(ferry_px_comm_test(c, r, &done, &size), FERRY_OK);
     assert_int_equal(done, 0); /* Nothing has arrived. */
@@ -306,6 +314,17 @@ static void test_assist_completes_in_same_test(void **state)
     assert_int_equal(done, 1);
     assert_int_equal(size, 1 << 20);
     assert_int_equal(atomic_load(&r->state), FERRY_PX_REQ_FREE);
+
+    /* A failure the assist finds is reported in that same call too, by its code. */
+    arrive_too_big = 1;
+    arrive_ready = 1;
+    arrive_seq = 1;
+    r = ferry_px_comm_post(c, buf, sizeof(buf));
+    done = 0;
+    assert_int_equal(ferry_px_comm_test(c, r, &done, &size), FERRY_ERR_USAGE);
+    assert_int_equal(done, 0);
+    assert_int_equal(atomic_load(&r->state), FERRY_PX_REQ_FREE);
+    arrive_too_big = 0;
     free(c);
 }
 
