@@ -268,7 +268,9 @@ static void ferry_cfg_derive_lanes(ferry_config_t *cfg)
         if (nt * ns > FERRY_MAX_STREAMS)
             ns = FERRY_MAX_STREAMS / nt;
         cfg->streams = nt * ns;
-        if (cfg->src[FERRY_CFG_THREADS] == FERRY_CFG_DEFAULT) {
+        /* NCCL_NSOCKS_PERTHREAD alone asks for sockets, not for helpers on a lone CPU. */
+        if (cfg->src[FERRY_CFG_THREADS] == FERRY_CFG_DEFAULT &&
+            !(one_cpu && cfg->socket_nthreads == 0)) {
             cfg->threads = nt;
             cfg->src[FERRY_CFG_THREADS] = FERRY_CFG_DERIVED;
         }

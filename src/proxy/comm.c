@@ -440,12 +440,10 @@ static ferry_status_t ferry_px_comm_reap(ferry_px_comm_t *comm, ferry_px_req_t *
         return FERRY_OK;
     }
     /* FERRY_PX_REQ_ERROR: the lane that detected it already logged the cause. */
-    {
-        ferry_status_t status = req->status;
+    ferry_status_t status = req->status;
 
-        atomic_store_explicit(&req->state, FERRY_PX_REQ_FREE, memory_order_release);
-        return status;
-    }
+    atomic_store_explicit(&req->state, FERRY_PX_REQ_FREE, memory_order_release);
+    return status;
 }
 
 /*

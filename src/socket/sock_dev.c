@@ -52,7 +52,7 @@ static int ferry_sock_dev_speed(const char *ifname, int configured, const char *
 {
     char path[PATH_MAX];
     FILE *f;
-    int speed = -1, loopback;
+    int speed = -1;
 
     if (configured > 0)
         return configured;
@@ -65,12 +65,15 @@ static int ferry_sock_dev_speed(const char *ifname, int configured, const char *
     }
     if (speed > 0)
         return speed;
-    loopback = ferry_sock_dev_is_loopback(ifname);
-    speed = !loopback ? 10000 : slow_why == NULL ? 400000 : 100000;
-    FERRY_INFO(FERRY_LOG_NET, "%s has no link speed in sysfs; reporting %d Mbps%s%s%s "
-               "(NCCL_FERRY_SPEED_MBPS overrides)", ifname, speed,
-               loopback && slow_why != NULL ? " (" : "", loopback && slow_why != NULL ? slow_why : "",
-               loopback && slow_why != NULL ? ")" : "");
+    if (!ferry_sock_dev_is_loopback(ifname)) {
+        speed = 10000;
+        slow_why = NULL; /* NCCL's own guess: nothing of ferry's lowered it. */
+    } else {
+        speed = slow_why == NULL ? 400000 : 100000;
+    }
+    FERRY_INFO(FERRY_LOG_NET, "%s has no link speed in sysfs; reporting %d Mbps%s%s "
+               "(NCCL_FERRY_SPEED_MBPS overrides)", ifname, speed, slow_why != NULL ? ": " : "",
+               slow_why != NULL ? slow_why : "");
     return speed;
 }
 
@@ -152,7 +155,6 @@ static void ferry_sock_dev_placement(ferry_sock_dev_t *d)
     d->has_cpus = CPU_COUNT(&d->cpus) > 0;
 }
 
-
 ferry_status_t ferry_sock_init(const ferry_config_t *cfg)
 {
     ferry_sock_if_t ifs[FERRY_SOCK_IF_MAX];
@@ -179,7 +181,7 @@ ferry_status_t ferry_sock_init(const ferry_config_t *cfg)
         d->speed_mbps = ferry_sock_dev_speed(
             d->ifc.name, cfg->speed_mbps,
             !ferry_sock_dev_tuner_on(cfg) ? "ferry's tuner is off"
-            : cfg->threads == 0 ? "no helper threads: 2 NCCL channels suit NCCL's one copying thread"
+            : cfg->threads == 0 ? "no helper threads, and 2 NCCL channels suit NCCL's one copying thread"
                                 : NULL);
         ferry_sock_dev_pci_path(d->ifc.name, d->pci_path, sizeof(d->pci_path));
         ferry_sock_dev_placement(d);

@@ -153,11 +153,13 @@ long ferry_sock_zc_retire(ferry_px_comm_t *px, int li)
 {
     ferry_sock_comm_t *c = (ferry_sock_comm_t *)px;
     ferry_sock_lane_t *lane = &c->lanes[li];
-    int failed = atomic_load_explicit(&px->failed, memory_order_relaxed) != 0;
     long n = 0;
+    int failed;
 
+    /* Every sweep of every lane calls this: nothing waiting is the common case. */
     if (lane->zc_head == lane->zc_tail)
         return 0;
+    failed = atomic_load_explicit(&px->failed, memory_order_relaxed) != 0;
     /*
      * On a failed comm the stream is dead and its queued data purged: the
      * kernel no longer sends from these buffers, give them back.

@@ -152,12 +152,15 @@ static void test_nccl_threads_times_socks(void **state)
     assert_int_equal(cfg.streams, 64);
     assert_int_equal(cfg.threads, 16);
 
-    /* Only NSOCKS set: NCCL would ignore it; ferry uses its default thread count. */
+    /*
+     * Only NSOCKS set: NCCL would ignore it; ferry uses its default thread
+     * count (none on a one-CPU runner, test_one_cpu).
+     */
     unsetenv("NCCL_SOCKET_NTHREADS");
     setenv("NCCL_NSOCKS_PERTHREAD", "2", 1);
     assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
     assert_int_equal(cfg.streams, 8);
-    assert_int_equal(cfg.threads, 4);
+    assert_int_equal(cfg.threads, runner_has_one_cpu() ? 0 : 4);
 
     /* ferry's own variables win over NCCL's. */
     setenv("NCCL_FERRY_STREAMS", "5", 1);
@@ -223,6 +226,14 @@ static void test_one_cpu(void **state)
     last_warn[0] = '\0';
     assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
     assert_int_equal(last_warn[0], '\0'); /* The default (no helpers) says nothing. */
+    /* NCCL_NSOCKS_PERTHREAD alone: its sockets, but no helpers on the lone CPU. */
+    unsetenv("NCCL_FERRY_STREAMS");
+    setenv("NCCL_NSOCKS_PERTHREAD", "2", 1);
+    assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.streams, 8);
+    assert_int_equal(cfg.threads, 0);
+    assert_int_equal(last_warn[0], '\0');
+    unsetenv("NCCL_NSOCKS_PERTHREAD");
     assert_int_equal(sched_setaffinity(0, sizeof(all), &all), 0);
     if (CPU_COUNT(&all) > 1) {
         unsetenv("NCCL_FERRY_STREAMS");
