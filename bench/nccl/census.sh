@@ -52,8 +52,9 @@ census() {
   } >"$out" 2>&1
   wait "$bench"
   echo "## census run exit $?" >>"$out"
-  grep -h 'NET/ferry :' "$OUTDIR/logs/census-run.log" | grep -E 'dump of|comm 0x|lane 0:|req seq' \
-    | head -60 >>"$out"
+  # Per comm: its line, lane 0, the helper threads' wake-ups per chunk, a request or two.
+  grep -h 'NET/ferry :' "$OUTDIR/logs/census-run.log" \
+    | grep -E 'dump of|comm 0x|lane 0:|thread 0 \(|helper wake-ups|req seq' | head -120 >>"$out"
   fnb_log "census: $(grep -c 'ferry-' "$out") ferry thread lines, $(grep -c 'dump of' "$out") dumps"
 }
 

@@ -352,16 +352,32 @@ void ferry_px_comm_kick(ferry_px_comm_t *comm)
     }
 }
 
+/*
+ * The first waker takes the worker's sleeping flag: one eventfd write per
+ * sleep. Without that, every post until the woken worker got a CPU wrote
+ * again (on a loaded 2-CPU VM, 2.5 writes per sleep), each a system call on
+ * NCCL's thread, which serves every channel.
+ */
 static void ferry_px_worker_wake(ferry_px_worker_t *w)
 {
     uint64_t one = 1;
-    ssize_t n = write(w->wake_fd, &one, sizeof(one));
+    ssize_t n;
 
-    (void)n; /* EAGAIN means the counter is already non-zero: awake anyway. */
+    if (!atomic_exchange(&w->sleeping, 0))
+        return; /* Awake, or another thread woke it first. */
+    n = write(w->wake_fd, &one, sizeof(one));
+
+    /* EAGAIN means the counter is already non-zero: awake anyway. */
+    if (n == (ssize_t)sizeof(one))
+        atomic_fetch_add_explicit(&w->comm->wakes_sent, 1, memory_order_relaxed);
 }
 
-/* 1 if a lane of worker w holds a chunk (send) or waits for an irecv (recv). */
-static int ferry_px_worker_needed(const ferry_px_comm_t *comm, int w)
+/*
+ * 1 if a lane of worker w holds a chunk (send) or is parked on a message
+ * whose irecv is posted now (recv; a lane parked on a later message would
+ * only park again).
+ */
+static int ferry_px_worker_needed(ferry_px_comm_t *comm, int w)
 {
     int lane, st;
 
@@ -370,7 +386,10 @@ static int ferry_px_worker_needed(const ferry_px_comm_t *comm, int w)
         if (comm->kind == FERRY_PX_SEND ? (st == FERRY_PX_LANE_HEADER ||
                                            st == FERRY_PX_LANE_PAYLOAD ||
                                            st == FERRY_PX_LANE_BLOCKED)
-                                        : st == FERRY_PX_LANE_PARKED)
+                                        : st == FERRY_PX_LANE_PARKED &&
+                                              ferry_px_comm_match(comm, atomic_load_explicit(
+                                                  &comm->lanes[lane].seq,
+                                                  memory_order_relaxed)) != NULL)
             return 1;
     }
     return 0;

@@ -72,13 +72,29 @@ typedef struct ferry_px_lane_stats {
     _Atomic uint64_t chunks;   /* Chunks moved. */
 } ferry_px_lane_stats_t;
 
+/*
+ * What a helper thread did, for the dump: written by the thread alone,
+ * relaxed. Wake-ups per chunk moved is the figure to watch: each costs a
+ * context switch, and bulk traffic that wakes a helper for every chunk is
+ * bound by the scheduler rather than by the copies.
+ */
+typedef struct ferry_px_worker_stats {
+    _Atomic uint64_t sweeps;      /* Passes over its lanes... */
+    _Atomic uint64_t idle_sweeps; /* ...that found nothing to do. */
+    _Atomic uint64_t sleeps;      /* Times it slept in poll(), woken by: */
+    _Atomic uint64_t woken_post;  /*   a kick (a post, a failure, close); */
+    _Atomic uint64_t woken_io;    /*   one of its sockets; */
+    _Atomic uint64_t woken_timer; /*   the timeout (held-back completions, safety net). */
+} ferry_px_worker_stats_t;
+
 typedef struct ferry_px_worker {
     pthread_t            thread;
     struct ferry_px_comm *comm;
     int                  index;     /* Lanes index, index + nworkers, ... belong to it. */
     int                  wake_fd;   /* eventfd a kick writes to. */
-    _Atomic int          sleeping;  /* 1 while in poll(); a kick only writes when set. */
+    _Atomic int          sleeping;  /* 1 while in poll(); the kick that clears it writes wake_fd. */
     int                  started;
+    ferry_px_worker_stats_t stats;
 } ferry_px_worker_t;
 
 typedef struct ferry_px_comm {
@@ -89,6 +105,7 @@ typedef struct ferry_px_comm {
     uint32_t              claim_chunk;   /* Send: next chunk index of claim_seq; under lock. */
     _Atomic int           unclaimed;     /* Send: claim_seq != next_seq; written under lock, read by kicks. */
     _Atomic uint32_t      kick_gen;      /* Bumped by every post; workers recheck before sleeping. */
+    _Atomic uint64_t      wakes_sent;    /* Kicks that woke a sleeping worker (eventfd writes). */
     _Atomic int           failed;        /* 0, or the ferry_status_t that broke the comm. */
     char                  fail_reason[256]; /* Written once, before failed is set. */
     ferry_px_req_kind_t   kind;          /* Send or receive comm. */

@@ -66,6 +66,42 @@ static void ferry_px_dump_req(FILE *out, const ferry_px_req_t *req, uint64_t now
                 : "; all bytes in, completion held back (injected delay)");
 }
 
+/*
+ * The helper threads: how often they swept, slept and what woke them, and
+ * the wake-ups per chunk moved (the scheduler's share of the data path).
+ */
+static void ferry_px_dump_workers(FILE *out, const ferry_px_comm_t *comm)
+{
+    uint64_t chunks = 0, sleeps = 0;
+    int i;
+
+    if (comm->nworkers == 0) {
+        fprintf(out, "NET/ferry :     no helper threads: NCCL's thread moves every lane\n");
+        return;
+    }
+    for (i = 0; i < comm->nlanes; i++)
+        chunks += atomic_load_explicit(&comm->lanes[i].chunks, memory_order_relaxed);
+    for (i = 0; i < comm->nworkers; i++) {
+        const ferry_px_worker_stats_t *st = &comm->workers[i].stats;
+        uint64_t slept = atomic_load_explicit(&st->sleeps, memory_order_relaxed);
+
+        sleeps += slept;
+        fprintf(out, "NET/ferry :     thread %d (ferry-%c%u-%d): %" PRIu64 " sweeps (%" PRIu64
+                " found nothing), slept %" PRIu64 " times: woken %" PRIu64 " by posts, %" PRIu64
+                " by its sockets, %" PRIu64 " by the timer\n",
+                i, comm->kind == FERRY_PX_SEND ? 's' : 'r', comm->serial % 100000, i,
+                (uint64_t)atomic_load_explicit(&st->sweeps, memory_order_relaxed),
+                (uint64_t)atomic_load_explicit(&st->idle_sweeps, memory_order_relaxed), slept,
+                (uint64_t)atomic_load_explicit(&st->woken_post, memory_order_relaxed),
+                (uint64_t)atomic_load_explicit(&st->woken_io, memory_order_relaxed),
+                (uint64_t)atomic_load_explicit(&st->woken_timer, memory_order_relaxed));
+    }
+    fprintf(out, "NET/ferry :     helper wake-ups: %" PRIu64 " for %" PRIu64 " chunks (%.2f per "
+            "chunk), %" PRIu64 " of them kicks by posts\n", sleeps, chunks,
+            chunks > 0 ? (double)sleeps / (double)chunks : 0.0,
+            (uint64_t)atomic_load_explicit(&comm->wakes_sent, memory_order_relaxed));
+}
+
 static void ferry_px_dump_comm(FILE *out, const ferry_px_comm_t *comm, uint64_t now)
 {
     char desc[160];
@@ -83,6 +119,7 @@ static void ferry_px_dump_comm(FILE *out, const ferry_px_comm_t *comm, uint64_t 
                 i, ferry_px_lane_state_str(atomic_load(&l->state)), atomic_load(&l->seq),
                 (uint64_t)atomic_load(&l->chunks), (uint64_t)atomic_load(&l->bytes));
     }
+    ferry_px_dump_workers(out, comm);
     for (i = 0; i < FERRY_MAX_REQUESTS; i++)
         ferry_px_dump_req(out, &comm->reqs[i], now);
 }

@@ -242,6 +242,8 @@ static long ferry_sock_recv_lane_match(ferry_sock_comm_t *c, int li)
     }
     req = ferry_px_comm_match(&c->px, h->seq);
     if (req == NULL) {
+        /* The seq tells irecv's kick whether this lane can go on (ferry_px_comm_kick_posted). */
+        atomic_store_explicit(&c->px.lanes[li].seq, h->seq, memory_order_relaxed);
         atomic_store_explicit(&lane->parked, 1, memory_order_relaxed);
         ferry_px_lane_set(&c->px, li, FERRY_PX_LANE_PARKED);
         return 0;

@@ -198,6 +198,10 @@ int main(int argc, char **argv)
               "the dump does not list the posted send of %zu bytes", lonely_send);
     FIT_CHECK(dump_contains_ci(text, "posted") || dump_contains_ci(text, "done") ||
               dump_contains_ci(text, "bytes"), "the dump shows no request counters");
+    /* Helper threads and their wake-ups, or who moves the lanes without them (one CPU). */
+    FIT_CHECK((strstr(text, "thread 0 (ferry-") != NULL && strstr(text, "helper wake-ups:") != NULL) ||
+              strstr(text, "no helper threads: NCCL's thread moves every lane") != NULL,
+              "the dump shows neither helper threads with their wake-ups nor their absence");
     snprintf(comm_str, sizeof(comm_str), "%p", a.recv_comm);
     printf("  dump %s the receive comm pointer %s\n",
            strstr(text, comm_str) ? "names" : "does not name", comm_str);

@@ -1,0 +1,210 @@
+/*
+ * Helper threads and their wake-ups: which sleeping worker a post wakes, and
+ * the counters the dump shows. Real threads on a comm whose lanes are played
+ * by the test (they move nothing and wait on no socket), every wait bounded.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <cmocka.h>
+
+#include "proxy/comm.h"
+#include "proxy/registry.h"
+
+static long idle_progress(ferry_px_comm_t *comm, int lane, short revents)
+{
+    (void)comm;
+    (void)lane;
+    (void)revents;
+    return 0;
+}
+static short no_fd_wants(ferry_px_comm_t *comm, int lane, int *fd_p)
+{
+    (void)comm;
+    (void)lane;
+    *fd_p = -1;
+    return 0;
+}
+static const ferry_px_lane_ops_t idle_ops = {.progress = idle_progress, .wants = no_fd_wants};
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+    nanosleep(&ts, NULL);
+}
+
+/* Wait (at most 5 s) until every worker of c sleeps in poll(). */
+static void wait_all_asleep(ferry_px_comm_t *c)
+{
+    int i, tries, asleep = 0;
+
+    for (tries = 0; tries < 5000 && !asleep; tries++) {
+        asleep = 1;
+        for (i = 0; i < c->nworkers; i++)
+            asleep &= atomic_load(&c->workers[i].sleeping);
+        if (!asleep)
+            sleep_ms(1);
+    }
+    assert_true(asleep);
+}
+
+static uint64_t woken_post(ferry_px_comm_t *c, int w)
+{
+    return atomic_load(&c->workers[w].stats.woken_post);
+}
+
+/* Wait (at most 5 s) until worker w has been woken by posts n times. */
+static void wait_woken(ferry_px_comm_t *c, int w, uint64_t n)
+{
+    int tries;
+
+    for (tries = 0; tries < 5000 && woken_post(c, w) < n; tries++)
+        sleep_ms(1);
+    assert_int_equal(woken_post(c, w), n);
+}
+
+static void park(ferry_px_comm_t *c, int lane, uint32_t seq)
+{
+    atomic_store(&c->lanes[lane].seq, seq);
+    ferry_px_lane_set(c, lane, FERRY_PX_LANE_PARKED);
+}
+
+/*
+ * Chunks of later messages arrive before their irecv: lane 0 holds a header
+ * of message 1, lane 1 one of message 0. Posting the irecv for message 0
+ * wakes lane 1's worker only; lane 0's would only park again. The irecv for
+ * message 1 then wakes lane 0's.
+ */
+static void test_recv_post_wakes_only_matching_parked_lane(void **state)
+{
+    ferry_px_comm_t *c = calloc(1, sizeof(*c));
+    static char buf[2][64];
+    uint64_t w0, w1;
+
+    (void)state;
+    assert_non_null(c);
+    assert_int_equal(ferry_px_comm_init(c, FERRY_PX_RECV, "test", "10.0.0.2:1234", 2, 2, 64 << 10,
+                                        1 << 20, &idle_ops), FERRY_OK);
+    park(c, 0, 1);
+    park(c, 1, 0);
+    assert_int_equal(ferry_px_comm_start(c), FERRY_OK);
+    wait_all_asleep(c);
+    w0 = woken_post(c, 0);
+    w1 = woken_post(c, 1);
+
+    assert_non_null(ferry_px_comm_post(c, buf[0], sizeof(buf[0])));
+    wait_woken(c, 1, w1 + 1);
+    sleep_ms(50); /* A wrong wake-up would have landed by now. */
+    assert_int_equal(woken_post(c, 0), w0);
+    assert_int_equal(atomic_load(&c->wakes_sent), 1);
+
+    /* Lane 1 took its message and is idle now; message 1 is lane 0's. */
+    ferry_px_lane_set(c, 1, FERRY_PX_LANE_IDLE);
+    wait_all_asleep(c);
+    assert_non_null(ferry_px_comm_post(c, buf[1], sizeof(buf[1])));
+    wait_woken(c, 0, w0 + 1);
+    sleep_ms(50);
+    assert_int_equal(woken_post(c, 1), w1 + 1);
+    assert_int_equal(atomic_load(&c->wakes_sent), 2);
+
+    ferry_px_comm_stop(c);
+    free(c);
+}
+
+/*
+ * A send post wakes one sleeping worker per chunk, no more; the counters add
+ * up (every sleep ended by one cause) and the dump shows them per thread with
+ * the wake-ups per chunk.
+ */
+static void test_send_post_wakes_one_per_chunk_and_dump(void **state)
+{
+    ferry_px_comm_t *c = calloc(1, sizeof(*c));
+    static char buf[128 << 10];
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem;
+    int i;
+
+    (void)state;
+    assert_non_null(c);
+    assert_int_equal(ferry_px_comm_init(c, FERRY_PX_SEND, "test", "10.0.0.2:1234", 4, 4, 64 << 10,
+                                        1 << 20, &idle_ops), FERRY_OK);
+    assert_int_equal(ferry_px_comm_start(c), FERRY_OK);
+    wait_all_asleep(c);
+    /* 128 KiB over 4 lanes with 64 KiB chunks: 2 chunks, so 2 of the 4 workers. */
+    assert_non_null(ferry_px_comm_post(c, buf, sizeof(buf)));
+    wait_woken(c, 0, 1);
+    wait_woken(c, 1, 1);
+    sleep_ms(50);
+    assert_int_equal(woken_post(c, 2), 0);
+    assert_int_equal(woken_post(c, 3), 0);
+    assert_int_equal(atomic_load(&c->wakes_sent), 2);
+    for (i = 0; i < 4; i++) {
+        const ferry_px_worker_stats_t *st = &c->workers[i].stats;
+
+        assert_true(atomic_load(&st->woken_post) + atomic_load(&st->woken_io) +
+                        atomic_load(&st->woken_timer) <= atomic_load(&st->sleeps));
+        assert_true(atomic_load(&st->sleeps) <= atomic_load(&st->sweeps));
+        assert_true(atomic_load(&st->idle_sweeps) <= atomic_load(&st->sweeps));
+    }
+
+    mem = open_memstream(&text, &len);
+    assert_non_null(mem);
+    assert_true(ferry_px_registry_dump(mem) >= 1);
+    fclose(mem);
+    assert_non_null(strstr(text, "thread 0 (ferry-s"));
+    assert_non_null(strstr(text, "thread 3 (ferry-s"));
+    assert_non_null(strstr(text, "woken 1 by posts"));
+    assert_non_null(strstr(text, "helper wake-ups:"));
+    assert_non_null(strstr(text, "2 of them kicks by posts"));
+    free(text);
+
+    ferry_px_comm_stop(c);
+    free(c);
+}
+
+/* Without helper threads the dump says who moves the lanes. */
+static void test_dump_without_helpers(void **state)
+{
+    ferry_px_comm_t *c = calloc(1, sizeof(*c));
+    char *text = NULL, *own, *next;
+    size_t len = 0;
+    FILE *mem;
+
+    (void)state;
+    assert_non_null(c);
+    assert_int_equal(ferry_px_comm_init(c, FERRY_PX_RECV, "test", "10.0.0.9:9", 1, 0, 64 << 10,
+                                        1 << 20, &idle_ops), FERRY_OK);
+    assert_int_equal(ferry_px_comm_start(c), FERRY_OK);
+    mem = open_memstream(&text, &len);
+    assert_non_null(mem);
+    assert_true(ferry_px_registry_dump(mem) >= 1);
+    fclose(mem);
+    /* This comm's section: from its line to the next comm's, if any. */
+    own = strstr(text, "peer 10.0.0.9:9");
+    assert_non_null(own);
+    next = strstr(own + 1, " comm 0x");
+    if (next != NULL)
+        *next = '\0';
+    assert_non_null(strstr(own, "no helper threads: NCCL's thread moves every lane"));
+    assert_null(strstr(own, "helper wake-ups"));
+    free(text);
+    ferry_px_comm_stop(c);
+    free(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_recv_post_wakes_only_matching_parked_lane),
+        cmocka_unit_test(test_send_post_wakes_one_per_chunk_and_dump),
+        cmocka_unit_test(test_dump_without_helpers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
