@@ -441,6 +441,25 @@ static ferry_status_t ferry_px_comm_test_failed(ferry_px_comm_t *comm, ferry_px_
     return status;
 }
 
+/* Add a finished request's timeline to the comm's sums (ferry_px_timing_t). */
+static void ferry_px_comm_time(ferry_px_comm_t *comm, const ferry_px_req_t *req)
+{
+    ferry_px_timing_t *t = &comm->timing;
+    uint64_t start = atomic_load_explicit(&req->start_ns, memory_order_relaxed);
+    uint64_t done = atomic_load_explicit(&req->done_ns, memory_order_relaxed);
+    uint64_t now = ferry_px_now_ns(), move;
+
+    if (start < req->post_ns || done < start || now < done)
+        return; /* Not every step was stamped (cannot happen for a DONE request). */
+    move = done - start;
+    atomic_fetch_add_explicit(&t->msgs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&t->wait_ns, start - req->post_ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&t->move_ns, move, memory_order_relaxed);
+    atomic_fetch_add_explicit(&t->report_ns, now - done, memory_order_relaxed);
+    if (move > atomic_load_explicit(&t->move_max_ns, memory_order_relaxed))
+        atomic_store_explicit(&t->move_max_ns, move, memory_order_relaxed);
+}
+
 /* A finished request: hand its result to the caller and free its slot. */
 static ferry_status_t ferry_px_comm_reap(ferry_px_comm_t *comm, ferry_px_req_t *req, int state,
                                          int *done_p, int *sizes)
@@ -448,6 +467,8 @@ static ferry_status_t ferry_px_comm_reap(ferry_px_comm_t *comm, ferry_px_req_t *
     if (state == FERRY_PX_REQ_DONE) {
         assert(ferry_px_req_check(req));
         uint64_t size = atomic_load_explicit(&req->size, memory_order_relaxed);
+
+        ferry_px_comm_time(comm, req);
 
         if (sizes != NULL)
             sizes[0] = (int)size;

@@ -87,6 +87,21 @@ typedef struct ferry_px_worker_stats {
     _Atomic uint64_t woken_timer; /*   the timeout (held-back completions, safety net). */
 } ferry_px_worker_stats_t;
 
+/*
+ * Where the messages test() reported done spent their time, summed over all
+ * of them (ns): post -> a lane took the first chunk (send: the hand-off to a
+ * helper; recv: waiting for the peer's data), first chunk -> last chunk
+ * retired (moving it), retired -> test() reported it (NCCL's next look).
+ * Updated by the thread that calls test(); read by the dump.
+ */
+typedef struct ferry_px_timing {
+    _Atomic uint64_t msgs;
+    _Atomic uint64_t wait_ns;
+    _Atomic uint64_t move_ns;
+    _Atomic uint64_t move_max_ns;
+    _Atomic uint64_t report_ns;
+} ferry_px_timing_t;
+
 typedef struct ferry_px_worker {
     pthread_t            thread;
     struct ferry_px_comm *comm;
@@ -106,6 +121,7 @@ typedef struct ferry_px_comm {
     _Atomic int           unclaimed;     /* Send: claim_seq != next_seq; written under lock, read by kicks. */
     _Atomic uint32_t      kick_gen;      /* Bumped by every post; workers recheck before sleeping. */
     _Atomic uint64_t      wakes_sent;    /* Kicks that woke a sleeping worker (eventfd writes). */
+    ferry_px_timing_t     timing;        /* Where finished messages spent their time (dump). */
     _Atomic int           failed;        /* 0, or the ferry_status_t that broke the comm. */
     char                  fail_reason[256]; /* Written once, before failed is set. */
     ferry_px_req_kind_t   kind;          /* Send or receive comm. */

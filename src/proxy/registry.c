@@ -102,6 +102,26 @@ static void ferry_px_dump_workers(FILE *out, const ferry_px_comm_t *comm)
             (uint64_t)atomic_load_explicit(&comm->wakes_sent, memory_order_relaxed));
 }
 
+/* Where the finished messages spent their time, averaged (ferry_px_timing_t). */
+static void ferry_px_dump_timing(FILE *out, const ferry_px_comm_t *comm)
+{
+    const ferry_px_timing_t *t = &comm->timing;
+    uint64_t n = atomic_load_explicit(&t->msgs, memory_order_relaxed);
+
+    if (n == 0)
+        return;
+    fprintf(out, "NET/ferry :     %" PRIu64 " messages done; on average %.1f us from the post "
+            "until a lane took them (%s), %.1f us moving them (longest %.1f us), then %.1f us "
+            "until test() reported them\n", n,
+            (double)atomic_load_explicit(&t->wait_ns, memory_order_relaxed) / (double)n / 1e3,
+            comm->kind == FERRY_PX_RECV ? "waiting for the peer's data"
+            : comm->nworkers > 0        ? "hand-off to a helper"
+                                        : "NCCL's thread in isend or test()",
+            (double)atomic_load_explicit(&t->move_ns, memory_order_relaxed) / (double)n / 1e3,
+            (double)atomic_load_explicit(&t->move_max_ns, memory_order_relaxed) / 1e3,
+            (double)atomic_load_explicit(&t->report_ns, memory_order_relaxed) / (double)n / 1e3);
+}
+
 static void ferry_px_dump_comm(FILE *out, const ferry_px_comm_t *comm, uint64_t now)
 {
     char desc[160];
@@ -120,6 +140,7 @@ static void ferry_px_dump_comm(FILE *out, const ferry_px_comm_t *comm, uint64_t 
                 (uint64_t)atomic_load(&l->chunks), (uint64_t)atomic_load(&l->bytes));
     }
     ferry_px_dump_workers(out, comm);
+    ferry_px_dump_timing(out, comm);
     for (i = 0; i < FERRY_MAX_REQUESTS; i++)
         ferry_px_dump_req(out, &comm->reqs[i], now);
 }

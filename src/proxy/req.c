@@ -61,6 +61,8 @@ void ferry_px_req_post(ferry_px_req_t *req, ferry_px_req_kind_t kind, uint32_t s
     req->status = FERRY_OK;
     req->post_ns = ferry_px_now_ns();
     atomic_store_explicit(&req->last_ns, req->post_ns, memory_order_relaxed);
+    atomic_store_explicit(&req->start_ns, 0, memory_order_relaxed);
+    atomic_store_explicit(&req->done_ns, 0, memory_order_relaxed);
     atomic_store_explicit(&req->size, kind == FERRY_PX_SEND ? size : 0, memory_order_relaxed);
     atomic_store_explicit(&req->nchunks, kind == FERRY_PX_SEND ? plan.nchunks : 0,
                           memory_order_relaxed);
@@ -78,7 +80,8 @@ void ferry_px_req_chunk_start(ferry_px_req_t *req)
     int expected = FERRY_PX_REQ_POSTED;
 
     atomic_fetch_add_explicit(&req->posted, 1, memory_order_relaxed);
-    atomic_compare_exchange_strong(&req->state, &expected, FERRY_PX_REQ_ACTIVE);
+    if (atomic_compare_exchange_strong(&req->state, &expected, FERRY_PX_REQ_ACTIVE))
+        atomic_store_explicit(&req->start_ns, ferry_px_now_ns(), memory_order_relaxed);
 }
 
 ferry_status_t ferry_px_req_learn(ferry_px_req_t *req, uint64_t msg_size, uint32_t nchunks)
@@ -121,6 +124,8 @@ void ferry_px_req_chunk_done(ferry_px_req_t *req)
     if (done == atomic_load_explicit(&req->nchunks, memory_order_relaxed)) {
         int expected = FERRY_PX_REQ_ACTIVE;
 
+        /* Before the state: whoever sees DONE sees the time too. */
+        atomic_store_explicit(&req->done_ns, ferry_px_now_ns(), memory_order_relaxed);
         atomic_compare_exchange_strong_explicit(&req->state, &expected, FERRY_PX_REQ_DONE,
                                                 memory_order_acq_rel, memory_order_acquire);
     }

@@ -52,6 +52,8 @@ typedef struct ferry_px_req {
     _Atomic uint64_t     bytes;       /* Payload bytes moved so far. */
     _Atomic uint64_t     last_ns;     /* Monotonic time of the last progress (dump). */
     uint64_t             post_ns;     /* Monotonic time of the post (dump). */
+    _Atomic uint64_t     start_ns;    /* A lane took its first chunk (POSTED -> ACTIVE). */
+    _Atomic uint64_t     done_ns;     /* Its last chunk was retired (-> DONE). */
     ferry_status_t       status;      /* Valid in ERROR; written before the release store. */
     struct ferry_px_comm *comm;       /* Owner, for logs. */
 } ferry_px_req_t;

@@ -199,12 +199,72 @@ static void test_dump_without_helpers(void **state)
     free(c);
 }
 
+/*
+ * The dump's timeline of finished messages: post -> a lane takes the first
+ * chunk -> last chunk retired -> test() reports it, each step timed here by
+ * sleeping between them (no threads: the test plays the lane).
+ */
+static void test_message_timeline(void **state)
+{
+    ferry_px_comm_t *c = calloc(1, sizeof(*c));
+    static char buf[256 << 10];
+    const ferry_px_timing_t *t;
+    ferry_px_claim_t claim;
+    ferry_px_req_t *r;
+    char *text = NULL, *own;
+    size_t len = 0;
+    int done = 0, size = 0, i;
+    FILE *mem;
+
+    (void)state;
+    assert_non_null(c);
+    assert_int_equal(ferry_px_comm_init(c, FERRY_PX_SEND, "test", "10.0.0.7:7", 2, 2, 64 << 10,
+                                        1 << 20, &idle_ops), FERRY_OK);
+    ferry_px_registry_add(c); /* Listed in the dump; no helper threads started. */
+    r = ferry_px_comm_post(c, buf, sizeof(buf));
+    assert_non_null(r);
+    sleep_ms(20);
+    for (i = 0; i < 2; i++) { /* 256 KiB over 2 lanes: 2 chunks. */
+        assert_int_equal(ferry_px_comm_claim(c, &claim), 1);
+        if (i == 0)
+            sleep_ms(30);
+        ferry_px_req_progress(r, claim.len);
+        ferry_px_comm_chunk_finish(c, i, r);
+    }
+    sleep_ms(10);
+    assert_int_equal(ferry_px_comm_test(c, r, &done, &size), FERRY_OK);
+    assert_int_equal(done, 1);
+    assert_int_equal(size, sizeof(buf));
+
+    t = &c->timing;
+    assert_int_equal(atomic_load(&t->msgs), 1);
+    assert_true(atomic_load(&t->wait_ns) >= 20000000ULL);   /* Post -> first claim. */
+    assert_true(atomic_load(&t->move_ns) >= 30000000ULL);   /* First claim -> last done. */
+    assert_true(atomic_load(&t->report_ns) >= 10000000ULL); /* Done -> test(). */
+    assert_int_equal(atomic_load(&t->move_max_ns), atomic_load(&t->move_ns));
+    /* Generous upper bounds: a loaded runner may stretch sleeps, not shrink them. */
+    assert_true(atomic_load(&t->wait_ns) < 2000000000ULL);
+
+    mem = open_memstream(&text, &len);
+    assert_non_null(mem);
+    ferry_px_registry_dump(mem);
+    fclose(mem);
+    own = strstr(text, "peer 10.0.0.7:7");
+    assert_non_null(own);
+    assert_non_null(strstr(own, "1 messages done; on average "));
+    assert_non_null(strstr(own, "until a lane took them (hand-off to a helper)"));
+    free(text);
+    ferry_px_registry_remove(c);
+    free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_recv_post_wakes_only_matching_parked_lane),
         cmocka_unit_test(test_send_post_wakes_one_per_chunk_and_dump),
         cmocka_unit_test(test_dump_without_helpers),
+        cmocka_unit_test(test_message_timeline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
