@@ -70,6 +70,8 @@ typedef struct ferry_px_lane_stats {
     _Atomic uint32_t seq;      /* Message of the chunk in hand. */
     _Atomic uint64_t bytes;    /* Payload bytes moved. */
     _Atomic uint64_t chunks;   /* Chunks moved. */
+    _Atomic uint64_t busy_ns;  /* Summed over them: taken (send) or matched (recv) -> moved. */
+    _Atomic uint64_t blocked;  /* Send: times the socket buffer was full (wait for POLLOUT). */
 } ferry_px_lane_stats_t;
 
 /*

@@ -135,9 +135,18 @@ static void ferry_px_dump_comm(FILE *out, const ferry_px_comm_t *comm, uint64_t 
     for (i = 0; i < comm->nlanes; i++) {
         const ferry_px_lane_stats_t *l = &comm->lanes[i];
 
-        fprintf(out, "NET/ferry :     lane %d: %s seq %u, %" PRIu64 " chunks, %" PRIu64 " bytes\n",
-                i, ferry_px_lane_state_str(atomic_load(&l->state)), atomic_load(&l->seq),
-                (uint64_t)atomic_load(&l->chunks), (uint64_t)atomic_load(&l->bytes));
+        uint64_t chunks = atomic_load(&l->chunks);
+        char full[48] = "";
+
+        if (comm->kind == FERRY_PX_SEND)
+            snprintf(full, sizeof(full), ", socket buffer full %" PRIu64 " times",
+                     (uint64_t)atomic_load(&l->blocked));
+        fprintf(out, "NET/ferry :     lane %d: %s seq %u, %" PRIu64 " chunks, %" PRIu64 " bytes, "
+                "%.1f us per chunk from %s to moved%s\n",
+                i, ferry_px_lane_state_str(atomic_load(&l->state)), atomic_load(&l->seq), chunks,
+                (uint64_t)atomic_load(&l->bytes),
+                chunks > 0 ? (double)atomic_load(&l->busy_ns) / (double)chunks / 1e3 : 0.0,
+                comm->kind == FERRY_PX_SEND ? "taken" : "its header", full);
     }
     ferry_px_dump_workers(out, comm);
     ferry_px_dump_timing(out, comm);

@@ -53,6 +53,7 @@ typedef struct ferry_sock_lane {
     ferry_sock_chunk_hdr_t hdr;
     const ferry_sock_chunk_hdr_t *hdr_p; /* What goes out: &hdr, or a zc_hdr slot (below). */
     size_t                 sent;      /* Header + payload bytes of the chunk sent so far. */
+    uint64_t               chunk_ns;  /* When the chunk in hand was taken (send) or matched (recv). */
     /* Receive side. */
     ferry_sock_chunk_hdr_t rhdr;
     size_t                 rhdr_got;  /* Header bytes read so far. */

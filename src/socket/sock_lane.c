@@ -18,6 +18,13 @@
 /* Chunks a lane moves per call before the worker turns to its other lanes. */
 #define FERRY_SOCK_LANE_BURST 4
 
+/* Lane statistics have one writer, whoever holds the lane: no locked add needed. */
+static inline void ferry_sock_lane_stat_add(_Atomic uint64_t *v, uint64_t n)
+{
+    atomic_store_explicit(v, atomic_load_explicit(v, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+
 static ferry_sock_comm_t *ferry_sock_of(ferry_px_comm_t *px)
 {
     return (ferry_sock_comm_t *)px; /* px is the first member. */
@@ -98,6 +105,7 @@ static void ferry_sock_send_lane_start(ferry_sock_comm_t *c, int li)
     lane->hdr.check = FERRY_SOCK_CHUNK_CHECK(cl->seq, (uint32_t)cl->len);
     lane->sent = 0;
     lane->has_chunk = 1;
+    lane->chunk_ns = ferry_px_now_ns();
     ferry_sock_zc_prepare(c, li);
     atomic_store_explicit(&c->px.lanes[li].seq, cl->seq, memory_order_relaxed);
     ferry_px_lane_set(&c->px, li, FERRY_PX_LANE_HEADER);
@@ -156,6 +164,8 @@ static long ferry_sock_send_lane_progress(ferry_px_comm_t *px, int li, short rev
             if (errno == EINTR)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                if (!atomic_load_explicit(&lane->blocked, memory_order_relaxed))
+                    ferry_sock_lane_stat_add(&px->lanes[li].blocked, 1);
                 atomic_store_explicit(&lane->blocked, 1, memory_order_relaxed);
                 ferry_px_lane_set(px, li, FERRY_PX_LANE_BLOCKED);
                 break;
@@ -182,6 +192,7 @@ static long ferry_sock_send_lane_progress(ferry_px_comm_t *px, int li, short rev
         if (lane->sent < total)
             continue;
         ferry_sock_zc_chunk_queued(c, li);
+        ferry_sock_lane_stat_add(&px->lanes[li].busy_ns, ferry_px_now_ns() - lane->chunk_ns);
         atomic_fetch_add_explicit(&px->lanes[li].chunks, 1, memory_order_relaxed);
         ferry_px_lane_set(px, li, FERRY_PX_LANE_IDLE);
         lane->has_chunk = 0;
@@ -268,6 +279,7 @@ static long ferry_sock_recv_lane_match(ferry_sock_comm_t *c, int li)
     ferry_px_req_chunk_start(req);
     lane->rreq = req;
     lane->rgot = 0;
+    lane->chunk_ns = ferry_px_now_ns();
     atomic_store_explicit(&c->px.lanes[li].seq, h->seq, memory_order_relaxed);
     ferry_px_lane_set(&c->px, li, FERRY_PX_LANE_PAYLOAD);
     return 1;
@@ -331,6 +343,7 @@ static long ferry_sock_recv_lane_progress(ferry_px_comm_t *px, int li, short rev
                 continue;
         }
         ferry_px_comm_chunk_finish(px, li, lane->rreq);
+        ferry_sock_lane_stat_add(&px->lanes[li].busy_ns, ferry_px_now_ns() - lane->chunk_ns);
         atomic_fetch_add_explicit(&px->lanes[li].chunks, 1, memory_order_relaxed);
         ferry_px_lane_set(px, li, FERRY_PX_LANE_IDLE);
         lane->rreq = NULL;
