@@ -9,7 +9,12 @@
 /* Adds the comm and gives it its serial number. */
 void ferry_px_registry_add(ferry_px_comm_t *comm);
 void ferry_px_registry_remove(ferry_px_comm_t *comm);
-/* Write every live comm, lane and in-flight request; returns the number of comms. */
+/*
+ * Call fn on every live comm under the registry lock (a comm cannot be
+ * freed meanwhile); fn NULL only counts. Returns the number of comms.
+ */
+int ferry_px_registry_foreach(void (*fn)(ferry_px_comm_t *comm, void *arg), void *arg);
+/* Write every live comm, lane and in-flight request (dump_text.c); returns the number of comms. */
 int ferry_px_registry_dump(FILE *out);
 
 /* Install the dump on signal signo (0: off). Starts the ferry-dump thread. */
