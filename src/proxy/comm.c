@@ -505,6 +505,53 @@ static int ferry_px_comm_test_assists(ferry_px_comm_t *comm, const ferry_px_req_
            (size <= comm->solo_max && atomic_load_explicit(&comm->solo, memory_order_relaxed));
 }
 
+/*
+ * A request without progress for stall_ns: say so once, with what ferry
+ * knows and what to look at. NCCL itself waits forever, and a rank that
+ * stopped or a network that silently drops packets otherwise looks like a
+ * hang with nothing in the log. Not an error: a straggler rank still
+ * computing also keeps a receive waiting.
+ */
+static void ferry_px_comm_check_stall(ferry_px_comm_t *comm, ferry_px_req_t *req)
+{
+    uint64_t last = atomic_load_explicit(&req->last_ns, memory_order_relaxed);
+    uint64_t now = ferry_px_now_ns(), idle = now > last ? now - last : 0;
+    int count[FERRY_PX_LANE_STATE_COUNT] = {0}, lane, st, n = 0;
+    char desc[160], lanes[128];
+
+    if (idle < comm->stall_ns)
+        return;
+    req->stall_warned = 1;
+    for (lane = 0; lane < comm->nlanes; lane++) {
+        st = atomic_load_explicit(&comm->lanes[lane].state, memory_order_relaxed);
+        if (st >= 0 && st < FERRY_PX_LANE_STATE_COUNT)
+            count[st]++;
+    }
+    lanes[0] = '\0';
+    for (st = 0; st < FERRY_PX_LANE_STATE_COUNT; st++)
+        if (count[st] > 0 && n < (int)sizeof(lanes))
+            n += snprintf(lanes + n, sizeof(lanes) - (size_t)n, "%s%d %s", n > 0 ? ", " : "",
+                          count[st], ferry_px_lane_state_str(st));
+    ferry_px_comm_describe(comm, desc, sizeof(desc));
+    FERRY_WARN("%s: %s request seq %u has made no progress for %llu s (state %s, chunks posted %u, "
+               "done %u of %u, %llu of %llu bytes, buffer %zu; streams: %s). %s; check that "
+               "rank's log and whether it is still running, and `ss -tni` on both hosts for "
+               "retransmissions. "
+               "NCCL_FERRY_DUMP_SIGNAL dumps every comm; NCCL_FERRY_STALL_WARN_S sets this "
+               "warning's delay (0: off)",
+               desc, req->kind == FERRY_PX_SEND ? "send" : "recv", req->seq,
+               (unsigned long long)(idle / 1000000000ULL),
+               ferry_px_req_state_str(atomic_load(&req->state)), atomic_load(&req->posted),
+               atomic_load(&req->done), atomic_load(&req->nchunks),
+               (unsigned long long)atomic_load(&req->bytes),
+               (unsigned long long)atomic_load(&req->size), req->capacity, lanes,
+               req->kind == FERRY_PX_SEND
+                   ? "The peer is not reading: it may still be busy (a slower rank), stopped, "
+                     "or the network drops packets"
+                   : "Nothing arrives from the peer: it may not have reached this operation yet "
+                     "(a slower rank), be stopped, or the network drops packets");
+}
+
 ferry_status_t ferry_px_comm_test(ferry_px_comm_t *comm, ferry_px_req_t *req, int *done_p,
                                   int *sizes)
 {
@@ -523,6 +570,8 @@ ferry_status_t ferry_px_comm_test(ferry_px_comm_t *comm, ferry_px_req_t *req, in
     /* All bytes are in; only the (delayed) completion is outstanding: not a failure. */
     if (failed != 0 && !ferry_px_req_all_moved(req))
         return ferry_px_comm_test_failed(comm, req, (ferry_status_t)failed);
+    if (comm->stall_ns > 0 && !req->stall_warned)
+        ferry_px_comm_check_stall(comm, req);
     if (!ferry_px_comm_test_assists(comm, req))
         return FERRY_OK;
     ferry_px_comm_assist(comm);

@@ -20,6 +20,10 @@
  *   close-after-finalize  every context finalized while its comms are open;
  *                    the comms then close cleanly and dlclose leaves no thread
  *   many-comms       32 connections open at once, each carries 1 MiB intact
+ *   stall-warn       NCCL_FERRY_STALL_WARN_S=1: a receive nobody sends to and a
+ *                    64 MiB send nobody receives each get one WARN naming the
+ *                    request, its state, the peer and what to check; both then
+ *                    complete intact
  *
  *   integ_config [--plugin PATH] [--case NAME]
  */
@@ -189,6 +193,113 @@ static void config_zerocopy_fallback(const char *path)
     FIT_NCCL(p.net->finalize(a));
     fit_log_check_clean("zerocopy fallback");
     config_close(&p);
+}
+
+/* Call test() on req for `seconds` (it must not finish); bounded like every wait here. */
+static void config_test_idle(const fit_plugin_t *p, void *req, double seconds, const char *what)
+{
+    double end = fit_now() + seconds;
+    int done = 0, size = -1;
+
+    while (fit_now() < end) {
+        FIT_NCCL(p->net->test(req, &done, &size));
+        FIT_CHECK(!done, "%s finished while nothing should have moved it", what);
+        usleep(2000);
+    }
+}
+
+static void config_test_done(const fit_plugin_t *p, void *req, size_t expect, const char *what)
+{
+    fit_bound_t b;
+    int done = 0, size = -1;
+
+    fit_bound_init(&b, what, 20.0, 100000000L);
+    while (!done) {
+        FIT_NCCL(p->net->test(req, &done, &size));
+        if (!done)
+            fit_bound_step(&b);
+    }
+    FIT_CHECK((size_t)size == expect, "%s: %d bytes reported, %zu expected", what, size, expect);
+}
+
+/*
+ * NCCL_FERRY_STALL_WARN_S=1: a receive nobody sends to, then a send nobody
+ * receives (64 MiB, more than the socket buffers hold), each get one WARN
+ * that names the request, its state and peer, and what to check; both then
+ * complete intact once the other side moves, and nothing else is logged.
+ */
+static void config_stall_warn(const char *path)
+{
+    const size_t big = (size_t)64 << 20;
+    char handle[NCCL_NET_HANDLE_MAXSIZE], line[4096];
+    void *a, *b, *listen_comm, *send_comm, *recv_comm, *smh, *rmh, *rreq, *sreq;
+    char *sbuf = malloc(big), *rbuf = malloc(big);
+    size_t cap = big, small = 4096;
+    int tag = 7, from, first;
+    fit_plugin_t p;
+
+    FIT_CHECK(sbuf != NULL && rbuf != NULL, "malloc");
+    fit_plugin_open(&p, path);
+    a = fit_plugin_init(&p, 0x51);
+    b = fit_plugin_init(&p, 0x52);
+    listen_comm = fit_listen(&p, a, 0, handle);
+    fit_connect_accept(&p, b, 0, handle, listen_comm, &send_comm, &recv_comm, NULL);
+    FIT_NCCL(p.net->closeListen(listen_comm));
+    FIT_NCCL(p.net->regMr(send_comm, sbuf, big, NCCL_PTR_HOST, &smh));
+    FIT_NCCL(p.net->regMr(recv_comm, rbuf, big, NCCL_PTR_HOST, &rmh));
+    fit_log_expect("has made no progress for");
+
+    /* 1. A receive with no sender. */
+    from = fit_log_lines();
+    rreq = NULL;
+    FIT_NCCL(p.net->irecv(recv_comm, 1, (void **)&rbuf, &small, &tag, &rmh, NULL, &rreq));
+    FIT_CHECK(rreq != NULL, "irecv returned no request");
+    config_test_idle(&p, rreq, 1.6, "a receive with no sender");
+    first = fit_log_find(from, NCCL_LOG_WARN, "recv request seq 0 has made no progress for 1 s",
+                         "127.0.0.1", "Nothing arrives from the peer", line, sizeof(line));
+    FIT_CHECK(first >= 0, "no WARN about the idle receive (peer, seq, what to check)");
+    FIT_CHECK(strstr(line, "state POSTED") != NULL && strstr(line, "NCCL_FERRY_STALL_WARN_S") != NULL,
+              "the stall WARN lacks the request state or the knob: %s", line);
+    printf("  %s\n", line);
+    config_test_idle(&p, rreq, 1.2, "a receive with no sender");
+    FIT_CHECK(fit_log_find(first + 1, NCCL_LOG_WARN, "has made no progress", NULL, NULL, NULL,
+                           0) < 0, "the idle receive was reported more than once");
+    fit_fill(sbuf, small, 0x5a11);
+    sreq = NULL;
+    FIT_NCCL(p.net->isend(send_comm, sbuf, small, 1, smh, NULL, &sreq));
+    FIT_CHECK(sreq != NULL, "isend returned no request");
+    config_test_done(&p, sreq, small, "the late send");
+    config_test_done(&p, rreq, small, "the receive after the late send");
+    fit_check_pattern(rbuf, small, 0x5a11, "the receive after the late send");
+
+    /* 2. A send larger than the socket buffers, no receive posted. */
+    from = fit_log_lines();
+    fit_fill(sbuf, big, 0x5a12);
+    sreq = NULL;
+    FIT_NCCL(p.net->isend(send_comm, sbuf, big, 1, smh, NULL, &sreq));
+    FIT_CHECK(sreq != NULL, "isend returned no request");
+    config_test_idle(&p, sreq, 2.5, "a 64 MiB send with no receive");
+    FIT_CHECK(fit_log_find(from, NCCL_LOG_WARN, "send request seq 1 has made no progress",
+                           "The peer is not reading", NULL, line, sizeof(line)) >= 0,
+              "no WARN about the stalled send");
+    printf("  %s\n", line);
+    rreq = NULL;
+    FIT_NCCL(p.net->irecv(recv_comm, 1, (void **)&rbuf, &cap, &tag, &rmh, NULL, &rreq));
+    FIT_CHECK(rreq != NULL, "irecv returned no request");
+    config_test_done(&p, sreq, big, "the stalled send");
+    config_test_done(&p, rreq, big, "the receive of the stalled send");
+    fit_check_pattern(rbuf, big, 0x5a12, "the receive of the stalled send");
+
+    FIT_NCCL(p.net->deregMr(send_comm, smh));
+    FIT_NCCL(p.net->deregMr(recv_comm, rmh));
+    FIT_NCCL(p.net->closeSend(send_comm));
+    FIT_NCCL(p.net->closeRecv(recv_comm));
+    FIT_NCCL(p.net->finalize(a));
+    FIT_NCCL(p.net->finalize(b));
+    fit_log_check_clean("stall warnings");
+    config_close(&p);
+    free(sbuf);
+    free(rbuf);
 }
 
 static void config_no_interface(const char *path)
@@ -410,6 +521,7 @@ static const config_case_t config_cases[] = {
     { "reinit-reload",  { NULL },                                   config_reinit_reload },
     { "close-after-finalize", { NULL },                             config_close_after_finalize },
     { "many-comms",     { NULL },                                   config_many_comms },
+    { "stall-warn",     { "NCCL_SOCKET_IFNAME=lo", "NCCL_FERRY_STALL_WARN_S=1" }, config_stall_warn },
 };
 
 static int config_run_case(const char *path, const config_case_t *c)
