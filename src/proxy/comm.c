@@ -469,6 +469,7 @@ static ferry_status_t ferry_px_comm_reap(ferry_px_comm_t *comm, ferry_px_req_t *
         uint64_t size = atomic_load_explicit(&req->size, memory_order_relaxed);
 
         ferry_px_comm_time(comm, req);
+        comm->stall_quiet = 0; /* The comm moves again: a new stall gets its own WARN. */
 
         if (sizes != NULL)
             sizes[0] = (int)size;
@@ -506,8 +507,9 @@ static int ferry_px_comm_test_assists(ferry_px_comm_t *comm, const ferry_px_req_
 }
 
 /*
- * A request without progress for stall_ns: say so once, with what ferry
- * knows and what to look at. NCCL itself waits forever, and a rank that
+ * A request without progress for stall_ns: say so, once per stall of the
+ * comm (NCCL posts several requests per comm, and a slow peer stalls them
+ * all), with what ferry knows and what to look at. NCCL itself waits forever, and a rank that
  * stopped or a network that silently drops packets otherwise looks like a
  * hang with nothing in the log. Not an error: a straggler rank still
  * computing also keeps a receive waiting.
@@ -521,7 +523,7 @@ static void ferry_px_comm_check_stall(ferry_px_comm_t *comm, ferry_px_req_t *req
 
     if (idle < comm->stall_ns)
         return;
-    req->stall_warned = 1;
+    comm->stall_quiet = 1;
     for (lane = 0; lane < comm->nlanes; lane++) {
         st = atomic_load_explicit(&comm->lanes[lane].state, memory_order_relaxed);
         if (st >= 0 && st < FERRY_PX_LANE_STATE_COUNT)
@@ -570,7 +572,7 @@ ferry_status_t ferry_px_comm_test(ferry_px_comm_t *comm, ferry_px_req_t *req, in
     /* All bytes are in; only the (delayed) completion is outstanding: not a failure. */
     if (failed != 0 && !ferry_px_req_all_moved(req))
         return ferry_px_comm_test_failed(comm, req, (ferry_status_t)failed);
-    if (comm->stall_ns > 0 && !req->stall_warned)
+    if (comm->stall_ns > 0 && !comm->stall_quiet)
         ferry_px_comm_check_stall(comm, req);
     if (!ferry_px_comm_test_assists(comm, req))
         return FERRY_OK;

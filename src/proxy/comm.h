@@ -152,7 +152,8 @@ typedef struct ferry_px_comm {
     _Atomic uint64_t      small_post_ns; /* ...if a small message was posted this recently. */
     _Atomic uint64_t      assist_ns;     /* Last time NCCL's thread moved lane 0 (ferry_px_comm_assist). */
     unsigned              inject_delay_us; /* Test knob: added to every chunk completion. */
-    uint64_t              stall_ns;      /* test() WARNs once per request idle this long; 0 off. */
+    uint64_t              stall_ns;      /* test() WARNs about a request idle this long; 0 off... */
+    int                   stall_quiet;   /* ...once, until a request of the comm completes again. */
     ferry_px_defer_t     *defer;         /* nlanes rings when inject_delay_us > 0, else NULL. */
     int                   has_cpus;      /* Workers run on `cpus` (near the NIC) when set. */
     cpu_set_t             cpus;

@@ -59,7 +59,6 @@ void ferry_px_req_post(ferry_px_req_t *req, ferry_px_req_kind_t kind, uint32_t s
     req->capacity = size;
     req->chunk_size = plan.chunk_size;
     req->status = FERRY_OK;
-    req->stall_warned = 0;
     req->post_ns = ferry_px_now_ns();
     atomic_store_explicit(&req->last_ns, req->post_ns, memory_order_relaxed);
     atomic_store_explicit(&req->start_ns, 0, memory_order_relaxed);

@@ -55,7 +55,6 @@ typedef struct ferry_px_req {
     _Atomic uint64_t     start_ns;    /* A lane took its first chunk (POSTED -> ACTIVE). */
     _Atomic uint64_t     done_ns;     /* Its last chunk was retired (-> DONE). */
     ferry_status_t       status;      /* Valid in ERROR; written before the release store. */
-    int                  stall_warned; /* test() said it is stalled; only test()'s thread. */
     struct ferry_px_comm *comm;       /* Owner, for logs. */
 } ferry_px_req_t;
 

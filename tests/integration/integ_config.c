@@ -20,10 +20,10 @@
  *   close-after-finalize  every context finalized while its comms are open;
  *                    the comms then close cleanly and dlclose leaves no thread
  *   many-comms       32 connections open at once, each carries 1 MiB intact
- *   stall-warn       NCCL_FERRY_STALL_WARN_S=1: a receive nobody sends to and a
- *                    64 MiB send nobody receives each get one WARN naming the
- *                    request, its state, the peer and what to check; both then
- *                    complete intact
+ *   stall-warn       NCCL_FERRY_STALL_WARN_S=1: a 64 MiB send nobody receives and
+ *                    a receive nobody sends to each get one WARN naming the
+ *                    request, its state, the peer and what to check (once per
+ *                    stall, again after the comm moved); all complete intact
  *
  *   integ_config [--plugin PATH] [--case NAME]
  */
@@ -222,11 +222,39 @@ static void config_test_done(const fit_plugin_t *p, void *req, size_t expect, co
     FIT_CHECK((size_t)size == expect, "%s: %d bytes reported, %zu expected", what, size, expect);
 }
 
+/* Post a receive of cap bytes into buf and call test() on it, idle, for `seconds`. */
+static void *config_idle_recv(const fit_plugin_t *p, void *recv_comm, void *rmh, void *buf,
+                              size_t cap, double seconds)
+{
+    void *req = NULL;
+    int tag = 7;
+
+    FIT_NCCL(p->net->irecv(recv_comm, 1, &buf, &cap, &tag, &rmh, NULL, &req));
+    FIT_CHECK(req != NULL, "irecv returned no request");
+    config_test_idle(p, req, seconds, "a receive with no sender");
+    return req;
+}
+
+/* Send n pattern bytes and see both requests through. */
+static void config_send_now(const fit_plugin_t *p, void *send_comm, void *smh, char *sbuf,
+                            void *rreq, char *rbuf, size_t n, uint64_t seed)
+{
+    void *sreq = NULL;
+
+    fit_fill(sbuf, n, seed);
+    FIT_NCCL(p->net->isend(send_comm, sbuf, n, 1, smh, NULL, &sreq));
+    FIT_CHECK(sreq != NULL, "isend returned no request");
+    config_test_done(p, sreq, n, "the late send");
+    config_test_done(p, rreq, n, "the receive of the late send");
+    fit_check_pattern(rbuf, n, seed, "the receive of the late send");
+}
+
 /*
- * NCCL_FERRY_STALL_WARN_S=1: a receive nobody sends to, then a send nobody
- * receives (64 MiB, more than the socket buffers hold), each get one WARN
- * that names the request, its state and peer, and what to check; both then
- * complete intact once the other side moves, and nothing else is logged.
+ * NCCL_FERRY_STALL_WARN_S=1: a 64 MiB send nobody receives (more than the
+ * socket buffers hold) and a receive nobody sends to each get one WARN that
+ * names the request, its state, the peer and what to check; one WARN per
+ * stall of a comm, and a new one once the comm has moved again; everything
+ * then completes intact.
  */
 static void config_stall_warn(const char *path)
 {
@@ -234,7 +262,7 @@ static void config_stall_warn(const char *path)
     char handle[NCCL_NET_HANDLE_MAXSIZE], line[4096];
     void *a, *b, *listen_comm, *send_comm, *recv_comm, *smh, *rmh, *rreq, *sreq;
     char *sbuf = malloc(big), *rbuf = malloc(big);
-    size_t cap = big, small = 4096;
+    size_t cap = big;
     int tag = 7, from, first;
     fit_plugin_t p;
 
@@ -249,39 +277,18 @@ static void config_stall_warn(const char *path)
     FIT_NCCL(p.net->regMr(recv_comm, rbuf, big, NCCL_PTR_HOST, &rmh));
     fit_log_expect("has made no progress for");
 
-    /* 1. A receive with no sender. */
-    from = fit_log_lines();
-    rreq = NULL;
-    FIT_NCCL(p.net->irecv(recv_comm, 1, (void **)&rbuf, &small, &tag, &rmh, NULL, &rreq));
-    FIT_CHECK(rreq != NULL, "irecv returned no request");
-    config_test_idle(&p, rreq, 1.6, "a receive with no sender");
-    first = fit_log_find(from, NCCL_LOG_WARN, "recv request seq 0 has made no progress for 1 s",
-                         "127.0.0.1", "Nothing arrives from the peer", line, sizeof(line));
-    FIT_CHECK(first >= 0, "no WARN about the idle receive (peer, seq, what to check)");
-    FIT_CHECK(strstr(line, "state POSTED") != NULL && strstr(line, "NCCL_FERRY_STALL_WARN_S") != NULL,
-              "the stall WARN lacks the request state or the knob: %s", line);
-    printf("  %s\n", line);
-    config_test_idle(&p, rreq, 1.2, "a receive with no sender");
-    FIT_CHECK(fit_log_find(first + 1, NCCL_LOG_WARN, "has made no progress", NULL, NULL, NULL,
-                           0) < 0, "the idle receive was reported more than once");
-    fit_fill(sbuf, small, 0x5a11);
-    sreq = NULL;
-    FIT_NCCL(p.net->isend(send_comm, sbuf, small, 1, smh, NULL, &sreq));
-    FIT_CHECK(sreq != NULL, "isend returned no request");
-    config_test_done(&p, sreq, small, "the late send");
-    config_test_done(&p, rreq, small, "the receive after the late send");
-    fit_check_pattern(rbuf, small, 0x5a11, "the receive after the late send");
-
-    /* 2. A send larger than the socket buffers, no receive posted. */
+    /* 1. A send larger than the socket buffers, no receive posted. */
     from = fit_log_lines();
     fit_fill(sbuf, big, 0x5a12);
     sreq = NULL;
     FIT_NCCL(p.net->isend(send_comm, sbuf, big, 1, smh, NULL, &sreq));
     FIT_CHECK(sreq != NULL, "isend returned no request");
     config_test_idle(&p, sreq, 2.5, "a 64 MiB send with no receive");
-    FIT_CHECK(fit_log_find(from, NCCL_LOG_WARN, "send request seq 1 has made no progress",
-                           "The peer is not reading", NULL, line, sizeof(line)) >= 0,
-              "no WARN about the stalled send");
+    FIT_CHECK(fit_log_find(from, NCCL_LOG_WARN, "send request seq 0 has made no progress",
+                           "127.0.0.1", "The peer is not reading", line, sizeof(line)) >= 0,
+              "no WARN about the stalled send (peer, seq, what to check)");
+    FIT_CHECK(strstr(line, "state ACTIVE") != NULL && strstr(line, "blocked") != NULL,
+              "the stalled send's WARN lacks its state or its blocked streams: %s", line);
     printf("  %s\n", line);
     rreq = NULL;
     FIT_NCCL(p.net->irecv(recv_comm, 1, (void **)&rbuf, &cap, &tag, &rmh, NULL, &rreq));
@@ -289,6 +296,27 @@ static void config_stall_warn(const char *path)
     config_test_done(&p, sreq, big, "the stalled send");
     config_test_done(&p, rreq, big, "the receive of the stalled send");
     fit_check_pattern(rbuf, big, 0x5a12, "the receive of the stalled send");
+
+    /* 2. A receive nobody sends to: one WARN however long it waits. */
+    from = fit_log_lines();
+    rreq = config_idle_recv(&p, recv_comm, rmh, rbuf, 4096, 2.6);
+    first = fit_log_find(from, NCCL_LOG_WARN, "recv request seq 1 has made no progress for 1 s",
+                         "127.0.0.1", "Nothing arrives from the peer", line, sizeof(line));
+    FIT_CHECK(first >= 0, "no WARN about the idle receive (peer, seq, what to check)");
+    FIT_CHECK(strstr(line, "state POSTED") != NULL && strstr(line, "buffer 4096") != NULL &&
+              strstr(line, "NCCL_FERRY_STALL_WARN_S") != NULL,
+              "the idle receive's WARN lacks its state, buffer or the knob: %s", line);
+    printf("  %s\n", line);
+    FIT_CHECK(fit_log_find(first + 1, NCCL_LOG_WARN, "has made no progress", NULL, NULL, NULL,
+                           0) < 0, "the idle receive was reported more than once");
+    config_send_now(&p, send_comm, smh, sbuf, rreq, rbuf, 4096, 0x5a11);
+
+    /* 3. The comm moved since: its next stall gets its own WARN. */
+    from = fit_log_lines();
+    rreq = config_idle_recv(&p, recv_comm, rmh, rbuf, 4096, 1.6);
+    FIT_CHECK(fit_log_find(from, NCCL_LOG_WARN, "recv request seq 2 has made no progress", NULL,
+                           NULL, NULL, 0) >= 0, "a second stall after progress was not reported");
+    config_send_now(&p, send_comm, smh, sbuf, rreq, rbuf, 100, 0x5a13);
 
     FIT_NCCL(p.net->deregMr(send_comm, smh));
     FIT_NCCL(p.net->deregMr(recv_comm, rmh));
