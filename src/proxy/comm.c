@@ -517,7 +517,8 @@ static int ferry_px_comm_test_assists(ferry_px_comm_t *comm, const ferry_px_req_
 static void ferry_px_comm_check_stall(ferry_px_comm_t *comm, ferry_px_req_t *req)
 {
     uint64_t last = atomic_load_explicit(&req->last_ns, memory_order_relaxed);
-    uint64_t now = ferry_px_now_ns(), idle = now > last ? now - last : 0;
+    /* NCCL calls test() in a tight loop: the cheap clock (seconds are what count here). */
+    uint64_t now = ferry_px_coarse_ns(), idle = now > last ? now - last : 0;
     int count[FERRY_PX_LANE_STATE_COUNT] = {0}, lane, st, n = 0;
     char desc[160], lanes[128];
 

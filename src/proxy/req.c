@@ -27,6 +27,14 @@ uint64_t ferry_px_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
+uint64_t ferry_px_coarse_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
 ferry_px_chunk_plan_t ferry_px_chunk_plan(size_t size, int nlanes, size_t min_chunk,
                                           size_t max_chunk)
 {

@@ -74,6 +74,8 @@ ferry_px_chunk_plan_t ferry_px_chunk_plan(size_t size, int nlanes, size_t min_ch
 
 const char *ferry_px_req_state_str(int state);
 uint64_t ferry_px_now_ns(void);
+/* The same clock read cheaply, a few ms behind: for checks counted in seconds. */
+uint64_t ferry_px_coarse_ns(void);
 
 /* FREE -> POSTED. nchunks is 0 for a receive (learnt from the wire). */
 void ferry_px_req_post(ferry_px_req_t *req, ferry_px_req_kind_t kind, uint32_t seq, void *buf,
