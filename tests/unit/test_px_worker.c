@@ -78,6 +78,20 @@ static void wait_woken_or_timer(ferry_px_comm_t *c, int w, uint64_t n, uint64_t 
     assert_true(woken_post(c, w) == n || woken_timer(c, w) > timer);
 }
 
+/* The registry's dump as text (free() it); at least one comm must be live. */
+static char *dump_text(void)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+
+    assert_non_null(mem);
+    assert_true(ferry_px_registry_dump(mem) >= 1);
+    fclose(mem);
+    assert_non_null(text);
+    return text;
+}
+
 static void park(ferry_px_comm_t *c, int lane, uint32_t seq)
 {
     atomic_store(&c->lanes[lane].seq, seq);
@@ -140,8 +154,6 @@ static void test_send_post_wakes_one_per_chunk_and_dump(void **state)
     ferry_px_comm_t *c = calloc(1, sizeof(*c));
     static char buf[128 << 10];
     char *text = NULL;
-    size_t len = 0;
-    FILE *mem;
     int i;
 
     (void)state;
@@ -168,10 +180,7 @@ static void test_send_post_wakes_one_per_chunk_and_dump(void **state)
         assert_true(atomic_load(&st->idle_sweeps) <= atomic_load(&st->sweeps));
     }
 
-    mem = open_memstream(&text, &len);
-    assert_non_null(mem);
-    assert_true(ferry_px_registry_dump(mem) >= 1);
-    fclose(mem);
+    text = dump_text();
     assert_non_null(strstr(text, "thread 0 (ferry-s"));
     assert_non_null(strstr(text, "thread 3 (ferry-s"));
     assert_non_null(strstr(text, "woken 1 by posts"));
@@ -188,18 +197,13 @@ static void test_dump_without_helpers(void **state)
 {
     ferry_px_comm_t *c = calloc(1, sizeof(*c));
     char *text = NULL, *own, *next;
-    size_t len = 0;
-    FILE *mem;
 
     (void)state;
     assert_non_null(c);
     assert_int_equal(ferry_px_comm_init(c, FERRY_PX_RECV, "test", "10.0.0.9:9", 1, 0, 64 << 10,
                                         1 << 20, &idle_ops), FERRY_OK);
     assert_int_equal(ferry_px_comm_start(c), FERRY_OK);
-    mem = open_memstream(&text, &len);
-    assert_non_null(mem);
-    assert_true(ferry_px_registry_dump(mem) >= 1);
-    fclose(mem);
+    text = dump_text();
     /* This comm's section: from its line to the next comm's, if any. */
     own = strstr(text, "peer 10.0.0.9:9");
     assert_non_null(own);
@@ -226,9 +230,7 @@ static void test_message_timeline(void **state)
     ferry_px_claim_t claim;
     ferry_px_req_t *r;
     char *text = NULL, *own;
-    size_t len = 0;
     int done = 0, size = 0, i;
-    FILE *mem;
 
     (void)state;
     assert_non_null(c);
@@ -259,10 +261,7 @@ static void test_message_timeline(void **state)
     /* Generous upper bounds: a loaded runner may stretch sleeps, not shrink them. */
     assert_true(atomic_load(&t->wait_ns) < 2000000000ULL);
 
-    mem = open_memstream(&text, &len);
-    assert_non_null(mem);
-    ferry_px_registry_dump(mem);
-    fclose(mem);
+    text = dump_text();
     own = strstr(text, "peer 10.0.0.7:7");
     assert_non_null(own);
     assert_non_null(strstr(own, "1 messages done; on average "));
