@@ -509,10 +509,10 @@ static int ferry_px_comm_test_assists(ferry_px_comm_t *comm, const ferry_px_req_
 /*
  * A request without progress for stall_ns: say so, once per stall of the
  * comm (NCCL posts several requests per comm, and a slow peer stalls them
- * all), with what ferry knows and what to look at. NCCL itself waits forever, and a rank that
- * stopped or a network that silently drops packets otherwise looks like a
- * hang with nothing in the log. Not an error: a straggler rank still
- * computing also keeps a receive waiting.
+ * all), with what ferry knows and what to look at. NCCL itself waits
+ * forever, and a rank that stopped or a network that silently drops packets
+ * otherwise looks like a hang with nothing in the log. Not an error: a
+ * straggler rank still computing also keeps a receive waiting.
  */
 static void ferry_px_comm_check_stall(ferry_px_comm_t *comm, ferry_px_req_t *req)
 {
@@ -539,9 +539,8 @@ static void ferry_px_comm_check_stall(ferry_px_comm_t *comm, ferry_px_req_t *req
     FERRY_WARN("%s: %s request seq %u has made no progress for %llu s (state %s, chunks posted %u, "
                "done %u of %u, %llu of %llu bytes, buffer %zu; streams: %s). %s; check that "
                "rank's log and whether it is still running, and `ss -tni` on both hosts for "
-               "retransmissions. "
-               "NCCL_FERRY_DUMP_SIGNAL dumps every comm; NCCL_FERRY_STALL_WARN_S sets this "
-               "warning's delay (0: off)",
+               "retransmissions. NCCL_FERRY_DUMP_SIGNAL dumps every comm; "
+               "NCCL_FERRY_STALL_WARN_S sets this warning's delay (0: off)",
                desc, req->kind == FERRY_PX_SEND ? "send" : "recv", req->seq,
                (unsigned long long)(idle / 1000000000ULL),
                ferry_px_req_state_str(atomic_load(&req->state)), atomic_load(&req->posted),
