@@ -64,7 +64,18 @@ typedef struct ferry_px_defer {
     } slot[FERRY_PX_DEFER_MAX];
 } ferry_px_defer_t;
 
-/* Per-lane statistics: written by the lane's one helper thread, read by the dump. */
+/*
+ * A statistic with one writer (a lane's holder, see lane_busy; a worker's
+ * own counters): a relaxed load and store, no locked add on the data path.
+ * Readers (the dump) see a recent value.
+ */
+static inline void ferry_px_stat_add(_Atomic uint64_t *v, uint64_t n)
+{
+    atomic_store_explicit(v, atomic_load_explicit(v, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+
+/* Per-lane statistics: written by whoever holds the lane, read by the dump. */
 typedef struct ferry_px_lane_stats {
     _Atomic int      state;    /* ferry_px_lane_state_t. */
     _Atomic uint32_t seq;      /* Message of the chunk in hand. */

@@ -25,13 +25,6 @@
 /* Spin only if a small message was posted within this window. */
 #define FERRY_PX_SPIN_RECENT_NS 2000000ULL
 
-/* Only this thread writes its counters: a relaxed load and store, no locked add. */
-static inline void ferry_px_stat_inc(_Atomic uint64_t *v)
-{
-    atomic_store_explicit(v, atomic_load_explicit(v, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
-}
-
 typedef struct ferry_px_pollset {
     struct pollfd fds[FERRY_PX_MAX_LANES + 1];
     int           lane_of[FERRY_PX_MAX_LANES + 1]; /* -1 for the wake fd. */
@@ -96,18 +89,18 @@ static void ferry_px_worker_sleep(ferry_px_worker_t *w, ferry_px_pollset_t *ps)
     ts.tv_sec = (time_t)(wait_ns / 1000000000ULL);
     ts.tv_nsec = (long)(wait_ns % 1000000000ULL);
     rc = ppoll(ps->fds, (nfds_t)ps->n, &ts, NULL);
-    ferry_px_stat_inc(&w->stats.sleeps);
+    ferry_px_stat_add(&w->stats.sleeps, 1);
     if (rc < 0 && errno != EINTR)
         FERRY_WARN("%s comm #%u peer %s worker %d: poll failed: %s; retrying", comm->backend,
                    comm->serial, comm->peer, w->index, strerror(errno));
     if (rc > 0 && (ps->fds[0].revents & POLLIN)) {
         ssize_t n = read(w->wake_fd, &drained, sizeof(drained));
         (void)n;
-        ferry_px_stat_inc(&w->stats.woken_post);
+        ferry_px_stat_add(&w->stats.woken_post, 1);
     } else if (rc > 0) {
-        ferry_px_stat_inc(&w->stats.woken_io);
+        ferry_px_stat_add(&w->stats.woken_io, 1);
     } else if (rc == 0) {
-        ferry_px_stat_inc(&w->stats.woken_timer);
+        ferry_px_stat_add(&w->stats.woken_timer, 1);
     }
     if (rc <= 0)
         ps->n = 0;
@@ -196,9 +189,9 @@ static void *ferry_px_worker_main(void *arg)
         long work = ferry_px_worker_sweep(w, have_poll ? &ps : NULL);
 
         have_poll = 0;
-        ferry_px_stat_inc(&w->stats.sweeps);
+        ferry_px_stat_add(&w->stats.sweeps, 1);
         if (work <= 0)
-            ferry_px_stat_inc(&w->stats.idle_sweeps);
+            ferry_px_stat_add(&w->stats.idle_sweeps, 1);
         if (work > 0) {
             idle_since = 0;
             continue;

@@ -18,13 +18,6 @@
 /* Chunks a lane moves per call before the worker turns to its other lanes. */
 #define FERRY_SOCK_LANE_BURST 4
 
-/* Lane statistics have one writer, whoever holds the lane: no locked add needed. */
-static inline void ferry_sock_lane_stat_add(_Atomic uint64_t *v, uint64_t n)
-{
-    atomic_store_explicit(v, atomic_load_explicit(v, memory_order_relaxed) + n,
-                          memory_order_relaxed);
-}
-
 static ferry_sock_comm_t *ferry_sock_of(ferry_px_comm_t *px)
 {
     return (ferry_sock_comm_t *)px; /* px is the first member. */
@@ -165,7 +158,7 @@ static long ferry_sock_send_lane_progress(ferry_px_comm_t *px, int li, short rev
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
                 if (!atomic_load_explicit(&lane->blocked, memory_order_relaxed))
-                    ferry_sock_lane_stat_add(&px->lanes[li].blocked, 1);
+                    ferry_px_stat_add(&px->lanes[li].blocked, 1);
                 atomic_store_explicit(&lane->blocked, 1, memory_order_relaxed);
                 ferry_px_lane_set(px, li, FERRY_PX_LANE_BLOCKED);
                 break;
@@ -183,8 +176,7 @@ static long ferry_sock_send_lane_progress(ferry_px_comm_t *px, int li, short rev
         ferry_sock_zc_sent(c, li, zc);
         if ((size_t)n > hdr_left) {
             ferry_px_req_progress(lane->claim.req, (size_t)n - hdr_left);
-            atomic_fetch_add_explicit(&px->lanes[li].bytes, (size_t)n - hdr_left,
-                                      memory_order_relaxed);
+            ferry_px_stat_add(&px->lanes[li].bytes, (size_t)n - hdr_left);
             ferry_px_lane_set(px, li, FERRY_PX_LANE_PAYLOAD);
         }
         lane->sent += (size_t)n;
@@ -192,8 +184,8 @@ static long ferry_sock_send_lane_progress(ferry_px_comm_t *px, int li, short rev
         if (lane->sent < total)
             continue;
         ferry_sock_zc_chunk_queued(c, li);
-        ferry_sock_lane_stat_add(&px->lanes[li].busy_ns, ferry_px_now_ns() - lane->chunk_ns);
-        atomic_fetch_add_explicit(&px->lanes[li].chunks, 1, memory_order_relaxed);
+        ferry_px_stat_add(&px->lanes[li].busy_ns, ferry_px_now_ns() - lane->chunk_ns);
+        ferry_px_stat_add(&px->lanes[li].chunks, 1);
         ferry_px_lane_set(px, li, FERRY_PX_LANE_IDLE);
         lane->has_chunk = 0;
         chunks++;
@@ -338,13 +330,13 @@ static long ferry_sock_recv_lane_progress(ferry_px_comm_t *px, int li, short rev
             lane->rgot += (size_t)n;
             work += n;
             ferry_px_req_progress(lane->rreq, (size_t)n);
-            atomic_fetch_add_explicit(&px->lanes[li].bytes, (size_t)n, memory_order_relaxed);
+            ferry_px_stat_add(&px->lanes[li].bytes, (size_t)n);
             if (lane->rgot < lane->rhdr.len)
                 continue;
         }
         ferry_px_comm_chunk_finish(px, li, lane->rreq);
-        ferry_sock_lane_stat_add(&px->lanes[li].busy_ns, ferry_px_now_ns() - lane->chunk_ns);
-        atomic_fetch_add_explicit(&px->lanes[li].chunks, 1, memory_order_relaxed);
+        ferry_px_stat_add(&px->lanes[li].busy_ns, ferry_px_now_ns() - lane->chunk_ns);
+        ferry_px_stat_add(&px->lanes[li].chunks, 1);
         ferry_px_lane_set(px, li, FERRY_PX_LANE_IDLE);
         lane->rreq = NULL;
         lane->rhdr_got = 0;
