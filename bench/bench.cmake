@@ -7,7 +7,7 @@ set(FERRY_HARNESS_DIR ${PROJECT_SOURCE_DIR}/tests/integration)
 add_executable(ferry-bench
   ${FERRY_BENCH_DIR}/fbench_main.c ${FERRY_BENCH_DIR}/fbench_side.c
   ${FERRY_BENCH_DIR}/fbench_plugin.c ${FERRY_BENCH_DIR}/fbench_raw.c
-  ${FERRY_BENCH_DIR}/fbench_report.c
+  ${FERRY_BENCH_DIR}/fbench_report.c ${FERRY_BENCH_DIR}/fbench_replot.c
   ${FERRY_HARNESS_DIR}/harness.c)
 target_include_directories(ferry-bench PRIVATE ${FERRY_BENCH_DIR} ${FERRY_HARNESS_DIR}
   ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)

@@ -61,6 +61,7 @@ typedef struct fb_opts {
     double      timeout_s;                  /* Whole run; the child is killed past it. */
     const char *csv;                        /* Per-measurement CSV, or NULL. */
     const char *png;                        /* gnuplot PNG, or NULL. */
+    const char *replot;                     /* --replot: CSV to redraw instead of measuring. */
     int         streams;                    /* TCP streams per connection (ferry's config). */
     int         threads;                    /* Helper threads per connection (ferry's config). */
     int         raw_threads;                /* Raw TCP's threads per connection: threads, or 1
@@ -163,5 +164,8 @@ void        fb_csv_row(const fb_opts_t *o, const fb_point_t *p, int rep, uint64_
 void        fb_csv_close(void);
 void        fb_table(const fb_opts_t *o, const fb_point_t *pts, int npts);
 void        fb_plot(const fb_opts_t *o, const fb_point_t *pts, int npts);
+
+/* fbench_replot.c: points from an earlier run's CSV; returns how many. */
+int         fb_replot(fb_opts_t *o, const char *csv, fb_point_t *pts, int max);
 
 #endif

@@ -61,6 +61,7 @@ static void fb_usage(void)
         "  --timeout S       the whole run; the receiver is killed past it (default 600)\n"
         "  --csv FILE        one row per measurement\n"
         "  --png FILE        plot of the medians (needs gnuplot)\n"
+        "  --replot CSV      measure nothing: the tables (and --png) from an earlier run's CSV\n"
         "  --plugin PATH     plugin to dlopen (default %s)\n"
         "  --netns-recv NS --netns-send NS   run each side in that network namespace\n"
         "  --ifname-recv IF --ifname-send IF NCCL_SOCKET_IFNAME of each side\n"
@@ -169,6 +170,7 @@ static void fb_parse(fb_opts_t *o, int argc, char **argv)
         else if (strcmp(a, "--timeout") == 0)    o->timeout_s = atof(v);
         else if (strcmp(a, "--csv") == 0)        o->csv = v;
         else if (strcmp(a, "--png") == 0)        o->png = v;
+        else if (strcmp(a, "--replot") == 0)     o->replot = v;
         else if (strcmp(a, "--plugin") == 0)     o->plugin = v;
         else if (strcmp(a, "--netns-recv") == 0)  o->netns[0] = v;
         else if (strcmp(a, "--netns-send") == 0)  o->netns[1] = v;
@@ -425,6 +427,14 @@ int main(int argc, char **argv)
     fb_opts_t o;
 
     fb_parse(&o, argc, argv);
+    if (o.replot != NULL) {
+        int npts = fb_replot(&o, o.replot, fb_points, FB_MAX_POINTS);
+
+        printf("ferry-bench: %d points from %s\n", npts, o.replot);
+        fb_table(&o, fb_points, npts);
+        fb_plot(&o, fb_points, npts);
+        return 0;
+    }
     setenv("NCCL_SOCKET_IFNAME", "lo", 0);
     fb_load_ferry_config(&o);
     printf("ferry-bench: plugin %s\n  NCCL_SOCKET_IFNAME=%s (receiver) %s (sender)%s%s%s%s\n"
