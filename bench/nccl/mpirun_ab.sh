@@ -121,8 +121,9 @@ for rep in $(seq "$REPS"); do
     rc=$?
     rows=$(mpirun_ab_rows "$log" "$config")
     [ -n "$rows" ] || { [ $rc -ne 0 ] || rc=99; }
-    # Any wrong element (either column) fails the run.
-    awk '$1 ~ /^[0-9]+$/ && NF >= 13 && ($9 != 0 || $13 != 0) { bad = 1 } END { exit bad }' "$log" || rc=98
+    # Any wrong element (either column) fails the run; N/A is -c 0 (not checked).
+    awk '$1 ~ /^[0-9]+$/ && NF >= 13 && (($9 ~ /^[0-9]+$/ && $9 != 0) || ($13 ~ /^[0-9]+$/ && $13 != 0)) {
+        bad = 1 } END { exit bad }' "$log" || rc=98
     [ -n "$rows" ] && echo "$rows" >>"$OUTDIR/raw-mpirun.csv"
     printf 'mpirun\t%s\t%s\t%s\t%s\n' "$rep" "$config" "$rc" "$((SECONDS - start))" >>"$OUTDIR/runs.tsv"
     fnb_log "rep $rep $config: exit $rc, $((SECONDS - start)) s"
