@@ -145,6 +145,11 @@ check mpirun_ab_plugin 0 grep -q '^# plugin=/nonexistent/old.so$' "$WORK/mab/log
 check mpirun_ab_own_plugin 0 grep -q "^# plugin=$FNB_BUILD/libnccl-net-ferry.so\$" "$WORK/mab/logs/mpirun-rep1-ferry.log"
 check mpirun_ab_wrong 1 env MOCK_WRONG=1 "$HERE/../mpirun_ab.sh" --tests "$HERE/mock_all_reduce_perf" \
       --reps 1 --configs socket-default "$WORK/mab2"
+# nccl-tests -c 0 (a bound measured without checking): N/A is not a failure,
+# and the summary says the rows went unchecked.
+check mpirun_ab_unchecked 0 env MOCK_UNCHECKED=1 "$HERE/../mpirun_ab.sh" --tests "$HERE/mock_all_reduce_perf" \
+      --reps 1 --configs socket-default "$WORK/mab3"
+check mpirun_ab_unchecked_note 0 grep -q '^Results not checked in 9 of 9 rows' "$WORK/mab3/summary.md"
 check mpirun_ab_no_tests 2 "$HERE/../mpirun_ab.sh" --tests /nonexistent/all_reduce_perf
 check cpuload 0 "$HERE/../cpuload.sh" --size 4K --iters 2 --settle 1 "$WORK/cpu"
 check cpuload_report 0 grep -q '^## socket-2x2 (exit 0)' "$WORK/cpu/cpuload.md"
