@@ -251,13 +251,17 @@ static long ferry_px_comm_defer_retire(ferry_px_comm_t *comm, int lane)
 {
     ferry_px_defer_t *d = &comm->defer[lane];
     uint64_t now = ferry_px_now_ns();
+    unsigned head = atomic_load_explicit(&d->head, memory_order_relaxed);
+    unsigned tail = atomic_load_explicit(&d->tail, memory_order_relaxed);
     long n = 0;
 
-    while (d->head != d->tail && d->slot[d->head % FERRY_PX_DEFER_MAX].due_ns <= now) {
-        ferry_px_req_chunk_done(d->slot[d->head % FERRY_PX_DEFER_MAX].req);
-        d->head++;
+    while (head != tail && atomic_load_explicit(&d->slot[head % FERRY_PX_DEFER_MAX].due_ns,
+                                                memory_order_relaxed) <= now) {
+        ferry_px_req_chunk_done(d->slot[head % FERRY_PX_DEFER_MAX].req);
+        head++;
         n++;
     }
+    atomic_store_explicit(&d->head, head, memory_order_relaxed);
     return n;
 }
 
@@ -270,19 +274,22 @@ void ferry_px_comm_chunk_finish(ferry_px_comm_t *comm, int lane, ferry_px_req_t 
 void ferry_px_comm_chunk_retire(ferry_px_comm_t *comm, int lane, ferry_px_req_t *req)
 {
     ferry_px_defer_t *d;
+    unsigned tail;
 
     if (comm->defer == NULL) {
         ferry_px_req_chunk_done(req);
         return;
     }
     d = &comm->defer[lane];
+    tail = atomic_load_explicit(&d->tail, memory_order_relaxed);
     /* Ring full: wait for the oldest, as a completion queue that is full would. */
-    while (d->tail - d->head == FERRY_PX_DEFER_MAX)
+    while (tail - atomic_load_explicit(&d->head, memory_order_relaxed) == FERRY_PX_DEFER_MAX)
         ferry_px_comm_defer_retire(comm, lane);
-    d->slot[d->tail % FERRY_PX_DEFER_MAX].req = req;
-    d->slot[d->tail % FERRY_PX_DEFER_MAX].due_ns =
-        ferry_px_now_ns() + (uint64_t)comm->inject_delay_us * 1000;
-    d->tail++;
+    d->slot[tail % FERRY_PX_DEFER_MAX].req = req;
+    atomic_store_explicit(&d->slot[tail % FERRY_PX_DEFER_MAX].due_ns,
+                          ferry_px_now_ns() + (uint64_t)comm->inject_delay_us * 1000,
+                          memory_order_relaxed);
+    atomic_store_explicit(&d->tail, tail + 1, memory_order_release);
 }
 
 uint64_t ferry_px_comm_defer_next_ns(ferry_px_comm_t *comm, int w)
@@ -293,12 +300,15 @@ uint64_t ferry_px_comm_defer_next_ns(ferry_px_comm_t *comm, int w)
     if (comm->defer == NULL)
         return best;
     for (lane = w; lane < comm->nlanes; lane += comm->nworkers) {
-        const ferry_px_defer_t *d = &comm->defer[lane];
+        ferry_px_defer_t *d = &comm->defer[lane];
+        unsigned head = atomic_load_explicit(&d->head, memory_order_relaxed);
         uint64_t due;
 
-        if (d->head == d->tail)
+        /* Acquire: a slot the tail covers has its due time written. */
+        if (head == atomic_load_explicit(&d->tail, memory_order_acquire))
             continue;
-        due = d->slot[d->head % FERRY_PX_DEFER_MAX].due_ns;
+        due = atomic_load_explicit(&d->slot[head % FERRY_PX_DEFER_MAX].due_ns,
+                                   memory_order_relaxed);
         if (due <= now)
             return 0;
         if (due - now < best)

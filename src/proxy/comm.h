@@ -57,10 +57,16 @@ typedef enum ferry_px_lane_state {
 /* Completions held back by NCCL_FERRY_INJECT_DELAY_US, per lane, oldest first. */
 #define FERRY_PX_DEFER_MAX 64
 typedef struct ferry_px_defer {
-    unsigned head, tail;                 /* Ring indexes; owned by whoever holds lane_busy. */
+    /*
+     * Whoever holds the lane (lane_busy) fills and drains the ring. The
+     * lane's worker also peeks at the oldest due time without holding it,
+     * to know how long it may sleep: hence atomics, though a stale peek
+     * only costs a later wake-up.
+     */
+    _Atomic unsigned head, tail;
     struct {
-        ferry_px_req_t *req;
-        uint64_t        due_ns;
+        ferry_px_req_t  *req;
+        _Atomic uint64_t due_ns;
     } slot[FERRY_PX_DEFER_MAX];
 } ferry_px_defer_t;
 
