@@ -451,7 +451,10 @@ static ferry_status_t ferry_px_comm_test_failed(ferry_px_comm_t *comm, ferry_px_
     return status;
 }
 
-/* Add a finished request's timeline to the comm's sums (ferry_px_timing_t). */
+/*
+ * Add a finished request's timeline to the comm's sums (ferry_px_timing_t).
+ * The thread that calls test() is their one writer: no locked adds.
+ */
 static void ferry_px_comm_time(ferry_px_comm_t *comm, const ferry_px_req_t *req)
 {
     ferry_px_timing_t *t = &comm->timing;
@@ -462,10 +465,10 @@ static void ferry_px_comm_time(ferry_px_comm_t *comm, const ferry_px_req_t *req)
     if (start < req->post_ns || done < start || now < done)
         return; /* Not every step was stamped (cannot happen for a DONE request). */
     move = done - start;
-    atomic_fetch_add_explicit(&t->msgs, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&t->wait_ns, start - req->post_ns, memory_order_relaxed);
-    atomic_fetch_add_explicit(&t->move_ns, move, memory_order_relaxed);
-    atomic_fetch_add_explicit(&t->report_ns, now - done, memory_order_relaxed);
+    ferry_px_stat_add(&t->msgs, 1);
+    ferry_px_stat_add(&t->wait_ns, start - req->post_ns);
+    ferry_px_stat_add(&t->move_ns, move);
+    ferry_px_stat_add(&t->report_ns, now - done);
     if (move > atomic_load_explicit(&t->move_max_ns, memory_order_relaxed))
         atomic_store_explicit(&t->move_max_ns, move, memory_order_relaxed);
 }

@@ -111,7 +111,8 @@ typedef struct ferry_px_worker_stats {
  * of them (ns): post -> a lane took the first chunk (send: the hand-off to a
  * helper; recv: waiting for the peer's data), first chunk -> last chunk
  * retired (moving it), retired -> test() reported it (NCCL's next look).
- * Updated by the thread that calls test(); read by the dump.
+ * Updated by the thread that calls test(), its one writer (ferry_px_stat_add); read by
+ * the dump.
  */
 typedef struct ferry_px_timing {
     _Atomic uint64_t msgs;

@@ -109,7 +109,6 @@ static void ferry_px_dump_comm(FILE *out, const ferry_px_comm_t *comm, uint64_t 
             atomic_load(&comm->failed) ? comm->fail_reason : "");
     for (i = 0; i < comm->nlanes; i++) {
         const ferry_px_lane_stats_t *l = &comm->lanes[i];
-
         uint64_t chunks = atomic_load(&l->chunks);
         char full[48] = "";
 

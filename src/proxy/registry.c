@@ -43,10 +43,9 @@ int ferry_px_registry_foreach(void (*fn)(ferry_px_comm_t *comm, void *arg), void
     int n = 0;
 
     pthread_mutex_lock(&ferry_px_registry_lock);
-    for (comm = ferry_px_registry_head; comm != NULL; comm = comm->reg_next)
-        n++;
-    for (comm = ferry_px_registry_head; fn != NULL && comm != NULL; comm = comm->reg_next)
-        fn(comm, arg);
+    for (comm = ferry_px_registry_head; comm != NULL; comm = comm->reg_next, n++)
+        if (fn != NULL)
+            fn(comm, arg);
     pthread_mutex_unlock(&ferry_px_registry_lock);
     return n;
 }

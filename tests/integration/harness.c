@@ -170,7 +170,6 @@ static const char *fit_level_str(int level)
     }
 }
 
-
 /*
  * WARNs that say something true about how the test runner itself is set up,
  * not about the plugin: ferry warns when helper threads are asked for in a
