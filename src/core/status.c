@@ -11,6 +11,7 @@ const char *ferry_status_str(ferry_status_t status)
     case FERRY_ERR_USAGE:       return "invalid usage";
     case FERRY_ERR_UNSUPPORTED: return "unsupported";
     case FERRY_ERR_INTERNAL:    return "internal error";
+    case FERRY_ERR_CUDA:        return "CUDA error";
     }
     return "unknown status";
 }

@@ -13,6 +13,7 @@ ncclResult_t ferry_nccl_result(ferry_status_t status)
     case FERRY_ERR_USAGE:       return ncclInvalidUsage;
     case FERRY_ERR_UNSUPPORTED: return ncclInternalError;
     case FERRY_ERR_INTERNAL:    return ncclInternalError;
+    case FERRY_ERR_CUDA:        return ncclUnhandledCudaError;
     }
     /* A value outside the enum is a ferry bug, not a success. */
     return ncclInternalError;

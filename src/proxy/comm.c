@@ -72,6 +72,7 @@ static const char *const ferry_px_lane_state_names[FERRY_PX_LANE_STATE_COUNT] = 
     [FERRY_PX_LANE_BLOCKED] = "blocked",
     [FERRY_PX_LANE_CLOSED]  = "closed",
     [FERRY_PX_LANE_FAILED]  = "failed",
+    [FERRY_PX_LANE_GPU_COPY] = "gpu-copy",
 };
 
 const char *ferry_px_lane_state_str(int state)
@@ -124,6 +125,11 @@ static void ferry_px_comm_note_small(ferry_px_comm_t *comm);
 
 ferry_px_req_t *ferry_px_comm_post(ferry_px_comm_t *comm, void *buf, size_t size)
 {
+    return ferry_px_comm_post_mem(comm, buf, size, NULL);
+}
+
+ferry_px_req_t *ferry_px_comm_post_mem(ferry_px_comm_t *comm, void *buf, size_t size, void *mem)
+{
     ferry_px_chunk_plan_t plan = {0, 0};
     ferry_px_req_t *req;
     int alone;
@@ -136,7 +142,7 @@ ferry_px_req_t *ferry_px_comm_post(ferry_px_comm_t *comm, void *buf, size_t size
     }
     if (comm->kind == FERRY_PX_SEND)
         plan = ferry_px_chunk_plan(size, comm->nlanes, comm->chunk_min, comm->chunk_max);
-    ferry_px_req_post(req, comm->kind, comm->next_seq, buf, size, plan);
+    ferry_px_req_post(req, comm->kind, comm->next_seq, buf, mem, size, plan);
     comm->next_seq++;
     if (comm->kind == FERRY_PX_SEND)
         atomic_store(&comm->unclaimed, 1);

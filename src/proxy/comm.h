@@ -51,6 +51,7 @@ typedef enum ferry_px_lane_state {
     FERRY_PX_LANE_BLOCKED, /* Send: kernel buffer full, waiting for POLLOUT. */
     FERRY_PX_LANE_CLOSED,  /* Peer closed this stream. */
     FERRY_PX_LANE_FAILED,  /* Error on this stream. */
+    FERRY_PX_LANE_GPU_COPY,/* A chunk is crossing between GPU memory and its host shadow. */
     FERRY_PX_LANE_STATE_COUNT
 } ferry_px_lane_state_t;
 
@@ -206,6 +207,8 @@ void ferry_px_comm_stop(ferry_px_comm_t *comm);
  * still posted: test() then reports the failure with the request's state.
  */
 ferry_px_req_t *ferry_px_comm_post(ferry_px_comm_t *comm, void *buf, size_t size);
+/* The same, with the backend's memory handle for buf, which its lanes find in req->mem. */
+ferry_px_req_t *ferry_px_comm_post_mem(ferry_px_comm_t *comm, void *buf, size_t size, void *mem);
 /* Send lanes: the next chunk to transmit, in message order. 0 when none. */
 int ferry_px_comm_claim(ferry_px_comm_t *comm, ferry_px_claim_t *claim_p);
 /* Receive lanes: the posted request for message seq, or NULL (not posted yet). */

@@ -40,7 +40,8 @@ typedef struct ferry_px_req {
     _Atomic int          state;       /* ferry_px_req_state_t; see transitions in req.c. */
     ferry_px_req_kind_t  kind;        /* Set at post. */
     uint32_t             seq;         /* Message number on the comm; set at post. */
-    char                *buf;         /* NCCL's buffer; set at post. */
+    char                *buf;         /* Where lanes move the bytes; set at post. */
+    void                *mem;         /* The backend's memory handle for buf (NULL: none); set at post. */
     size_t               capacity;    /* Send: message size; recv: posted buffer size. */
     size_t               chunk_size;  /* Send only: from ferry_px_chunk_plan. */
     _Atomic uint64_t     size;        /* Message size; recv: learnt from the first chunk. */
@@ -77,9 +78,9 @@ uint64_t ferry_px_now_ns(void);
 /* The same clock read cheaply, a few ms behind: for checks counted in seconds. */
 uint64_t ferry_px_coarse_ns(void);
 
-/* FREE -> POSTED. nchunks is 0 for a receive (learnt from the wire). */
+/* FREE -> POSTED. nchunks is 0 for a receive (learnt from the wire). mem: see the struct. */
 void ferry_px_req_post(ferry_px_req_t *req, ferry_px_req_kind_t kind, uint32_t seq, void *buf,
-                       size_t size, ferry_px_chunk_plan_t plan);
+                       void *mem, size_t size, ferry_px_chunk_plan_t plan);
 /* A lane took one chunk: posted++, POSTED -> ACTIVE. */
 void ferry_px_req_chunk_start(ferry_px_req_t *req);
 /*

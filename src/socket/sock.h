@@ -7,6 +7,7 @@
 
 #include "core/backend.h"
 #include "proxy/comm.h"
+#include "socket/sock_gpu.h"
 #include "socket/sock_if.h"
 #include "socket/sock_wire.h"
 
@@ -31,6 +32,7 @@ typedef struct ferry_sock_state {
     ferry_config_t   cfg;
     int              ndev;
     ferry_sock_dev_t devs[FERRY_SOCK_IF_MAX];
+    int              gpu;       /* GPU buffers are taken (sock_gpu.h). */
 } ferry_sock_state_t;
 
 extern ferry_sock_state_t ferry_sock_state;
@@ -117,9 +119,16 @@ typedef struct ferry_sock_listen_comm {
 
 typedef struct ferry_sock_mr {
     uint64_t magic;
-    char    *base;
+    char    *base;   /* NCCL's address: host memory, or device memory when gpu.shadow is set. */
     size_t   size;
+    ferry_sock_gpu_region_t gpu; /* Device memory: lanes move its pinned shadow. */
 } ferry_sock_mr_t;
+
+/* The device address behind a shadow address of a GPU region. */
+static inline char *ferry_sock_mr_dev(const ferry_sock_mr_t *mr, const char *shadow_addr)
+{
+    return mr->base + (shadow_addr - mr->gpu.shadow);
+}
 
 /* sock_dev.c */
 ferry_status_t ferry_sock_init(const ferry_config_t *cfg);

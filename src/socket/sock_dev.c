@@ -195,6 +195,7 @@ ferry_status_t ferry_sock_init(const ferry_config_t *cfg)
             off = sizeof(line) - 1;
     }
     ferry_sock_state.ndev = n;
+    ferry_sock_state.gpu = ferry_sock_gpu_on(cfg->gpu_staging);
     FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET, "socket backend using%s; %d streams, %d threads "
                "per connection, spin %d us", line, cfg->streams, cfg->threads, cfg->spin_us);
     return FERRY_OK;
@@ -225,7 +226,7 @@ ferry_status_t ferry_sock_get_properties(int dev, ferry_props_t *props_p)
     props_p->name = d->ifc.name;
     props_p->pci_path = d->pci_path[0] ? d->pci_path : NULL;
     props_p->guid = (uint64_t)dev;
-    props_p->ptr_support = FERRY_PTR_HOST;
+    props_p->ptr_support = FERRY_PTR_HOST | (ferry_sock_state.gpu ? FERRY_PTR_CUDA : 0);
     props_p->reg_is_global = 0;
     props_p->force_flush = 0;
     props_p->speed_mbps = d->speed_mbps;

@@ -22,19 +22,35 @@ static ferry_status_t ferry_sock_reg_mr(void *comm, void *data, size_t size, int
                                         void **mhandle_p)
 {
     ferry_sock_mr_t *mr;
+    ferry_status_t status;
+    char err[256];
 
     *mhandle_p = NULL;
-    if (type != FERRY_PTR_HOST) {
+    if (type != FERRY_PTR_HOST && !(type == FERRY_PTR_CUDA && ferry_sock_state.gpu)) {
         FERRY_WARN("regMr(comm %p, %p, %zu bytes): pointer type %d, but the socket backend "
-                   "moves host memory only (ptrSupport=HOST)", comm, data, size, type);
+                   "takes host memory only here (ptrSupport=HOST): %s", comm, data, size, type,
+                   type != FERRY_PTR_CUDA ? "only host and CUDA pointers are supported"
+                   : !ferry_sock_state.cfg.gpu_staging
+                       ? "set NCCL_FERRY_GPU_STAGING=1 for GPU buffers"
+                       : ferry_sock_gpu_why_off());
         return FERRY_ERR_INVALID;
     }
-    mr = malloc(sizeof(*mr));
+    mr = calloc(1, sizeof(*mr));
     if (mr == NULL)
         return FERRY_ERR_NO_MEMORY;
     mr->magic = FERRY_SOCK_MR_MAGIC;
     mr->base = data;
     mr->size = size;
+    if (type == FERRY_PTR_CUDA) {
+        status = ferry_sock_gpu_region_init(&mr->gpu, data, size, err, sizeof(err));
+        if (status != FERRY_OK) {
+            FERRY_WARN("regMr(comm %p, GPU buffer %p, %zu bytes): cannot stage it through host "
+                       "memory: %s; set NCCL_FERRY_GPU_STAGING=0 to have NCCL keep its network "
+                       "buffers in host memory", comm, data, size, err);
+            free(mr);
+            return status;
+        }
+    }
     *mhandle_p = mr;
     return FERRY_OK;
 }
@@ -50,6 +66,7 @@ static ferry_status_t ferry_sock_dereg_mr(void *comm, void *mhandle)
         return FERRY_ERR_INVALID;
     }
     mr->magic = 0;
+    ferry_sock_gpu_region_fini(&mr->gpu);
     free(mr);
     return FERRY_OK;
 }
@@ -73,6 +90,20 @@ static ferry_status_t ferry_sock_mr_covers(const ferry_sock_comm_t *c, void *mha
     return FERRY_OK;
 }
 
+/*
+ * Post a checked buffer. The lanes of a GPU buffer move its pinned shadow
+ * and find the region in req->mem for the copies (sock_lane.c).
+ */
+static ferry_px_req_t *ferry_sock_post(ferry_sock_comm_t *c, void *data, size_t size,
+                                       void *mhandle)
+{
+    ferry_sock_mr_t *mr = mhandle;
+
+    if (mr == NULL || mr->gpu.shadow == NULL || size == 0)
+        return ferry_px_comm_post(&c->px, data, size);
+    return ferry_px_comm_post_mem(&c->px, mr->gpu.shadow + ((char *)data - mr->base), size, mr);
+}
+
 static ferry_status_t ferry_sock_isend(void *send_comm, void *data, size_t size, int tag,
                                        void *mhandle, void **request_p)
 {
@@ -90,7 +121,7 @@ static ferry_status_t ferry_sock_isend(void *send_comm, void *data, size_t size,
     status = ferry_sock_mr_covers(c, mhandle, data, size, "isend");
     if (status != FERRY_OK)
         return status;
-    *request_p = ferry_px_comm_post(&c->px, data, size);
+    *request_p = ferry_sock_post(c, data, size, mhandle);
     return FERRY_OK;
 }
 
@@ -112,7 +143,7 @@ static ferry_status_t ferry_sock_irecv(void *recv_comm, int n, void **data, size
                                   "irecv");
     if (status != FERRY_OK)
         return status;
-    *request_p = ferry_px_comm_post(&c->px, data[0], sizes[0]);
+    *request_p = ferry_sock_post(c, data[0], sizes[0], mhandles != NULL ? mhandles[0] : NULL);
     return FERRY_OK;
 }
 
