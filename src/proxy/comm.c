@@ -72,7 +72,6 @@ static const char *const ferry_px_lane_state_names[FERRY_PX_LANE_STATE_COUNT] = 
     [FERRY_PX_LANE_BLOCKED] = "blocked",
     [FERRY_PX_LANE_CLOSED]  = "closed",
     [FERRY_PX_LANE_FAILED]  = "failed",
-    [FERRY_PX_LANE_GPU_COPY] = "gpu-copy",
 };
 
 const char *ferry_px_lane_state_str(int state)
@@ -125,10 +124,14 @@ static void ferry_px_comm_note_small(ferry_px_comm_t *comm);
 
 ferry_px_req_t *ferry_px_comm_post(ferry_px_comm_t *comm, void *buf, size_t size)
 {
-    return ferry_px_comm_post_mem(comm, buf, size, NULL);
+    return ferry_px_comm_post_mem(comm, buf, size, NULL, 0);
 }
 
-ferry_px_req_t *ferry_px_comm_post_mem(ferry_px_comm_t *comm, void *buf, size_t size, void *mem)
+static void ferry_px_comm_release(ferry_px_comm_t *comm, size_t size, uint32_t nchunks,
+                                  int alone);
+
+ferry_px_req_t *ferry_px_comm_post_mem(ferry_px_comm_t *comm, void *buf, size_t size, void *mem,
+                                       int gated)
 {
     ferry_px_chunk_plan_t plan = {0, 0};
     ferry_px_req_t *req;
@@ -142,7 +145,8 @@ ferry_px_req_t *ferry_px_comm_post_mem(ferry_px_comm_t *comm, void *buf, size_t 
     }
     if (comm->kind == FERRY_PX_SEND)
         plan = ferry_px_chunk_plan(size, comm->nlanes, comm->chunk_min, comm->chunk_max);
-    ferry_px_req_post(req, comm->kind, comm->next_seq, buf, mem, size, plan);
+    ferry_px_req_post(req, comm->kind, comm->next_seq, buf, mem,
+                      comm->kind == FERRY_PX_SEND && gated, size, plan);
     comm->next_seq++;
     if (comm->kind == FERRY_PX_SEND)
         atomic_store(&comm->unclaimed, 1);
@@ -151,12 +155,29 @@ ferry_px_req_t *ferry_px_comm_post_mem(ferry_px_comm_t *comm, void *buf, size_t 
         ferry_px_comm_note_small(comm);
     alone = comm->solo_max > 0 && ferry_px_comm_alone(comm);
     atomic_store_explicit(&comm->solo, alone, memory_order_relaxed);
+    if (comm->kind == FERRY_PX_SEND && gated)
+        return req; /* Nothing to move until ferry_px_comm_open. */
+    ferry_px_comm_release(comm, size, plan.nchunks, alone);
+    return req;
+}
+
+/* Hand a posted message's chunks to the lanes: NCCL's thread or the workers. */
+static void ferry_px_comm_release(ferry_px_comm_t *comm, size_t size, uint32_t nchunks, int alone)
+{
     if (comm->kind == FERRY_PX_SEND && (size <= comm->assist_max || comm->nworkers == 0 ||
                                         (alone && size <= comm->solo_max)))
         ferry_px_comm_assist(comm);
     /* After the assist: a chunk it left half-sent needs its worker to watch POLLOUT. */
-    ferry_px_comm_kick_posted(comm, plan.nchunks);
-    return req;
+    ferry_px_comm_kick_posted(comm, nchunks);
+}
+
+void ferry_px_comm_open(ferry_px_comm_t *comm, ferry_px_req_t *req)
+{
+    /* Release: the bytes the backend put in buf before this are what the lanes send. */
+    atomic_store_explicit(&req->gated, 0, memory_order_release);
+    ferry_px_comm_release(comm, req->capacity,
+                          atomic_load_explicit(&req->nchunks, memory_order_relaxed),
+                          atomic_load_explicit(&comm->solo, memory_order_relaxed));
 }
 
 static long ferry_px_comm_defer_retire(ferry_px_comm_t *comm, int lane);
@@ -231,6 +252,11 @@ int ferry_px_comm_claim(ferry_px_comm_t *comm, ferry_px_claim_t *claim_p)
         return 0;
     }
     req = &comm->reqs[comm->claim_seq % FERRY_MAX_REQUESTS];
+    if (atomic_load_explicit(&req->gated, memory_order_acquire)) {
+        /* Messages go out in order: the ones after it wait too. */
+        pthread_mutex_unlock(&comm->lock);
+        return 0;
+    }
     nchunks = atomic_load_explicit(&req->nchunks, memory_order_relaxed);
     claim_p->req = req;
     claim_p->seq = comm->claim_seq;
@@ -573,6 +599,21 @@ static void ferry_px_comm_check_stall(ferry_px_comm_t *comm, ferry_px_req_t *req
                      "(a slower rank), be stopped, or the network drops packets");
 }
 
+/* A DONE or ERROR request: report it, unless the backend still holds a DONE one back. */
+static ferry_status_t ferry_px_comm_report(ferry_px_comm_t *comm, ferry_px_req_t *req, int state,
+                                           int *done_p, int *sizes)
+{
+    int ready = 1;
+
+    if (state == FERRY_PX_REQ_DONE && comm->ops->finish != NULL) {
+        ferry_status_t status = comm->ops->finish(comm, req, &ready);
+
+        if (status != FERRY_OK || !ready)
+            return status;
+    }
+    return ferry_px_comm_reap(comm, req, state, done_p, sizes);
+}
+
 ferry_status_t ferry_px_comm_test(ferry_px_comm_t *comm, ferry_px_req_t *req, int *done_p,
                                   int *sizes)
 {
@@ -585,7 +626,7 @@ ferry_status_t ferry_px_comm_test(ferry_px_comm_t *comm, ferry_px_req_t *req, in
 
     *done_p = 0;
     if (state == FERRY_PX_REQ_DONE || state == FERRY_PX_REQ_ERROR)
-        return ferry_px_comm_reap(comm, req, state, done_p, sizes);
+        return ferry_px_comm_report(comm, req, state, done_p, sizes);
     if (state == FERRY_PX_REQ_FREE)
         return FERRY_ERR_INVALID;
     /* All bytes are in; only the (delayed) completion is outstanding: not a failure. */
@@ -604,6 +645,6 @@ ferry_status_t ferry_px_comm_test(ferry_px_comm_t *comm, ferry_px_req_t *req, in
      */
     state = atomic_load_explicit(&req->state, memory_order_acquire);
     if (state == FERRY_PX_REQ_DONE || state == FERRY_PX_REQ_ERROR)
-        return ferry_px_comm_reap(comm, req, state, done_p, sizes);
+        return ferry_px_comm_report(comm, req, state, done_p, sizes);
     return FERRY_OK;
 }

@@ -40,6 +40,15 @@ typedef struct ferry_px_lane_ops {
      * how many were reported.
      */
     long (*retire)(struct ferry_px_comm *comm, int lane);
+    /*
+     * Optional: a request is DONE (every byte moved); may test() report it
+     * now? Set *ready to 0 to hold it back while the backend still works on
+     * it (socket: copying a receive from its host shadow to the GPU), 1 to
+     * report it. Called by the thread that calls test(), on every test of a
+     * DONE request until it says 1. A status other than FERRY_OK is test()'s
+     * answer.
+     */
+    ferry_status_t (*finish)(struct ferry_px_comm *comm, ferry_px_req_t *req, int *ready);
 } ferry_px_lane_ops_t;
 
 /* Lane states shown in the dump. */
@@ -51,7 +60,6 @@ typedef enum ferry_px_lane_state {
     FERRY_PX_LANE_BLOCKED, /* Send: kernel buffer full, waiting for POLLOUT. */
     FERRY_PX_LANE_CLOSED,  /* Peer closed this stream. */
     FERRY_PX_LANE_FAILED,  /* Error on this stream. */
-    FERRY_PX_LANE_GPU_COPY,/* A chunk is crossing between GPU memory and its host shadow. */
     FERRY_PX_LANE_STATE_COUNT
 } ferry_px_lane_state_t;
 
@@ -207,8 +215,15 @@ void ferry_px_comm_stop(ferry_px_comm_t *comm);
  * still posted: test() then reports the failure with the request's state.
  */
 ferry_px_req_t *ferry_px_comm_post(ferry_px_comm_t *comm, void *buf, size_t size);
-/* The same, with the backend's memory handle for buf, which its lanes find in req->mem. */
-ferry_px_req_t *ferry_px_comm_post_mem(ferry_px_comm_t *comm, void *buf, size_t size, void *mem);
+/*
+ * The same, with the backend's memory handle for buf, which its lanes find
+ * in req->mem. gated (send): the lanes take none of its chunks, nor those of
+ * later messages, until ferry_px_comm_open (the backend is still filling buf).
+ */
+ferry_px_req_t *ferry_px_comm_post_mem(ferry_px_comm_t *comm, void *buf, size_t size, void *mem,
+                                       int gated);
+/* Open a gated send: its chunks go to the lanes now. */
+void ferry_px_comm_open(ferry_px_comm_t *comm, ferry_px_req_t *req);
 /* Send lanes: the next chunk to transmit, in message order. 0 when none. */
 int ferry_px_comm_claim(ferry_px_comm_t *comm, ferry_px_claim_t *claim_p);
 /* Receive lanes: the posted request for message seq, or NULL (not posted yet). */

@@ -35,7 +35,11 @@ static void ferry_px_dump_req(FILE *out, const ferry_px_req_t *req, uint64_t now
             (uint64_t)atomic_load(&req->bytes), (uint64_t)atomic_load(&req->size),
             req->capacity, ferry_px_dump_ms_since(now, req->post_ns),
             ferry_px_dump_ms_since(now, atomic_load(&req->last_ns)),
-            state != FERRY_PX_REQ_ACTIVE || !ferry_px_req_all_moved(req) ? ""
+            atomic_load(&req->gated) && state == FERRY_PX_REQ_POSTED
+                ? "; gated: the backend is still filling its buffer (GPU copy)"
+            : state == FERRY_PX_REQ_DONE && req->mem != NULL && req->kind == FERRY_PX_RECV
+                ? "; all bytes in, test() not reported yet (GPU copy when staged)"
+            : state != FERRY_PX_REQ_ACTIVE || !ferry_px_req_all_moved(req) ? ""
             : req->kind == FERRY_PX_SEND
                 ? "; all bytes out, completion held back (zerocopy release or injected delay)"
                 : "; all bytes in, completion held back (injected delay)");

@@ -58,13 +58,14 @@ ferry_px_chunk_plan_t ferry_px_chunk_plan(size_t size, int nlanes, size_t min_ch
 }
 
 void ferry_px_req_post(ferry_px_req_t *req, ferry_px_req_kind_t kind, uint32_t seq, void *buf,
-                       void *mem, size_t size, ferry_px_chunk_plan_t plan)
+                       void *mem, int gated, size_t size, ferry_px_chunk_plan_t plan)
 {
     assert(atomic_load(&req->state) == FERRY_PX_REQ_FREE);
     req->kind = kind;
     req->seq = seq;
     req->buf = buf;
     req->mem = mem;
+    atomic_store_explicit(&req->gated, gated, memory_order_relaxed);
     req->capacity = size;
     req->chunk_size = plan.chunk_size;
     req->status = FERRY_OK;

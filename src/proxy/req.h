@@ -42,6 +42,7 @@ typedef struct ferry_px_req {
     uint32_t             seq;         /* Message number on the comm; set at post. */
     char                *buf;         /* Where lanes move the bytes; set at post. */
     void                *mem;         /* The backend's memory handle for buf (NULL: none); set at post. */
+    _Atomic int          gated;       /* Send: 1 until the backend opens it; lanes take no chunk of it. */
     size_t               capacity;    /* Send: message size; recv: posted buffer size. */
     size_t               chunk_size;  /* Send only: from ferry_px_chunk_plan. */
     _Atomic uint64_t     size;        /* Message size; recv: learnt from the first chunk. */
@@ -80,7 +81,7 @@ uint64_t ferry_px_coarse_ns(void);
 
 /* FREE -> POSTED. nchunks is 0 for a receive (learnt from the wire). mem: see the struct. */
 void ferry_px_req_post(ferry_px_req_t *req, ferry_px_req_kind_t kind, uint32_t seq, void *buf,
-                       void *mem, size_t size, ferry_px_chunk_plan_t plan);
+                       void *mem, int gated, size_t size, ferry_px_chunk_plan_t plan);
 /* A lane took one chunk: posted++, POSTED -> ACTIVE. */
 void ferry_px_req_chunk_start(ferry_px_req_t *req);
 /*

@@ -84,6 +84,16 @@ typedef struct ferry_sock_comm {
     _Atomic int       closed_lanes;  /* Lanes that saw EOF. */
     size_t            zc_min;        /* NCCL_FERRY_ZEROCOPY_MIN; 0: zerocopy off. */
     int               zc_keep;       /* NCCL_FERRY_ZEROCOPY=2: no fallback when the kernel copies. */
+    /*
+     * GPU buffers (sock_gpu.h), all driven by NCCL's thread. A send from GPU
+     * memory is posted gated while its copy to the shadow runs; test() opens
+     * the gates of finished copies, in order (gpu_next: the oldest send whose
+     * gate may still be closed). A receive into GPU memory is copied there
+     * once all of it arrived (gpu_copying[slot]) and reported after that.
+     */
+    ferry_sock_gpu_queue_t gpu;
+    uint32_t          gpu_next;
+    unsigned char     gpu_copying[FERRY_SOCK_GPU_SLOTS];
     ferry_sock_lane_t lanes[FERRY_SOCK_MAX_LANES];
 } ferry_sock_comm_t;
 
@@ -170,5 +180,7 @@ void ferry_sock_zc_chunk_queued(ferry_sock_comm_t *c, int li);
 /* Read the kernel's releases and complete the chunks they cover (lane ops retire). */
 long ferry_sock_zc_retire(ferry_px_comm_t *px, int li);
 extern const ferry_px_lane_ops_t ferry_sock_recv_lane_ops;
+/* sock_ops.c: a DONE receive into GPU memory is copied there before test() reports it. */
+ferry_status_t ferry_sock_recv_finish(ferry_px_comm_t *px, ferry_px_req_t *req, int *ready);
 
 #endif

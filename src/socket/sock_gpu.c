@@ -13,12 +13,16 @@ typedef int ferry_cu_result_t;
 typedef int ferry_cu_device_t;
 typedef void *ferry_cu_ctx_t;
 typedef void *ferry_cu_stream_t;
+typedef void *ferry_cu_event_t;
 typedef unsigned long long ferry_cu_ptr_t;
 #define FERRY_CU_POINTER_ATTRIBUTE_MEMORY_TYPE    2
 #define FERRY_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
 #define FERRY_CU_MEMORYTYPE_DEVICE                2
 #define FERRY_CU_MEMHOSTALLOC_PORTABLE            1
 #define FERRY_CU_STREAM_NON_BLOCKING              1
+#define FERRY_CU_EVENT_DISABLE_TIMING             2
+#define FERRY_CU_ERROR_NOT_READY                  600
+#define FERRY_SOCK_GPU_MAX_DEVICES                64
 
 typedef struct ferry_cu_api {
     ferry_cu_result_t (*init)(unsigned);
@@ -26,8 +30,8 @@ typedef struct ferry_cu_api {
     ferry_cu_result_t (*error_string)(ferry_cu_result_t, const char **);
     ferry_cu_result_t (*pointer_attr)(void *, int, ferry_cu_ptr_t);
     ferry_cu_result_t (*device_get)(ferry_cu_device_t *, int);
-    ferry_cu_result_t (*primary_retain)(ferry_cu_ctx_t *, ferry_cu_device_t);
     ferry_cu_result_t (*ctx_set_current)(ferry_cu_ctx_t);
+    ferry_cu_result_t (*ctx_get_current)(ferry_cu_ctx_t *);
     ferry_cu_result_t (*stream_create)(ferry_cu_stream_t *, unsigned);
     ferry_cu_result_t (*stream_destroy)(ferry_cu_stream_t);
     ferry_cu_result_t (*stream_sync)(ferry_cu_stream_t);
@@ -35,6 +39,11 @@ typedef struct ferry_cu_api {
     ferry_cu_result_t (*host_free)(void *);
     ferry_cu_result_t (*dtoh_async)(void *, ferry_cu_ptr_t, size_t, ferry_cu_stream_t);
     ferry_cu_result_t (*htod_async)(ferry_cu_ptr_t, const void *, size_t, ferry_cu_stream_t);
+    ferry_cu_result_t (*ctx_create)(ferry_cu_ctx_t *, unsigned, ferry_cu_device_t);
+    ferry_cu_result_t (*event_create)(ferry_cu_event_t *, unsigned);
+    ferry_cu_result_t (*event_destroy)(ferry_cu_event_t);
+    ferry_cu_result_t (*event_record)(ferry_cu_event_t, ferry_cu_stream_t);
+    ferry_cu_result_t (*event_query)(ferry_cu_event_t);
 } ferry_cu_api_t;
 
 static ferry_cu_api_t ferry_cu;
@@ -52,8 +61,8 @@ static void ferry_sock_gpu_load(void)
         FERRY_CU_SYM(error_string, "cuGetErrorString"),
         FERRY_CU_SYM(pointer_attr, "cuPointerGetAttribute"),
         FERRY_CU_SYM(device_get, "cuDeviceGet"),
-        FERRY_CU_SYM(primary_retain, "cuDevicePrimaryCtxRetain"),
         FERRY_CU_SYM(ctx_set_current, "cuCtxSetCurrent"),
+        FERRY_CU_SYM(ctx_get_current, "cuCtxGetCurrent"),
         FERRY_CU_SYM(stream_create, "cuStreamCreate"),
         FERRY_CU_SYM(stream_destroy, "cuStreamDestroy_v2"),
         FERRY_CU_SYM(stream_sync, "cuStreamSynchronize"),
@@ -61,6 +70,11 @@ static void ferry_sock_gpu_load(void)
         FERRY_CU_SYM(host_free, "cuMemFreeHost"),
         FERRY_CU_SYM(dtoh_async, "cuMemcpyDtoHAsync_v2"),
         FERRY_CU_SYM(htod_async, "cuMemcpyHtoDAsync_v2"),
+        FERRY_CU_SYM(ctx_create, "cuCtxCreate_v2"),
+        FERRY_CU_SYM(event_create, "cuEventCreate"),
+        FERRY_CU_SYM(event_destroy, "cuEventDestroy_v2"),
+        FERRY_CU_SYM(event_record, "cuEventRecord"),
+        FERRY_CU_SYM(event_query, "cuEventQuery"),
 #undef FERRY_CU_SYM
     };
     void *h;
@@ -128,14 +142,56 @@ static void ferry_sock_gpu_err(char *err, size_t err_len, const char *call, ferr
              text != NULL ? ": " : "", text != NULL ? text : "");
 }
 
+/*
+ * Copies run in a context of ferry's own per device, made once and kept for
+ * the process. Measured on the H200 under MPS: copy streams in the primary
+ * context (NCCL's) never completed while NCCL's kernels ran, with one stream
+ * per helper thread, even with CUDA_DEVICE_MAX_CONNECTIONS=32; in a separate
+ * context they do (bench/results/2026-11-29-gpu-staging). Device memory is
+ * addressed through the process's unified address space either way.
+ */
+static pthread_mutex_t ferry_sock_gpu_ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static ferry_cu_ctx_t ferry_sock_gpu_ctxs[FERRY_SOCK_GPU_MAX_DEVICES];
+
+static ferry_cu_result_t ferry_sock_gpu_ctx(int ordinal, ferry_cu_device_t dev,
+                                            ferry_cu_ctx_t *ctx_p)
+{
+    ferry_cu_result_t rc = 0;
+
+    pthread_mutex_lock(&ferry_sock_gpu_ctx_lock);
+    if (ferry_sock_gpu_ctxs[ordinal] == NULL) {
+        ferry_cu_ctx_t ctx = NULL;
+
+        /* cuCtxCreate also makes it current here; the caller sets what it needs next. */
+        rc = ferry_cu.ctx_create(&ctx, 0, dev);
+        if (rc == 0)
+            ferry_sock_gpu_ctxs[ordinal] = ctx;
+    }
+    *ctx_p = ferry_sock_gpu_ctxs[ordinal];
+    pthread_mutex_unlock(&ferry_sock_gpu_ctx_lock);
+    return rc;
+}
+
+/* The calling thread leaves its CUDA context as it found it: it may be NCCL's. */
+static ferry_cu_ctx_t ferry_sock_gpu_enter(ferry_cu_ctx_t ctx, ferry_cu_result_t *rc_p)
+{
+    ferry_cu_ctx_t prev = NULL;
+
+    if (ferry_cu.ctx_get_current(&prev) != 0)
+        prev = NULL;
+    *rc_p = ctx != NULL ? ferry_cu.ctx_set_current(ctx) : 0;
+    return prev;
+}
+
+static ferry_status_t ferry_sock_gpu_region_make(ferry_sock_gpu_region_t *r, const void *dev_ptr,
+                                                 size_t size, char *err, size_t err_len);
+
 ferry_status_t ferry_sock_gpu_region_init(ferry_sock_gpu_region_t *r, const void *dev_ptr,
                                           size_t size, char *err, size_t err_len)
 {
-    ferry_cu_ptr_t p = (ferry_cu_ptr_t)(uintptr_t)dev_ptr;
-    unsigned mem_type = 0;
-    ferry_cu_device_t dev;
     ferry_cu_result_t rc;
-    void *shadow = NULL;
+    ferry_cu_ctx_t prev;
+    ferry_status_t status;
 
     memset(r, 0, sizeof(*r));
     r->ordinal = -1;
@@ -143,6 +199,21 @@ ferry_status_t ferry_sock_gpu_region_init(ferry_sock_gpu_region_t *r, const void
         snprintf(err, err_len, "GPU staging is off: %s", ferry_sock_gpu_off);
         return FERRY_ERR_UNSUPPORTED;
     }
+    prev = ferry_sock_gpu_enter(NULL, &rc);
+    status = ferry_sock_gpu_region_make(r, dev_ptr, size, err, err_len);
+    ferry_cu.ctx_set_current(prev);
+    return status;
+}
+
+static ferry_status_t ferry_sock_gpu_region_make(ferry_sock_gpu_region_t *r, const void *dev_ptr,
+                                                 size_t size, char *err, size_t err_len)
+{
+    ferry_cu_ptr_t p = (ferry_cu_ptr_t)(uintptr_t)dev_ptr;
+    unsigned mem_type = 0;
+    ferry_cu_device_t dev;
+    ferry_cu_result_t rc;
+    void *shadow = NULL;
+
     rc = ferry_cu.pointer_attr(&mem_type, FERRY_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
     if (rc != 0 || mem_type != FERRY_CU_MEMORYTYPE_DEVICE) {
         if (rc != 0)
@@ -152,21 +223,21 @@ ferry_status_t ferry_sock_gpu_region_init(ferry_sock_gpu_region_t *r, const void
                      mem_type);
         return FERRY_ERR_INVALID;
     }
-    /*
-     * NCCL allocates with cuMem* (VMM): such pointers have no owning context,
-     * so copies go through the device's primary context, the one the CUDA
-     * runtime (and so NCCL) uses anyway.
-     */
     rc = ferry_cu.pointer_attr(&r->ordinal, FERRY_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
     if (rc != 0) {
         ferry_sock_gpu_err(err, err_len, "cuPointerGetAttribute(DEVICE_ORDINAL)", rc);
         return FERRY_ERR_IO;
     }
+    if (r->ordinal < 0 || r->ordinal >= FERRY_SOCK_GPU_MAX_DEVICES) {
+        snprintf(err, err_len, "GPU ordinal %d is beyond the %d ferry handles", r->ordinal,
+                 FERRY_SOCK_GPU_MAX_DEVICES);
+        return FERRY_ERR_UNSUPPORTED;
+    }
     rc = ferry_cu.device_get(&dev, r->ordinal);
     if (rc == 0)
-        rc = ferry_cu.primary_retain(&r->cu_ctx, dev);
+        rc = ferry_sock_gpu_ctx(r->ordinal, dev, &r->cu_ctx);
     if (rc != 0) {
-        ferry_sock_gpu_err(err, err_len, "cuDevicePrimaryCtxRetain", rc);
+        ferry_sock_gpu_err(err, err_len, "cuCtxCreate (ferry's copy context)", rc);
         return FERRY_ERR_IO;
     }
     rc = ferry_cu.ctx_set_current(r->cu_ctx);
@@ -182,103 +253,110 @@ ferry_status_t ferry_sock_gpu_region_init(ferry_sock_gpu_region_t *r, const void
 
 void ferry_sock_gpu_region_fini(ferry_sock_gpu_region_t *r)
 {
-    if (r->shadow != NULL && ferry_cu.ctx_set_current(r->cu_ctx) == 0)
+    ferry_cu_result_t rc;
+    ferry_cu_ctx_t prev;
+
+    if (r->shadow == NULL)
+        return;
+    prev = ferry_sock_gpu_enter(r->cu_ctx, &rc);
+    if (rc == 0)
         ferry_cu.host_free(r->shadow);
+    ferry_cu.ctx_set_current(prev);
     r->shadow = NULL;
 }
 
-/*
- * Each thread copies on a stream of its own, so lanes copy in parallel, and
- * a non-blocking one: the legacy default stream would wait for NCCL's
- * kernels, which wait for these very bytes. The stream goes with the thread
- * (helper threads come and go with comms).
- */
-struct ferry_sock_gpu_tls {
-    ferry_cu_ctx_t    ctx;
-    ferry_cu_stream_t stream;
-};
-
-static __thread struct ferry_sock_gpu_tls ferry_sock_gpu_tls;
-static pthread_key_t ferry_sock_gpu_key;
-static pthread_once_t ferry_sock_gpu_key_once = PTHREAD_ONCE_INIT;
-
-static void ferry_sock_gpu_tls_end(void *p)
+ferry_status_t ferry_sock_gpu_queue_init(ferry_sock_gpu_queue_t *q,
+                                        const ferry_sock_gpu_region_t *r, char *err,
+                                        size_t err_len)
 {
-    struct ferry_sock_gpu_tls *t = p;
-
-    if (t->stream != NULL && ferry_cu.ctx_set_current(t->ctx) == 0)
-        ferry_cu.stream_destroy(t->stream);
-    t->stream = NULL;
-    t->ctx = NULL;
-}
-
-static void ferry_sock_gpu_key_init(void)
-{
-    pthread_key_create(&ferry_sock_gpu_key, ferry_sock_gpu_tls_end);
-}
-
-static ferry_cu_stream_t ferry_sock_gpu_stream(const ferry_sock_gpu_region_t *r, char *err,
-                                               size_t err_len)
-{
-    struct ferry_sock_gpu_tls *t = &ferry_sock_gpu_tls;
     ferry_cu_result_t rc;
+    ferry_cu_ctx_t prev;
+    const char *call = "cuStreamCreate";
+    int i;
 
-    if (t->stream != NULL && t->ctx == r->cu_ctx)
-        return t->stream;
-    if (t->stream != NULL)
-        ferry_sock_gpu_tls_end(t);
-    rc = ferry_cu.ctx_set_current(r->cu_ctx);
+    if (q->stream != NULL) {
+        if (q->cu_ctx == r->cu_ctx)
+            return FERRY_OK;
+        snprintf(err, err_len, "the comm already copies for another GPU (ferry stages one GPU "
+                 "per comm)");
+        return FERRY_ERR_UNSUPPORTED;
+    }
+    prev = ferry_sock_gpu_enter(r->cu_ctx, &rc);
     if (rc == 0)
-        rc = ferry_cu.stream_create(&t->stream, FERRY_CU_STREAM_NON_BLOCKING);
-    if (rc != 0) {
-        t->stream = NULL;
-        ferry_sock_gpu_err(err, err_len, "cuStreamCreate", rc);
-        return NULL;
+        rc = ferry_cu.stream_create(&q->stream, FERRY_CU_STREAM_NON_BLOCKING);
+    for (i = 0; rc == 0 && i < FERRY_SOCK_GPU_SLOTS; i++) {
+        call = "cuEventCreate";
+        rc = ferry_cu.event_create(&q->events[i], FERRY_CU_EVENT_DISABLE_TIMING);
     }
-    t->ctx = r->cu_ctx;
-    pthread_once(&ferry_sock_gpu_key_once, ferry_sock_gpu_key_init);
-    pthread_setspecific(ferry_sock_gpu_key, t);
-    return t->stream;
+    ferry_cu.ctx_set_current(prev);
+    if (rc != 0) {
+        q->cu_ctx = r->cu_ctx;
+        ferry_sock_gpu_queue_fini(q);
+        ferry_sock_gpu_err(err, err_len, call, rc);
+        return FERRY_ERR_CUDA;
+    }
+    q->cu_ctx = r->cu_ctx;
+    return FERRY_OK;
 }
 
-int ferry_sock_gpu_to_host(const ferry_sock_gpu_region_t *r, void *host, const void *dev,
-                           size_t len, char *err, size_t err_len)
+int ferry_sock_gpu_queue_copy(ferry_sock_gpu_queue_t *q, int slot, int to_device, void *host,
+                              void *dev, size_t len, char *err, size_t err_len)
 {
-    ferry_cu_stream_t st = ferry_sock_gpu_stream(r, err, err_len);
     ferry_cu_result_t rc;
+    ferry_cu_ctx_t prev = ferry_sock_gpu_enter(q->cu_ctx, &rc);
+    const char *call = to_device ? "cuMemcpyHtoDAsync" : "cuMemcpyDtoHAsync";
 
-    if (st == NULL)
-        return -1;
-    rc = ferry_cu.dtoh_async(host, (ferry_cu_ptr_t)(uintptr_t)dev, len, st);
-    if (rc != 0) {
-        ferry_sock_gpu_err(err, err_len, "cuMemcpyDtoHAsync", rc);
-        return -1;
+    if (rc == 0)
+        rc = to_device ? ferry_cu.htod_async((ferry_cu_ptr_t)(uintptr_t)dev, host, len, q->stream)
+                       : ferry_cu.dtoh_async(host, (ferry_cu_ptr_t)(uintptr_t)dev, len, q->stream);
+    if (rc == 0) {
+        call = "cuEventRecord";
+        rc = ferry_cu.event_record(q->events[slot], q->stream);
     }
-    rc = ferry_cu.stream_sync(st);
+    ferry_cu.ctx_set_current(prev);
     if (rc != 0) {
-        ferry_sock_gpu_err(err, err_len, "cuStreamSynchronize after cuMemcpyDtoHAsync", rc);
+        ferry_sock_gpu_err(err, err_len, call, rc);
         return -1;
     }
     return 0;
 }
 
-int ferry_sock_gpu_to_device(const ferry_sock_gpu_region_t *r, void *dev, const void *host,
-                             size_t len, char *err, size_t err_len)
+int ferry_sock_gpu_queue_poll(ferry_sock_gpu_queue_t *q, int slot, char *err, size_t err_len)
 {
-    ferry_cu_stream_t st = ferry_sock_gpu_stream(r, err, err_len);
     ferry_cu_result_t rc;
+    ferry_cu_ctx_t prev = ferry_sock_gpu_enter(q->cu_ctx, &rc);
 
-    if (st == NULL)
-        return -1;
-    rc = ferry_cu.htod_async((ferry_cu_ptr_t)(uintptr_t)dev, host, len, st);
+    if (rc == 0)
+        rc = ferry_cu.event_query(q->events[slot]);
+    ferry_cu.ctx_set_current(prev);
+    if (rc == FERRY_CU_ERROR_NOT_READY)
+        return 0;
     if (rc != 0) {
-        ferry_sock_gpu_err(err, err_len, "cuMemcpyHtoDAsync", rc);
+        ferry_sock_gpu_err(err, err_len, "the copy (cuEventQuery)", rc);
         return -1;
     }
-    rc = ferry_cu.stream_sync(st);
-    if (rc != 0) {
-        ferry_sock_gpu_err(err, err_len, "cuStreamSynchronize after cuMemcpyHtoDAsync", rc);
-        return -1;
+    return 1;
+}
+
+void ferry_sock_gpu_queue_fini(ferry_sock_gpu_queue_t *q)
+{
+    ferry_cu_result_t rc;
+    ferry_cu_ctx_t prev;
+    int i;
+
+    if (q->cu_ctx == NULL)
+        return;
+    prev = ferry_sock_gpu_enter(q->cu_ctx, &rc);
+    if (rc == 0) {
+        /* A copy still queued must not land in a shadow about to be freed. */
+        if (q->stream != NULL)
+            ferry_cu.stream_sync(q->stream);
+        for (i = 0; i < FERRY_SOCK_GPU_SLOTS; i++)
+            if (q->events[i] != NULL)
+                ferry_cu.event_destroy(q->events[i]);
+        if (q->stream != NULL)
+            ferry_cu.stream_destroy(q->stream);
     }
-    return 0;
+    ferry_cu.ctx_set_current(prev);
+    memset(q, 0, sizeof(*q));
 }

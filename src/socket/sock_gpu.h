@@ -44,13 +44,29 @@ ferry_status_t ferry_sock_gpu_region_init(ferry_sock_gpu_region_t *r, const void
 void ferry_sock_gpu_region_fini(ferry_sock_gpu_region_t *r);
 
 /*
- * Copy len bytes between a region's device memory and its shadow, on the
- * calling thread's own non-blocking stream, and wait for the copy. 0, or -1
- * with err naming the CUDA call and its error.
+ * A comm's copies between GPU memory and shadows: one non-blocking stream
+ * in ferry's context and an event per request slot, so the copies of
+ * several messages are in flight at once and each is polled on its own.
+ * Driven by the thread that calls isend/irecv/test (NCCL's); the caller's
+ * CUDA context is left as it was.
  */
-int ferry_sock_gpu_to_host(const ferry_sock_gpu_region_t *r, void *host, const void *dev,
-                           size_t len, char *err, size_t err_len);
-int ferry_sock_gpu_to_device(const ferry_sock_gpu_region_t *r, void *dev, const void *host,
-                             size_t len, char *err, size_t err_len);
+#define FERRY_SOCK_GPU_SLOTS 32 /* FERRY_MAX_REQUESTS: a request's slot is seq % 32. */
+typedef struct ferry_sock_gpu_queue {
+    void *cu_ctx;  /* NULL until the comm's first GPU registration. */
+    void *stream;
+    void *events[FERRY_SOCK_GPU_SLOTS];
+} ferry_sock_gpu_queue_t;
+
+/* Make the stream and events for region r's device (once per comm). */
+ferry_status_t ferry_sock_gpu_queue_init(ferry_sock_gpu_queue_t *q,
+                                        const ferry_sock_gpu_region_t *r, char *err,
+                                        size_t err_len);
+/* Queue a copy (to_device: host -> dev) and mark its end with slot's event. 0, or -1 (err). */
+int ferry_sock_gpu_queue_copy(ferry_sock_gpu_queue_t *q, int slot, int to_device, void *host,
+                              void *dev, size_t len, char *err, size_t err_len);
+/* 1 when slot's copy is complete, 0 while it runs, -1 if it failed (err). */
+int ferry_sock_gpu_queue_poll(ferry_sock_gpu_queue_t *q, int slot, char *err, size_t err_len);
+/* Wait for what is queued, free stream and events (comm close). */
+void ferry_sock_gpu_queue_fini(ferry_sock_gpu_queue_t *q);
 
 #endif

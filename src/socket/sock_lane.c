@@ -66,43 +66,6 @@ static long ferry_sock_lane_error(ferry_sock_comm_t *c, int li, const char *op, 
     return status;
 }
 
-/*
- * A chunk of a GPU buffer crosses between device memory and the pinned
- * shadow the stream reads or fills (sock_gpu.h): before its send, after its
- * receive. 0, or the comm is failed with everything known and <0 returned.
- */
-static long ferry_sock_lane_gpu_copy(ferry_sock_comm_t *c, int li, ferry_px_req_t *req,
-                                     uint64_t offset, size_t len, uint32_t nchunks)
-{
-    const ferry_sock_mr_t *mr = req->mem;
-    char *host = req->buf + offset, *dev, err[256], desc[160];
-    int send = c->px.kind == FERRY_PX_SEND, rc;
-
-    if (mr == NULL || mr->gpu.shadow == NULL || len == 0)
-        return 0;
-    dev = ferry_sock_mr_dev(mr, host);
-    ferry_px_lane_set(&c->px, li, FERRY_PX_LANE_GPU_COPY);
-    rc = send ? ferry_sock_gpu_to_host(&mr->gpu, host, dev, len, err, sizeof(err))
-              : ferry_sock_gpu_to_device(&mr->gpu, dev, host, len, err, sizeof(err));
-    if (rc == 0)
-        return 0;
-    ferry_px_comm_describe(&c->px, desc, sizeof(desc));
-    FERRY_WARN("%s stream %d of %d: copying a chunk of message seq %u (%zu bytes at offset "
-               "%llu, %u chunks in all) %s GPU %d memory %p failed: %s; request %s, %llu of "
-               "%llu bytes moved. "
-               "The GPU may have faulted (check dmesg for Xid errors and nvidia-smi), or set "
-               "NCCL_FERRY_GPU_STAGING=0 to keep NCCL's buffers in host memory", desc, li,
-               c->px.nlanes, req->seq, len, (unsigned long long)offset, nchunks,
-               send ? "from" : "to", mr->gpu.ordinal, (void *)dev, err,
-               ferry_px_req_state_str(atomic_load(&req->state)),
-               (unsigned long long)atomic_load(&req->bytes),
-               (unsigned long long)atomic_load(&req->size));
-    ferry_px_lane_set(&c->px, li, FERRY_PX_LANE_FAILED);
-    ferry_px_comm_fail(&c->px, FERRY_ERR_CUDA, "GPU copy of message seq %u at offset %llu on "
-                       "stream %d: %s", req->seq, (unsigned long long)offset, li, err);
-    return FERRY_ERR_CUDA;
-}
-
 /* Send lanes never receive: readable means the peer closed or reset. */
 static long ferry_sock_send_lane_peer(ferry_sock_comm_t *c, int li)
 {
@@ -145,13 +108,14 @@ static long ferry_sock_send_lane_progress(ferry_px_comm_t *px, int li, short rev
 {
     ferry_sock_comm_t *c = ferry_sock_of(px);
     ferry_sock_lane_t *lane = &c->lanes[li];
-    long work = 0, r;
+    long work = 0;
     int chunks = 0;
 
     if (lane->closed)
         return 0;
     if (revents & (POLLIN | POLLHUP | POLLERR)) {
-        r = ferry_sock_send_lane_peer(c, li);
+        long r = ferry_sock_send_lane_peer(c, li);
+
         if (r < 0 || lane->closed)
             return r;
     }
@@ -165,10 +129,6 @@ static long ferry_sock_send_lane_progress(ferry_px_comm_t *px, int li, short rev
         if (!lane->has_chunk) {
             if (!ferry_px_comm_claim(px, &lane->claim))
                 break;
-            r = ferry_sock_lane_gpu_copy(c, li, lane->claim.req, lane->claim.offset,
-                                         lane->claim.len, lane->claim.nchunks);
-            if (r < 0)
-                return r;
             ferry_sock_send_lane_start(c, li);
         }
         total = sizeof(lane->hdr) + lane->claim.len;
@@ -374,10 +334,6 @@ static long ferry_sock_recv_lane_progress(ferry_px_comm_t *px, int li, short rev
             if (lane->rgot < lane->rhdr.len)
                 continue;
         }
-        r = ferry_sock_lane_gpu_copy(c, li, lane->rreq, lane->rhdr.offset, lane->rhdr.len,
-                                     lane->rhdr.nchunks);
-        if (r < 0)
-            return r;
         ferry_px_comm_chunk_finish(px, li, lane->rreq);
         ferry_px_stat_add(&px->lanes[li].busy_ns, ferry_px_now_ns() - lane->chunk_ns);
         ferry_px_stat_add(&px->lanes[li].chunks, 1);
@@ -402,4 +358,5 @@ static short ferry_sock_recv_lane_wants(ferry_px_comm_t *px, int li, int *fd_p)
 const ferry_px_lane_ops_t ferry_sock_recv_lane_ops = {
     .progress = ferry_sock_recv_lane_progress,
     .wants    = ferry_sock_recv_lane_wants,
+    .finish   = ferry_sock_recv_finish,
 };

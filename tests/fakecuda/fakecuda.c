@@ -40,6 +40,7 @@ enum {
     CUDA_ERROR_INVALID_DEVICE = 101,
     CUDA_ERROR_INVALID_CONTEXT = 201,
     CUDA_ERROR_INVALID_HANDLE = 400,
+    CUDA_ERROR_NOT_READY = 600,
     CUDA_ERROR_ILLEGAL_ADDRESS = 700,
     CUDA_ERROR_NOT_SUPPORTED = 801,
 };
@@ -64,6 +65,12 @@ FAKECUDA_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, siz
                                            void *stream);
 FAKECUDA_API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t len);
 FAKECUDA_API CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t len);
+FAKECUDA_API CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned flags, CUdevice dev);
+FAKECUDA_API CUresult cuCtxGetCurrent(CUcontext *ctx);
+FAKECUDA_API CUresult cuEventCreate(void **ev, unsigned flags);
+FAKECUDA_API CUresult cuEventDestroy_v2(void *ev);
+FAKECUDA_API CUresult cuEventRecord(void *ev, void *stream);
+FAKECUDA_API CUresult cuEventQuery(void *ev);
 
 #define FAKECUDA_ATTR_CONTEXT        1
 #define FAKECUDA_ATTR_MEMORY_TYPE    2
@@ -86,10 +93,11 @@ typedef struct fakecuda_op {
     size_t    len;
 } fakecuda_op_t;
 
+/* A stream's queue: ops[done % N .. queued % N) wait for a synchronisation. */
 typedef struct fakecuda_stream {
     uint64_t      magic;
     unsigned      flags;
-    int           nops;
+    uint64_t      queued, done; /* Ops ever queued / ever run (or dropped by an error). */
     fakecuda_op_t ops[FAKECUDA_STREAM_OPS];
 } fakecuda_stream_t;
 
@@ -98,7 +106,9 @@ typedef struct fakecuda_stream {
 static pthread_mutex_t fakecuda_lock = PTHREAD_MUTEX_INITIALIZER;
 static fakecuda_alloc_t fakecuda_allocs[FAKECUDA_MAX_ALLOCS];
 static int fakecuda_inited;
-static int fakecuda_primary_ctx; /* Its address is the one context. */
+static int fakecuda_primary_ctx; /* Its address is the primary context... */
+static int fakecuda_own_ctx[8];   /* ...these, contexts made with cuCtxCreate. */
+static _Atomic int fakecuda_nctx;
 static __thread void *fakecuda_current;
 static _Atomic long fakecuda_copies_done, fakecuda_streams_live, fakecuda_blocking_streams;
 static _Atomic long fakecuda_fail_after = -1; /* Copies that still succeed; -1: all. */
@@ -137,6 +147,7 @@ static const struct { CUresult code; const char *name, *text; } fakecuda_errors[
     {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
     {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
     {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
     {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS",
      "an illegal memory access was encountered"},
     {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
@@ -188,17 +199,53 @@ FAKECUDA_API CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
+static int fakecuda_is_ctx(const void *ctx)
+{
+    int i, n = atomic_load(&fakecuda_nctx);
+
+    if (ctx == &fakecuda_primary_ctx)
+        return 1;
+    for (i = 0; i < n; i++)
+        if (ctx == &fakecuda_own_ctx[i])
+            return 1;
+    return 0;
+}
+
 FAKECUDA_API CUresult cuCtxSetCurrent(CUcontext ctx)
 {
-    if (ctx != NULL && ctx != &fakecuda_primary_ctx)
+    if (ctx != NULL && !fakecuda_is_ctx(ctx))
         return CUDA_ERROR_INVALID_CONTEXT;
     fakecuda_current = ctx;
     return CUDA_SUCCESS;
 }
 
+FAKECUDA_API CUresult cuCtxGetCurrent(CUcontext *ctx)
+{
+    *ctx = fakecuda_current;
+    return CUDA_SUCCESS;
+}
+
+/* Like the driver: the new context becomes the calling thread's current one. */
+FAKECUDA_API CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned flags, CUdevice dev)
+{
+    int i;
+
+    if (!fakecuda_inited)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    i = atomic_fetch_add(&fakecuda_nctx, 1);
+    if (i >= 8)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *ctx = &fakecuda_own_ctx[i];
+    fakecuda_current = *ctx;
+    return CUDA_SUCCESS;
+}
+
+/* Device memory is reachable from every context of the process (unified addressing). */
 static int fakecuda_need_ctx(void)
 {
-    return fakecuda_inited && fakecuda_current == &fakecuda_primary_ctx;
+    return fakecuda_inited && fakecuda_current != NULL;
 }
 
 /* The allocation holding [p, p + len); NULL if none holds all of it. Under the lock. */
@@ -362,9 +409,9 @@ static CUresult fakecuda_queue(void *stream, int to_device, char *host, uintptr_
     pthread_mutex_lock(&fakecuda_lock);
     a = fakecuda_find(dev, len);
     pthread_mutex_unlock(&fakecuda_lock);
-    if (a == NULL || host == NULL || s->nops == FAKECUDA_STREAM_OPS)
+    if (a == NULL || host == NULL || s->queued - s->done == FAKECUDA_STREAM_OPS)
         return CUDA_ERROR_INVALID_VALUE;
-    s->ops[s->nops++] = (fakecuda_op_t){to_device, host, dev, len};
+    s->ops[s->queued++ % FAKECUDA_STREAM_OPS] = (fakecuda_op_t){to_device, host, dev, len};
     return CUDA_SUCCESS;
 }
 
@@ -407,20 +454,103 @@ static CUresult fakecuda_run(const fakecuda_op_t *op)
     return CUDA_SUCCESS;
 }
 
+/*
+ * Events: a query completes the work queued before the record, but only
+ * from the second query on, so the caller's "not ready yet" path runs too.
+ */
+typedef struct fakecuda_event {
+    uint64_t           magic;
+    fakecuda_stream_t *stream; /* NULL: nothing recorded. */
+    uint64_t           upto;   /* Complete once the stream ran this many ops. */
+    int                polls;
+} fakecuda_event_t;
+
+/* Run a stream's queued ops until `upto` have run; the first error drops the rest up to there. */
+static CUresult fakecuda_drain(fakecuda_stream_t *s, uint64_t upto)
+{
+    CUresult r = CUDA_SUCCESS;
+
+    while (s->done < upto) {
+        CUresult one = fakecuda_run(&s->ops[s->done % FAKECUDA_STREAM_OPS]);
+
+        if (r == CUDA_SUCCESS)
+            r = one;
+        s->done++;
+    }
+    return r;
+}
+
+#define FAKECUDA_EVENT_MAGIC 0x746e657665616366ULL
+
+FAKECUDA_API CUresult cuEventCreate(void **ev, unsigned flags)
+{
+    fakecuda_event_t *e;
+
+    if (!fakecuda_need_ctx())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    e->magic = FAKECUDA_EVENT_MAGIC;
+    *ev = e;
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_API CUresult cuEventDestroy_v2(void *ev)
+{
+    fakecuda_event_t *e = ev;
+
+    if (e == NULL || e->magic != FAKECUDA_EVENT_MAGIC)
+        return CUDA_ERROR_INVALID_HANDLE;
+    e->magic = 0;
+    free(e);
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_API CUresult cuEventRecord(void *ev, void *stream)
+{
+    fakecuda_event_t *e = ev;
+    fakecuda_stream_t *s = stream;
+
+    if (!fakecuda_need_ctx())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (e == NULL || e->magic != FAKECUDA_EVENT_MAGIC || s == NULL ||
+        s->magic != FAKECUDA_STREAM_MAGIC)
+        return CUDA_ERROR_INVALID_HANDLE;
+    e->stream = s;
+    e->upto = s->queued;
+    e->polls = 0;
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_API CUresult cuEventQuery(void *ev)
+{
+    fakecuda_event_t *e = ev;
+    fakecuda_stream_t *s;
+
+    if (!fakecuda_need_ctx())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (e == NULL || e->magic != FAKECUDA_EVENT_MAGIC)
+        return CUDA_ERROR_INVALID_HANDLE;
+    s = e->stream;
+    if (s == NULL)
+        return CUDA_SUCCESS;
+    if (s->done < e->upto && e->polls++ == 0)
+        return CUDA_ERROR_NOT_READY;
+    /* What was queued after the record stays queued. A faulted context answers every query. */
+    if (fakecuda_drain(s, e->upto) != CUDA_SUCCESS || atomic_load(&fakecuda_sticky))
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
+    return CUDA_SUCCESS;
+}
+
 FAKECUDA_API CUresult cuStreamSynchronize(void *stream)
 {
     fakecuda_stream_t *s = stream;
-    CUresult r = CUDA_SUCCESS;
-    int i;
-
     if (!fakecuda_need_ctx())
         return CUDA_ERROR_INVALID_CONTEXT;
     if (s == NULL || s->magic != FAKECUDA_STREAM_MAGIC)
         return CUDA_ERROR_INVALID_HANDLE;
-    for (i = 0; i < s->nops && r == CUDA_SUCCESS; i++)
-        r = fakecuda_run(&s->ops[i]);
-    s->nops = 0;
-    return r;
+    return fakecuda_drain(s, s->queued);
 }
 
 /* Synchronous copies, for tests to fill and read device memory. */

@@ -423,6 +423,92 @@ static void test_solo_assist(void **state)
     free(c);
 }
 
+/* A gated send (its buffer still being filled) holds back its chunks and every later message's. */
+static void test_gated_send(void **state)
+{
+    ferry_px_comm_t *c = new_comm(FERRY_PX_SEND);
+    static char buf[2][256 << 10];
+    ferry_px_claim_t cl;
+    ferry_px_req_t *a, *b;
+    int done = -1, i;
+
+    a = ferry_px_comm_post_mem(c, buf[0], sizeof(buf[0]), buf, 1);
+    b = ferry_px_comm_post(c, buf[1], sizeof(buf[1]));
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_ptr_equal(a->mem, buf);
+    assert_int_equal(atomic_load(&a->gated), 1);
+    assert_int_equal(atomic_load(&b->gated), 0);
+    /* Nothing moves: not a's chunks, and not b's either (messages leave in order). */
+    assert_int_equal(ferry_px_comm_claim(c, &cl), 0);
+    assert_int_equal(ferry_px_comm_test(c, a, &done, NULL), FERRY_OK);
+    assert_int_equal(done, 0);
+    assert_int_equal(atomic_load(&a->state), FERRY_PX_REQ_POSTED);
+    ferry_px_comm_open(c, a);
+    assert_int_equal(atomic_load(&a->gated), 0);
+    for (i = 0; i < 4; i++) {
+        assert_int_equal(ferry_px_comm_claim(c, &cl), 1);
+        assert_ptr_equal(cl.req, a);
+    }
+    assert_int_equal(ferry_px_comm_claim(c, &cl), 1);
+    assert_ptr_equal(cl.req, b);
+    /* A receive is never gated: lanes must be free to match it. */
+    {
+        ferry_px_comm_t *r = new_comm(FERRY_PX_RECV);
+        ferry_px_req_t *q = ferry_px_comm_post_mem(r, buf[0], sizeof(buf[0]), buf, 1);
+
+        assert_int_equal(atomic_load(&q->gated), 0);
+        assert_ptr_equal(ferry_px_comm_match(r, 0), q);
+        free(r);
+    }
+    free(c);
+}
+
+/* A backend's finish hook holds a DONE request back from test() until it says ready. */
+static int finish_calls, finish_ready;
+static ferry_status_t fake_finish(ferry_px_comm_t *comm, ferry_px_req_t *req, int *ready)
+{
+    finish_calls++;
+    *ready = finish_ready;
+    return finish_ready < 0 ? FERRY_ERR_CUDA : FERRY_OK;
+}
+static const ferry_px_lane_ops_t finish_ops = {.progress = fake_progress, .wants = fake_wants,
+                                               .finish = fake_finish};
+
+static void test_finish_hook(void **state)
+{
+    ferry_px_comm_t *c = calloc(1, sizeof(*c));
+    static char buf[64 << 10];
+    ferry_px_req_t *r;
+    int done = -1, size = -1;
+
+    assert_int_equal(ferry_px_comm_init(c, FERRY_PX_RECV, "test", "10.0.0.2:1234", 4, 2,
+                                        64 << 10, 1 << 20, &finish_ops), FERRY_OK);
+    r = ferry_px_comm_post(c, buf, sizeof(buf));
+    finish_calls = 0;
+    assert_int_equal(ferry_px_comm_test(c, r, &done, &size), FERRY_OK);
+    assert_int_equal(finish_calls, 0); /* Not DONE yet: the hook is not asked. */
+    assert_int_equal(ferry_px_req_learn(r, 1000, 1), FERRY_OK);
+    ferry_px_req_chunk_start(r);
+    ferry_px_req_progress(r, 1000);
+    ferry_px_req_chunk_finish(r, 0);
+    assert_int_equal(atomic_load(&r->state), FERRY_PX_REQ_DONE);
+    finish_ready = 0;
+    assert_int_equal(ferry_px_comm_test(c, r, &done, &size), FERRY_OK);
+    assert_int_equal(done, 0);
+    assert_int_equal(finish_calls, 1);
+    assert_int_equal(atomic_load(&r->state), FERRY_PX_REQ_DONE);
+    finish_ready = -1; /* The hook's error is test()'s answer, the request stays. */
+    assert_int_equal(ferry_px_comm_test(c, r, &done, &size), FERRY_ERR_CUDA);
+    assert_int_equal(done, 0);
+    finish_ready = 1;
+    assert_int_equal(ferry_px_comm_test(c, r, &done, &size), FERRY_OK);
+    assert_int_equal(done, 1);
+    assert_int_equal(size, 1000);
+    assert_int_equal(atomic_load(&r->state), FERRY_PX_REQ_FREE);
+    free(c);
+}
+
 static void test_state_names(void **state)
 {
     assert_string_equal(ferry_px_req_state_str(FERRY_PX_REQ_POSTED), "POSTED");
@@ -444,6 +530,8 @@ int main(void)
         cmocka_unit_test(test_solo_assist),
         cmocka_unit_test(test_assist_policy),
         cmocka_unit_test(test_assist_completes_in_same_test),
+        cmocka_unit_test(test_gated_send),
+        cmocka_unit_test(test_finish_hook),
         cmocka_unit_test(test_state_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
