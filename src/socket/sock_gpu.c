@@ -338,6 +338,19 @@ int ferry_sock_gpu_queue_poll(ferry_sock_gpu_queue_t *q, int slot, char *err, si
     return 1;
 }
 
+void ferry_sock_gpu_queue_sync(ferry_sock_gpu_queue_t *q)
+{
+    ferry_cu_result_t rc;
+    ferry_cu_ctx_t prev;
+
+    if (q->stream == NULL)
+        return;
+    prev = ferry_sock_gpu_enter(q->cu_ctx, &rc);
+    if (rc == 0)
+        ferry_cu.stream_sync(q->stream);
+    ferry_cu.ctx_set_current(prev);
+}
+
 void ferry_sock_gpu_queue_fini(ferry_sock_gpu_queue_t *q)
 {
     ferry_cu_result_t rc;

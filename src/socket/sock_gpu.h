@@ -66,6 +66,8 @@ int ferry_sock_gpu_queue_copy(ferry_sock_gpu_queue_t *q, int slot, int to_device
                               void *dev, size_t len, char *err, size_t err_len);
 /* 1 when slot's copy is complete, 0 while it runs, -1 if it failed (err). */
 int ferry_sock_gpu_queue_poll(ferry_sock_gpu_queue_t *q, int slot, char *err, size_t err_len);
+/* Wait for every copy queued so far (before a shadow is freed). */
+void ferry_sock_gpu_queue_sync(ferry_sock_gpu_queue_t *q);
 /* Wait for what is queued, free stream and events (comm close). */
 void ferry_sock_gpu_queue_fini(ferry_sock_gpu_queue_t *q);
 

@@ -76,6 +76,9 @@ static ferry_status_t ferry_sock_dereg_mr(void *comm, void *mhandle)
         return FERRY_ERR_INVALID;
     }
     mr->magic = 0;
+    if (mr->gpu.shadow != NULL && comm != NULL &&
+        ((ferry_sock_comm_t *)comm)->magic == FERRY_SOCK_COMM_MAGIC)
+        ferry_sock_gpu_queue_sync(&((ferry_sock_comm_t *)comm)->gpu); /* No copy lands after. */
     ferry_sock_gpu_region_fini(&mr->gpu);
     free(mr);
     return FERRY_OK;
