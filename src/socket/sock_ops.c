@@ -146,6 +146,9 @@ static ferry_status_t ferry_sock_gpu_open_sends(ferry_sock_comm_t *c)
     char err[256], what[200];
     int r;
 
+    /* Only the last 32 messages can still be gated (host sends may have come before). */
+    if (c->px.next_seq - c->gpu_next > FERRY_MAX_REQUESTS)
+        c->gpu_next = c->px.next_seq - FERRY_MAX_REQUESTS;
     while (c->gpu_next != c->px.next_seq) {
         ferry_px_req_t *req = &c->px.reqs[c->gpu_next % FERRY_MAX_REQUESTS];
 

@@ -260,6 +260,30 @@ static void gs_data(const fit_plugin_t *p, void *ctx)
     fit_log_check_clean("GPU data");
 }
 
+/* 40 host messages first, then the comms' first GPU buffers: the gates still open in order. */
+static void gs_late_gpu(const fit_plugin_t *p, void *ctx)
+{
+    size_t sizes[40];
+    gs_region_t sh, rh, sg, rg;
+    gs_pair_t pr;
+    int i;
+
+    for (i = 0; i < 40; i++)
+        sizes[i] = (size_t)(i * 7919) % 200000 + 1;
+    gs_pair_open(p, ctx, &pr);
+    gs_region_open(p, &sh, pr.send_comm, 0);
+    gs_region_open(p, &rh, pr.recv_comm, 0);
+    gs_run(p, &pr, &sh, &rh, sizes, 40, 500, "40 host messages before any GPU buffer");
+    gs_region_open(p, &sg, pr.send_comm, 1);
+    gs_region_open(p, &rg, pr.recv_comm, 1);
+    gs_run(p, &pr, &sg, &rg, gs_sizes, GS_NSIZES, 600, "then GPU -> GPU on the same comms");
+    gs_region_close(p, &sh);
+    gs_region_close(p, &rh);
+    gs_region_close(p, &sg);
+    gs_region_close(p, &rg);
+    gs_pair_close(p, &pr);
+}
+
 /* A copy fails on the given side: test() says so by code and message; the peer then sees a close. */
 static void gs_copy_fault(const fit_plugin_t *p, void *ctx, int send_side)
 {
@@ -361,6 +385,7 @@ static void gs_mode_on(const fit_plugin_t *p, void *ctx)
               "init did not log that GPU buffers are taken");
     gs_cuda_open();
     gs_data(p, ctx);
+    gs_late_gpu(p, ctx);
     gs_copy_fault(p, ctx, 1);
     gs_copy_fault(p, ctx, 0);
     gs_reg_faults(p, ctx);
