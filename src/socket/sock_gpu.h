@@ -1,13 +1,16 @@
 /*
  * GPU memory for the socket backend (NCCL_FERRY_GPU_STAGING). TCP moves host
  * memory only, so a buffer NCCL registers in GPU memory gets a pinned host
- * shadow, and its chunks cross between the two by the GPU's copy engines:
- * one DMA per chunk each way, on the moving thread's own stream.
+ * shadow, and each message crosses between the two by the GPU's copy
+ * engines: a send before its chunks may leave (sock_ops.c posts it gated), a
+ * receive before test() reports it (the lane ops' finish hook).
  *
- * Why bother: with host-only buffers NCCL's kernels read and write every byte
- * through mapped host memory, and that, not the network, caps a one-node
- * all_reduce (bench/results/2026-11-29-gpu-bound). With GPU buffers the
- * kernels work in device memory and the copy engines move the bytes in bulk.
+ * Why: with host-only buffers NCCL's kernels read and write every byte
+ * through mapped host memory, and their reads of it stall on PCIe. With GPU
+ * buffers they work in device memory and the copy engines move the bytes in
+ * bulk. Measured on one H200 it does not beat host staging, because the two
+ * kernel copies of every byte through TCP remain
+ * (bench/results/2026-11-29-gpu-staging); hence off by default.
  *
  * libcuda.so.1 is opened at run time: without a driver the plugin still
  * loads and advertises host memory only.
