@@ -48,6 +48,7 @@ typedef enum ferry_cfg_id {
     FERRY_CFG_SOLO_MAX,
     FERRY_CFG_STALL_WARN_S,
     FERRY_CFG_GPU_STAGING,
+    FERRY_CFG_EPOLL,
     FERRY_CFG_COUNT
 } ferry_cfg_id_t;
 
@@ -87,6 +88,7 @@ typedef struct ferry_config {
     size_t solo_max;               /* A comm alone in the process: NCCL's thread moves up to this. */
     int    stall_warn_s;           /* test() WARNs once about a request without progress this long; 0 off. */
     int    gpu_staging;            /* 1: the socket backend takes GPU buffers (socket/sock_gpu.h). */
+    int    epoll;                  /* 1: helper threads wait in epoll instead of poll. */
     ferry_cfg_src_t src[FERRY_CFG_COUNT];
 } ferry_config_t;
 

@@ -108,8 +108,10 @@ ferry_status_t ferry_px_comm_init(ferry_px_comm_t *comm, ferry_px_req_kind_t kin
     comm->assist_test_max = FERRY_PX_ASSIST_MAX;
     for (i = 0; i < FERRY_MAX_REQUESTS; i++)
         comm->reqs[i].comm = comm;
-    for (i = 0; i < FERRY_PX_MAX_WORKERS; i++)
+    for (i = 0; i < FERRY_PX_MAX_WORKERS; i++) {
         comm->workers[i].wake_fd = -1;
+        comm->workers[i].ep_fd = -1;
+    }
     return FERRY_OK;
 }
 

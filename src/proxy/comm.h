@@ -139,6 +139,10 @@ typedef struct ferry_px_worker {
     _Atomic int          sleeping;  /* 1 while in poll(); the kick that clears it writes wake_fd. */
     int                  started;
     ferry_px_worker_stats_t stats;
+    /* With use_epoll (worker_epoll.c): the epoll fd and what each lane has registered in it. */
+    int                  ep_fd;     /* -1: the worker waits in ppoll. */
+    short                ep_events[FERRY_PX_MAX_LANES]; /* POLLIN/POLLOUT registered, 0: none. */
+    int                  ep_lane_fd[FERRY_PX_MAX_LANES];
 } ferry_px_worker_t;
 
 typedef struct ferry_px_comm {
@@ -182,6 +186,7 @@ typedef struct ferry_px_comm {
     uint64_t              stall_ns;      /* test() WARNs about a request idle this long; 0 off... */
     int                   stall_quiet;   /* ...once, until a request of the comm completes again. */
     ferry_px_defer_t     *defer;         /* nlanes rings when inject_delay_us > 0, else NULL. */
+    int                   use_epoll;     /* Workers wait in epoll (worker_epoll.c), not ppoll. */
     int                   has_cpus;      /* Workers run on `cpus` (near the NIC) when set. */
     cpu_set_t             cpus;
     ferry_px_worker_t     workers[FERRY_PX_MAX_WORKERS];

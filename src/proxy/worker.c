@@ -1,9 +1,9 @@
 /*
  * Helper threads. Each comm's lanes are split over its workers (lane i goes
  * to worker i % nworkers). A worker sweeps its lanes while any made progress,
- * then sleeps in poll() on the fds its lanes wait on plus an eventfd that
- * posts kick. Nothing here knows what a lane is: the backend's lane ops move
- * the bytes.
+ * then sleeps on the fds its lanes wait on plus an eventfd that posts kick
+ * (ppoll, or epoll with NCCL_FERRY_EPOLL: worker_wait.h). Nothing here knows
+ * what a lane is: the backend's lane ops move the bytes.
  */
 #include <errno.h>
 #include <poll.h>
@@ -19,17 +19,12 @@
 #include "core/log.h"
 #include "proxy/comm.h"
 #include "proxy/registry.h"
+#include "proxy/worker_wait.h"
 
 /* A safety net only: every state change that matters kicks the worker. */
 #define FERRY_PX_POLL_TIMEOUT_MS 1000
 /* Spin only if a small message was posted within this window. */
 #define FERRY_PX_SPIN_RECENT_NS 2000000ULL
-
-typedef struct ferry_px_pollset {
-    struct pollfd fds[FERRY_PX_MAX_LANES + 1];
-    int           lane_of[FERRY_PX_MAX_LANES + 1]; /* -1 for the wake fd. */
-    int           n;
-} ferry_px_pollset_t;
 
 /* One sweep over the worker's lanes; revents from the last poll, if any. */
 static long ferry_px_worker_sweep(ferry_px_worker_t *w, const ferry_px_pollset_t *ps)
@@ -59,7 +54,7 @@ static void ferry_px_worker_sleep(ferry_px_worker_t *w, ferry_px_pollset_t *ps)
     ferry_px_comm_t *comm = w->comm;
     uint64_t drained, held_ns, wait_ns;
     struct timespec ts;
-    int lane, fd, rc;
+    int lane, fd, rc, failed;
 
     ps->n = 0;
     ps->fds[0].fd = w->wake_fd;
@@ -67,7 +62,8 @@ static void ferry_px_worker_sleep(ferry_px_worker_t *w, ferry_px_pollset_t *ps)
     ps->lane_of[0] = -1;
     ps->n = 1;
     held_ns = ferry_px_comm_lane0_held_ns(comm, ferry_px_now_ns());
-    if (atomic_load_explicit(&comm->failed, memory_order_relaxed) == 0) {
+    failed = atomic_load_explicit(&comm->failed, memory_order_relaxed) != 0;
+    if (!failed && w->ep_fd < 0) {
         for (lane = w->index; lane < comm->nlanes; lane += comm->nworkers) {
             short ev = lane == 0 && held_ns > 0 ? 0 : comm->ops->wants(comm, lane, &fd);
 
@@ -88,7 +84,10 @@ static void ferry_px_worker_sleep(ferry_px_worker_t *w, ferry_px_pollset_t *ps)
         wait_ns = (uint64_t)FERRY_PX_POLL_TIMEOUT_MS * 1000000ULL;
     ts.tv_sec = (time_t)(wait_ns / 1000000000ULL);
     ts.tv_nsec = (long)(wait_ns % 1000000000ULL);
-    rc = ppoll(ps->fds, (nfds_t)ps->n, &ts, NULL);
+    if (w->ep_fd >= 0)
+        rc = ferry_px_worker_epoll_wait(w, ps, failed, held_ns > 0, &ts);
+    else
+        rc = ppoll(ps->fds, (nfds_t)ps->n, &ts, NULL);
     ferry_px_stat_add(&w->stats.sleeps, 1);
     if (rc < 0 && errno != EINTR)
         FERRY_WARN("%s comm #%u peer %s worker %d: poll failed: %s; retrying", comm->backend,
@@ -240,6 +239,9 @@ ferry_status_t ferry_px_comm_start(ferry_px_comm_t *comm)
                        "(ulimit -n)", desc, i, strerror(errno));
             goto err_stop;
         }
+        w->ep_fd = -1;
+        if (comm->use_epoll)
+            ferry_px_worker_epoll_open(w);
         rc = pthread_create(&w->thread, NULL, ferry_px_worker_main, w);
         if (rc != 0) {
             ferry_px_comm_describe(comm, desc, sizeof(desc));
@@ -283,6 +285,7 @@ void ferry_px_comm_stop(ferry_px_comm_t *comm)
         if (comm->workers[i].wake_fd >= 0)
             close(comm->workers[i].wake_fd);
         comm->workers[i].wake_fd = -1;
+        ferry_px_worker_epoll_close(&comm->workers[i]);
     }
     ferry_px_registry_remove(comm);
     free(comm->defer);

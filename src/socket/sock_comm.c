@@ -34,6 +34,7 @@ ferry_status_t ferry_sock_comm_create(ferry_px_req_kind_t kind, int dev, const i
     comm->px.solo_max = cfg->solo_max;
     comm->px.inject_delay_us = (unsigned)cfg->inject_delay_us;
     comm->px.stall_ns = (uint64_t)cfg->stall_warn_s * 1000000000ULL;
+    comm->px.use_epoll = cfg->epoll;
     comm->px.has_cpus = ferry_sock_state.devs[dev].has_cpus;
     comm->px.cpus = ferry_sock_state.devs[dev].cpus;
     for (i = 0; i < nlanes; i++)

@@ -604,6 +604,31 @@ static int fit_count_established_in(const char *path, int port)
     return count;
 }
 
+int fit_count_fds_to(const char *target)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int count = 0;
+
+    FIT_CHECK(d != NULL, "opendir /proc/self/fd: %s", strerror(errno));
+    while ((e = readdir(d)) != NULL) {
+        char path[300], link[256];
+        ssize_t n;
+
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        n = readlink(path, link, sizeof(link) - 1);
+        if (n <= 0)
+            continue;
+        link[n] = '\0';
+        if (strcmp(link, target) == 0)
+            count++;
+    }
+    closedir(d);
+    return count;
+}
+
 int fit_count_established_local(int port)
 {
     return fit_count_established_in("/proc/net/tcp", port) +

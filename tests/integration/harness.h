@@ -149,6 +149,8 @@ void *fit_accept_loop(const fit_plugin_t *p, void *listen_comm);
 void fit_handle_addr(const void *handle, char *buf, size_t len);
 /* Listen port (host order) from a ferry socket handle. */
 int fit_handle_port(const void *handle);
+/* Open fds of this process whose /proc/self/fd link reads target ("anon_inode:[eventpoll]"). */
+int fit_count_fds_to(const char *target);
 /* ESTABLISHED TCP sockets (v4 and v6) whose local port is port. */
 int fit_count_established_local(int port);
 

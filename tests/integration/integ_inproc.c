@@ -355,6 +355,14 @@ int main(int argc, char **argv)
     inproc_big_streams(&plugin, &pair, min_streams);
     nthreads = fit_count_threads("ferry-", names, sizeof(names));
     printf("  helper threads while connected: %d [%s]\n", nthreads, names);
+    if (getenv("NCCL_FERRY_EPOLL") != NULL && atoi(getenv("NCCL_FERRY_EPOLL")) == 1) {
+        int eps = fit_count_fds_to("anon_inode:[eventpoll]");
+
+        /* One epoll set per helper thread: the sweep above ran through them. */
+        FIT_CHECK(eps == nthreads && nthreads > 0, "NCCL_FERRY_EPOLL=1: %d epoll fds for %d "
+                  "helper threads", eps, nthreads);
+        fit_pass("NCCL_FERRY_EPOLL=1: %d helper threads, each waiting in its epoll set", eps);
+    }
 
     inproc_parallel(&plugin, ctx_a, ctx_b);
     inproc_truncation(&plugin, ctx_b, ctx_a);
