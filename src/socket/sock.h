@@ -132,6 +132,13 @@ typedef struct ferry_sock_mr {
     char    *base;   /* NCCL's address: host memory, or device memory when gpu.shadow is set. */
     size_t   size;
     ferry_sock_gpu_region_t gpu; /* Device memory: lanes move its pinned shadow. */
+    /*
+     * A GPU region's comm, whose stream copies in and out of the shadow;
+     * NULL once the comm is closed (NCCL may deregister after closing). Both
+     * under the GPU-region list's lock (sock_ops.c).
+     */
+    struct ferry_sock_comm *gpu_comm;
+    struct ferry_sock_mr   *gpu_next;
 } ferry_sock_mr_t;
 
 /* The device address behind a shadow address of a GPU region. */
@@ -180,6 +187,8 @@ void ferry_sock_zc_chunk_queued(ferry_sock_comm_t *c, int li);
 /* Read the kernel's releases and complete the chunks they cover (lane ops retire). */
 long ferry_sock_zc_retire(ferry_px_comm_t *px, int li);
 extern const ferry_px_lane_ops_t ferry_sock_recv_lane_ops;
+/* sock_ops.c: a closing comm's GPU regions stop pointing at it. */
+void ferry_sock_mr_forget_comm(ferry_sock_comm_t *comm);
 /* sock_ops.c: a DONE receive into GPU memory is copied there before test() reports it. */
 ferry_status_t ferry_sock_recv_finish(ferry_px_comm_t *px, ferry_px_req_t *req, int *ready);
 

@@ -73,6 +73,7 @@ void ferry_sock_comm_destroy(ferry_sock_comm_t *comm)
     int i;
 
     ferry_px_comm_stop(&comm->px);
+    ferry_sock_mr_forget_comm(comm);
     ferry_sock_gpu_queue_fini(&comm->gpu);
     for (i = 0; i < comm->px.nlanes; i++)
         close(comm->lanes[i].fd);

@@ -1,5 +1,6 @@
 /* The socket backend's entry points for the data path and its ops table. */
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -17,6 +18,41 @@ static ferry_sock_comm_t *ferry_sock_comm_check(void *comm, ferry_px_req_kind_t 
         return NULL;
     }
     return c;
+}
+
+/*
+ * Every registered GPU region, with the comm whose stream copies through its
+ * shadow: deregMr must wait for those copies, and may come after the comm
+ * was closed (and freed), so the comm is reached only through this list.
+ */
+static pthread_mutex_t ferry_sock_gpu_mrs_lock = PTHREAD_MUTEX_INITIALIZER;
+static ferry_sock_mr_t *ferry_sock_gpu_mrs;
+
+void ferry_sock_mr_forget_comm(ferry_sock_comm_t *comm)
+{
+    ferry_sock_mr_t *mr;
+
+    pthread_mutex_lock(&ferry_sock_gpu_mrs_lock);
+    for (mr = ferry_sock_gpu_mrs; mr != NULL; mr = mr->gpu_next)
+        if (mr->gpu_comm == comm)
+            mr->gpu_comm = NULL;
+    pthread_mutex_unlock(&ferry_sock_gpu_mrs_lock);
+}
+
+/* Unlink a GPU region, after its comm's queued copies (if it is still open) are done. */
+static void ferry_sock_mr_gpu_unlink(ferry_sock_mr_t *mr)
+{
+    ferry_sock_mr_t **pp;
+
+    pthread_mutex_lock(&ferry_sock_gpu_mrs_lock);
+    if (mr->gpu_comm != NULL)
+        ferry_sock_gpu_queue_sync(&mr->gpu_comm->gpu); /* No copy lands after the free. */
+    for (pp = &ferry_sock_gpu_mrs; *pp != NULL; pp = &(*pp)->gpu_next)
+        if (*pp == mr) {
+            *pp = mr->gpu_next;
+            break;
+        }
+    pthread_mutex_unlock(&ferry_sock_gpu_mrs_lock);
 }
 
 static ferry_status_t ferry_sock_reg_mr(void *comm, void *data, size_t size, int type,
@@ -60,6 +96,11 @@ static ferry_status_t ferry_sock_reg_mr(void *comm, void *data, size_t size, int
             free(mr);
             return status;
         }
+        pthread_mutex_lock(&ferry_sock_gpu_mrs_lock);
+        mr->gpu_comm = c;
+        mr->gpu_next = ferry_sock_gpu_mrs;
+        ferry_sock_gpu_mrs = mr;
+        pthread_mutex_unlock(&ferry_sock_gpu_mrs_lock);
     }
     *mhandle_p = mr;
     return FERRY_OK;
@@ -76,9 +117,8 @@ static ferry_status_t ferry_sock_dereg_mr(void *comm, void *mhandle)
         return FERRY_ERR_INVALID;
     }
     mr->magic = 0;
-    if (mr->gpu.shadow != NULL && comm != NULL &&
-        ((ferry_sock_comm_t *)comm)->magic == FERRY_SOCK_COMM_MAGIC)
-        ferry_sock_gpu_queue_sync(&((ferry_sock_comm_t *)comm)->gpu); /* No copy lands after. */
+    if (mr->gpu.shadow != NULL)
+        ferry_sock_mr_gpu_unlink(mr);
     ferry_sock_gpu_region_fini(&mr->gpu);
     free(mr);
     return FERRY_OK;

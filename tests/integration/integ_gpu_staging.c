@@ -454,6 +454,7 @@ int main(int argc, char **argv)
     } else
         FIT_FAIL("unknown --mode %s", mode);
     fit_log_check_clean(mode);
+    FIT_NCCL(p.net->finalize(ctx));
     fit_plugin_close(&p);
     printf("PASS integ_gpu_staging --mode %s\n", mode);
     return 0;
