@@ -135,7 +135,7 @@ typedef struct ferry_sock_mr {
     /*
      * A GPU region's comm, whose stream copies in and out of the shadow;
      * NULL once the comm is closed (NCCL may deregister after closing). Both
-     * under the GPU-region list's lock (sock_ops.c).
+     * under the GPU-region list's lock (sock_gpu_path.c).
      */
     struct ferry_sock_comm *gpu_comm;
     struct ferry_sock_mr   *gpu_next;
@@ -187,9 +187,22 @@ void ferry_sock_zc_chunk_queued(ferry_sock_comm_t *c, int li);
 /* Read the kernel's releases and complete the chunks they cover (lane ops retire). */
 long ferry_sock_zc_retire(ferry_px_comm_t *px, int li);
 extern const ferry_px_lane_ops_t ferry_sock_recv_lane_ops;
-/* sock_ops.c: a closing comm's GPU regions stop pointing at it. */
+/* sock_gpu_path.c: GPU buffers in the data path. */
+/* List a registered GPU region with its comm; unlink it (after the comm's queued copies). */
+void ferry_sock_mr_gpu_link(ferry_sock_mr_t *mr, ferry_sock_comm_t *comm);
+void ferry_sock_mr_gpu_unlink(ferry_sock_mr_t *mr);
+/* A closing comm's GPU regions stop pointing at it. */
 void ferry_sock_mr_forget_comm(ferry_sock_comm_t *comm);
-/* sock_ops.c: a DONE receive into GPU memory is copied there before test() reports it. */
+/* isend from a GPU region: posted gated while its copy to the shadow runs. */
+ferry_status_t ferry_sock_isend_gpu(ferry_sock_comm_t *c, void *data, size_t size,
+                                    ferry_sock_mr_t *mr, void **request_p);
+/* irecv: into the shadow when the buffer is a GPU region. */
+ferry_px_req_t *ferry_sock_post_recv(ferry_sock_comm_t *c, void *data, size_t size,
+                                     void *mhandle);
+/* test() on a comm with GPU regions: open finished sends' gates / start complete receives' copies. */
+ferry_status_t ferry_sock_gpu_open_sends(ferry_sock_comm_t *c);
+ferry_status_t ferry_sock_gpu_start_recvs(ferry_sock_comm_t *c, const ferry_px_req_t *oldest);
+/* Lane ops finish: a DONE receive into GPU memory is reported once its copy there is done. */
 ferry_status_t ferry_sock_recv_finish(ferry_px_comm_t *px, ferry_px_req_t *req, int *ready);
 
 #endif
