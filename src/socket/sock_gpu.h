@@ -2,7 +2,7 @@
  * GPU memory for the socket backend (NCCL_FERRY_GPU_STAGING). TCP moves host
  * memory only, so a buffer NCCL registers in GPU memory gets a pinned host
  * shadow, and each message crosses between the two by the GPU's copy
- * engines: a send before its chunks may leave (sock_ops.c posts it gated), a
+ * engines: a send before its chunks may leave (sock_gpu_path.c posts it gated), a
  * receive before test() reports it (the lane ops' finish hook).
  *
  * Why: with host-only buffers NCCL's kernels read and write every byte
