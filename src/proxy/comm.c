@@ -568,9 +568,27 @@ static void ferry_px_comm_check_stall(ferry_px_comm_t *comm, ferry_px_req_t *req
     uint64_t now = ferry_px_coarse_ns(), idle = now > last ? now - last : 0;
     int count[FERRY_PX_LANE_STATE_COUNT] = {0}, lane, st, n = 0;
     char desc[160], lanes[128];
+    int state = atomic_load(&req->state);
+    const char *why;
 
     if (idle < comm->stall_ns)
         return;
+    if (req->kind == FERRY_PX_SEND && atomic_load(&req->gated) && state == FERRY_PX_REQ_POSTED)
+        why = "It is still gated: the backend has not finished filling its buffer (GPU staging: "
+              "the copy from GPU memory never completed; check nvidia-smi and dmesg for Xid "
+              "errors, or set NCCL_FERRY_GPU_STAGING=0)";
+    else if (state == FERRY_PX_REQ_DONE)
+        why = "All of it arrived, but the backend still holds it back (GPU staging: the copy to "
+              "GPU memory never completed; check nvidia-smi and dmesg for Xid errors, or set "
+              "NCCL_FERRY_GPU_STAGING=0)";
+    else if (req->kind == FERRY_PX_SEND)
+        why = "The peer is not reading: it may still be busy (a slower rank), stopped, or the "
+              "network drops packets; check that rank's log and whether it is still running, "
+              "and `ss -tni` on both hosts for retransmissions";
+    else
+        why = "Nothing arrives from the peer: it may not have reached this operation yet (a "
+              "slower rank), be stopped, or the network drops packets; check that rank's log "
+              "and whether it is still running, and `ss -tni` on both hosts for retransmissions";
     comm->stall_quiet = 1;
     for (lane = 0; lane < comm->nlanes; lane++) {
         st = atomic_load_explicit(&comm->lanes[lane].state, memory_order_relaxed);
@@ -584,21 +602,15 @@ static void ferry_px_comm_check_stall(ferry_px_comm_t *comm, ferry_px_req_t *req
                           count[st], ferry_px_lane_state_str(st));
     ferry_px_comm_describe(comm, desc, sizeof(desc));
     FERRY_WARN("%s: %s request seq %u has made no progress for %llu s (state %s, chunks posted %u, "
-               "done %u of %u, %llu of %llu bytes, buffer %zu; streams: %s). %s; check that "
-               "rank's log and whether it is still running, and `ss -tni` on both hosts for "
-               "retransmissions. NCCL_FERRY_DUMP_SIGNAL dumps every comm; "
+               "done %u of %u, %llu of %llu bytes, buffer %zu; streams: %s). %s. "
+               "NCCL_FERRY_DUMP_SIGNAL dumps every comm; "
                "NCCL_FERRY_STALL_WARN_S sets this warning's delay (0: off)",
                desc, req->kind == FERRY_PX_SEND ? "send" : "recv", req->seq,
                (unsigned long long)(idle / 1000000000ULL),
-               ferry_px_req_state_str(atomic_load(&req->state)), atomic_load(&req->posted),
+               ferry_px_req_state_str(state), atomic_load(&req->posted),
                atomic_load(&req->done), atomic_load(&req->nchunks),
                (unsigned long long)atomic_load(&req->bytes),
-               (unsigned long long)atomic_load(&req->size), req->capacity, lanes,
-               req->kind == FERRY_PX_SEND
-                   ? "The peer is not reading: it may still be busy (a slower rank), stopped, "
-                     "or the network drops packets"
-                   : "Nothing arrives from the peer: it may not have reached this operation yet "
-                     "(a slower rank), be stopped, or the network drops packets");
+               (unsigned long long)atomic_load(&req->size), req->capacity, lanes, why);
 }
 
 /* A DONE or ERROR request: report it, unless the backend still holds a DONE one back. */
@@ -610,6 +622,8 @@ static ferry_status_t ferry_px_comm_report(ferry_px_comm_t *comm, ferry_px_req_t
     if (state == FERRY_PX_REQ_DONE && comm->ops->finish != NULL) {
         ferry_status_t status = comm->ops->finish(comm, req, &ready);
 
+        if (status == FERRY_OK && !ready && comm->stall_ns > 0 && !comm->stall_quiet)
+            ferry_px_comm_check_stall(comm, req);
         if (status != FERRY_OK || !ready)
             return status;
     }

@@ -114,6 +114,7 @@ static _Atomic long fakecuda_copies_done, fakecuda_streams_live, fakecuda_blocki
 static _Atomic long fakecuda_fail_after = -1; /* Copies that still succeed; -1: all. */
 static _Atomic int fakecuda_sticky;            /* A failed copy poisons the context, as on a GPU. */
 static _Atomic int fakecuda_fail_host_alloc;
+static _Atomic int fakecuda_hold;               /* Event queries say "not ready" while set. */
 
 FAKECUDA_API long fakecuda_copies(void) { return atomic_load(&fakecuda_copies_done); }
 FAKECUDA_API long fakecuda_streams(void) { return atomic_load(&fakecuda_streams_live); }
@@ -125,6 +126,7 @@ FAKECUDA_API void fakecuda_fail_copies_after(long n)
         atomic_store(&fakecuda_sticky, 0);
 }
 FAKECUDA_API void fakecuda_fail_next_host_alloc(int on) { atomic_store(&fakecuda_fail_host_alloc, on); }
+FAKECUDA_API void fakecuda_hold_copies(int on) { atomic_store(&fakecuda_hold, on); }
 
 FAKECUDA_API CUresult cuInit(unsigned flags)
 {
@@ -535,7 +537,7 @@ FAKECUDA_API CUresult cuEventQuery(void *ev)
     s = e->stream;
     if (s == NULL)
         return CUDA_SUCCESS;
-    if (s->done < e->upto && e->polls++ == 0)
+    if (s->done < e->upto && (e->polls++ == 0 || atomic_load(&fakecuda_hold)))
         return CUDA_ERROR_NOT_READY;
     /* What was queued after the record stays queued. A faulted context answers every query. */
     if (fakecuda_drain(s, e->upto) != CUDA_SUCCESS || atomic_load(&fakecuda_sticky))

@@ -17,10 +17,13 @@ long fakecuda_blocking(void);
 void fakecuda_fail_copies_after(long n);
 /* The next cuMemHostAlloc fails with CUDA_ERROR_OUT_OF_MEMORY. */
 void fakecuda_fail_next_host_alloc(int on);
+/* While on, queued copies never complete (a GPU that stopped); off lets them finish. */
+void fakecuda_hold_copies(int on);
 
 typedef long (*fakecuda_copies_fn)(void);
 typedef long (*fakecuda_streams_fn)(void);
 typedef void (*fakecuda_fail_copies_after_fn)(long);
 typedef void (*fakecuda_fail_next_host_alloc_fn)(int);
+typedef void (*fakecuda_hold_copies_fn)(int);
 
 #endif

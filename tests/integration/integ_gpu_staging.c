@@ -2,7 +2,7 @@
  * integ_gpu_staging: GPU buffers through the socket backend
  * (NCCL_FERRY_GPU_STAGING, src/socket/sock_gpu.h), on tests/fakecuda.
  *
- *   integ_gpu_staging [--plugin PATH] --mode on|off|nodriver
+ *   integ_gpu_staging [--plugin PATH] --mode on|off|nodriver|stall
  *
  * on:       LD_LIBRARY_PATH selects fakecuda. Messages GPU->GPU, host->GPU
  *           and GPU->host, 0 B..4 MiB, 4 in flight, checked byte for byte in
@@ -15,6 +15,9 @@
  *           still works afterwards.
  * off:      staging not asked for: ptrSupport is HOST and a GPU
  *           registration says how to get one.
+ * stall:    (NCCL_FERRY_STALL_WARN_S=1) copies that never complete: a send
+ *           still gated and a receive held after all of it arrived each get
+ *           the stall WARN saying so; released, both finish intact.
  * nodriver: staging asked for on a host without libcuda.so.1: a WARN at
  *           init that says so, ptrSupport HOST, and regMr names the cause.
  *           Skipped (77) where a real driver is installed.
@@ -23,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fakecuda.h"
 #include "harness.h"
@@ -45,6 +49,7 @@ static struct {
     fakecuda_streams_fn streams, blocking;
     fakecuda_fail_copies_after_fn fail_copies_after;
     fakecuda_fail_next_host_alloc_fn fail_host_alloc;
+    fakecuda_hold_copies_fn hold;
 } gs_cu;
 
 static void *gs_sym(const char *name)
@@ -73,6 +78,7 @@ static void gs_cuda_open(void)
     *(void **)&gs_cu.blocking = gs_sym("fakecuda_blocking");
     *(void **)&gs_cu.fail_copies_after = gs_sym("fakecuda_fail_copies_after");
     *(void **)&gs_cu.fail_host_alloc = gs_sym("fakecuda_fail_next_host_alloc");
+    *(void **)&gs_cu.hold = gs_sym("fakecuda_hold_copies");
     FIT_CHECK(gs_cu.retain(&ctx, 0) == 0 && gs_cu.set_current(ctx) == 0,
               "cannot make the primary context current");
 }
@@ -396,6 +402,88 @@ static void gs_mode_on(const fit_plugin_t *p, void *ctx)
     fit_pass("ptrSupport HOST|CUDA; %ld stream(s) left with all comms closed", streams);
 }
 
+/* Test req for seconds: it must stay not done (and error-free) all along. */
+static void gs_spin_not_done(const fit_plugin_t *p, void *req, double seconds, const char *what)
+{
+    double end = fit_now() + seconds;
+    int done = 0;
+
+    while (fit_now() < end) {
+        FIT_NCCL(p->net->test(req, &done, NULL));
+        FIT_CHECK(!done, "%s: reported done while its copy cannot complete", what);
+        usleep(1000);
+    }
+}
+
+/*
+ * A GPU that stops completing copies: the stall WARN (NCCL_FERRY_STALL_WARN_S=1)
+ * must say the send is still gated and the receive is held after arriving,
+ * and both finish intact once the copies complete.
+ */
+static void gs_mode_stall(const fit_plugin_t *p, void *ctx)
+{
+    static unsigned char pattern[1 << 20], back[1 << 20];
+    gs_region_t sg, rg, sh, rh;
+    gs_pair_t pr;
+    void *sreq = NULL, *rreq = NULL, *rdata;
+    size_t cap = sizeof(pattern);
+    int tag = 1, from, got;
+
+    gs_cuda_open();
+    gs_pair_open(p, ctx, &pr);
+    gs_region_open(p, &sg, pr.send_comm, 1);
+    gs_region_open(p, &rg, pr.recv_comm, 1);
+    gs_region_open(p, &sh, pr.send_comm, 0);
+    gs_region_open(p, &rh, pr.recv_comm, 0);
+    fit_fill(pattern, sizeof(pattern), 77);
+    gs_region_write(&sg, 0, pattern, sizeof(pattern));
+    gs_region_write(&sh, 0, pattern, sizeof(pattern));
+    fit_log_expect("has made no progress");
+
+    /* Send side: GPU -> host, the copy out of the GPU never completes. */
+    from = fit_log_lines();
+    gs_cu.hold(1);
+    rdata = gs_region_addr(&rh, 0);
+    FIT_NCCL(p->net->irecv(pr.recv_comm, 1, &rdata, &cap, &tag, &rh.mh, NULL, &rreq));
+    FIT_NCCL(p->net->isend(pr.send_comm, gs_region_addr(&sg, 0), sizeof(pattern), tag, sg.mh,
+                           NULL, &sreq));
+    gs_spin_not_done(p, sreq, 2.5, "gated send");
+    FIT_CHECK(fit_log_find(from, NCCL_LOG_WARN, "send request seq 0", "still gated",
+                           "NCCL_FERRY_GPU_STAGING=0", NULL, 0) >= 0,
+              "no stall WARN says the send is still gated");
+    gs_cu.hold(0);
+    FIT_NCCL(gs_wait(p, sreq, &got, "gated send after release"));
+    FIT_NCCL(gs_wait(p, rreq, &got, "its receive"));
+    gs_region_read(&rh, 0, back, sizeof(back));
+    fit_check_pattern(back, sizeof(back), 77, "held send, released");
+
+    /* Receive side: host -> GPU, all of it arrives, the copy into the GPU never completes. */
+    from = fit_log_lines();
+    gs_cu.hold(1);
+    rdata = gs_region_addr(&rg, 0);
+    FIT_NCCL(p->net->irecv(pr.recv_comm, 1, &rdata, &cap, &tag, &rg.mh, NULL, &rreq));
+    FIT_NCCL(p->net->isend(pr.send_comm, gs_region_addr(&sh, 0), sizeof(pattern), tag, sh.mh,
+                           NULL, &sreq));
+    FIT_NCCL(gs_wait(p, sreq, &got, "host send"));
+    gs_spin_not_done(p, rreq, 2.5, "held receive");
+    FIT_CHECK(fit_log_find(from, NCCL_LOG_WARN, "recv request seq 1", "All of it arrived",
+                           "NCCL_FERRY_GPU_STAGING=0", NULL, 0) >= 0,
+              "no stall WARN says the receive arrived and is held");
+    gs_cu.hold(0);
+    FIT_NCCL(gs_wait(p, rreq, &got, "held receive after release"));
+    gs_region_read(&rg, 0, back, sizeof(back));
+    fit_check_pattern(back, sizeof(back), 77, "held receive, released");
+
+    gs_region_close(p, &sg);
+    gs_region_close(p, &rg);
+    gs_region_close(p, &sh);
+    gs_region_close(p, &rh);
+    gs_pair_close(p, &pr);
+    fit_log_expect_clear();
+    fit_pass("copies that never complete: the stall WARN names a gated send and a held "
+             "receive; released, both arrive intact");
+}
+
 static void gs_mode_host_only(const fit_plugin_t *p, void *ctx, const char *why)
 {
     ncclNetProperties_v11_t props;
@@ -445,6 +533,8 @@ int main(int argc, char **argv)
     ctx = fit_plugin_init(&p, 1);
     if (strcmp(mode, "on") == 0)
         gs_mode_on(&p, ctx);
+    else if (strcmp(mode, "stall") == 0)
+        gs_mode_stall(&p, ctx);
     else if (strcmp(mode, "off") == 0)
         gs_mode_host_only(&p, ctx, "NCCL_FERRY_GPU_STAGING=1");
     else if (strcmp(mode, "nodriver") == 0) {
