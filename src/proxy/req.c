@@ -90,8 +90,13 @@ void ferry_px_req_chunk_start(ferry_px_req_t *req)
     int expected = FERRY_PX_REQ_POSTED;
 
     atomic_fetch_add_explicit(&req->posted, 1, memory_order_relaxed);
-    if (atomic_compare_exchange_strong(&req->state, &expected, FERRY_PX_REQ_ACTIVE))
-        atomic_store_explicit(&req->start_ns, ferry_px_now_ns(), memory_order_relaxed);
+    if (atomic_compare_exchange_strong(&req->state, &expected, FERRY_PX_REQ_ACTIVE)) {
+        uint64_t now = ferry_px_now_ns();
+
+        atomic_store_explicit(&req->start_ns, now, memory_order_relaxed);
+        /* Its first header arrived (or a lane took it): progress, for the stall warning. */
+        atomic_store_explicit(&req->last_ns, now, memory_order_relaxed);
+    }
 }
 
 ferry_status_t ferry_px_req_learn(ferry_px_req_t *req, uint64_t msg_size, uint32_t nchunks)
