@@ -144,9 +144,8 @@ int ferry_api_tuning(ferry_api_tuning_t *out)
         /* Ask for device 0 only if there is one: getProperties WARNs on a bad index. */
         out->has_device = ferry_api_be->devices(&ndev) == FERRY_OK && ndev > 0 &&
                           ferry_api_be->get_properties(0, &props) == FERRY_OK;
-        /* The socket backend's GPU buffers still cross TCP from host memory (sock_gpu.h). */
         out->host_staged = out->has_device &&
-                           (strcmp(ferry_api_be->name, "socket") == 0 ||
+                           (ferry_api_be->host_staged ||
                             (props.ptr_support & (FERRY_PTR_CUDA | FERRY_PTR_DMABUF)) == 0);
     }
     pthread_mutex_unlock(&ferry_api_lock);

@@ -18,6 +18,12 @@ typedef struct ferry_ctx {
 
 typedef struct ferry_backend_ops {
     const char *name;
+    /*
+     * 1: every byte crosses host memory and the CPU's copies (sockets), even
+     * where GPU pointers are taken; NCCL's cost model for a host-staged net
+     * then needs the bundled tuner's corrections (core/tune.c).
+     */
+    int         host_staged;
     /* Process-wide bring-up (device discovery) and tear-down, called once each. */
     ferry_status_t (*init)(const ferry_config_t *cfg);
     void (*fini)(void);

@@ -567,21 +567,21 @@ static void ferry_px_comm_check_stall(ferry_px_comm_t *comm, ferry_px_req_t *req
     /* NCCL calls test() in a tight loop: the cheap clock (seconds are what count here). */
     uint64_t now = ferry_px_coarse_ns(), idle = now > last ? now - last : 0;
     int count[FERRY_PX_LANE_STATE_COUNT] = {0}, lane, st, n = 0;
-    char desc[160], lanes[128];
+    char desc[160], lanes[128], held[512];
     int state = atomic_load(&req->state);
     const char *why;
 
-    if (idle < comm->stall_ns)
+    if (comm->stall_ns == 0 || comm->stall_quiet || idle < comm->stall_ns)
         return;
-    if (req->kind == FERRY_PX_SEND && atomic_load(&req->gated) && state == FERRY_PX_REQ_POSTED)
-        why = "It is still gated: the backend has not finished filling its buffer (GPU staging: "
-              "the copy from GPU memory never completed; check nvidia-smi and dmesg for Xid "
-              "errors, or set NCCL_FERRY_GPU_STAGING=0)";
-    else if (state == FERRY_PX_REQ_DONE)
-        why = "All of it arrived, but the backend still holds it back (GPU staging: the copy to "
-              "GPU memory never completed; check nvidia-smi and dmesg for Xid errors, or set "
-              "NCCL_FERRY_GPU_STAGING=0)";
-    else if (req->kind == FERRY_PX_SEND)
+    if ((req->kind == FERRY_PX_SEND && atomic_load(&req->gated) && state == FERRY_PX_REQ_POSTED) ||
+        state == FERRY_PX_REQ_DONE) {
+        snprintf(held, sizeof(held), "%s (%s)",
+                 state == FERRY_PX_REQ_DONE
+                     ? "All of it arrived, but the backend still holds it back"
+                     : "It is still gated: the backend has not finished filling its buffer",
+                 comm->hold_hint != NULL ? comm->hold_hint : "see the backend's log");
+        why = held;
+    } else if (req->kind == FERRY_PX_SEND)
         why = "The peer is not reading: it may still be busy (a slower rank), stopped, or the "
               "network drops packets; check that rank's log and whether it is still running, "
               "and `ss -tni` on both hosts for retransmissions";
@@ -622,7 +622,7 @@ static ferry_status_t ferry_px_comm_report(ferry_px_comm_t *comm, ferry_px_req_t
     if (state == FERRY_PX_REQ_DONE && comm->ops->finish != NULL) {
         ferry_status_t status = comm->ops->finish(comm, req, &ready);
 
-        if (status == FERRY_OK && !ready && comm->stall_ns > 0 && !comm->stall_quiet)
+        if (status == FERRY_OK && !ready)
             ferry_px_comm_check_stall(comm, req);
         if (status != FERRY_OK || !ready)
             return status;
@@ -648,8 +648,7 @@ ferry_status_t ferry_px_comm_test(ferry_px_comm_t *comm, ferry_px_req_t *req, in
     /* All bytes are in; only the (delayed) completion is outstanding: not a failure. */
     if (failed != 0 && !ferry_px_req_all_moved(req))
         return ferry_px_comm_test_failed(comm, req, (ferry_status_t)failed);
-    if (comm->stall_ns > 0 && !comm->stall_quiet)
-        ferry_px_comm_check_stall(comm, req);
+    ferry_px_comm_check_stall(comm, req);
     if (!ferry_px_comm_test_assists(comm, req))
         return FERRY_OK;
     ferry_px_comm_assist(comm);

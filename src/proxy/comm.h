@@ -183,6 +183,11 @@ typedef struct ferry_px_comm {
     _Atomic uint64_t      small_post_ns; /* ...if a small message was posted this recently. */
     _Atomic uint64_t      assist_ns;     /* Last time NCCL's thread moved lane 0 (ferry_px_comm_assist). */
     unsigned              inject_delay_us; /* Test knob: added to every chunk completion. */
+    /*
+     * The backend's words for what a gated send or a held receive (lane ops
+     * finish) waits on, and what to try; for the stall WARN. NULL: none.
+     */
+    const char           *hold_hint;
     uint64_t              stall_ns;      /* test() WARNs about a request idle this long; 0 off... */
     int                   stall_quiet;   /* ...once, until a request of the comm completes again. */
     ferry_px_defer_t     *defer;         /* nlanes rings when inject_delay_us > 0, else NULL. */

@@ -36,9 +36,10 @@ static void ferry_px_dump_req(FILE *out, const ferry_px_req_t *req, uint64_t now
             req->capacity, ferry_px_dump_ms_since(now, req->post_ns),
             ferry_px_dump_ms_since(now, atomic_load(&req->last_ns)),
             atomic_load(&req->gated) && state == FERRY_PX_REQ_POSTED
-                ? "; gated: the backend is still filling its buffer (GPU copy)"
-            : state == FERRY_PX_REQ_DONE && req->mem != NULL && req->kind == FERRY_PX_RECV
-                ? "; all bytes in, test() not reported yet (GPU copy when staged)"
+                ? "; gated: the backend is still filling its buffer"
+            : state == FERRY_PX_REQ_DONE
+                ? "; every chunk done, not reported by test() yet (NCCL's next look, or the "
+                  "backend holds it)"
             : state != FERRY_PX_REQ_ACTIVE || !ferry_px_req_all_moved(req) ? ""
             : req->kind == FERRY_PX_SEND
                 ? "; all bytes out, completion held back (zerocopy release or injected delay)"

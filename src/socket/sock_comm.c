@@ -34,6 +34,9 @@ ferry_status_t ferry_sock_comm_create(ferry_px_req_kind_t kind, int dev, const i
     comm->px.solo_max = cfg->solo_max;
     comm->px.inject_delay_us = (unsigned)cfg->inject_delay_us;
     comm->px.stall_ns = (uint64_t)cfg->stall_warn_s * 1000000000ULL;
+    comm->px.hold_hint = "GPU staging: a copy between GPU memory and its host shadow has not "
+                         "completed; check nvidia-smi and dmesg for Xid errors, or set "
+                         "NCCL_FERRY_GPU_STAGING=0";
     comm->px.use_epoll = cfg->epoll;
     comm->px.has_cpus = ferry_sock_state.devs[dev].has_cpus;
     comm->px.cpus = ferry_sock_state.devs[dev].cpus;

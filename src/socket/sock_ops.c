@@ -43,13 +43,14 @@ static ferry_status_t ferry_sock_reg_mr(void *comm, void *data, size_t size, int
     mr->base = data;
     mr->size = size;
     if (type == FERRY_PTR_CUDA) {
+        /* A GPU region is copied on its comm's stream: the comm must be ours. */
         ferry_sock_comm_t *c = comm;
 
-        status = ferry_sock_gpu_region_init(&mr->gpu, data, size, err, sizeof(err));
-        if (status == FERRY_OK && (c == NULL || c->magic != FERRY_SOCK_COMM_MAGIC)) {
+        status = FERRY_ERR_INVALID;
+        if (c == NULL || c->magic != FERRY_SOCK_COMM_MAGIC)
             snprintf(err, sizeof(err), "%p is not a live ferry socket comm", comm);
-            status = FERRY_ERR_INVALID;
-        }
+        else
+            status = ferry_sock_gpu_region_init(&mr->gpu, data, size, err, sizeof(err));
         if (status == FERRY_OK)
             status = ferry_sock_gpu_queue_init(&c->gpu, &mr->gpu, err, sizeof(err));
         if (status != FERRY_OK) {
@@ -193,6 +194,7 @@ static ferry_status_t ferry_sock_close_recv(void *recv_comm)
 
 const ferry_backend_ops_t ferry_sock_ops = {
     .name           = "socket",
+    .host_staged    = 1, /* GPU buffers too cross TCP from their host shadows (sock_gpu.h). */
     .init           = ferry_sock_init,
     .fini           = ferry_sock_fini,
     .devices        = ferry_sock_devices,

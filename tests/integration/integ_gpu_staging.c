@@ -266,6 +266,21 @@ static void gs_data(const fit_plugin_t *p, void *ctx)
     fit_log_check_clean("GPU data");
 }
 
+/* One message of len bytes from the start of src into the start of dst: receive posted first. */
+static void gs_post_pair(const fit_plugin_t *p, const gs_pair_t *pr, gs_region_t *src,
+                         gs_region_t *dst, size_t len, void **sreq_p, void **rreq_p)
+{
+    void *rdata = gs_region_addr(dst, 0);
+    size_t cap = len;
+    int tag = 1;
+
+    *sreq_p = *rreq_p = NULL;
+    FIT_NCCL(p->net->irecv(pr->recv_comm, 1, &rdata, &cap, &tag, &dst->mh, NULL, rreq_p));
+    FIT_NCCL(p->net->isend(pr->send_comm, gs_region_addr(src, 0), len, tag, src->mh, NULL,
+                           sreq_p));
+    FIT_CHECK(*sreq_p != NULL && *rreq_p != NULL, "no request for a %zu-byte message", len);
+}
+
 /* 40 host messages first, then the comms' first GPU buffers: the gates still open in order. */
 static void gs_late_gpu(const fit_plugin_t *p, void *ctx)
 {
@@ -296,9 +311,8 @@ static void gs_copy_fault(const fit_plugin_t *p, void *ctx, int send_side)
     static unsigned char pattern[1 << 20];
     gs_region_t src, dst;
     gs_pair_t pr;
-    void *sreq = NULL, *rreq = NULL, *rdata;
-    size_t cap = sizeof(pattern);
-    int tag = 1, from = fit_log_lines();
+    void *sreq = NULL, *rreq = NULL;
+    int from = fit_log_lines();
     ncclResult_t rc;
     char line[1024];
 
@@ -311,12 +325,7 @@ static void gs_copy_fault(const fit_plugin_t *p, void *ctx, int send_side)
     fit_log_expect("connection closed by peer");
     fit_log_expect("closed all");
     gs_cu.fail_copies_after(0);
-    rdata = gs_region_addr(&dst, 0);
-    FIT_NCCL(p->net->irecv(pr.recv_comm, 1, &rdata, &cap, &tag, &dst.mh, NULL, &rreq));
-    FIT_CHECK(rreq != NULL, "no receive request");
-    FIT_NCCL(p->net->isend(pr.send_comm, gs_region_addr(&src, 0), sizeof(pattern), tag,
-                           src.mh, NULL, &sreq));
-    FIT_CHECK(sreq != NULL, "no send request");
+    gs_post_pair(p, &pr, &src, &dst, sizeof(pattern), &sreq, &rreq);
     rc = gs_wait(p, send_side ? sreq : rreq, NULL, "failed copy reported");
     FIT_CHECK(rc == ncclUnhandledCudaError, "%s side: test() returned %d (%s), expected "
               "ncclUnhandledCudaError", send_side ? "send" : "receive", (int)rc,
@@ -425,9 +434,8 @@ static void gs_mode_stall(const fit_plugin_t *p, void *ctx)
     static unsigned char pattern[1 << 20], back[1 << 20];
     gs_region_t sg, rg, sh, rh;
     gs_pair_t pr;
-    void *sreq = NULL, *rreq = NULL, *rdata;
-    size_t cap = sizeof(pattern);
-    int tag = 1, from, got;
+    void *sreq = NULL, *rreq = NULL;
+    int from, got;
 
     gs_cuda_open();
     gs_pair_open(p, ctx, &pr);
@@ -443,10 +451,7 @@ static void gs_mode_stall(const fit_plugin_t *p, void *ctx)
     /* Send side: GPU -> host, the copy out of the GPU never completes. */
     from = fit_log_lines();
     gs_cu.hold(1);
-    rdata = gs_region_addr(&rh, 0);
-    FIT_NCCL(p->net->irecv(pr.recv_comm, 1, &rdata, &cap, &tag, &rh.mh, NULL, &rreq));
-    FIT_NCCL(p->net->isend(pr.send_comm, gs_region_addr(&sg, 0), sizeof(pattern), tag, sg.mh,
-                           NULL, &sreq));
+    gs_post_pair(p, &pr, &sg, &rh, sizeof(pattern), &sreq, &rreq);
     gs_spin_not_done(p, sreq, 2.5, "gated send");
     FIT_CHECK(fit_log_find(from, NCCL_LOG_WARN, "send request seq 0", "still gated",
                            "NCCL_FERRY_GPU_STAGING=0", NULL, 0) >= 0,
@@ -460,10 +465,7 @@ static void gs_mode_stall(const fit_plugin_t *p, void *ctx)
     /* Receive side: host -> GPU, all of it arrives, the copy into the GPU never completes. */
     from = fit_log_lines();
     gs_cu.hold(1);
-    rdata = gs_region_addr(&rg, 0);
-    FIT_NCCL(p->net->irecv(pr.recv_comm, 1, &rdata, &cap, &tag, &rg.mh, NULL, &rreq));
-    FIT_NCCL(p->net->isend(pr.send_comm, gs_region_addr(&sh, 0), sizeof(pattern), tag, sh.mh,
-                           NULL, &sreq));
+    gs_post_pair(p, &pr, &sh, &rg, sizeof(pattern), &sreq, &rreq);
     FIT_NCCL(gs_wait(p, sreq, &got, "host send"));
     gs_spin_not_done(p, rreq, 2.5, "held receive");
     FIT_CHECK(fit_log_find(from, NCCL_LOG_WARN, "recv request seq 1", "All of it arrived",
