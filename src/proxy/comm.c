@@ -563,16 +563,20 @@ static int ferry_px_comm_test_assists(ferry_px_comm_t *comm, const ferry_px_req_
  */
 static void ferry_px_comm_check_stall(ferry_px_comm_t *comm, ferry_px_req_t *req)
 {
-    uint64_t last = atomic_load_explicit(&req->last_ns, memory_order_relaxed);
-    /* NCCL calls test() in a tight loop: the cheap clock (seconds are what count here). */
-    uint64_t now = ferry_px_coarse_ns(), idle = now > last ? now - last : 0;
-    int count[FERRY_PX_LANE_STATE_COUNT] = {0}, lane, st, n = 0;
+    int count[FERRY_PX_LANE_STATE_COUNT] = {0}, lane, st, n = 0, state;
     char desc[160], lanes[128], held[512];
-    int state = atomic_load(&req->state);
+    uint64_t last, now, idle;
     const char *why;
 
-    if (comm->stall_ns == 0 || comm->stall_quiet || idle < comm->stall_ns)
+    if (comm->stall_ns == 0 || comm->stall_quiet)
         return;
+    last = atomic_load_explicit(&req->last_ns, memory_order_relaxed);
+    /* NCCL calls test() in a tight loop: the cheap clock (seconds are what count here). */
+    now = ferry_px_coarse_ns();
+    idle = now > last ? now - last : 0;
+    if (idle < comm->stall_ns)
+        return;
+    state = atomic_load(&req->state);
     if ((req->kind == FERRY_PX_SEND && atomic_load(&req->gated) && state == FERRY_PX_REQ_POSTED) ||
         state == FERRY_PX_REQ_DONE) {
         snprintf(held, sizeof(held), "%s (%s)",

@@ -45,9 +45,10 @@ static ferry_status_t ferry_sock_reg_mr(void *comm, void *data, size_t size, int
     if (type == FERRY_PTR_CUDA) {
         /* A GPU region is copied on its comm's stream: the comm must be ours. */
         ferry_sock_comm_t *c = comm;
+        int ours = c != NULL && c->magic == FERRY_SOCK_COMM_MAGIC;
 
         status = FERRY_ERR_INVALID;
-        if (c == NULL || c->magic != FERRY_SOCK_COMM_MAGIC)
+        if (!ours)
             snprintf(err, sizeof(err), "%p is not a live ferry socket comm", comm);
         else
             status = ferry_sock_gpu_region_init(&mr->gpu, data, size, err, sizeof(err));
@@ -55,9 +56,10 @@ static ferry_status_t ferry_sock_reg_mr(void *comm, void *data, size_t size, int
             status = ferry_sock_gpu_queue_init(&c->gpu, &mr->gpu, err, sizeof(err));
         if (status != FERRY_OK) {
             ferry_sock_gpu_region_fini(&mr->gpu);
-            FERRY_WARN("regMr(comm %p, GPU buffer %p, %zu bytes): cannot stage it through host "
-                       "memory: %s; set NCCL_FERRY_GPU_STAGING=0 to have NCCL keep its network "
-                       "buffers in host memory", comm, data, size, err);
+            FERRY_WARN("regMr(comm %p%s%s, GPU buffer %p, %zu bytes): cannot stage it through "
+                       "host memory: %s; set NCCL_FERRY_GPU_STAGING=0 to have NCCL keep its "
+                       "network buffers in host memory", comm,
+                       ours ? ", peer " : "", ours ? c->px.peer : "", data, size, err);
             free(mr);
             return status;
         }
@@ -152,21 +154,22 @@ static ferry_status_t ferry_sock_irecv(void *recv_comm, int n, void **data, size
 static ferry_status_t ferry_sock_test(void *request, int *done_p, int *sizes)
 {
     ferry_px_req_t *req = request;
+    ferry_sock_comm_t *c;
 
     *done_p = 0;
     if (req == NULL || req->comm == NULL) {
         FERRY_WARN("test(%p): not a ferry request", request);
         return FERRY_ERR_INVALID;
     }
-    if (((ferry_sock_comm_t *)req->comm)->gpu.stream != NULL) {
-        ferry_sock_comm_t *c = (ferry_sock_comm_t *)req->comm;
+    c = (ferry_sock_comm_t *)req->comm; /* px is its first member. */
+    if (c->gpu.stream != NULL) {
         ferry_status_t status = c->px.kind == FERRY_PX_SEND ? ferry_sock_gpu_open_sends(c)
                                                             : ferry_sock_gpu_start_recvs(c, req);
 
         if (status != FERRY_OK)
             return status;
     }
-    return ferry_px_comm_test(req->comm, req, done_p, sizes);
+    return ferry_px_comm_test(&c->px, req, done_p, sizes);
 }
 
 static ferry_status_t ferry_sock_close_comm(void *comm, ferry_px_req_kind_t kind, const char *op)
