@@ -1,15 +1,22 @@
 /*
- * A request (one isend or irecv) and its counters. A message is cut into
- * chunks; the chunk counters only grow and tell where the request stands:
+ * A request (one isend, irecv or iflush) and its counters. The backend cuts
+ * the work of a request into parts, in units it names (ring ops `unit`): the
+ * socket backend's parts are chunks a lane moves, the ib backend's are work
+ * requests on its QPs. The part counters only grow and tell where the
+ * request stands:
  *
- *   posted      chunks handed to a lane (send: claimed; recv: header matched)
- *   transmitted chunks whose payload left completely (send side)
- *   received    chunks whose payload arrived completely (recv side)
- *   done        chunks retired; the request is DONE when done == nchunks
+ *   posted      parts started (socket send: claimed by a lane; socket recv:
+ *               header matched; ib send: WR chain posted after the CTS was
+ *               seen; ib recv: receive WR posted and CTS written)
+ *   transmitted parts whose bytes left completely (send side; ib: the
+ *               signalled completion of the chain was polled)
+ *   received    parts whose bytes arrived completely (recv side; ib: the
+ *               WRITE_WITH_IMM completion was polled)
+ *   done        parts retired; the request is DONE when done == nparts
  *
- * Invariant (ferry_px_req_check): done <= transmitted + received <= posted <= nchunks.
- * Several lanes work on one request at once, so counters are atomics bumped
- * with fetch_add; state changes are release stores read with acquire.
+ * Invariant (ferry_px_req_check): done <= transmitted + received <= posted <= nparts.
+ * Several threads may work on one request at once, so counters are atomics
+ * bumped with fetch_add; state changes are release stores read with acquire.
  */
 #ifndef FERRY_PROXY_REQ_H
 #define FERRY_PROXY_REQ_H
@@ -20,44 +27,63 @@
 
 #include "core/status.h"
 
+/* Sub-buffers of one request: NCCL's grouped receives (maxRecvs). */
+#define FERRY_PX_MAX_SUBS 8
+/* Remote keys a sub-buffer's descriptor carries (one per merged port). */
+#define FERRY_PX_MAX_RKEYS 4
+
 typedef enum ferry_px_req_state {
     FERRY_PX_REQ_FREE,   /* In the comm's ring, unused; isend/irecv may take it. */
-    FERRY_PX_REQ_POSTED, /* Returned to NCCL; no chunk touched by a lane yet. */
-    FERRY_PX_REQ_ACTIVE, /* Lanes are moving chunks; counters advance. */
-    FERRY_PX_REQ_DONE,   /* done == nchunks; test() reports success once, then FREE. */
+    FERRY_PX_REQ_POSTED, /* Returned to NCCL; no part started yet. */
+    FERRY_PX_REQ_ACTIVE, /* Parts are moving; counters advance. */
+    FERRY_PX_REQ_DONE,   /* done == nparts; test() reports success once, then FREE. */
     FERRY_PX_REQ_ERROR,  /* Sticky failure in status; test() reports it once, then FREE. */
     FERRY_PX_REQ_STATE_COUNT
 } ferry_px_req_state_t;
 
 typedef enum ferry_px_req_kind {
     FERRY_PX_SEND,
-    FERRY_PX_RECV
+    FERRY_PX_RECV,
+    FERRY_PX_FLUSH /* Makes received data visible to the GPU (ib: a 1-byte RDMA READ). */
 } ferry_px_req_kind_t;
 
-struct ferry_px_comm;
+/*
+ * One buffer of a request. A receiver-driven backend also fills the remote
+ * descriptor of a send: where the peer's receive buffer is and its keys.
+ */
+typedef struct ferry_px_sub {
+    char            *buf;      /* Where the bytes are moved; set at post. */
+    size_t           capacity; /* Send: message size; recv: posted buffer size. */
+    int              tag;      /* NCCL's tag; grouped receives are matched by it. */
+    void            *mem;      /* The backend's memory handle for buf (NULL: none). */
+    _Atomic uint64_t size;     /* Bytes test() reports; recv: learnt from the peer. */
+    uint64_t         raddr;    /* Send: the receive buffer's address at the peer. */
+    uint32_t         rkey[FERRY_PX_MAX_RKEYS]; /* ...and its keys. */
+} ferry_px_sub_t;
+
+struct ferry_px_ring;
 
 typedef struct ferry_px_req {
     _Atomic int          state;       /* ferry_px_req_state_t; see transitions in req.c. */
     ferry_px_req_kind_t  kind;        /* Set at post. */
     uint32_t             seq;         /* Message number on the comm; set at post. */
-    char                *buf;         /* Where lanes move the bytes; set at post. */
-    void                *mem;         /* The backend's memory handle for buf (NULL: none); set at post. */
-    _Atomic int          gated;       /* Send: 1 until the backend opens it; lanes take no chunk of it. */
-    size_t               capacity;    /* Send: message size; recv: posted buffer size. */
-    size_t               chunk_size;  /* Send only: from ferry_px_chunk_plan. */
-    _Atomic uint64_t     size;        /* Message size; recv: learnt from the first chunk. */
-    _Atomic uint32_t     nchunks;     /* Send: set at post; recv: 0 until the first chunk. */
-    _Atomic uint32_t     posted;      /* Chunk counters, see the top of this file. */
+    int                  n;           /* Sub-buffers in use, 1..FERRY_PX_MAX_SUBS. */
+    ferry_px_sub_t       sub[FERRY_PX_MAX_SUBS];
+    _Atomic int          gated;       /* Send: 1 until the backend opens it; no part starts. */
+    size_t               part_size;   /* Bytes per part where the backend plans them. */
+    _Atomic uint32_t     nparts;      /* Set at post, or 0 until the backend learns it. */
+    _Atomic uint32_t     posted;      /* Part counters, see the top of this file. */
     _Atomic uint32_t     transmitted;
     _Atomic uint32_t     received;
     _Atomic uint32_t     done;
-    _Atomic uint64_t     bytes;       /* Payload bytes moved so far. */
-    _Atomic uint64_t     last_ns;     /* Monotonic time of the last progress (dump). */
+    _Atomic uint64_t     bytes;       /* Payload bytes moved so far (where the backend sees them). */
+    _Atomic uint64_t     last_ns;     /* Monotonic time of the last progress (dump, stall). */
     uint64_t             post_ns;     /* Monotonic time of the post (dump). */
-    _Atomic uint64_t     start_ns;    /* A lane took its first chunk (POSTED -> ACTIVE). */
-    _Atomic uint64_t     done_ns;     /* Its last chunk was retired (-> DONE). */
+    _Atomic uint64_t     start_ns;    /* Its first part started (POSTED -> ACTIVE). */
+    _Atomic uint64_t     done_ns;     /* Its last part was retired (-> DONE). */
     ferry_status_t       status;      /* Valid in ERROR; written before the release store. */
-    struct ferry_px_comm *comm;       /* Owner, for logs. */
+    uint64_t             backend_word; /* The backend's own per-request note (ib: CTS slot). */
+    struct ferry_px_ring *ring;       /* Owner, for logs. */
 } ferry_px_req_t;
 
 /* How a message of `size` bytes is cut for `nlanes` lanes. */
@@ -75,30 +101,40 @@ ferry_px_chunk_plan_t ferry_px_chunk_plan(size_t size, int nlanes, size_t min_ch
                                           size_t max_chunk);
 
 const char *ferry_px_req_state_str(int state);
+const char *ferry_px_req_kind_str(ferry_px_req_kind_t kind);
 uint64_t ferry_px_now_ns(void);
 /* The same clock read cheaply, a few ms behind: for checks counted in seconds. */
 uint64_t ferry_px_coarse_ns(void);
 
-/* FREE -> POSTED. nchunks is 0 for a receive (learnt from the wire). mem: see the struct. */
-void ferry_px_req_post(ferry_px_req_t *req, ferry_px_req_kind_t kind, uint32_t seq, void *buf,
-                       void *mem, int gated, size_t size, ferry_px_chunk_plan_t plan);
-/* A lane took one chunk: posted++, POSTED -> ACTIVE. */
-void ferry_px_req_chunk_start(ferry_px_req_t *req);
 /*
- * Receive side, first header of a chunk: record the message size and chunk
- * count, or fail with FERRY_ERR_USAGE (larger than the posted buffer) or
- * FERRY_ERR_REMOTE (chunks of one message disagree).
+ * FREE -> POSTED with n sub-buffers (buf, capacity, tag, mem of each taken
+ * from subs). nparts 0: learnt later (ferry_px_req_learn, or set by the
+ * backend before its first part starts).
  */
-ferry_status_t ferry_px_req_learn(ferry_px_req_t *req, uint64_t msg_size, uint32_t nchunks);
-/* A chunk's payload moved completely: transmitted++ or received++. */
-void ferry_px_req_chunk_moved(ferry_px_req_t *req);
-/* A moved chunk is retired: done++, and the request is DONE at nchunks. */
-void ferry_px_req_chunk_done(ferry_px_req_t *req);
+void ferry_px_req_post(ferry_px_req_t *req, ferry_px_req_kind_t kind, uint32_t seq, int n,
+                       const ferry_px_sub_t *subs, int gated, uint32_t nparts,
+                       size_t part_size);
+/* One part started: posted++, POSTED -> ACTIVE. */
+void ferry_px_req_part_start(ferry_px_req_t *req);
+/* k parts started at once (a WR chain on each of k QPs). */
+void ferry_px_req_parts_start(ferry_px_req_t *req, uint32_t k);
+/*
+ * Receive side, first header of a chunk: record the message size and part
+ * count, or fail with FERRY_ERR_USAGE (larger than the posted buffer) or
+ * FERRY_ERR_REMOTE (parts of one message disagree).
+ */
+ferry_status_t ferry_px_req_learn(ferry_px_req_t *req, uint64_t msg_size, uint32_t nparts);
+/* A part's bytes moved completely: transmitted++ or received++. */
+void ferry_px_req_part_moved(ferry_px_req_t *req);
+/* A moved part is retired: done++, and the request is DONE at nparts. */
+void ferry_px_req_part_done(ferry_px_req_t *req);
 /* Both at once, after accounting `bytes` of progress. */
-void ferry_px_req_chunk_finish(ferry_px_req_t *req, size_t bytes);
-/* 1 when every chunk's payload has moved (completions may still be held back). */
+void ferry_px_req_part_finish(ferry_px_req_t *req, size_t bytes);
+/* k parts moved and retired at once (bulk completion: several CQEs of one poll). */
+void ferry_px_req_parts_finish(ferry_px_req_t *req, uint32_t k, size_t bytes);
+/* 1 when every part's bytes have moved (completions may still be held back). */
 int ferry_px_req_all_moved(const ferry_px_req_t *req);
-/* Account partial progress (bytes, timestamp) while a chunk is moving. */
+/* Account partial progress (bytes, timestamp) while a part is moving. */
 void ferry_px_req_progress(ferry_px_req_t *req, size_t bytes);
 /* ACTIVE/POSTED -> ERROR with status; a request already DONE stays DONE. */
 void ferry_px_req_fail(ferry_px_req_t *req, ferry_status_t status);

@@ -1,0 +1,46 @@
+/*
+ * The ib backend's variables: NCCL's own NCCL_IB_* (same names, defaults and
+ * meaning as NCCL 2.28's IB transport) and ferry's NCCL_FERRY_IB_*. Parsed
+ * once at init (ib_config.c) from the environment, with the source of every
+ * value for the effective-config line.
+ */
+#ifndef FERRY_IB_CONFIG_H
+#define FERRY_IB_CONFIG_H
+
+#include <stddef.h>
+
+#include "core/config.h"
+
+typedef struct ferry_ib_config {
+    char   hca[512];          /* NCCL_IB_HCA: "[^][=]name[:port],..."; "" all. */
+    int    disable;           /* NCCL_IB_DISABLE. */
+    int    gid_index;         /* NCCL_IB_GID_INDEX, -1 = scan. */
+    int    addr_family;       /* NCCL_IB_ADDR_FAMILY: AF_INET (default) or AF_INET6. */
+    char   addr_range[64];    /* NCCL_IB_ADDR_RANGE: CIDR, "" none. */
+    int    roce_version;      /* NCCL_IB_ROCE_VERSION_NUM, default 2. */
+    int    routable_flid_gid_index; /* NCCL_IB_ROUTABLE_FLID_GID_INDEX, default 1. */
+    int    tc;                /* NCCL_IB_TC, -1 = unset (0, or the comm's trafficClass). */
+    int    fifo_tc;           /* NCCL_IB_FIFO_TC, -1 = same as tc. */
+    int    sl;                /* NCCL_IB_SL, -1 = unset (0). */
+    int    timeout;           /* NCCL_IB_TIMEOUT, default 20. */
+    int    retry_cnt;         /* NCCL_IB_RETRY_CNT, default 7. */
+    int    pkey;              /* NCCL_IB_PKEY, default 0. */
+    int    use_inline;        /* NCCL_IB_USE_INLINE, default 0. */
+    int    qps_per_conn;      /* NCCL_IB_QPS_PER_CONNECTION, default 1, 1..128. */
+    int    split_data_on_qps; /* NCCL_IB_SPLIT_DATA_ON_QPS, default 0. */
+    size_t ar_threshold;      /* NCCL_IB_AR_THRESHOLD, default 8192. */
+    int    adaptive_routing;  /* NCCL_IB_ADAPTIVE_ROUTING, -2 = auto (IB on, RoCE off). */
+    int    relaxed_ordering;  /* NCCL_IB_PCI_RELAXED_ORDERING, 2 = auto. */
+    int    return_async_events; /* NCCL_IB_RETURN_ASYNC_EVENTS, default 1. */
+    int    gdr_flush_disable; /* NCCL_GDR_FLUSH_DISABLE, default 0. */
+    char   verbs_lib[256];    /* NCCL_FERRY_IBVERBS_LIB: path of libibverbs, "" default. */
+    int    peer_timeout_s;    /* NCCL_FERRY_IB_PEER_TIMEOUT_S: a dead peer becomes an error this fast; 0 off. */
+    ferry_cfg_src_t src[32];  /* Source of each value, indexed as the table in ib_config.c. */
+} ferry_ib_config_t;
+
+/* Parse the environment. On bad input: WARN naming variable, value and what is accepted. */
+ferry_status_t ferry_ib_config_load(ferry_ib_config_t *cfg);
+/* " NCCL_IB_HCA=mlx5(env) NCCL_IB_GID_INDEX=-1(default) ..." appended to the effective-config line. */
+void ferry_ib_config_format(const ferry_ib_config_t *cfg, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,158 @@
+/*
+ * The request ring: the part of a send or receive comm that every backend
+ * shares. It holds the 32 request slots (message seq s lives in
+ * reqs[s % 32]), posts and reaps them, keeps a sticky failure, warns about
+ * requests that stall and shows them in the dump. It knows no transport:
+ * the backend fills a ferry_px_ring_ops_t, which gives test() its progress
+ * (socket: move a stream; ib: poll the CQ) and supplies every word about
+ * the transport in warnings and the dump.
+ *
+ * A backend's comm embeds a ferry_px_ring_t (the socket backend through the
+ * stream scheduler, proxy/stream.h, which adds lanes and helper threads).
+ */
+#ifndef FERRY_PROXY_RING_H
+#define FERRY_PROXY_RING_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/api.h"
+#include "proxy/req.h"
+
+struct ferry_px_ring;
+
+/* What the ring needs from a backend. Only `unit` and `poll` are required. */
+typedef struct ferry_px_ring_ops {
+    /* What the part counters count, plural, for the dump and warnings ("chunks", "WRs"). */
+    const char *unit;
+    /*
+     * test() on a request not finished yet: make progress without blocking
+     * (socket: move a stream if NCCL's thread should; ib: poll the CQ).
+     * Returns work done (0: nothing), or a negative ferry_status_t after the
+     * backend has failed the ring with ferry_px_ring_fail().
+     */
+    long (*poll)(struct ferry_px_ring *ring, ferry_px_req_t *req);
+    /*
+     * Optional: a request is DONE (every byte moved); may test() report it
+     * now? *ready = 0 holds it back (socket: a receive's copy to the GPU),
+     * 1 reports it. Called by the thread that calls test(), on every test of
+     * a DONE request until it says 1. A status other than FERRY_OK is
+     * test()'s answer.
+     */
+    ferry_status_t (*finish)(struct ferry_px_ring *ring, ferry_px_req_t *req, int *ready);
+    /*
+     * Optional: why a request may have made no progress, and what to check,
+     * in the backend's words (which side it waits for; which tool shows the
+     * wire). Written into buf as one or more sentences without a final dot.
+     */
+    void (*stall_why)(const struct ferry_px_ring *ring, const ferry_px_req_t *req, char *buf,
+                      size_t len);
+    /* Optional: a short summary of the transport's state ("streams: 3 idle, 1 blocked"). */
+    void (*state)(const struct ferry_px_ring *ring, char *buf, size_t len);
+    /* Optional: the transport's own dump lines (lanes, threads; QPs, FIFO positions). */
+    void (*dump)(const struct ferry_px_ring *ring, FILE *out, uint64_t now);
+    /* Optional: a failure was recorded; wake whatever waits (helper threads). */
+    void (*failed)(struct ferry_px_ring *ring);
+} ferry_px_ring_ops_t;
+
+/*
+ * Where the messages test() reported done spent their time, summed over all
+ * of them (ns): post -> first part started (send: the hand-off to a helper
+ * or the peer's clear-to-send; recv: waiting for the peer's data), first
+ * part -> last part retired (moving it), retired -> test() reported it
+ * (NCCL's next look). Updated by the thread that calls test(), its one
+ * writer (ferry_px_stat_add); read by the dump.
+ */
+typedef struct ferry_px_timing {
+    _Atomic uint64_t msgs;
+    _Atomic uint64_t wait_ns;
+    _Atomic uint64_t move_ns;
+    _Atomic uint64_t move_max_ns;
+    _Atomic uint64_t report_ns;
+} ferry_px_timing_t;
+
+/*
+ * A statistic with one writer: a relaxed load and store, no locked add on
+ * the data path. Readers (the dump) see a recent value.
+ */
+static inline void ferry_px_stat_add(_Atomic uint64_t *v, uint64_t n)
+{
+    atomic_store_explicit(v, atomic_load_explicit(v, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+
+typedef struct ferry_px_ring {
+    ferry_px_req_t        reqs[FERRY_MAX_REQUESTS]; /* Message seq s lives in reqs[s % 32]. */
+    pthread_mutex_t       lock;          /* Protects next_seq publication (and the backend's cursors). */
+    uint32_t              next_seq;      /* Next message number to post; under lock. */
+    ferry_px_timing_t     timing;        /* Where finished messages spent their time (dump). */
+    _Atomic int           failed;        /* 0, or the ferry_status_t that broke the comm. */
+    char                  fail_reason[320]; /* Written once, before failed is set. */
+    ferry_px_req_kind_t   kind;          /* Send or receive comm. */
+    const ferry_px_ring_ops_t *ops;
+    char                  backend[8];    /* "socket", "ib": for logs. */
+    char                  peer[64];      /* Peer address for logs and dump. */
+    char                  where[64];     /* Local side for logs ("fakeib0:1"), may be empty. */
+    uint32_t              serial;        /* Process-wide comm number (registry), in thread names. */
+    uint64_t              create_ns;
+    _Atomic uint64_t      last_size;     /* Bytes of the last message test() reported done. */
+    /*
+     * The backend's words for what a gated send or a held receive (ops
+     * finish) waits on, and what to try; for the stall WARN. NULL: none.
+     */
+    const char           *hold_hint;
+    uint64_t              stall_ns;      /* test() WARNs about a request idle this long; 0 off... */
+    int                   stall_quiet;   /* ...once, until a request of the comm completes again. */
+    struct ferry_px_ring *reg_next, *reg_prev; /* Live-comm registry, under its lock. */
+} ferry_px_ring_t;
+
+/* Set up the slots and bookkeeping. Not yet in the registry (ferry_px_ring_register). */
+ferry_status_t ferry_px_ring_init(ferry_px_ring_t *ring, ferry_px_req_kind_t kind,
+                                  const char *backend, const char *peer,
+                                  const ferry_px_ring_ops_t *ops);
+/* Into / out of the registry of live comms (serial number, dump). */
+void ferry_px_ring_register(ferry_px_ring_t *ring);
+void ferry_px_ring_unregister(ferry_px_ring_t *ring);
+void ferry_px_ring_fini(ferry_px_ring_t *ring);
+
+/* With ring->lock held: the slot for next_seq if it is FREE, else NULL (32 in flight). */
+ferry_px_req_t *ferry_px_ring_slot_locked(ferry_px_ring_t *ring);
+/* With ring->lock held: post that slot (FREE -> POSTED) as message next_seq, and advance. */
+void ferry_px_ring_post_locked(ferry_px_ring_t *ring, ferry_px_req_t *req, int n,
+                               const ferry_px_sub_t *subs, int gated, uint32_t nparts,
+                               size_t part_size);
+/*
+ * Both, taking the lock: NULL when all 32 slots are busy (NCCL retries). On
+ * a failed comm the request is still posted: test() then reports the
+ * failure with the request's state.
+ */
+ferry_px_req_t *ferry_px_ring_post(ferry_px_ring_t *ring, int n, const ferry_px_sub_t *subs,
+                                   int gated, uint32_t nparts, size_t part_size);
+/* The posted request for message seq, or NULL (not posted yet, or finished). */
+ferry_px_req_t *ferry_px_ring_match(ferry_px_ring_t *ring, uint32_t seq);
+
+/*
+ * test(): done and sizes (one per sub-buffer) for a request, or its error.
+ * Reports each outcome once and returns the slot to FREE.
+ */
+ferry_status_t ferry_px_ring_test(ferry_px_ring_t *ring, ferry_px_req_t *req, int *done_p,
+                                  int *sizes);
+/* Mark the comm broken (the first reason wins) and tell the backend (ops failed). */
+void ferry_px_ring_fail(ferry_px_ring_t *ring, ferry_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void ferry_px_ring_vfail(ferry_px_ring_t *ring, ferry_status_t status, const char *fmt,
+                         va_list ap) __attribute__((format(printf, 3, 0)));
+/* "socket recv comm 0x.. #3 peer 1.2.3.4:5" for log lines. */
+void ferry_px_ring_describe(const ferry_px_ring_t *ring, char *buf, size_t len);
+/* One request's counters in words ("state ACTIVE, WRs posted 2, done 1 of 2, ..."). */
+void ferry_px_ring_req_words(const ferry_px_ring_t *ring, const ferry_px_req_t *req, char *buf,
+                             size_t len);
+/* The stall check test() runs (ring_stall.c); exposed for tests. */
+void ferry_px_ring_check_stall(ferry_px_ring_t *ring, ferry_px_req_t *req);
+/* Write the ring, its requests and the backend's lines (ops dump) for the signal dump. */
+void ferry_px_ring_dump(const ferry_px_ring_t *ring, FILE *out, uint64_t now);
+
+#endif
