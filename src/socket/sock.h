@@ -147,6 +147,9 @@ static inline char *ferry_sock_mr_dev(const ferry_sock_mr_t *mr, const char *sha
     return mr->base + (shadow_addr - mr->gpu.shadow);
 }
 
+/* The backend's ops table (sock_ops.c). */
+extern const ferry_backend_ops_t ferry_sock_ops;
+
 /* sock_dev.c */
 ferry_status_t ferry_sock_init(const ferry_config_t *cfg);
 void ferry_sock_fini(void);
