@@ -100,8 +100,8 @@ typedef struct ferry_sock_comm {
 typedef struct ferry_sock_pending {
     int                fd;
     ferry_sock_hello_t hello;
-    size_t             got;
-    uint64_t           since_ns;
+    size_t             got;       /* Hello bytes read so far. */
+    uint64_t           since_ns;  /* When accept4 returned it; NCCL_FERRY_HELLO_TIMEOUT_MS counts from here. */
     char               peer[64];
 } ferry_sock_pending_t;
 
@@ -122,6 +122,7 @@ typedef struct ferry_sock_listen_comm {
     uint64_t             token;
     char                 addr_str[64];
     int                  npending;
+    /* In arrival order, pending[0] the oldest: a full table evicts from the front. */
     ferry_sock_pending_t pending[FERRY_SOCK_PENDING_MAX];
     int                  ngroups;
     ferry_sock_group_t   groups[FERRY_SOCK_GROUP_MAX];

@@ -4,6 +4,10 @@
  * magic, version or token, one that closes or stalls, is dropped and logged
  * while real peers keep being served. Valid streams are grouped by conn_id
  * until every lane of one connection is in; then accept() returns the comm.
+ *
+ * The pending table is bounded and strangers cannot hold it: when full it
+ * evicts its oldest stream, and every stream expires after
+ * NCCL_FERRY_HELLO_TIMEOUT_MS from its arrival.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -102,43 +106,18 @@ err_free:
     return FERRY_ERR_IO;
 }
 
+/* Take pending stream i out of the table, keeping the rest in arrival order. */
+static void ferry_sock_pending_remove(ferry_sock_listen_comm_t *lc, int i)
+{
+    memmove(&lc->pending[i], &lc->pending[i + 1],
+            (size_t)(lc->npending - i - 1) * sizeof(lc->pending[0]));
+    lc->npending--;
+}
+
 static void ferry_sock_pending_drop(ferry_sock_listen_comm_t *lc, int i)
 {
     close(lc->pending[i].fd);
-    lc->pending[i] = lc->pending[--lc->npending];
-}
-
-/* Take new connections off the kernel's queue. */
-static void ferry_sock_accept_new(ferry_sock_listen_comm_t *lc)
-{
-    int burst;
-
-    for (burst = 0; burst < FERRY_SOCK_ACCEPT_BURST; burst++) {
-        struct sockaddr_storage peer;
-        socklen_t peer_len = sizeof(peer);
-        ferry_sock_pending_t *p;
-        int fd = accept4(lc->fd, (struct sockaddr *)&peer, &peer_len,
-                         SOCK_NONBLOCK | SOCK_CLOEXEC);
-
-        if (fd < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
-                errno != ECONNABORTED)
-                FERRY_WARN("listener %s: accept failed: %s; will retry", lc->addr_str,
-                           strerror(errno));
-            return;
-        }
-        if (lc->npending == FERRY_SOCK_PENDING_MAX) {
-            /* A flood of silent connections must not lock real peers out: drop the oldest. */
-            FERRY_INFO(FERRY_LOG_NET, "listener %s: %d streams without hello; dropping the "
-                       "oldest, from %s", lc->addr_str, lc->npending, lc->pending[0].peer);
-            ferry_sock_pending_drop(lc, 0);
-        }
-        p = &lc->pending[lc->npending++];
-        memset(p, 0, sizeof(*p));
-        p->fd = fd;
-        p->since_ns = ferry_px_now_ns();
-        ferry_sock_addr_str((struct sockaddr *)&peer, p->peer, sizeof(p->peer));
-    }
+    ferry_sock_pending_remove(lc, i);
 }
 
 /* File a verified stream into its connection's group; -1 if it cannot be. */
@@ -168,45 +147,103 @@ static int ferry_sock_group_add(ferry_sock_listen_comm_t *lc, const ferry_sock_p
     return 0;
 }
 
+/*
+ * Read more of pending stream i's hello. Returns 1 when the stream left the
+ * table (filed into its group, or dropped and logged), 0 while it waits on.
+ * The hello timeout is checked on every call, so silent streams go too.
+ */
+static int ferry_sock_pending_step(ferry_sock_listen_comm_t *lc, int i)
+{
+    uint64_t timeout_ns = (uint64_t)ferry_sock_state.cfg.hello_timeout_ms * 1000000ULL;
+    ferry_sock_pending_t *p = &lc->pending[i];
+    const char *why = NULL;
+    ssize_t n = recv(p->fd, (char *)&p->hello + p->got, sizeof(p->hello) - p->got, MSG_DONTWAIT);
+
+    if (n > 0)
+        p->got += (size_t)n;
+    else if (n == 0)
+        why = "closed before completing its hello";
+    else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        why = strerror(errno);
+    if (why == NULL && p->got < sizeof(p->hello) && ferry_px_now_ns() - p->since_ns > timeout_ns)
+        why = "stalled in its hello (NCCL_FERRY_HELLO_TIMEOUT_MS)";
+    if (why == NULL && p->got == sizeof(p->hello)) {
+        why = ferry_sock_hello_check(&p->hello, lc->token, lc->nlanes);
+        if (why == NULL && ferry_sock_group_add(lc, p) != 0)
+            why = "duplicate lane or too many connections in progress";
+        if (why == NULL) {
+            ferry_sock_pending_remove(lc, i); /* The group owns the fd now. */
+            return 1;
+        }
+    }
+    if (why == NULL)
+        return 0;
+    FERRY_WARN("listener %s: rejected stream from %s after %zu of %zu hello bytes: %s; "
+               "still accepting real peers", lc->addr_str, p->peer, p->got, sizeof(p->hello), why);
+    ferry_sock_pending_drop(lc, i);
+    return 1;
+}
+
+/*
+ * The pending table is full: the oldest stream gets a last read (its hello
+ * may just have come in), then it goes if it still has not said hello.
+ * Evicting the oldest, never the newest, is what keeps a flood of silent
+ * connections from crowding out a real peer: a real stream's hello follows
+ * its handshake at once, so it is filed long before 63 later arrivals make
+ * it the oldest, while a silent one only ever ages.
+ */
+static void ferry_sock_pending_make_room(ferry_sock_listen_comm_t *lc)
+{
+    while (lc->npending == FERRY_SOCK_PENDING_MAX) {
+        const ferry_sock_pending_t *p = &lc->pending[0];
+
+        if (ferry_sock_pending_step(lc, 0))
+            continue;
+        FERRY_INFO(FERRY_LOG_NET, "listener %s: %d streams without hello; evicting the oldest, "
+                   "from %s after %llu ms with %zu of %zu hello bytes", lc->addr_str,
+                   lc->npending, p->peer,
+                   (unsigned long long)((ferry_px_now_ns() - p->since_ns) / 1000000), p->got,
+                   sizeof(p->hello));
+        ferry_sock_pending_drop(lc, 0);
+    }
+}
+
+/* Take new connections off the kernel's queue. */
+static void ferry_sock_accept_new(ferry_sock_listen_comm_t *lc)
+{
+    int burst;
+
+    for (burst = 0; burst < FERRY_SOCK_ACCEPT_BURST; burst++) {
+        struct sockaddr_storage peer;
+        socklen_t peer_len = sizeof(peer);
+        ferry_sock_pending_t *p;
+        int fd = accept4(lc->fd, (struct sockaddr *)&peer, &peer_len,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+                errno != ECONNABORTED)
+                FERRY_WARN("listener %s: accept failed: %s; will retry", lc->addr_str,
+                           strerror(errno));
+            return;
+        }
+        ferry_sock_pending_make_room(lc);
+        p = &lc->pending[lc->npending++];
+        memset(p, 0, sizeof(*p));
+        p->fd = fd;
+        p->since_ns = ferry_px_now_ns();
+        ferry_sock_addr_str((struct sockaddr *)&peer, p->peer, sizeof(p->peer));
+    }
+}
+
 /* Read hellos; drop bad or stalled streams. */
 static void ferry_sock_accept_hellos(ferry_sock_listen_comm_t *lc)
 {
-    uint64_t now = ferry_px_now_ns();
-    uint64_t timeout_ns = (uint64_t)ferry_sock_state.cfg.hello_timeout_ms * 1000000ULL;
     int i = 0;
 
-    while (i < lc->npending) {
-        ferry_sock_pending_t *p = &lc->pending[i];
-        const char *why = NULL;
-        ssize_t n = recv(p->fd, (char *)&p->hello + p->got, sizeof(p->hello) - p->got,
-                         MSG_DONTWAIT);
-
-        if (n > 0)
-            p->got += (size_t)n;
-        else if (n == 0)
-            why = "closed before completing its hello";
-        else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-            why = strerror(errno);
-        if (why == NULL && p->got < sizeof(p->hello) && now - p->since_ns > timeout_ns)
-            why = "stalled in its hello (NCCL_FERRY_HELLO_TIMEOUT_MS)";
-        if (why == NULL && p->got == sizeof(p->hello)) {
-            why = ferry_sock_hello_check(&p->hello, lc->token, lc->nlanes);
-            if (why == NULL && ferry_sock_group_add(lc, p) != 0)
-                why = "duplicate lane or too many connections in progress";
-            if (why == NULL) {
-                lc->pending[i] = lc->pending[--lc->npending]; /* The group owns the fd now. */
-                continue;
-            }
-        }
-        if (why == NULL) {
+    while (i < lc->npending)
+        if (!ferry_sock_pending_step(lc, i))
             i++;
-            continue;
-        }
-        FERRY_WARN("listener %s: rejected stream from %s after %zu of %zu hello bytes: %s; "
-                   "still accepting real peers", lc->addr_str, p->peer, p->got,
-                   sizeof(p->hello), why);
-        ferry_sock_pending_drop(lc, i);
-    }
 }
 
 ferry_status_t ferry_sock_accept(void *listen_comm, void **recv_comm_p)

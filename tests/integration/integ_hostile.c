@@ -10,7 +10,12 @@
  * one is dropped after NCCL_FERRY_HELLO_TIMEOUT_MS; the real peer's
  * connection completes meanwhile and its data arrives intact.
  *
- *   integ_hostile [--plugin PATH]
+ *   integ_hostile [--plugin PATH] [--case NAME]
+ *     strangers  (default) the above
+ *     flood      100 silent connections queue ahead of a real peer: the full
+ *                pending table evicts its oldest streams, not the real
+ *                peer's; the peer connects, its data arrives intact, and every
+ *                silent stream is gone within the hello timeout
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,7 +31,7 @@
 #include "harness.h"
 #include "socket/sock_wire.h"
 
-#define HOSTILE_MAX 32
+#define HOSTILE_MAX 128
 
 typedef enum hostile_kind {
     HOSTILE_RANDOM,       /* 64 random bytes. */
@@ -163,16 +168,19 @@ static void hostile_hello(const ferry_sock_handle_t *h, ferry_sock_hello_t *hell
     hello->conn_id  = 0x0badc0de0badc0deULL;
 }
 
-static void hostile_open(const ferry_sock_handle_t *h, hostile_kind_t kind)
+/* Open a stranger; an orphan says hello as lane `lane` of connection conn_id (0: its own). */
+static hostile_t *hostile_open_lane(const ferry_sock_handle_t *h, hostile_kind_t kind, int lane,
+                                    uint64_t conn_id)
 {
-    hostile_t *x = &hostiles[nhostiles++];
+    hostile_t *x = &hostiles[nhostiles];
     ferry_sock_hello_t hello;
     unsigned char junk[64];
     struct linger lg = { .l_onoff = 1, .l_linger = 0 };
     size_t i;
     ssize_t n = 0;
 
-    FIT_CHECK(nhostiles <= HOSTILE_MAX, "too many hostiles");
+    FIT_CHECK(nhostiles < HOSTILE_MAX, "too many hostiles");
+    nhostiles++;
     x->kind    = kind;
     x->fd      = hostile_connect(h);
     x->dropped = 0;
@@ -220,7 +228,8 @@ static void hostile_open(const ferry_sock_handle_t *h, hostile_kind_t kind)
         n = send(x->fd, &hello, sizeof(hello) / 2, MSG_NOSIGNAL);
         break;
     case HOSTILE_ORPHAN:
-        hello.conn_id = 0x0f0f0f0f12345678ULL ^ (uint64_t)nhostiles;
+        hello.lane    = (uint16_t)lane;
+        hello.conn_id = conn_id != 0 ? conn_id : 0x0f0f0f0f12345678ULL ^ (uint64_t)nhostiles;
         n = send(x->fd, &hello, sizeof(hello), MSG_NOSIGNAL);
         break;
     default:
@@ -229,6 +238,12 @@ static void hostile_open(const ferry_sock_handle_t *h, hostile_kind_t kind)
     FIT_CHECK(n >= 0, "hostile %s: send: %s", hostile_names[kind], strerror(errno));
     if (x->fd >= 0)
         fcntl(x->fd, F_SETFL, O_NONBLOCK);
+    return x;
+}
+
+static void hostile_open(const ferry_sock_handle_t *h, hostile_kind_t kind)
+{
+    hostile_open_lane(h, kind, 0, 0);
 }
 
 /* Notice hostiles whose far end the plugin closed; returns how many are still open. */
@@ -311,33 +326,70 @@ static void hostile_expect_dropped(int stalls_too)
     }
 }
 
-int main(int argc, char **argv)
+/* What every case shares: the plugin, a listening context and a connecting one. */
+typedef struct hostile_env {
+    fit_plugin_t               plugin;
+    void                      *ctx_l, *ctx_c;
+    void                      *listen_comm; /* NULL once a case closed it. */
+    char                       handle[NCCL_NET_HANDLE_MAXSIZE];
+    const ferry_sock_handle_t *h;
+    double                     hello_timeout; /* Seconds (NCCL_FERRY_HELLO_TIMEOUT_MS). */
+} hostile_env_t;
+
+/* The real peer: connect() and accept() in turns until both comms exist. */
+static int hostile_real_connect(hostile_env_t *e, void **send_p, void **recv_p)
 {
-    const char *path = fit_plugin_path(&argc, argv);
-    const char *tmo_env = getenv("NCCL_FERRY_HELLO_TIMEOUT_MS");
-    double hello_timeout = (tmo_env ? atof(tmo_env) : 10000.0) / 1000.0;
     ncclNetDeviceHandle_v11_t *dev_handle = NULL;
-    char handle[NCCL_NET_HANDLE_MAXSIZE], peer_handle[NCCL_NET_HANDLE_MAXSIZE], addr[80];
-    const ferry_sock_handle_t *h = (const ferry_sock_handle_t *)handle;
-    void *ctx_l, *ctx_c, *listen_comm, *send_comm = NULL, *recv_comm = NULL;
+    char peer_handle[NCCL_NET_HANDLE_MAXSIZE];
+    void *send_comm = NULL, *recv_comm = NULL;
+    fit_bound_t b;
+    int calls = 0;
+
+    memcpy(peer_handle, e->handle, sizeof(peer_handle));
+    fit_bound_init(&b, "real connect behind strangers", FIT_CONNECT_SECONDS, FIT_CONNECT_ITERS);
+    while (send_comm == NULL || recv_comm == NULL) {
+        if (send_comm == NULL)
+            FIT_NCCL(e->plugin.net->connect(e->ctx_c, 0, peer_handle, &send_comm, &dev_handle));
+        if (recv_comm == NULL)
+            FIT_NCCL(e->plugin.net->accept(e->listen_comm, &recv_comm, &dev_handle));
+        calls++;
+        hostile_poll();
+        if (send_comm == NULL || recv_comm == NULL)
+            fit_bound_step(&b);
+    }
+    *send_p = send_comm;
+    *recv_p = recv_comm;
+    return calls;
+}
+
+/* The size sweep up to max_size over the real connection, checked byte for byte. */
+static void hostile_real_xfer(hostile_env_t *e, void *send_comm, void *recv_comm,
+                              size_t max_size, uint64_t seed, const char *what)
+{
     size_t sizes[96];
     fit_xfer_opts_t o = { 0 };
     fit_xfer_result_t r;
-    fit_plugin_t plugin;
-    fit_bound_t b;
-    int k, n, lines0, calls = 0;
+    int n = fit_sweep_sizes(sizes, 96, max_size);
 
-    FIT_CHECK(argc == 1, "usage: integ_hostile [--plugin PATH]");
-    fit_set_role("hostile");
-    setenv("NCCL_SOCKET_IFNAME", "lo", 0);
-    srand(12345);
-    fit_plugin_open(&plugin, path);
-    ctx_l = fit_plugin_init(&plugin, 0x3333);
-    ctx_c = fit_plugin_init(&plugin, 0x4444);
-    listen_comm = fit_listen(&plugin, ctx_l, 0, handle);
-    fit_handle_addr(handle, addr, sizeof(addr));
-    printf("  listen address %s, %u lane(s), hello timeout %.1f s\n", addr, (unsigned)h->nlanes,
-           hello_timeout);
+    o.sizes   = sizes;
+    o.nmsgs   = n;
+    o.depth   = 8;
+    o.seed    = seed;
+    o.seconds = 60.0;
+    o.tag     = 2;
+    fit_xfer_inproc(&e->plugin, send_comm, recv_comm, &o, &r);
+    fit_xfer_expect_ok(&r, what);
+    fit_pass("%d messages 0 B..%zu B intact %s", n, max_size, what);
+}
+
+static void hostile_case_strangers(hostile_env_t *e)
+{
+    const ferry_sock_handle_t *h = e->h;
+    fit_plugin_t *plugin = &e->plugin;
+    void *send_comm = NULL, *recv_comm = NULL;
+    fit_bound_t b;
+    int k, lines0, calls;
+
     /* Rejections may be WARN or INFO, in the plugin's words; they are counted, not matched. */
     fit_log_allow_warns(1);
     lines0 = fit_log_lines();
@@ -345,7 +397,7 @@ int main(int argc, char **argv)
     /* Phase 1: only strangers. */
     for (k = 0; k < HOSTILE_KIND_COUNT; k++)
         hostile_open(h, (hostile_kind_t)k);
-    hostile_pump_accept(&plugin, listen_comm, 5.0, 1);
+    hostile_pump_accept(plugin, e->listen_comm, 5.0, 1);
     hostile_expect_dropped(0);
     fit_pass("%d hostile connections: no comm from accept, every bad hello dropped",
              HOSTILE_KIND_COUNT);
@@ -362,28 +414,34 @@ int main(int argc, char **argv)
     hostile_open(h, HOSTILE_BAD_TOKEN);
     hostile_open(h, HOSTILE_HALF_HELLO);
     hostile_open(h, HOSTILE_RANDOM);
-    memcpy(peer_handle, handle, sizeof(peer_handle));
-    fit_bound_init(&b, "real connect among hostiles", FIT_CONNECT_SECONDS, FIT_CONNECT_ITERS);
-    while (send_comm == NULL || recv_comm == NULL) {
-        if (send_comm == NULL)
-            FIT_NCCL(plugin.net->connect(ctx_c, 0, peer_handle, &send_comm, &dev_handle));
-        if (calls == 0) {
-            hostile_open(h, HOSTILE_RESET);
-            hostile_open(h, HOSTILE_BAD_MAGIC);
-            hostile_open(h, HOSTILE_SILENT);
-            hostile_open(h, HOSTILE_ORPHAN);
+    {
+        ncclNetDeviceHandle_v11_t *dev_handle = NULL;
+        char peer_handle[NCCL_NET_HANDLE_MAXSIZE];
+
+        memcpy(peer_handle, e->handle, sizeof(peer_handle));
+        fit_bound_init(&b, "real connect among hostiles", FIT_CONNECT_SECONDS,
+                       FIT_CONNECT_ITERS);
+        for (calls = 0; send_comm == NULL || recv_comm == NULL; calls++) {
+            if (send_comm == NULL)
+                FIT_NCCL(plugin->net->connect(e->ctx_c, 0, peer_handle, &send_comm,
+                                              &dev_handle));
+            if (calls == 0) {
+                hostile_open(h, HOSTILE_RESET);
+                hostile_open(h, HOSTILE_BAD_MAGIC);
+                hostile_open(h, HOSTILE_SILENT);
+                hostile_open(h, HOSTILE_ORPHAN);
+            }
+            if (recv_comm == NULL)
+                FIT_NCCL(plugin->net->accept(e->listen_comm, &recv_comm, &dev_handle));
+            hostile_poll();
+            if (send_comm == NULL || recv_comm == NULL)
+                fit_bound_step(&b);
         }
-        if (recv_comm == NULL)
-            FIT_NCCL(plugin.net->accept(listen_comm, &recv_comm, &dev_handle));
-        calls++;
-        hostile_poll();
-        if (send_comm == NULL || recv_comm == NULL)
-            fit_bound_step(&b);
     }
     fit_pass("real peer connected among hostiles after %d connect/accept rounds", calls);
 
     /* Stalled strangers must be dropped after the hello timeout, not kept forever. */
-    hostile_pump_accept(&plugin, listen_comm, hello_timeout + 5.0, 2);
+    hostile_pump_accept(plugin, e->listen_comm, e->hello_timeout + 5.0, 2);
     hostile_expect_dropped(1);
     fit_pass("stalled hostiles dropped within NCCL_FERRY_HELLO_TIMEOUT_MS + 5 s");
     hostile_expect_logged(lines0);
@@ -391,7 +449,8 @@ int main(int argc, char **argv)
         if (hostiles[k].kind == HOSTILE_ORPHAN)
             printf("  hostile #%d (%s): %s after %.1f s\n", k, hostile_names[hostiles[k].kind],
                    hostiles[k].dropped ? "dropped" : "still held", fit_now() - hostiles[k].t_open);
-    FIT_NCCL(plugin.net->closeListen(listen_comm));
+    FIT_NCCL(plugin->net->closeListen(e->listen_comm));
+    e->listen_comm = NULL;
     /* closeListen must let go of every stream it still holds (no fd leak). */
     fit_bound_init(&b, "streams released by closeListen", 5.0, 100000000L);
     while (hostile_poll() > 0 && fit_bound_try_step(&b))
@@ -405,24 +464,124 @@ int main(int argc, char **argv)
     fit_log_allow_warns(0);
 
     /* The real connection carries data intact. */
-    n = fit_sweep_sizes(sizes, 96, (size_t)16 << 20);
-    o.sizes   = sizes;
-    o.nmsgs   = n;
-    o.depth   = 8;
-    o.seed    = 9000;
-    o.seconds = 60.0;
-    o.tag     = 2;
-    fit_xfer_inproc(&plugin, send_comm, recv_comm, &o, &r);
-    fit_xfer_expect_ok(&r, "data after the hostiles");
-    fit_pass("%d messages 0 B..16 MiB intact on the real connection", n);
+    hostile_real_xfer(e, send_comm, recv_comm, (size_t)16 << 20, 9000,
+                      "on the real connection after the hostiles");
+    FIT_NCCL(plugin->net->closeSend(send_comm));
+    FIT_NCCL(plugin->net->closeRecv(recv_comm));
+}
 
-    FIT_NCCL(plugin.net->closeSend(send_comm));
-    FIT_NCCL(plugin.net->closeRecv(recv_comm));
-    FIT_NCCL(plugin.net->finalize(ctx_l));
-    FIT_NCCL(plugin.net->finalize(ctx_c));
+/*
+ * More silent connections than the pending table holds (64) queue in the
+ * listen backlog ahead of the real peer's streams. The table must make room
+ * by evicting its oldest stream: evicting the newest arrival threw out the
+ * real peer's streams as soon as the next one came, and accept() never
+ * returned its comm.
+ */
+#define FLOOD_SILENT     100
+#define FLOOD_TABLE      64 /* FERRY_SOCK_PENDING_MAX. */
+
+static void hostile_case_flood(hostile_env_t *e)
+{
+    void *send_comm = NULL, *recv_comm = NULL;
+    char line[4096], needle[128];
+    int k, lines0, calls, dropped = 0;
+
+    fit_log_allow_warns(1); /* Every silent stream that times out gets its WARN. */
+    lines0 = fit_log_lines();
+    for (k = 0; k < FLOOD_SILENT; k++)
+        hostile_open(e->h, HOSTILE_SILENT);
+    calls = hostile_real_connect(e, &send_comm, &recv_comm);
+    fit_pass("real peer connected behind %d silent connections after %d connect/accept rounds",
+             FLOOD_SILENT, calls);
+    hostile_poll();
+    for (k = 0; k < nhostiles; k++)
+        dropped += hostiles[k].dropped;
+    printf("  %d of %d silent connections dropped by then\n", dropped, FLOOD_SILENT);
+    FIT_CHECK(dropped >= FLOOD_SILENT - FLOOD_TABLE, "only %d of %d silent connections were "
+              "dropped, but %d cannot fit the %d-entry pending table", dropped, FLOOD_SILENT,
+              FLOOD_SILENT - FLOOD_TABLE, FLOOD_TABLE);
+    /* Oldest first: the first arrivals are the ones evicted, in order. */
+    for (k = 0; k < FLOOD_SILENT - FLOOD_TABLE; k++) {
+        snprintf(needle, sizeof(needle), "from %s after", hostiles[k].src);
+        if (fit_log_find(lines0, NCCL_LOG_INFO, "evicting the oldest", needle, NULL, line,
+                         sizeof(line)) < 0 &&
+            fit_log_find(lines0, NCCL_LOG_WARN, "stalled in its hello", hostiles[k].src, NULL,
+                         line, sizeof(line)) < 0)
+            FIT_FAIL("silent connection #%d (%s), one of the oldest, was neither evicted nor "
+                     "timed out", k, hostiles[k].src);
+    }
+    fit_pass("the %d oldest silent connections were the ones evicted",
+             FLOOD_SILENT - FLOOD_TABLE);
+    hostile_real_xfer(e, send_comm, recv_comm, (size_t)4 << 20, 7100,
+                      "on the real connection behind the flood");
+
+    /* The silent streams left in the table time out: accept() checks on every call. */
+    hostile_pump_accept(&e->plugin, e->listen_comm, e->hello_timeout + 5.0, 2);
+    hostile_expect_dropped(1);
+    snprintf(needle, sizeof(needle), "rejected stream from %s ", hostiles[FLOOD_SILENT - 1].src);
+    FIT_CHECK(fit_log_find(lines0, NCCL_LOG_WARN, needle, "stalled in its hello", NULL, line,
+                           sizeof(line)) >= 0,
+              "no WARN says the newest silent connection (%s) stalled in its hello",
+              hostiles[FLOOD_SILENT - 1].src);
+    printf("  %s\n", line);
+    fit_pass("all %d silent connections dropped within NCCL_FERRY_HELLO_TIMEOUT_MS + 5 s",
+             FLOOD_SILENT);
+    hostile_close_all();
+    fit_log_allow_warns(0);
+    hostile_real_xfer(e, send_comm, recv_comm, (size_t)1 << 20, 7200,
+                      "on the real connection after the flood");
+    FIT_NCCL(e->plugin.net->closeSend(send_comm));
+    FIT_NCCL(e->plugin.net->closeRecv(recv_comm));
+}
+
+static const struct {
+    const char *name;
+    void      (*run)(hostile_env_t *e);
+} hostile_cases[] = {
+    { "strangers", hostile_case_strangers },
+    { "flood",     hostile_case_flood },
+};
+
+int main(int argc, char **argv)
+{
+    const char *path = fit_plugin_path(&argc, argv);
+    const char *tmo_env = getenv("NCCL_FERRY_HELLO_TIMEOUT_MS");
+    const char *which = "strangers";
+    char addr[80];
+    hostile_env_t e;
+    size_t c;
+
+    if (argc == 3 && strcmp(argv[1], "--case") == 0)
+        which = argv[2];
+    else
+        FIT_CHECK(argc == 1, "usage: integ_hostile [--plugin PATH] [--case NAME]");
+    for (c = 0; c < sizeof(hostile_cases) / sizeof(hostile_cases[0]); c++)
+        if (strcmp(hostile_cases[c].name, which) == 0)
+            break;
+    FIT_CHECK(c < sizeof(hostile_cases) / sizeof(hostile_cases[0]), "unknown case '%s'", which);
+    fit_set_role("hostile");
+    setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+    srand(12345);
+    memset(&e, 0, sizeof(e));
+    e.hello_timeout = (tmo_env ? atof(tmo_env) : 10000.0) / 1000.0;
+    e.h = (const ferry_sock_handle_t *)e.handle;
+    fit_plugin_open(&e.plugin, path);
+    e.ctx_l = fit_plugin_init(&e.plugin, 0x3333);
+    e.ctx_c = fit_plugin_init(&e.plugin, 0x4444);
+    e.listen_comm = fit_listen(&e.plugin, e.ctx_l, 0, e.handle);
+    fit_handle_addr(e.handle, addr, sizeof(addr));
+    printf("  case %s: listen address %s, %u lane(s), hello timeout %.1f s\n", which, addr,
+           (unsigned)e.h->nlanes, e.hello_timeout);
+
+    hostile_cases[c].run(&e);
+
+    if (e.listen_comm != NULL)
+        FIT_NCCL(e.plugin.net->closeListen(e.listen_comm));
+    FIT_NCCL(e.plugin.net->finalize(e.ctx_l));
+    FIT_NCCL(e.plugin.net->finalize(e.ctx_c));
     fit_log_check_clean("after finalize");
-    fit_plugin_close(&plugin);
+    fit_plugin_close(&e.plugin);
     fit_check_no_ferry_threads("after finalize + dlclose");
-    printf("integ_hostile: all checks passed\n");
+    printf("integ_hostile %s: all checks passed\n", which);
     return 0;
 }
