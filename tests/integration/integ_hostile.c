@@ -16,6 +16,10 @@
  *                pending table evicts its oldest streams, not the real
  *                peer's; the peer connects, its data arrives intact, and every
  *                silent stream is gone within the hello timeout
+ *     wrap       a peer holding the token sends a chunk header whose offset +
+ *                length wraps past 2^64: test() fails with ncclRemoteError and
+ *                a WARN naming the peer, and no byte around the receive
+ *                buffer changes
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -534,12 +538,125 @@ static void hostile_case_flood(hostile_env_t *e)
     FIT_NCCL(e->plugin.net->closeRecv(recv_comm));
 }
 
+/* Blocking write of all of buf on a (non-blocking) stranger's socket, bounded. */
+static void hostile_send_all(int fd, const void *buf, size_t len, const char *what)
+{
+    const char *p = buf;
+    fit_bound_t b;
+
+    fit_bound_init(&b, what, 10.0, 10000000L);
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            fit_bound_step(&b);
+            continue;
+        }
+        FIT_CHECK(n > 0, "%s: send: %s", what, strerror(errno));
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+/* A whole connection of valid hellos from us; returns the recv comm accept() made of it. */
+static void *hostile_forge_connection(hostile_env_t *e, uint64_t conn_id, hostile_t **lanes)
+{
+    ncclNetDeviceHandle_v11_t *dev_handle = NULL;
+    void *recv_comm = NULL;
+    fit_bound_t b;
+    int l;
+
+    for (l = 0; l < e->h->nlanes; l++)
+        lanes[l] = hostile_open_lane(e->h, HOSTILE_ORPHAN, l, conn_id);
+    fit_bound_init(&b, "accept of a forged connection", FIT_CONNECT_SECONDS, FIT_CONNECT_ITERS);
+    while (recv_comm == NULL) {
+        FIT_NCCL(e->plugin.net->accept(e->listen_comm, &recv_comm, &dev_handle));
+        if (recv_comm == NULL)
+            fit_bound_step(&b);
+    }
+    return recv_comm;
+}
+
+/*
+ * A peer holding the token sends a chunk header whose offset + len wraps
+ * around 2^64 (offset 2^64 - 4096, len 4096, message 8 KiB). The unsigned
+ * sum is 0, so the old check passed and the payload landed 4 KiB before the
+ * receive buffer. The receive sits in the middle of a patterned arena: every
+ * byte of it must be unchanged, and test() must fail the request.
+ */
+#define WRAP_MSG   8192
+#define WRAP_LEN   4096
+
+static void hostile_case_wrap(hostile_env_t *e)
+{
+    const fit_plugin_t *p = &e->plugin;
+    hostile_t *lanes[FERRY_SOCK_MAX_LANES];
+    ferry_sock_chunk_hdr_t hdr;
+    unsigned char payload[WRAP_LEN];
+    size_t arena_len = 3 * WRAP_MSG, size = WRAP_MSG;
+    void *recv_comm, *mh = NULL, *req = NULL, *data;
+    unsigned char *arena;
+    char line[4096], expect[64];
+    ncclResult_t rc = ncclSuccess;
+    int done = 0, rsize = 0, tag = 5, l, named = 0;
+    fit_bound_t b;
+
+    recv_comm = hostile_forge_connection(e, 0x3a3a3a3a5c5c5c5cULL, lanes);
+    fit_pass("accept returned a recv comm for %u forged streams", (unsigned)e->h->nlanes);
+    arena = aligned_alloc(4096, arena_len);
+    FIT_CHECK(arena != NULL, "no memory for the arena");
+    fit_fill(arena, arena_len, 4242);
+    data = arena + WRAP_MSG;
+    FIT_NCCL(p->net->regMr(recv_comm, arena, arena_len, NCCL_PTR_HOST, &mh));
+    FIT_NCCL(p->net->irecv(recv_comm, 1, &data, &size, &tag, &mh, NULL, &req));
+    FIT_CHECK(req != NULL, "irecv returned no request");
+
+    memset(&hdr, 0, sizeof(hdr));
+    hdr.seq      = 0;
+    hdr.nchunks  = 1;
+    hdr.msg_size = WRAP_MSG;
+    hdr.offset   = UINT64_MAX - (WRAP_LEN - 1); /* offset + len == 2^64 == 0. */
+    hdr.len      = WRAP_LEN;
+    hdr.check    = FERRY_SOCK_CHUNK_CHECK(hdr.seq, hdr.len);
+    memset(payload, 0x5a, sizeof(payload));
+    fit_log_expect("bad chunk header");
+    fit_log_expect("request seq 0 failed");
+    hostile_send_all(lanes[0]->fd, &hdr, sizeof(hdr), "wrapping chunk header");
+    hostile_send_all(lanes[0]->fd, payload, sizeof(payload), "wrapping chunk payload");
+
+    fit_bound_init(&b, "test() of the receive hit by the wrapping header", 10.0, 100000000L);
+    while (rc == ncclSuccess && !done && fit_bound_try_step(&b))
+        rc = p->net->test(req, &done, &rsize);
+    fit_check_pattern(arena, arena_len, 4242, "receive arena around the wrapping chunk");
+    fit_pass("no byte of the %zu-byte arena around the receive changed", arena_len);
+    FIT_CHECK(!done, "test() reported the receive done (%d bytes) although its only chunk was "
+              "bogus", rsize);
+    FIT_CHECK(rc == ncclRemoteError, "test() returned %d (%s), expected ncclRemoteError",
+              (int)rc, fit_result_str(rc));
+    snprintf(expect, sizeof(expect), "offset %llu, len %u", (unsigned long long)hdr.offset,
+             hdr.len);
+    FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "bad chunk header", expect, "stream 0 of", line,
+                           sizeof(line)) >= 0,
+              "no WARN names the bad chunk header (%s) on stream 0", expect);
+    for (l = 0; l < e->h->nlanes; l++)
+        named |= strstr(line, lanes[l]->src) != NULL;
+    FIT_CHECK(named, "the WARN does not name the peer (one of our streams): %s", line);
+    printf("  %s\n", line);
+    fit_pass("test() failed the receive with ncclRemoteError; the WARN names peer and header");
+    FIT_NCCL(p->net->deregMr(recv_comm, mh));
+    FIT_NCCL(p->net->closeRecv(recv_comm));
+    hostile_close_all();
+    free(arena);
+    fit_log_expect_clear();
+}
+
 static const struct {
     const char *name;
     void      (*run)(hostile_env_t *e);
 } hostile_cases[] = {
     { "strangers", hostile_case_strangers },
     { "flood",     hostile_case_flood },
+    { "wrap",      hostile_case_wrap },
 };
 
 int main(int argc, char **argv)
