@@ -109,6 +109,7 @@ typedef struct ferry_sock_group {
     uint64_t conn_id;
     int      nlanes;
     int      got;
+    uint64_t last_ns;  /* When its latest stream was filed: an idle incomplete group expires. */
     int      fds[FERRY_SOCK_MAX_LANES];
     char     peer[64];
 } ferry_sock_group_t;

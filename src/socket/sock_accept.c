@@ -5,9 +5,10 @@
  * while real peers keep being served. Valid streams are grouped by conn_id
  * until every lane of one connection is in; then accept() returns the comm.
  *
- * The pending table is bounded and strangers cannot hold it: when full it
- * evicts its oldest stream, and every stream expires after
- * NCCL_FERRY_HELLO_TIMEOUT_MS from its arrival.
+ * Both tables are bounded and neither can be held by strangers: a full
+ * pending table evicts its oldest stream, a full group table its oldest
+ * incomplete group, and both expire after NCCL_FERRY_HELLO_TIMEOUT_MS
+ * (pending streams from their arrival, groups from their latest stream).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -120,6 +121,64 @@ static void ferry_sock_pending_drop(ferry_sock_listen_comm_t *lc, int i)
     ferry_sock_pending_remove(lc, i);
 }
 
+static void ferry_sock_group_drop(ferry_sock_listen_comm_t *lc, int i)
+{
+    ferry_sock_group_t *g = &lc->groups[i];
+    int l;
+
+    for (l = 0; l < FERRY_SOCK_MAX_LANES; l++)
+        if (g->fds[l] >= 0)
+            close(g->fds[l]);
+    lc->groups[i] = lc->groups[--lc->ngroups];
+}
+
+/*
+ * The group table is full and a new connection starts: the incomplete group
+ * idle the longest goes. Only a connector holding the token makes groups, so
+ * these are connectors that died between their streams (or a peer with the
+ * token that misbehaves); either way a live connector must not wait for them.
+ */
+static void ferry_sock_group_evict(ferry_sock_listen_comm_t *lc)
+{
+    uint64_t now = ferry_px_now_ns();
+    int i, oldest = -1;
+
+    for (i = 0; i < lc->ngroups; i++)
+        if (lc->groups[i].got < lc->groups[i].nlanes &&
+            (oldest < 0 || lc->groups[i].last_ns < lc->groups[oldest].last_ns))
+            oldest = i;
+    if (oldest < 0)
+        return; /* All complete: accept() turns them into comms first. */
+    FERRY_WARN("listener %s: %d connections in progress, the most it assembles at once; dropped "
+               "the oldest, from %s with %d of %d streams, idle %llu ms (its connector probably "
+               "died while connecting); still accepting real peers", lc->addr_str, lc->ngroups,
+               lc->groups[oldest].peer, lc->groups[oldest].got, lc->groups[oldest].nlanes,
+               (unsigned long long)((now - lc->groups[oldest].last_ns) / 1000000));
+    ferry_sock_group_drop(lc, oldest);
+}
+
+/* Incomplete groups without a new stream for the hello timeout: their connector is gone. */
+static void ferry_sock_group_expire(ferry_sock_listen_comm_t *lc)
+{
+    uint64_t now = ferry_px_now_ns();
+    uint64_t timeout_ns = (uint64_t)ferry_sock_state.cfg.hello_timeout_ms * 1000000ULL;
+    int i = 0;
+
+    while (i < lc->ngroups) {
+        ferry_sock_group_t *g = &lc->groups[i];
+
+        if (g->got == g->nlanes || now - g->last_ns <= timeout_ns) {
+            i++;
+            continue;
+        }
+        FERRY_WARN("listener %s: connection from %s has %d of %d streams and no new one for "
+                   "%llu ms (NCCL_FERRY_HELLO_TIMEOUT_MS); its connector probably died while "
+                   "connecting: closed them, still accepting real peers", lc->addr_str, g->peer,
+                   g->got, g->nlanes, (unsigned long long)((now - g->last_ns) / 1000000));
+        ferry_sock_group_drop(lc, i);
+    }
+}
+
 /* File a verified stream into its connection's group; -1 if it cannot be. */
 static int ferry_sock_group_add(ferry_sock_listen_comm_t *lc, const ferry_sock_pending_t *p)
 {
@@ -130,6 +189,8 @@ static int ferry_sock_group_add(ferry_sock_listen_comm_t *lc, const ferry_sock_p
         if (lc->groups[i].conn_id == p->hello.conn_id)
             g = &lc->groups[i];
     if (g == NULL) {
+        if (lc->ngroups == FERRY_SOCK_GROUP_MAX)
+            ferry_sock_group_evict(lc);
         if (lc->ngroups == FERRY_SOCK_GROUP_MAX)
             return -1;
         g = &lc->groups[lc->ngroups++];
@@ -144,6 +205,7 @@ static int ferry_sock_group_add(ferry_sock_listen_comm_t *lc, const ferry_sock_p
         return -1;
     g->fds[p->hello.lane] = p->fd;
     g->got++;
+    g->last_ns = ferry_px_now_ns();
     return 0;
 }
 
@@ -170,7 +232,7 @@ static int ferry_sock_pending_step(ferry_sock_listen_comm_t *lc, int i)
     if (why == NULL && p->got == sizeof(p->hello)) {
         why = ferry_sock_hello_check(&p->hello, lc->token, lc->nlanes);
         if (why == NULL && ferry_sock_group_add(lc, p) != 0)
-            why = "duplicate lane or too many connections in progress";
+            why = "duplicate lane of a connection in progress";
         if (why == NULL) {
             ferry_sock_pending_remove(lc, i); /* The group owns the fd now. */
             return 1;
@@ -260,6 +322,7 @@ ferry_status_t ferry_sock_accept(void *listen_comm, void **recv_comm_p)
     }
     ferry_sock_accept_new(lc);
     ferry_sock_accept_hellos(lc);
+    ferry_sock_group_expire(lc);
     for (i = 0; i < lc->ngroups; i++) {
         ferry_sock_group_t *g = &lc->groups[i];
 

@@ -20,6 +20,9 @@
  *                length wraps past 2^64: test() fails with ncclRemoteError and
  *                a WARN naming the peer, and no byte around the receive
  *                buffer changes
+ *     half-groups 12 connectors die with 2 of their 4 streams open: the
+ *                group table (8) evicts the oldest, the real peer connects,
+ *                and an incomplete group expires after the hello timeout
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -650,6 +653,106 @@ static void hostile_case_wrap(hostile_env_t *e)
     fit_log_expect_clear();
 }
 
+/* accept() a few times: the streams that arrived are read and filed (never a comm here). */
+static void hostile_accept_rounds(hostile_env_t *e, int rounds)
+{
+    ncclNetDeviceHandle_v11_t *dev_handle = NULL;
+    int i;
+
+    for (i = 0; i < rounds; i++) {
+        void *comm = NULL;
+
+        FIT_NCCL(e->plugin.net->accept(e->listen_comm, &comm, &dev_handle));
+        FIT_CHECK(comm == NULL, "accept returned a comm (%p) for an incomplete connection", comm);
+    }
+}
+
+/*
+ * Connectors that die with some of their streams open (a rank killed while
+ * it connects) each leave an incomplete group, and the listener assembles at
+ * most 8 connections at once. Such groups used to stay forever: from the 9th
+ * on every new connection was refused, a real peer's too, and accept()
+ * returned NULL for good. A full table must evict its oldest incomplete
+ * group, and an incomplete group must expire after the hello timeout.
+ */
+#define HALF_GROUPS     (8 + 4) /* More than FERRY_SOCK_GROUP_MAX. */
+#define HALF_GROUP_BASE 0x6a6a6a6a00000000ULL
+
+static void hostile_case_half_groups(hostile_env_t *e)
+{
+    int nl = e->h->nlanes, half = nl / 2, g, l, lines0;
+    hostile_t *first[HALF_GROUPS], *late;
+    void *send_comm = NULL, *recv_comm = NULL;
+    char line[4096], needle[192], streams[64];
+    fit_bound_t b;
+    double t0;
+
+    FIT_CHECK(nl >= 2, "needs connections of 2 or more streams (NCCL_FERRY_STREAMS), not %d", nl);
+    fit_log_allow_warns(1);
+    lines0 = fit_log_lines();
+    for (g = 0; g < HALF_GROUPS; g++) {
+        for (l = 0; l < half; l++) {
+            hostile_t *x = hostile_open_lane(e->h, HOSTILE_ORPHAN, l,
+                                             HALF_GROUP_BASE + (uint64_t)g);
+
+            if (l == 0)
+                first[g] = x;
+        }
+        hostile_accept_rounds(e, 3);
+        /* The connector dies: its streams close, the listener's group stays incomplete. */
+        for (l = nhostiles - half; l < nhostiles; l++) {
+            close(hostiles[l].fd);
+            hostiles[l].fd = -1;
+        }
+    }
+    hostile_real_connect(e, &send_comm, &recv_comm);
+    fit_pass("real peer connected after %d dead half-connections", HALF_GROUPS);
+    hostile_real_xfer(e, send_comm, recv_comm, (size_t)4 << 20, 8100,
+                      "on the real connection after the dead half-connections");
+
+    snprintf(streams, sizeof(streams), "with %d of %d streams", half, nl);
+    for (g = 0; g < HALF_GROUPS - 8; g++) {
+        snprintf(needle, sizeof(needle), "from %s %s", first[g]->src, streams);
+        FIT_CHECK(fit_log_find(lines0, NCCL_LOG_WARN, "dropped the oldest", needle, NULL, line,
+                               sizeof(line)) >= 0,
+                  "no WARN says the full group table dropped dead connection #%d (%s)", g,
+                  needle);
+    }
+    printf("  %s\n", line);
+    fit_pass("%d dead half-connections (%d of %d streams each): the oldest %d evicted, in order",
+             HALF_GROUPS, half, nl, HALF_GROUPS - 8);
+
+    /* One more, kept open: it must be closed by the listener after the hello timeout. */
+    late = hostile_open_lane(e->h, HOSTILE_ORPHAN, 0, HALF_GROUP_BASE + 0xffff);
+    t0 = fit_now();
+    fit_bound_init(&b, "expiry of an incomplete connection", e->hello_timeout + 5.0, 100000000L);
+    while (!late->dropped) {
+        hostile_accept_rounds(e, 1);
+        hostile_poll();
+        if (!late->dropped)
+            fit_bound_step(&b);
+    }
+    FIT_CHECK(fit_now() - t0 >= e->hello_timeout - 0.2, "the incomplete connection was closed "
+              "after %.2f s, before the %.1f s hello timeout", fit_now() - t0, e->hello_timeout);
+    snprintf(needle, sizeof(needle), "connection from %s has 1 of %d streams", late->src, nl);
+    FIT_CHECK(fit_log_find(lines0, NCCL_LOG_WARN, needle, "NCCL_FERRY_HELLO_TIMEOUT_MS", NULL,
+                           line, sizeof(line)) >= 0, "no WARN says '%s' expired", needle);
+    printf("  %s\n", line);
+    /* The dead ones still held expired too. */
+    snprintf(needle, sizeof(needle), "connection from %s has %d of %d streams",
+             first[HALF_GROUPS - 1]->src, half, nl);
+    FIT_CHECK(fit_log_find(lines0, NCCL_LOG_WARN, needle, NULL, NULL, line, sizeof(line)) >= 0,
+              "no WARN says the newest dead connection ('%s') expired", needle);
+    fit_pass("incomplete connections expire after the hello timeout (%.2f s), fds closed",
+             fit_now() - t0);
+    hostile_close_all();
+    fit_log_allow_warns(0);
+    hostile_real_xfer(e, send_comm, recv_comm, (size_t)1 << 20, 8200,
+                      "on the real connection after the expiries");
+    FIT_NCCL(e->plugin.net->closeSend(send_comm));
+    FIT_NCCL(e->plugin.net->closeRecv(recv_comm));
+}
+
 static const struct {
     const char *name;
     void      (*run)(hostile_env_t *e);
@@ -657,6 +760,7 @@ static const struct {
     { "strangers", hostile_case_strangers },
     { "flood",     hostile_case_flood },
     { "wrap",      hostile_case_wrap },
+    { "half-groups", hostile_case_half_groups },
 };
 
 int main(int argc, char **argv)
