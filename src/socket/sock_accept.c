@@ -75,6 +75,13 @@ ferry_status_t ferry_sock_listen(ferry_ctx_t *ctx, int dev, void *handle, void *
                    d->ifc.name, d->addr_str, strerror(errno));
         goto err_close;
     }
+    if (ferry_sock_live_add(lc, FERRY_SOCK_LIVE_LISTEN) != FERRY_OK) {
+        FERRY_WARN("listen on %s (%s): no memory to list the listen comm as live", d->ifc.name,
+                   d->addr_str);
+        close(lc->fd);
+        free(lc);
+        return FERRY_ERR_NO_MEMORY;
+    }
     lc->magic = FERRY_SOCK_LISTEN_MAGIC;
     lc->dev = dev;
     lc->nlanes = ferry_sock_state.cfg.streams;
@@ -316,8 +323,10 @@ ferry_status_t ferry_sock_accept(void *listen_comm, void **recv_comm_p)
     int i;
 
     *recv_comm_p = NULL;
-    if (lc == NULL || lc->magic != FERRY_SOCK_LISTEN_MAGIC) {
-        FERRY_WARN("accept(%p): not a ferry socket listen comm", listen_comm);
+    /* The live list, not the magic: a listen comm already closed is freed memory. */
+    if (!ferry_sock_live_has(lc, FERRY_SOCK_LIVE_LISTEN)) {
+        FERRY_WARN("accept(%p): not a live ferry socket listen comm (closed already?)",
+                   listen_comm);
         return FERRY_ERR_INVALID;
     }
     ferry_sock_accept_new(lc);
@@ -344,22 +353,21 @@ ferry_status_t ferry_sock_accept(void *listen_comm, void **recv_comm_p)
 ferry_status_t ferry_sock_close_listen(void *listen_comm)
 {
     ferry_sock_listen_comm_t *lc = listen_comm;
-    int i, l;
 
     if (lc == NULL)
         return FERRY_OK;
-    if (lc->magic != FERRY_SOCK_LISTEN_MAGIC) {
-        FERRY_WARN("closeListen(%p): not a ferry socket listen comm", listen_comm);
+    /* Taken from the live list before anything is read: a second close never touches it. */
+    if (!ferry_sock_live_take(lc, FERRY_SOCK_LIVE_LISTEN)) {
+        FERRY_WARN("closeListen(%p): not a live ferry socket listen comm (closed already?); "
+                   "NCCL must close each listen comm exactly once", listen_comm);
         return FERRY_ERR_INVALID;
     }
     while (lc->npending > 0)
-        ferry_sock_pending_drop(lc, 0);
-    for (i = 0; i < lc->ngroups; i++)
-        for (l = 0; l < FERRY_SOCK_MAX_LANES; l++)
-            if (lc->groups[i].fds[l] >= 0)
-                close(lc->groups[i].fds[l]);
+        ferry_sock_pending_drop(lc, lc->npending - 1);
+    while (lc->ngroups > 0)
+        ferry_sock_group_drop(lc, lc->ngroups - 1);
     close(lc->fd);
-    lc->magic = 0;
+    ferry_sock_magic_clear(&lc->magic);
     free(lc);
     return FERRY_OK;
 }
