@@ -186,7 +186,11 @@ static void ferry_sock_group_expire(ferry_sock_listen_comm_t *lc)
     }
 }
 
-/* File a verified stream into its connection's group; -1 if it cannot be. */
+/*
+ * File a verified stream into its connection's group: 0 filed, -1 a lane
+ * that group already has, 1 no room yet (every group is complete and waits
+ * for accept() to make its comm: the stream waits too).
+ */
 static int ferry_sock_group_add(ferry_sock_listen_comm_t *lc, const ferry_sock_pending_t *p)
 {
     ferry_sock_group_t *g = NULL;
@@ -199,7 +203,7 @@ static int ferry_sock_group_add(ferry_sock_listen_comm_t *lc, const ferry_sock_p
         if (lc->ngroups == FERRY_SOCK_GROUP_MAX)
             ferry_sock_group_evict(lc);
         if (lc->ngroups == FERRY_SOCK_GROUP_MAX)
-            return -1;
+            return 1;
         g = &lc->groups[lc->ngroups++];
         memset(g, 0, sizeof(*g));
         g->conn_id = p->hello.conn_id;
@@ -226,23 +230,33 @@ static int ferry_sock_pending_step(ferry_sock_listen_comm_t *lc, int i)
     uint64_t timeout_ns = (uint64_t)ferry_sock_state.cfg.hello_timeout_ms * 1000000ULL;
     ferry_sock_pending_t *p = &lc->pending[i];
     const char *why = NULL;
-    ssize_t n = recv(p->fd, (char *)&p->hello + p->got, sizeof(p->hello) - p->got, MSG_DONTWAIT);
 
-    if (n > 0)
-        p->got += (size_t)n;
-    else if (n == 0)
-        why = "closed before completing its hello";
-    else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-        why = strerror(errno);
-    if (why == NULL && p->got < sizeof(p->hello) && ferry_px_now_ns() - p->since_ns > timeout_ns)
-        why = "stalled in its hello (NCCL_FERRY_HELLO_TIMEOUT_MS)";
+    if (p->got < sizeof(p->hello)) {
+        ssize_t n = recv(p->fd, (char *)&p->hello + p->got, sizeof(p->hello) - p->got,
+                         MSG_DONTWAIT);
+
+        if (n > 0)
+            p->got += (size_t)n;
+        else if (n == 0)
+            why = "closed before completing its hello";
+        else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            why = strerror(errno);
+        if (why == NULL && p->got < sizeof(p->hello) &&
+            ferry_px_now_ns() - p->since_ns > timeout_ns)
+            why = "stalled in its hello (NCCL_FERRY_HELLO_TIMEOUT_MS)";
+    }
     if (why == NULL && p->got == sizeof(p->hello)) {
         why = ferry_sock_hello_check(&p->hello, lc->token, lc->nlanes);
-        if (why == NULL && ferry_sock_group_add(lc, p) != 0)
-            why = "duplicate lane of a connection in progress";
         if (why == NULL) {
-            ferry_sock_pending_remove(lc, i); /* The group owns the fd now. */
-            return 1;
+            int filed = ferry_sock_group_add(lc, p);
+
+            if (filed > 0)
+                return 0; /* Hello complete; filed once accept() made room. */
+            if (filed == 0) {
+                ferry_sock_pending_remove(lc, i); /* The group owns the fd now. */
+                return 1;
+            }
+            why = "duplicate lane of a connection in progress";
         }
     }
     if (why == NULL)
@@ -254,8 +268,9 @@ static int ferry_sock_pending_step(ferry_sock_listen_comm_t *lc, int i)
 }
 
 /*
- * The pending table is full: the oldest stream gets a last read (its hello
- * may just have come in), then it goes if it still has not said hello.
+ * The pending table is full: the oldest stream still without its hello gets
+ * a last read (the hello may just have come in), then it goes if it still
+ * has not said hello.
  * Evicting the oldest, never the newest, is what keeps a flood of silent
  * connections from crowding out a real peer: a real stream's hello follows
  * its handshake at once, so it is filed long before 63 later arrivals make
@@ -264,16 +279,23 @@ static int ferry_sock_pending_step(ferry_sock_listen_comm_t *lc, int i)
 static void ferry_sock_pending_make_room(ferry_sock_listen_comm_t *lc)
 {
     while (lc->npending == FERRY_SOCK_PENDING_MAX) {
-        const ferry_sock_pending_t *p = &lc->pending[0];
+        const ferry_sock_pending_t *p;
+        int i = 0;
 
-        if (ferry_sock_pending_step(lc, 0))
+        /* A stream whose hello is complete only waits for a group slot: spare it. */
+        while (i < lc->npending && lc->pending[i].got == sizeof(lc->pending[i].hello))
+            i++;
+        if (i == lc->npending)
+            i = 0; /* All complete (8 finished groups and 64 more streams): the oldest. */
+        if (ferry_sock_pending_step(lc, i))
             continue;
+        p = &lc->pending[i];
         FERRY_INFO(FERRY_LOG_NET, "listener %s: %d streams without hello; evicting the oldest, "
                    "from %s after %llu ms with %zu of %zu hello bytes", lc->addr_str,
                    lc->npending, p->peer,
                    (unsigned long long)((ferry_px_now_ns() - p->since_ns) / 1000000), p->got,
                    sizeof(p->hello));
-        ferry_sock_pending_drop(lc, 0);
+        ferry_sock_pending_drop(lc, i);
     }
 }
 

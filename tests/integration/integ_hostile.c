@@ -26,6 +26,8 @@
  *     double-close closeSend, closeRecv, closeListen and deregMr twice, and
  *                closes of the wrong kind: refused with ncclInternalError and a
  *                WARN, without reading freed memory; a new connection works
+ *     burst      10 real peers connect to one listener at once (the group
+ *                table holds 8): all 10 are accepted, none refused
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -756,6 +758,52 @@ static void hostile_case_half_groups(hostile_env_t *e)
     FIT_NCCL(e->plugin.net->closeRecv(recv_comm));
 }
 
+/*
+ * More real peers than the group table holds (8) connect to one listener at
+ * once, all their streams in before accept() runs. Only one comm comes out
+ * per accept() call, so 8 complete groups wait for theirs: the streams of
+ * the 9th and 10th must wait for a slot, not be refused (nor evict a
+ * complete group).
+ */
+#define BURST_PEERS 10
+
+static void hostile_case_burst(hostile_env_t *e)
+{
+    const fit_plugin_t *p = &e->plugin;
+    ncclNetDeviceHandle_v11_t *dev_handle = NULL;
+    static char handles[BURST_PEERS][NCCL_NET_HANDLE_MAXSIZE];
+    void *send[BURST_PEERS] = { NULL }, *recv[BURST_PEERS] = { NULL };
+    int k, nsend = 0, nrecv = 0;
+    fit_bound_t b;
+
+    for (k = 0; k < BURST_PEERS; k++)
+        memcpy(handles[k], e->handle, sizeof(handles[k]));
+    fit_bound_init(&b, "connects of the burst", FIT_CONNECT_SECONDS, FIT_CONNECT_ITERS);
+    while (nsend < BURST_PEERS) {
+        for (k = 0; k < BURST_PEERS; k++)
+            if (send[k] == NULL) {
+                FIT_NCCL(p->net->connect(e->ctx_c, 0, handles[k], &send[k], &dev_handle));
+                nsend += send[k] != NULL;
+            }
+        if (nsend < BURST_PEERS)
+            fit_bound_step(&b);
+    }
+    fit_bound_init(&b, "accepts of the burst", FIT_CONNECT_SECONDS, FIT_CONNECT_ITERS);
+    while (nrecv < BURST_PEERS) {
+        FIT_NCCL(p->net->accept(e->listen_comm, &recv[nrecv], &dev_handle));
+        if (recv[nrecv] != NULL)
+            nrecv++;
+        else
+            fit_bound_step(&b);
+    }
+    fit_pass("%d peers connected at once to one listener: %d comms accepted", BURST_PEERS,
+             nrecv);
+    for (k = 0; k < BURST_PEERS; k++) {
+        FIT_NCCL(p->net->closeSend(send[k]));
+        FIT_NCCL(p->net->closeRecv(recv[k]));
+    }
+}
+
 /* A plugin call that must be refused with the code of FERRY_ERR_INVALID and a WARN saying why. */
 static void hostile_expect_refused(ncclResult_t rc, const char *call, int from, const char *warn)
 {
@@ -852,6 +900,7 @@ static const struct {
     { "wrap",      hostile_case_wrap },
     { "half-groups", hostile_case_half_groups },
     { "double-close", hostile_case_double_close },
+    { "burst",     hostile_case_burst },
 };
 
 int main(int argc, char **argv)
