@@ -136,6 +136,11 @@ static const ferry_cfg_var_t ferry_cfg_vars[FERRY_CFG_COUNT] = {
                                     FERRY_CFG_FIELD(epoll), 0, 0, 1,
                                     "0 or 1 (1: helper threads wait in epoll, their streams "
                                     "registered once, instead of poll)"},
+    [FERRY_CFG_SOCKET_TIMEOUT_S] = {"NCCL_FERRY_SOCKET_TIMEOUT_S", FERRY_CFG_KIND_INT,
+                                    FERRY_CFG_FIELD(socket_timeout_s), 30, 0, 3600,
+                                    "0..3600 (s a peer may stay silent or leave sent bytes "
+                                    "unacknowledged before its stream fails: TCP keepalive and "
+                                    "TCP_USER_TIMEOUT on every data stream; 0: kernel defaults)"},
 };
 
 static const struct {
@@ -397,7 +402,8 @@ void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
              "chunk=%zu..%zu(%s) sndbuf=%d(%s) rcvbuf=%d(%s) retry=%dx%dms(%s) "
              "hello_timeout=%dms(%s) dump_signal=%d(%s) spin=%dus(%s) inject_delay=%dus(%s) "
              "speed=%dMbps(%s) inline_max=%zu(%s) assist_max=%lld(%s) notsent_lowat=%d(%s) zerocopy=%d/%zu(%s) tuner=%d(%s) "
-             "tuner_ll_bw=%dMB/s(%s) tuner_channel_bytes=%zu(%s) solo_max=%zu(%s) stall_warn=%ds(%s) gpu_staging=%d(%s) epoll=%d(%s)",
+             "tuner_ll_bw=%dMB/s(%s) tuner_channel_bytes=%zu(%s) solo_max=%zu(%s) stall_warn=%ds(%s) gpu_staging=%d(%s) epoll=%d(%s) "
+             "socket_timeout=%ds(%s)",
              ferry_config_backend_name(cfg->backend), ferry_cfg_src_name(cfg->src[FERRY_CFG_BACKEND]),
              cfg->socket_ifname[0] ? cfg->socket_ifname : "<nccl order>",
              ferry_cfg_src_name(cfg->src[FERRY_CFG_SOCKET_IFNAME]), family,
@@ -425,5 +431,6 @@ void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
              ferry_cfg_src_name(cfg->src[FERRY_CFG_SOLO_MAX]), cfg->stall_warn_s,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_STALL_WARN_S]), cfg->gpu_staging,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_GPU_STAGING]), cfg->epoll,
-             ferry_cfg_src_name(cfg->src[FERRY_CFG_EPOLL]));
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_EPOLL]), cfg->socket_timeout_s,
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_SOCKET_TIMEOUT_S]));
 }

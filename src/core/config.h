@@ -49,6 +49,7 @@ typedef enum ferry_cfg_id {
     FERRY_CFG_STALL_WARN_S,
     FERRY_CFG_GPU_STAGING,
     FERRY_CFG_EPOLL,
+    FERRY_CFG_SOCKET_TIMEOUT_S,
     FERRY_CFG_COUNT
 } ferry_cfg_id_t;
 
@@ -89,6 +90,7 @@ typedef struct ferry_config {
     int    stall_warn_s;           /* test() WARNs once about a request without progress this long; 0 off. */
     int    gpu_staging;            /* 1: the socket backend takes GPU buffers (socket/sock_gpu.h). */
     int    epoll;                  /* 1: helper threads wait in epoll instead of poll. */
+    int    socket_timeout_s;       /* Keepalive + TCP_USER_TIMEOUT on data streams: a silent peer fails after this; 0 off. */
     ferry_cfg_src_t src[FERRY_CFG_COUNT];
 } ferry_config_t;
 

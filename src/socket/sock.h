@@ -100,8 +100,8 @@ typedef struct ferry_sock_comm {
 typedef struct ferry_sock_pending {
     int                fd;
     ferry_sock_hello_t hello;
-    size_t             got;
-    uint64_t           since_ns;
+    size_t             got;       /* Hello bytes read so far. */
+    uint64_t           since_ns;  /* When accept4 returned it; NCCL_FERRY_HELLO_TIMEOUT_MS counts from here. */
     char               peer[64];
 } ferry_sock_pending_t;
 
@@ -109,6 +109,7 @@ typedef struct ferry_sock_group {
     uint64_t conn_id;
     int      nlanes;
     int      got;
+    uint64_t last_ns;  /* When its latest stream was filed: an idle incomplete group expires. */
     int      fds[FERRY_SOCK_MAX_LANES];
     char     peer[64];
 } ferry_sock_group_t;
@@ -122,6 +123,7 @@ typedef struct ferry_sock_listen_comm {
     uint64_t             token;
     char                 addr_str[64];
     int                  npending;
+    /* In arrival order, pending[0] the oldest: a full table evicts from the front. */
     ferry_sock_pending_t pending[FERRY_SOCK_PENDING_MAX];
     int                  ngroups;
     ferry_sock_group_t   groups[FERRY_SOCK_GROUP_MAX];
@@ -149,6 +151,30 @@ static inline char *ferry_sock_mr_dev(const ferry_sock_mr_t *mr, const char *sha
 
 /* The backend's ops table (sock_ops.c). */
 extern const ferry_backend_ops_t ferry_sock_ops;
+
+/* Clear an object's magic just before free(): volatile, or the compiler drops the dead store. */
+static inline void ferry_sock_magic_clear(uint64_t *magic)
+{
+    *(volatile uint64_t *)magic = 0;
+}
+
+/*
+ * sock_live.c: the objects this backend handed out and has not freed, so
+ * close/deregMr/accept/regMr can refuse a stale pointer without reading it.
+ */
+typedef enum ferry_sock_live_kind {
+    FERRY_SOCK_LIVE_SEND = 1, /* ferry_sock_comm_t of kind FERRY_PX_SEND. */
+    FERRY_SOCK_LIVE_RECV,     /* ferry_sock_comm_t of kind FERRY_PX_RECV. */
+    FERRY_SOCK_LIVE_LISTEN,   /* ferry_sock_listen_comm_t. */
+    FERRY_SOCK_LIVE_MR        /* ferry_sock_mr_t. */
+} ferry_sock_live_kind_t;
+
+ferry_status_t ferry_sock_live_add(const void *obj, ferry_sock_live_kind_t kind);
+/* 1 if obj is live as kind (a live object of another kind does not count). */
+int ferry_sock_live_has(const void *obj, ferry_sock_live_kind_t kind);
+/* Like has, and removes it: of two racing closes exactly one gets 1. */
+int ferry_sock_live_take(const void *obj, ferry_sock_live_kind_t kind);
+size_t ferry_sock_live_count(void);
 
 /* sock_dev.c */
 ferry_status_t ferry_sock_init(const ferry_config_t *cfg);

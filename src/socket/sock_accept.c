@@ -4,6 +4,11 @@
  * magic, version or token, one that closes or stalls, is dropped and logged
  * while real peers keep being served. Valid streams are grouped by conn_id
  * until every lane of one connection is in; then accept() returns the comm.
+ *
+ * Both tables are bounded and neither can be held by strangers: a full
+ * pending table evicts its oldest stream, a full group table its oldest
+ * incomplete group, and both expire after NCCL_FERRY_HELLO_TIMEOUT_MS
+ * (pending streams from their arrival, groups from their latest stream).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -70,6 +75,13 @@ ferry_status_t ferry_sock_listen(ferry_ctx_t *ctx, int dev, void *handle, void *
                    d->ifc.name, d->addr_str, strerror(errno));
         goto err_close;
     }
+    if (ferry_sock_live_add(lc, FERRY_SOCK_LIVE_LISTEN) != FERRY_OK) {
+        FERRY_WARN("listen on %s (%s): no memory to list the listen comm as live", d->ifc.name,
+                   d->addr_str);
+        close(lc->fd);
+        free(lc);
+        return FERRY_ERR_NO_MEMORY;
+    }
     lc->magic = FERRY_SOCK_LISTEN_MAGIC;
     lc->dev = dev;
     lc->nlanes = ferry_sock_state.cfg.streams;
@@ -102,10 +114,189 @@ err_free:
     return FERRY_ERR_IO;
 }
 
+/* Take pending stream i out of the table, keeping the rest in arrival order. */
+static void ferry_sock_pending_remove(ferry_sock_listen_comm_t *lc, int i)
+{
+    memmove(&lc->pending[i], &lc->pending[i + 1],
+            (size_t)(lc->npending - i - 1) * sizeof(lc->pending[0]));
+    lc->npending--;
+}
+
 static void ferry_sock_pending_drop(ferry_sock_listen_comm_t *lc, int i)
 {
     close(lc->pending[i].fd);
-    lc->pending[i] = lc->pending[--lc->npending];
+    ferry_sock_pending_remove(lc, i);
+}
+
+static void ferry_sock_group_drop(ferry_sock_listen_comm_t *lc, int i)
+{
+    ferry_sock_group_t *g = &lc->groups[i];
+    int l;
+
+    for (l = 0; l < FERRY_SOCK_MAX_LANES; l++)
+        if (g->fds[l] >= 0)
+            close(g->fds[l]);
+    lc->groups[i] = lc->groups[--lc->ngroups];
+}
+
+/*
+ * The group table is full and a new connection starts: the incomplete group
+ * idle the longest goes. Only a connector holding the token makes groups, so
+ * these are connectors that died between their streams (or a peer with the
+ * token that misbehaves); either way a live connector must not wait for them.
+ */
+static void ferry_sock_group_evict(ferry_sock_listen_comm_t *lc)
+{
+    uint64_t now = ferry_px_now_ns();
+    int i, oldest = -1;
+
+    for (i = 0; i < lc->ngroups; i++)
+        if (lc->groups[i].got < lc->groups[i].nlanes &&
+            (oldest < 0 || lc->groups[i].last_ns < lc->groups[oldest].last_ns))
+            oldest = i;
+    if (oldest < 0)
+        return; /* All complete: accept() turns them into comms first. */
+    FERRY_WARN("listener %s: %d connections in progress, the most it assembles at once; dropped "
+               "the oldest, from %s with %d of %d streams, idle %llu ms (its connector probably "
+               "died while connecting); still accepting real peers", lc->addr_str, lc->ngroups,
+               lc->groups[oldest].peer, lc->groups[oldest].got, lc->groups[oldest].nlanes,
+               (unsigned long long)((now - lc->groups[oldest].last_ns) / 1000000));
+    ferry_sock_group_drop(lc, oldest);
+}
+
+/* Incomplete groups without a new stream for the hello timeout: their connector is gone. */
+static void ferry_sock_group_expire(ferry_sock_listen_comm_t *lc)
+{
+    uint64_t now = ferry_px_now_ns();
+    uint64_t timeout_ns = (uint64_t)ferry_sock_state.cfg.hello_timeout_ms * 1000000ULL;
+    int i = 0;
+
+    while (i < lc->ngroups) {
+        ferry_sock_group_t *g = &lc->groups[i];
+
+        if (g->got == g->nlanes || now - g->last_ns <= timeout_ns) {
+            i++;
+            continue;
+        }
+        FERRY_WARN("listener %s: connection from %s has %d of %d streams and no new one for "
+                   "%llu ms (NCCL_FERRY_HELLO_TIMEOUT_MS); its connector probably died while "
+                   "connecting: closed them, still accepting real peers", lc->addr_str, g->peer,
+                   g->got, g->nlanes, (unsigned long long)((now - g->last_ns) / 1000000));
+        ferry_sock_group_drop(lc, i);
+    }
+}
+
+/*
+ * File a verified stream into its connection's group: 0 filed, -1 a lane
+ * that group already has, 1 no room yet (every group is complete and waits
+ * for accept() to make its comm: the stream waits too).
+ */
+static int ferry_sock_group_add(ferry_sock_listen_comm_t *lc, const ferry_sock_pending_t *p)
+{
+    ferry_sock_group_t *g = NULL;
+    int i;
+
+    for (i = 0; i < lc->ngroups && g == NULL; i++)
+        if (lc->groups[i].conn_id == p->hello.conn_id)
+            g = &lc->groups[i];
+    if (g == NULL) {
+        if (lc->ngroups == FERRY_SOCK_GROUP_MAX)
+            ferry_sock_group_evict(lc);
+        if (lc->ngroups == FERRY_SOCK_GROUP_MAX)
+            return 1;
+        g = &lc->groups[lc->ngroups++];
+        memset(g, 0, sizeof(*g));
+        g->conn_id = p->hello.conn_id;
+        g->nlanes = p->hello.nlanes;
+        for (i = 0; i < FERRY_SOCK_MAX_LANES; i++)
+            g->fds[i] = -1;
+        memcpy(g->peer, p->peer, sizeof(g->peer));
+    }
+    if (g->fds[p->hello.lane] >= 0)
+        return -1;
+    g->fds[p->hello.lane] = p->fd;
+    g->got++;
+    g->last_ns = ferry_px_now_ns();
+    return 0;
+}
+
+/*
+ * Read more of pending stream i's hello. Returns 1 when the stream left the
+ * table (filed into its group, or dropped and logged), 0 while it waits on.
+ * The hello timeout is checked on every call, so silent streams go too.
+ */
+static int ferry_sock_pending_step(ferry_sock_listen_comm_t *lc, int i)
+{
+    uint64_t timeout_ns = (uint64_t)ferry_sock_state.cfg.hello_timeout_ms * 1000000ULL;
+    ferry_sock_pending_t *p = &lc->pending[i];
+    const char *why = NULL;
+
+    if (p->got < sizeof(p->hello)) {
+        ssize_t n = recv(p->fd, (char *)&p->hello + p->got, sizeof(p->hello) - p->got,
+                         MSG_DONTWAIT);
+
+        if (n > 0)
+            p->got += (size_t)n;
+        else if (n == 0)
+            why = "closed before completing its hello";
+        else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            why = strerror(errno);
+        if (why == NULL && p->got < sizeof(p->hello) &&
+            ferry_px_now_ns() - p->since_ns > timeout_ns)
+            why = "stalled in its hello (NCCL_FERRY_HELLO_TIMEOUT_MS)";
+    }
+    if (why == NULL && p->got == sizeof(p->hello)) {
+        why = ferry_sock_hello_check(&p->hello, lc->token, lc->nlanes);
+        if (why == NULL) {
+            int filed = ferry_sock_group_add(lc, p);
+
+            if (filed > 0)
+                return 0; /* Hello complete; filed once accept() made room. */
+            if (filed == 0) {
+                ferry_sock_pending_remove(lc, i); /* The group owns the fd now. */
+                return 1;
+            }
+            why = "duplicate lane of a connection in progress";
+        }
+    }
+    if (why == NULL)
+        return 0;
+    FERRY_WARN("listener %s: rejected stream from %s after %zu of %zu hello bytes: %s; "
+               "still accepting real peers", lc->addr_str, p->peer, p->got, sizeof(p->hello), why);
+    ferry_sock_pending_drop(lc, i);
+    return 1;
+}
+
+/*
+ * The pending table is full: the oldest stream still without its hello gets
+ * a last read (the hello may just have come in), then it goes if it still
+ * has not said hello.
+ * Evicting the oldest, never the newest, is what keeps a flood of silent
+ * connections from crowding out a real peer: a real stream's hello follows
+ * its handshake at once, so it is filed long before 63 later arrivals make
+ * it the oldest, while a silent one only ever ages.
+ */
+static void ferry_sock_pending_make_room(ferry_sock_listen_comm_t *lc)
+{
+    while (lc->npending == FERRY_SOCK_PENDING_MAX) {
+        const ferry_sock_pending_t *p;
+        int i = 0;
+
+        /* A stream whose hello is complete only waits for a group slot: spare it. */
+        while (i < lc->npending && lc->pending[i].got == sizeof(lc->pending[i].hello))
+            i++;
+        if (i == lc->npending)
+            i = 0; /* All complete (8 finished groups and 64 more streams): the oldest. */
+        if (ferry_sock_pending_step(lc, i))
+            continue;
+        p = &lc->pending[i];
+        FERRY_INFO(FERRY_LOG_NET, "listener %s: %d streams without hello; evicting the oldest, "
+                   "from %s after %llu ms with %zu of %zu hello bytes", lc->addr_str,
+                   lc->npending, p->peer,
+                   (unsigned long long)((ferry_px_now_ns() - p->since_ns) / 1000000), p->got,
+                   sizeof(p->hello));
+        ferry_sock_pending_drop(lc, i);
+    }
 }
 
 /* Take new connections off the kernel's queue. */
@@ -127,12 +318,7 @@ static void ferry_sock_accept_new(ferry_sock_listen_comm_t *lc)
                            strerror(errno));
             return;
         }
-        if (lc->npending == FERRY_SOCK_PENDING_MAX) {
-            /* A flood of silent connections must not lock real peers out: drop the oldest. */
-            FERRY_INFO(FERRY_LOG_NET, "listener %s: %d streams without hello; dropping the "
-                       "oldest, from %s", lc->addr_str, lc->npending, lc->pending[0].peer);
-            ferry_sock_pending_drop(lc, 0);
-        }
+        ferry_sock_pending_make_room(lc);
         p = &lc->pending[lc->npending++];
         memset(p, 0, sizeof(*p));
         p->fd = fd;
@@ -141,72 +327,14 @@ static void ferry_sock_accept_new(ferry_sock_listen_comm_t *lc)
     }
 }
 
-/* File a verified stream into its connection's group; -1 if it cannot be. */
-static int ferry_sock_group_add(ferry_sock_listen_comm_t *lc, const ferry_sock_pending_t *p)
-{
-    ferry_sock_group_t *g = NULL;
-    int i;
-
-    for (i = 0; i < lc->ngroups && g == NULL; i++)
-        if (lc->groups[i].conn_id == p->hello.conn_id)
-            g = &lc->groups[i];
-    if (g == NULL) {
-        if (lc->ngroups == FERRY_SOCK_GROUP_MAX)
-            return -1;
-        g = &lc->groups[lc->ngroups++];
-        memset(g, 0, sizeof(*g));
-        g->conn_id = p->hello.conn_id;
-        g->nlanes = p->hello.nlanes;
-        for (i = 0; i < FERRY_SOCK_MAX_LANES; i++)
-            g->fds[i] = -1;
-        memcpy(g->peer, p->peer, sizeof(g->peer));
-    }
-    if (g->fds[p->hello.lane] >= 0)
-        return -1;
-    g->fds[p->hello.lane] = p->fd;
-    g->got++;
-    return 0;
-}
-
 /* Read hellos; drop bad or stalled streams. */
 static void ferry_sock_accept_hellos(ferry_sock_listen_comm_t *lc)
 {
-    uint64_t now = ferry_px_now_ns();
-    uint64_t timeout_ns = (uint64_t)ferry_sock_state.cfg.hello_timeout_ms * 1000000ULL;
     int i = 0;
 
-    while (i < lc->npending) {
-        ferry_sock_pending_t *p = &lc->pending[i];
-        const char *why = NULL;
-        ssize_t n = recv(p->fd, (char *)&p->hello + p->got, sizeof(p->hello) - p->got,
-                         MSG_DONTWAIT);
-
-        if (n > 0)
-            p->got += (size_t)n;
-        else if (n == 0)
-            why = "closed before completing its hello";
-        else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-            why = strerror(errno);
-        if (why == NULL && p->got < sizeof(p->hello) && now - p->since_ns > timeout_ns)
-            why = "stalled in its hello (NCCL_FERRY_HELLO_TIMEOUT_MS)";
-        if (why == NULL && p->got == sizeof(p->hello)) {
-            why = ferry_sock_hello_check(&p->hello, lc->token, lc->nlanes);
-            if (why == NULL && ferry_sock_group_add(lc, p) != 0)
-                why = "duplicate lane or too many connections in progress";
-            if (why == NULL) {
-                lc->pending[i] = lc->pending[--lc->npending]; /* The group owns the fd now. */
-                continue;
-            }
-        }
-        if (why == NULL) {
+    while (i < lc->npending)
+        if (!ferry_sock_pending_step(lc, i))
             i++;
-            continue;
-        }
-        FERRY_WARN("listener %s: rejected stream from %s after %zu of %zu hello bytes: %s; "
-                   "still accepting real peers", lc->addr_str, p->peer, p->got,
-                   sizeof(p->hello), why);
-        ferry_sock_pending_drop(lc, i);
-    }
 }
 
 ferry_status_t ferry_sock_accept(void *listen_comm, void **recv_comm_p)
@@ -217,12 +345,15 @@ ferry_status_t ferry_sock_accept(void *listen_comm, void **recv_comm_p)
     int i;
 
     *recv_comm_p = NULL;
-    if (lc == NULL || lc->magic != FERRY_SOCK_LISTEN_MAGIC) {
-        FERRY_WARN("accept(%p): not a ferry socket listen comm", listen_comm);
+    /* The live list, not the magic: a listen comm already closed is freed memory. */
+    if (!ferry_sock_live_has(lc, FERRY_SOCK_LIVE_LISTEN)) {
+        FERRY_WARN("accept(%p): not a live ferry socket listen comm (closed already?)",
+                   listen_comm);
         return FERRY_ERR_INVALID;
     }
     ferry_sock_accept_new(lc);
     ferry_sock_accept_hellos(lc);
+    ferry_sock_group_expire(lc);
     for (i = 0; i < lc->ngroups; i++) {
         ferry_sock_group_t *g = &lc->groups[i];
 
@@ -244,22 +375,21 @@ ferry_status_t ferry_sock_accept(void *listen_comm, void **recv_comm_p)
 ferry_status_t ferry_sock_close_listen(void *listen_comm)
 {
     ferry_sock_listen_comm_t *lc = listen_comm;
-    int i, l;
 
     if (lc == NULL)
         return FERRY_OK;
-    if (lc->magic != FERRY_SOCK_LISTEN_MAGIC) {
-        FERRY_WARN("closeListen(%p): not a ferry socket listen comm", listen_comm);
+    /* Taken from the live list before anything is read: a second close never touches it. */
+    if (!ferry_sock_live_take(lc, FERRY_SOCK_LIVE_LISTEN)) {
+        FERRY_WARN("closeListen(%p): not a live ferry socket listen comm (closed already?); "
+                   "NCCL must close each listen comm exactly once", listen_comm);
         return FERRY_ERR_INVALID;
     }
     while (lc->npending > 0)
-        ferry_sock_pending_drop(lc, 0);
-    for (i = 0; i < lc->ngroups; i++)
-        for (l = 0; l < FERRY_SOCK_MAX_LANES; l++)
-            if (lc->groups[i].fds[l] >= 0)
-                close(lc->groups[i].fds[l]);
+        ferry_sock_pending_drop(lc, lc->npending - 1);
+    while (lc->ngroups > 0)
+        ferry_sock_group_drop(lc, lc->ngroups - 1);
     close(lc->fd);
-    lc->magic = 0;
+    ferry_sock_magic_clear(&lc->magic);
     free(lc);
     return FERRY_OK;
 }

@@ -56,13 +56,22 @@ ferry_status_t ferry_sock_comm_create(ferry_px_req_kind_t kind, int dev, const i
     status = ferry_px_stream_start(&comm->px);
     if (status != FERRY_OK)
         goto err_close_comm;
+    /* Listed live only once complete: close() refuses it before, and after destroy. */
+    status = ferry_sock_live_add(comm, kind == FERRY_PX_SEND ? FERRY_SOCK_LIVE_SEND
+                                                             : FERRY_SOCK_LIVE_RECV);
+    if (status != FERRY_OK) {
+        FERRY_WARN("socket %s comm to %s: no memory to list it as live; closing it",
+                   kind == FERRY_PX_SEND ? "send" : "recv", peer);
+        ferry_sock_comm_destroy(comm);
+        return status;
+    }
     *comm_p = comm;
     return FERRY_OK;
 
 err_close_comm:
     for (i = 0; i < nlanes; i++)
         close(comm->lanes[i].fd);
-    comm->magic = 0;
+    ferry_sock_magic_clear(&comm->magic);
     free(comm);
     return status;
 err_free:
@@ -73,6 +82,7 @@ err_close_fds:
     return status;
 }
 
+/* The caller took comm out of the live list (ferry_sock_live_take) or never put it there. */
 void ferry_sock_comm_destroy(ferry_sock_comm_t *comm)
 {
     int i;
@@ -83,6 +93,7 @@ void ferry_sock_comm_destroy(ferry_sock_comm_t *comm)
     for (i = 0; i < comm->px.nlanes; i++)
         close(comm->lanes[i].fd);
     ferry_px_ring_fini(&comm->px.ring);
-    comm->magic = 0;
+    /* isend/irecv/test still check the magic (no lock there): make a late call see 0. */
+    ferry_sock_magic_clear(&comm->magic);
     free(comm);
 }

@@ -236,8 +236,9 @@ static long ferry_sock_recv_lane_match(ferry_sock_comm_t *c, int li)
     ferry_status_t status;
     char what[160], desc[160];
 
-    if (h->check != FERRY_SOCK_CHUNK_CHECK(h->seq, h->len) || h->offset + h->len > h->msg_size ||
-        h->nchunks == 0) {
+    /* offset + len could wrap past 2^64 and pass: compare without adding. */
+    if (h->check != FERRY_SOCK_CHUNK_CHECK(h->seq, h->len) || h->len > h->msg_size ||
+        h->offset > h->msg_size - h->len || h->nchunks == 0) {
         snprintf(what, sizeof(what), "bad chunk header (seq %u, offset %llu, len %u, size %llu)",
                  h->seq, (unsigned long long)h->offset, h->len,
                  (unsigned long long)h->msg_size);

@@ -6,6 +6,11 @@
 #include "core/log.h"
 #include "socket/sock.h"
 
+/*
+ * The data path's check: a magic and a kind, no lock. A closed comm's memory
+ * is gone, so this only catches what is still mapped; close and regMr ask
+ * the live list instead (sock_live.c).
+ */
 static ferry_sock_comm_t *ferry_sock_comm_check(void *comm, ferry_px_req_kind_t kind,
                                                 const char *op)
 {
@@ -17,6 +22,23 @@ static ferry_sock_comm_t *ferry_sock_comm_check(void *comm, ferry_px_req_kind_t 
         return NULL;
     }
     return c;
+}
+
+/* Undo reg_mr: the GPU region's list entry and shadow, then the handle. */
+static void ferry_sock_mr_destroy(ferry_sock_mr_t *mr)
+{
+    ferry_sock_magic_clear(&mr->magic); /* isend/irecv's buffer check reads it without a lock. */
+    if (mr->gpu.shadow != NULL)
+        ferry_sock_mr_gpu_unlink(mr);
+    ferry_sock_gpu_region_fini(&mr->gpu);
+    free(mr);
+}
+
+/* A live send or recv comm of ours, asked of the live list (regMr is not on the data path). */
+static int ferry_sock_comm_is_live(const void *comm)
+{
+    return ferry_sock_live_has(comm, FERRY_SOCK_LIVE_SEND) ||
+           ferry_sock_live_has(comm, FERRY_SOCK_LIVE_RECV);
 }
 
 static ferry_status_t ferry_sock_reg_mr(void *comm, void *data, size_t size, int type,
@@ -45,7 +67,7 @@ static ferry_status_t ferry_sock_reg_mr(void *comm, void *data, size_t size, int
     if (type == FERRY_PTR_CUDA) {
         /* A GPU region is copied on its comm's stream: the comm must be ours. */
         ferry_sock_comm_t *c = comm;
-        int ours = c != NULL && c->magic == FERRY_SOCK_COMM_MAGIC;
+        int ours = ferry_sock_comm_is_live(c);
 
         status = FERRY_ERR_INVALID;
         if (!ours)
@@ -65,25 +87,29 @@ static ferry_status_t ferry_sock_reg_mr(void *comm, void *data, size_t size, int
         }
         ferry_sock_mr_gpu_link(mr, c);
     }
+    status = ferry_sock_live_add(mr, FERRY_SOCK_LIVE_MR);
+    if (status != FERRY_OK) {
+        FERRY_WARN("regMr(comm %p, %p, %zu bytes): no memory to list the handle as live",
+                   comm, data, size);
+        ferry_sock_mr_destroy(mr);
+        return status;
+    }
     *mhandle_p = mr;
     return FERRY_OK;
 }
 
 static ferry_status_t ferry_sock_dereg_mr(void *comm, void *mhandle)
 {
-    ferry_sock_mr_t *mr = mhandle;
-
-    if (mr == NULL)
+    if (mhandle == NULL)
         return FERRY_OK;
-    if (mr->magic != FERRY_SOCK_MR_MAGIC) {
-        FERRY_WARN("deregMr(comm %p, %p): not a ferry socket memory handle", comm, mhandle);
+    /* Taken from the live list first: a second deregMr never reads the freed handle. */
+    if (!ferry_sock_live_take(mhandle, FERRY_SOCK_LIVE_MR)) {
+        FERRY_WARN("deregMr(comm %p, %p): not a live ferry socket memory handle (deregistered "
+                   "already?); NCCL must deregister each handle from regMr exactly once",
+                   comm, mhandle);
         return FERRY_ERR_INVALID;
     }
-    mr->magic = 0;
-    if (mr->gpu.shadow != NULL)
-        ferry_sock_mr_gpu_unlink(mr);
-    ferry_sock_gpu_region_fini(&mr->gpu);
-    free(mr);
+    ferry_sock_mr_destroy(mhandle);
     return FERRY_OK;
 }
 
@@ -174,14 +200,26 @@ static ferry_status_t ferry_sock_test(void *request, int *done_p, int *sizes)
 
 static ferry_status_t ferry_sock_close_comm(void *comm, ferry_px_req_kind_t kind, const char *op)
 {
-    ferry_sock_comm_t *c;
-
     if (comm == NULL)
         return FERRY_OK;
-    c = ferry_sock_comm_check(comm, kind, op);
-    if (c == NULL)
+    /*
+     * Taken from the live list before anything is read: a second close (or
+     * two racing ones) finds it gone and never touches the freed comm.
+     */
+    if (!ferry_sock_live_take(comm, kind == FERRY_PX_SEND ? FERRY_SOCK_LIVE_SEND
+                                                          : FERRY_SOCK_LIVE_RECV)) {
+        int other = ferry_sock_live_has(comm, kind == FERRY_PX_SEND ? FERRY_SOCK_LIVE_RECV
+                                                                    : FERRY_SOCK_LIVE_SEND);
+
+        FERRY_WARN("%s(%p): not a live ferry socket %s comm (%s); NCCL must close each comm "
+                   "exactly once, with the call of its kind", op, comm,
+                   kind == FERRY_PX_SEND ? "send" : "recv",
+                   other ? (kind == FERRY_PX_SEND ? "it is a live recv comm: left open"
+                                                  : "it is a live send comm: left open")
+                         : "closed already?");
         return FERRY_ERR_INVALID;
-    ferry_sock_comm_destroy(c);
+    }
+    ferry_sock_comm_destroy(comm);
     return FERRY_OK;
 }
 

@@ -12,6 +12,44 @@
 #include "core/log.h"
 #include "socket/sock.h"
 
+/* Keepalive probes for a timeout of timeout_s: half of it idle, then three probes. */
+static void ferry_sock_keepalive_plan(int timeout_s, int *idle_p, int *intvl_p, int *cnt_p)
+{
+    int idle = timeout_s / 2 > 0 ? timeout_s / 2 : 1;
+    int intvl = (timeout_s - idle) / 3 > 0 ? (timeout_s - idle) / 3 : 1;
+
+    *idle_p = idle;
+    *intvl_p = intvl;
+    *cnt_p = 3;
+}
+
+/*
+ * A peer whose host died, or whose link went away, sends no FIN or RST: a
+ * stream with nothing in flight then waits forever, one with bytes in flight
+ * for some 15 minutes of retransmits. Keepalive finds the idle dead peer,
+ * TCP_USER_TIMEOUT bounds how long sent bytes stay unacknowledged (it also
+ * caps the keepalive probing); both end the stream with ETIMEDOUT, which
+ * fails the comm with a WARN naming the peer. A live receiver that is only
+ * slow still acknowledges window probes, so it does not trip it.
+ */
+static void ferry_sock_fd_timeout(int fd, const char *peer, int timeout_s)
+{
+    unsigned int user_ms = (unsigned int)timeout_s * 1000U;
+    int one = 1, idle, intvl, cnt;
+
+    if (timeout_s <= 0)
+        return;
+    ferry_sock_keepalive_plan(timeout_s, &idle, &intvl, &cnt);
+    if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl)) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof(user_ms)) != 0)
+        FERRY_WARN("socket to %s: keepalive / TCP_USER_TIMEOUT for %d s "
+                   "(NCCL_FERRY_SOCKET_TIMEOUT_S) refused: %s; a peer that vanishes without "
+                   "closing may then hang this stream", peer, timeout_s, strerror(errno));
+}
+
 ferry_status_t ferry_sock_fd_tune(int fd, const char *peer)
 {
     const ferry_config_t *cfg = &ferry_sock_state.cfg;
@@ -39,6 +77,7 @@ ferry_status_t ferry_sock_fd_tune(int fd, const char *peer)
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &cfg->rcvbuf, sizeof(cfg->rcvbuf)) != 0)
         FERRY_WARN("socket to %s: SO_RCVBUF=%d (NCCL_SOCKET_RCVBUF) refused: %s; using the "
                    "kernel default", peer, cfg->rcvbuf, strerror(errno));
+    ferry_sock_fd_timeout(fd, peer, cfg->socket_timeout_s);
     return FERRY_OK;
 }
 

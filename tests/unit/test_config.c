@@ -38,7 +38,7 @@ static const char *const vars[] = {
     "NCCL_FERRY_HELLO_TIMEOUT_MS", "NCCL_FERRY_DUMP_SIGNAL", "NCCL_FERRY_INLINE_MAX",
     "NCCL_FERRY_ASSIST_MAX", "NCCL_FERRY_TUNER", "NCCL_FERRY_TUNER_LL_BW",
     "NCCL_FERRY_TUNER_CHANNEL_BYTES", "NCCL_FERRY_ZEROCOPY", "NCCL_FERRY_ZEROCOPY_MIN",
-    "NCCL_FERRY_SOLO_MAX", "NCCL_FERRY_STALL_WARN_S",
+    "NCCL_FERRY_SOLO_MAX", "NCCL_FERRY_STALL_WARN_S", "NCCL_FERRY_SOCKET_TIMEOUT_S",
 };
 
 /* The suite may run bound to one CPU (a small container): defaults then differ. */
@@ -89,8 +89,10 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.tuner_channel_bytes, 2 << 20);
     assert_int_equal(cfg.solo_max, 64 << 10);
     assert_int_equal(cfg.stall_warn_s, 60);
+    assert_int_equal(cfg.socket_timeout_s, 30);
     ferry_config_format(&cfg, line, sizeof(line));
     assert_non_null(strstr(line, "tuner=1(default)"));
+    assert_non_null(strstr(line, "socket_timeout=30s(default)"));
     assert_non_null(strstr(line, "stall_warn=60s(default)"));
     assert_non_null(strstr(line, "backend=auto(default)"));
     if (!runner_has_one_cpu()) {
@@ -116,8 +118,11 @@ static void test_env_values_and_sources(void **state)
     setenv("NCCL_FERRY_DUMP_SIGNAL", "SIGUSR2", 1);
     setenv("NCCL_FERRY_SOLO_MAX", "0", 1);
     setenv("NCCL_FERRY_STALL_WARN_S", "0", 1);
+    setenv("NCCL_FERRY_SOCKET_TIMEOUT_S", "0", 1);
     assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
     assert_int_equal(cfg.stall_warn_s, 0);
+    assert_int_equal(cfg.socket_timeout_s, 0);
+    assert_int_equal(cfg.src[FERRY_CFG_SOCKET_TIMEOUT_S], FERRY_CFG_ENV);
     assert_int_equal(cfg.backend, FERRY_BACKEND_SOCKET);
     assert_int_equal(cfg.solo_max, 0);
     assert_string_equal(cfg.socket_ifname, "^docker,lo");
@@ -137,6 +142,10 @@ static void test_env_values_and_sources(void **state)
     assert_non_null(strstr(line, "ifname=^docker,lo(env)"));
     assert_non_null(strstr(line, "solo_max=0(env)"));
     assert_non_null(strstr(line, "stall_warn=0s(env)"));
+    assert_non_null(strstr(line, "socket_timeout=0s(env)"));
+    setenv("NCCL_FERRY_SOCKET_TIMEOUT_S", "3600", 1);
+    assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.socket_timeout_s, 3600);
 }
 
 /* NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD is honoured, product capped at 64. */
@@ -268,6 +277,9 @@ static void test_bad_values_rejected(void **state)
     expect_bad("NCCL_FERRY_ASSIST_MAX", "65M");
     expect_bad("NCCL_FERRY_ZEROCOPY", "3");
     expect_bad("NCCL_FERRY_ZEROCOPY_MIN", "1K");
+    expect_bad("NCCL_FERRY_SOCKET_TIMEOUT_S", "-1");
+    expect_bad("NCCL_FERRY_SOCKET_TIMEOUT_S", "3601");
+    expect_bad("NCCL_FERRY_SOCKET_TIMEOUT_S", "30s");
     /* Contradictory pair. */
     clear_env(NULL);
     setenv("NCCL_SOCKET_MIN_TASKSIZE", "4M", 1);
