@@ -19,6 +19,9 @@
 #      over --sizes. At least 3 and at most 5 repetitions (--reps N: exactly
 #      N); after the 3rd, one more starts only while the build's --budget
 #      (default 100 s) allows it. A configuration that fails is not retried.
+# --ib compares ferry's ib backend with NCCL's own IB transport, both over
+# tests/fakeibv (built here standalone; host buffers): configurations ferry-ib
+# and nccl-ib, the proof run with NCCL_FERRY_BACKEND=ib.
 # --variant adds a ferry configuration with extra variables (e.g.
 # ferry-s8:NCCL_FERRY_STREAMS=8) to the interleaved rotation; the summary lists
 # each variant's ratio to ferry's defaults. --no-proof skips (a).
@@ -39,6 +42,7 @@ OUTDIR_ARG=
 
 usage() { sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 PROOF=1
+IB=0
 VARIANTS=()
 
 while [ $# -gt 0 ]; do
@@ -49,6 +53,7 @@ while [ $# -gt 0 ]; do
     --budget) BUDGET=$2; shift ;;
     --sizes) SIZES=$2; shift ;;
     --no-proof) PROOF=0 ;;
+    --ib) IB=1 ;;
     --variant) VARIANTS+=("${2%%:*}"); FNB_VARIANT_ENV[${2%%:*}]=${2#*:}; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) usage >&2; exit 2 ;;
@@ -72,6 +77,12 @@ case ${NCCL_SEL:=both} in
   *) usage >&2; exit 2 ;;
 esac
 CONFIGS=(ferry socket-default socket-2x2 "${VARIANTS[@]}")
+PROOF_ENV=()
+if [ "$IB" = 1 ]; then
+  CONFIGS=(ferry-ib nccl-ib "${VARIANTS[@]}")
+  PROOF_ENV=(NCCL_FERRY_BACKEND=ib)
+  export FNB_SUMMARY_CONFIGS=ferry-ib,nccl-ib
+fi
 
 OUTDIR=$(fnb_outdir "$OUTDIR_ARG") || exit 2
 FAILED=0
@@ -101,7 +112,7 @@ proof() {
   local log=$OUTDIR/logs/proof-$b.log
   fnb_log "proof run, NCCL build '$b'"
   env LD_LIBRARY_PATH="$(build_ldpath "$b")" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV \
-      NCCL_NET_PLUGIN="$FNB_PLUGIN" NCCL_NET=ferry \
+      NCCL_NET_PLUGIN="$FNB_PLUGIN" NCCL_NET=ferry "${PROOF_ENV[@]}" \
       "$FNB_BENCH" -N 2 -o all "${PROOF_OPTS[@]}" --label "proof-$b" \
       --csv "$OUTDIR/proof-$b.csv" >"$log" 2>&1
   rc=$?
@@ -161,6 +172,11 @@ main() {
   fnb_log "output in $OUTDIR"
   fnb_build_ferry "$OUTDIR/logs/build-ferry.log" || { fnb_log "ferry build failed"; return 2; }
   fnb_build_bench "$OUTDIR/logs/build-bench.log" || { fnb_log "bench build failed"; return 2; }
+  if [ "$IB" = 1 ]; then
+    fnb_build_fakeibv "$OUTDIR/logs/build-fakeibv.log" || { fnb_log "fakeibv build failed"; return 2; }
+    BASE_LDPATH=$FNB_FAKEIBV_DIR${BASE_LDPATH:+:$BASE_LDPATH}
+    fnb_log "fakeibv $FNB_FAKEIBV_DIR (both ferry and NCCL's IB load libibverbs from there)"
+  fi
   fnb_log "plugin $FNB_PLUGIN, bench $FNB_BENCH"
   fnb_mps_start || return 2
   record_env

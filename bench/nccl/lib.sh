@@ -17,6 +17,9 @@ declare -A FNB_VARIANT_ENV=()
 fnb_config_env() {
   case $1 in
     ferry) echo "NCCL_NET_PLUGIN=$FNB_PLUGIN NCCL_NET=ferry" ;;
+    # ferry's ib backend and NCCL's own IB, both over fakeibv (compare.sh --ib).
+    ferry-ib) echo "NCCL_NET_PLUGIN=$FNB_PLUGIN NCCL_NET=ferry NCCL_FERRY_BACKEND=ib" ;;
+    nccl-ib) echo "NCCL_NET_PLUGIN=none NCCL_NET=IB" ;;
     socket-default) echo "NCCL_NET_PLUGIN=none NCCL_NET=Socket" ;;
     socket-1x1) echo "NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_SOCKET_NTHREADS=1 NCCL_NSOCKS_PERTHREAD=1" ;;
     socket-2x2) echo "NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_SOCKET_NTHREADS=2 NCCL_NSOCKS_PERTHREAD=2" ;;
@@ -47,9 +50,22 @@ fnb_build_ferry_gcc() {
       -D_GNU_SOURCE "-DFERRY_VERSION_STRING=\"${version:-0}\"" \
       -Wall -Wextra -Werror -Wno-unused-parameter \
       -I"$FNB_REPO/src" -I"$FNB_REPO/include" \
-      $(ls "$FNB_REPO"/src/{core,proxy,socket,ib,nccl}/*.c 2>/dev/null) \
+      $(ls "$FNB_REPO"/src/*.c "$FNB_REPO"/src/{core,proxy,socket,ib,nccl}/*.c 2>/dev/null) \
       -Wl,--version-script="$FNB_REPO/cmake/ferry.map" -Wl,--no-undefined -Wl,--as-needed \
       -ldl -o "$out"
+}
+
+# Builds tests/fakeibv (the emulated verbs device) standalone into $FNB_BUILD/fakeibv;
+# sets FNB_FAKEIBV_DIR to the folder holding its libibverbs.so.1.
+fnb_build_fakeibv() {
+  local log=$1 dir=$FNB_BUILD/fakeibv
+  if ! cmake -S "$FNB_REPO/tests/fakeibv" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$log" 2>&1 ||
+     ! cmake --build "$dir" -j "$(nproc)" --target fakeibv >>"$log" 2>&1; then
+    cat "$log" >&2
+    return 1
+  fi
+  FNB_FAKEIBV_DIR=$(dirname "$(find "$dir" -name libibverbs.so.1 -print -quit)")
+  [ -f "$FNB_FAKEIBV_DIR/libibverbs.so.1" ]
 }
 
 # Builds libnccl-net-ferry.so into $FNB_BUILD; sets FNB_PLUGIN to its absolute path.

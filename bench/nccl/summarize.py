@@ -12,7 +12,15 @@ import os
 import statistics
 import sys
 
-CONFIGS = ["ferry", "socket-default", "socket-2x2"]
+# The configurations compared, the first being ferry's (compare.sh --ib: ferry's ib
+# backend and NCCL's own IB over fakeibv).
+CONFIGS = os.environ.get("FNB_SUMMARY_CONFIGS", "ferry,socket-default,socket-2x2").split(",")
+NAMES = {"socket-default": "Socket default", "socket-2x2": "Socket 2x2", "nccl-ib": "NCCL IB",
+         "ferry-ib": "ferry ib"}
+
+
+def name(config):
+    return NAMES.get(config, config)
 TIME_TABLE_MAX = 512 << 10  # Latency-bound sizes get a time table too.
 
 
@@ -74,18 +82,19 @@ def build_section(build, rows, proof, md, summary):
     for op in sorted({k[0] for k in groups}):
         sizes = sorted({k[1] for k in groups if k[0] == op})
         md.append(f"### {op}: median busbw, GB/s (ratio > 1: ferry faster)\n")
-        md.append("| size | ferry | Socket default | Socket 2x2 | ferry / default | ferry / 2x2 |")
-        md.append("|---|---|---|---|---|---|")
+        md.append("| size | " + " | ".join(name(c) for c in CONFIGS) + " | "
+                  + " | ".join(f"{name(CONFIGS[0])} / {name(c)}" for c in CONFIGS[1:]) + " |")
+        md.append("|---|" + "---|" * (2 * len(CONFIGS) - 1))
         for s in sizes:
             bw = [median(groups, (op, s, c), 0) for c in CONFIGS]
-            md.append(f"| {human(s)} | {fmt(bw[0], 2)} | {fmt(bw[1], 2)} | {fmt(bw[2], 2)} | "
-                      f"{ratio(bw[0], bw[1])} | {ratio(bw[0], bw[2])} |")
+            md.append(f"| {human(s)} | " + " | ".join(fmt(b, 2) for b in bw) + " | "
+                      + " | ".join(ratio(bw[0], b) for b in bw[1:]) + " |")
         if variants:
             md.append(f"\n### {op}: ferry variants, median busbw GB/s (ratio to ferry's defaults)\n")
             md.append("| size | ferry | " + " | ".join(variants) + " |")
             md.append("|---|---|" + "---|" * len(variants))
             for s in sizes:
-                base = median(groups, (op, s, "ferry"), 0)
+                base = median(groups, (op, s, CONFIGS[0]), 0)
                 cells = []
                 for v in variants:
                     bw = median(groups, (op, s, v), 0)
@@ -94,12 +103,13 @@ def build_section(build, rows, proof, md, summary):
         small = [s for s in sizes if s <= TIME_TABLE_MAX]
         if small:
             md.append(f"\n### {op}: median time per operation, us (ratio < 1: ferry faster)\n")
-            md.append("| size | ferry | Socket default | Socket 2x2 | ferry / default | ferry / 2x2 |")
-            md.append("|---|---|---|---|---|---|")
+            md.append("| size | " + " | ".join(name(c) for c in CONFIGS) + " | "
+                      + " | ".join(f"{name(CONFIGS[0])} / {name(c)}" for c in CONFIGS[1:]) + " |")
+            md.append("|---|" + "---|" * (2 * len(CONFIGS) - 1))
             for s in small:
                 t = [median(groups, (op, s, c), 1) for c in CONFIGS]
-                md.append(f"| {human(s)} | {fmt(t[0], 1)} | {fmt(t[1], 1)} | {fmt(t[2], 1)} | "
-                          f"{ratio(t[0], t[1])} | {ratio(t[0], t[2])} |")
+                md.append(f"| {human(s)} | " + " | ".join(fmt(x, 1) for x in t) + " | "
+                          + " | ".join(ratio(t[0], x) for x in t[1:]) + " |")
         md.append("")
         for (o, s, c), vals in sorted(groups.items()):
             if o != op:

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # torch_ddp.sh: PyTorch DDP (NCCL backend) over ferry, 2 processes on GPU 0.
 #
-#   bench/nccl/torch_ddp.sh [OUTDIR]      (default $OUT, else bench/results/<date>-gpu)
+#   bench/nccl/torch_ddp.sh [--ib] [OUTDIR]   (default $OUT, else bench/results/<date>-gpu)
+#
+# --ib: ferry's ib backend over tests/fakeibv (built standalone), host buffers;
+# the log must also show ferry saying it uses the ib backend.
 #
 # Builds the plugin if needed, starts MPS (unless one runs), runs torch_ddp.py
 # with PyTorch's python and NCCL_NET=ferry, and passes only when the script
@@ -11,11 +14,19 @@ set -uo pipefail
 # shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-case ${1:-} in -h|--help) sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+IB=0
+case ${1:-} in
+  -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  --ib) IB=1; shift ;;
+esac
 OUTDIR=$(fnb_outdir "${1:-}") || exit 2
 PY=${FNB_PYTHON:-/opt/torch/.venv/bin/python3}
 [ -x "$PY" ] || PY=python3
 LOG=$OUTDIR/torch_ddp.log
+IB_ENV=()
+if [ "$IB" = 1 ]; then
+  LOG=$OUTDIR/torch_ddp_ib.log
+fi
 
 main() {
   local rc verdict=PASS counts
@@ -25,24 +36,31 @@ main() {
   if [ ! -f "$FNB_PLUGIN" ]; then
     fnb_build_ferry "$OUTDIR/logs/build-ferry-ddp.log" || { fnb_log "ferry build failed"; return 2; }
   fi
+  if [ "$IB" = 1 ]; then
+    fnb_build_fakeibv "$OUTDIR/logs/build-fakeibv-ddp.log" || { fnb_log "fakeibv build failed"; return 2; }
+    IB_ENV=(NCCL_FERRY_BACKEND=ib "LD_LIBRARY_PATH=$FNB_FAKEIBV_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+  fi
   fnb_mps_start || return 2
-  fnb_log "torch_ddp.py with $PY, plugin $FNB_PLUGIN"
+  fnb_log "torch_ddp.py with $PY, plugin $FNB_PLUGIN ${IB_ENV[*]}"
   # The timeout covers a hang anywhere, including inside NCCL.
   env -u NCCL_SOCKET_NTHREADS -u NCCL_NSOCKS_PERTHREAD \
       NCCL_NET_PLUGIN="$FNB_PLUGIN" NCCL_NET=ferry NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0 \
-      NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV \
+      NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV "${IB_ENV[@]}" \
       timeout -k 10 150 "$PY" "$FNB_DIR/torch_ddp.py" >"$LOG" 2>&1
   rc=$?
   counts=$(fnb_proof_check "$LOG" ferry)
   if [ $rc -ne 0 ] || ! grep -q '^torch_ddp: PASS' "$LOG" || ! fnb_proof_check "$LOG" ferry >/dev/null; then
     verdict=FAIL
   fi
+  if [ "$IB" = 1 ] && ! grep -q 'using the ib backend' "$LOG"; then
+    verdict=FAIL
+  fi
   {
     echo "torch_ddp: $verdict (exit $rc; $counts)"
     grep '^torch_ddp:' "$LOG"
     fnb_proof_excerpt "$LOG" | cut -c1-240 | sed 's/^/    /'
-  } >"$OUTDIR/torch_ddp.txt"
-  cat "$OUTDIR/torch_ddp.txt"
+  } >"${LOG%.log}.txt"
+  cat "${LOG%.log}.txt"
   [ $verdict = PASS ] || { tail -20 "$LOG"; return 1; }
 }
 

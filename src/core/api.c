@@ -12,8 +12,7 @@
 #include "core/api.h"
 #include "core/backend.h"
 #include "core/config.h"
-#include "ib/ib_probe.h"
-#include "proxy/registry.h"
+#include <stdio.h>
 
 #define FERRY_CTX_MAGIC 0x7874636b72726566ULL
 
@@ -34,21 +33,64 @@ static const ferry_backend_ops_t *ferry_api_be;
  */
 static const ferry_backend_ops_t *_Atomic ferry_api_data_be;
 
+/* NCCL_FERRY_BACKEND names one: that one, or a clear error when this build has none. */
+static ferry_status_t ferry_api_named_backend(const char *want, const ferry_backend_ops_t **be_p)
+{
+    char names[128] = "";
+    int i, n = 0;
+
+    for (i = 0; ferry_backends[i] != NULL; i++) {
+        if (strcmp(ferry_backends[i]->name, want) == 0) {
+            *be_p = ferry_backends[i];
+            FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET, "using the %s backend "
+                       "(NCCL_FERRY_BACKEND=%s)", want, want);
+            return FERRY_OK;
+        }
+        if (n < (int)sizeof(names))
+            n += snprintf(names + n, sizeof(names) - (size_t)n, "%s%s", i > 0 ? ", " : "",
+                          ferry_backends[i]->name);
+    }
+    FERRY_WARN("NCCL_FERRY_BACKEND=%s: this build of ferry has no %s backend (it has: %s); "
+               "use one of those or auto", want, want, names);
+    return FERRY_ERR_UNSUPPORTED;
+}
+
+/*
+ * auto: the first backend, in ferry_backends' order, that says it can run
+ * here, and one INFO line saying which and why (the others' reasons too).
+ */
+static ferry_status_t ferry_api_auto_backend(const ferry_config_t *cfg,
+                                             const ferry_backend_ops_t **be_p)
+{
+    char skipped[768] = "", why[384];
+    int i, n = 0;
+
+    for (i = 0; ferry_backends[i] != NULL; i++) {
+        const ferry_backend_ops_t *be = ferry_backends[i];
+
+        why[0] = '\0';
+        if (be->usable == NULL || be->usable(cfg, why, sizeof(why))) {
+            *be_p = be;
+            FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET, "using the %s backend "
+                       "(NCCL_FERRY_BACKEND=auto%s%s%s%s)", be->name,
+                       why[0] != '\0' ? ": " : "", why, skipped[0] != '\0' ? "; " : "",
+                       skipped);
+            return FERRY_OK;
+        }
+        if (n < (int)sizeof(skipped))
+            n += snprintf(skipped + n, sizeof(skipped) - (size_t)n, "%s%s not usable: %s",
+                          n > 0 ? "; " : "", be->name, why);
+    }
+    FERRY_WARN("NCCL_FERRY_BACKEND=auto: no backend can run here (%s)", skipped);
+    return FERRY_ERR_UNSUPPORTED;
+}
+
 static ferry_status_t ferry_api_pick_backend(const ferry_config_t *cfg,
                                              const ferry_backend_ops_t **be_p)
 {
-    char probe[256];
-
-    if (cfg->backend == FERRY_BACKEND_IB) {
-        ferry_ib_probe_verbs(probe, sizeof(probe));
-        FERRY_WARN("NCCL_FERRY_BACKEND=ib: this build of ferry has no ib backend yet (%s); "
-                   "use NCCL_FERRY_BACKEND=socket or auto, or NCCL's own IB transport "
-                   "(NCCL_NET=IB)", probe);
-        return FERRY_ERR_UNSUPPORTED;
-    }
-    /* auto: socket until the ib backend exists. */
-    *be_p = &ferry_sock_ops;
-    return FERRY_OK;
+    if (cfg->backend == FERRY_BACKEND_AUTO)
+        return ferry_api_auto_backend(cfg, be_p);
+    return ferry_api_named_backend(ferry_config_backend_name(cfg->backend), be_p);
 }
 
 /* First init of the process (or after the last finalize): config, backend, dump. */
@@ -61,16 +103,19 @@ static ferry_status_t ferry_api_bring_up(void)
     status = ferry_config_load(&ferry_api_cfg);
     if (status != FERRY_OK)
         return status;
-    ferry_config_format(&ferry_api_cfg, line, sizeof(line));
-    FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET | FERRY_LOG_ENV, "ferry %s, config %s",
-               FERRY_VERSION_STRING, line);
     status = ferry_api_pick_backend(&ferry_api_cfg, &be);
     if (status != FERRY_OK)
         return status;
     status = be->init(&ferry_api_cfg);
     if (status != FERRY_OK)
         return status;
-    ferry_px_dump_start(ferry_api_cfg.dump_signal);
+    /* After init: the backend's variables are parsed, and the line shows them too. */
+    ferry_config_format(&ferry_api_cfg, line, sizeof(line));
+    if (be->format_config != NULL)
+        be->format_config(line + strlen(line), sizeof(line) - strlen(line));
+    FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET | FERRY_LOG_ENV, "ferry %s, %s backend, config %s",
+               FERRY_VERSION_STRING, be->name, line);
+    ferry_services_start(&ferry_api_cfg);
     ferry_api_be = be;
     atomic_store(&ferry_api_data_be, be);
     return FERRY_OK;
@@ -119,7 +164,7 @@ ferry_status_t ferry_api_finalize(void *ctx)
     free(c);
     pthread_mutex_lock(&ferry_api_lock);
     if (--ferry_api_refs == 0 && ferry_api_be != NULL) {
-        ferry_px_dump_stop();
+        ferry_services_stop();
         ferry_api_be->fini();
         ferry_api_be = NULL;
     }
@@ -291,14 +336,4 @@ ferry_status_t ferry_api_close_listen(void *listen_comm)
 {
     FERRY_API_DATA_BE("close_listen");
     return be->close_listen(listen_comm);
-}
-
-/*
- * NCCL 2.28.9 dlcloses the plugin after its last comm, and v8..v10 have no
- * finalize at all: whatever the process-wide part started (the dump thread
- * and its signal handler) must be gone before the code is unmapped.
- */
-__attribute__((destructor)) static void ferry_api_unload(void)
-{
-    ferry_px_dump_stop();
 }

@@ -1,8 +1,10 @@
 /*
  * The one ops table each backend fills. src/core/api.c reaches a backend only
  * through it, so tests can plug in a fake backend and the core never branches
- * on which backend runs. Members are in NCCL order; none is NULL (optional
- * behaviour points at ferry_no_* below).
+ * on which backend runs. Which backends a build has is said above the core,
+ * in src/backends.c (ferry_backends). NCCL's members are in NCCL order and
+ * none is NULL (optional behaviour points at ferry_no_* below); usable and
+ * format_config may be NULL.
  */
 #ifndef FERRY_CORE_BACKEND_H
 #define FERRY_CORE_BACKEND_H
@@ -24,6 +26,13 @@ typedef struct ferry_backend_ops {
      * then needs the bundled tuner's corrections (core/tune.c).
      */
     int         host_staged;
+    /*
+     * NCCL_FERRY_BACKEND=auto: 1 if this backend can run here (ib: a usable
+     * port), with the reason in why either way. NULL: always usable.
+     */
+    int (*usable)(const ferry_config_t *cfg, char *why, size_t len);
+    /* Appends the backend's own variables (" NAME=value(source)") to the effective-config line. */
+    void (*format_config)(char *buf, size_t len);
     /* Process-wide bring-up (device discovery) and tear-down, called once each. */
     ferry_status_t (*init)(const ferry_config_t *cfg);
     void (*fini)(void);
@@ -56,6 +65,13 @@ ferry_status_t ferry_no_reg_mr_dmabuf(void *comm, void *data, size_t size, int t
 ferry_status_t ferry_no_iflush(void *recv_comm, int n, void **data, int *sizes,
                                void **mhandles, void **request_p);
 
-extern const ferry_backend_ops_t ferry_sock_ops;
+/*
+ * Defined above the core (src/backends.c): the backends of this build, in
+ * the order NCCL_FERRY_BACKEND=auto tries them, NULL-terminated; and what
+ * runs beside a backend while ferry is initialised (the signal dump).
+ */
+extern const ferry_backend_ops_t *const ferry_backends[];
+void ferry_services_start(const ferry_config_t *cfg);
+void ferry_services_stop(void);
 
 #endif

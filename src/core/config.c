@@ -281,9 +281,15 @@ ferry_status_t ferry_config_load(ferry_config_t *cfg)
     return FERRY_OK;
 }
 
+const char *ferry_config_backend_name(ferry_backend_kind_t kind)
+{
+    static const char *const names[] = {"auto", "socket", "ib"};
+
+    return (unsigned)kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "?";
+}
+
 void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
 {
-    static const char *const backends[] = {"auto", "socket", "ib"};
     const char *family = cfg->socket_family == AF_INET    ? "AF_INET"
                          : cfg->socket_family == AF_INET6 ? "AF_INET6"
                                                           : "any";
@@ -293,7 +299,7 @@ void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
              "hello_timeout=%dms(%s) dump_signal=%d(%s) spin=%dus(%s) inject_delay=%dus(%s) "
              "speed=%dMbps(%s) inline_max=%zu(%s) assist_max=%lld(%s) notsent_lowat=%d(%s) zerocopy=%d/%zu(%s) tuner=%d(%s) "
              "tuner_ll_bw=%dMB/s(%s) tuner_channel_bytes=%zu(%s) solo_max=%zu(%s) stall_warn=%ds(%s) gpu_staging=%d(%s) epoll=%d(%s)",
-             backends[cfg->backend], ferry_cfg_src_name(cfg->src[FERRY_CFG_BACKEND]),
+             ferry_config_backend_name(cfg->backend), ferry_cfg_src_name(cfg->src[FERRY_CFG_BACKEND]),
              cfg->socket_ifname[0] ? cfg->socket_ifname : "<nccl order>",
              ferry_cfg_src_name(cfg->src[FERRY_CFG_SOCKET_IFNAME]), family,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_SOCKET_FAMILY]), cfg->streams,

@@ -92,6 +92,8 @@ typedef struct ferry_config {
     ferry_cfg_src_t src[FERRY_CFG_COUNT];
 } ferry_config_t;
 
+/* "auto", "socket" or "ib": the value of NCCL_FERRY_BACKEND that names kind. */
+const char *ferry_config_backend_name(ferry_backend_kind_t kind);
 /* Parse the environment. On bad input: WARN naming variable, value and what is accepted. */
 ferry_status_t ferry_config_load(ferry_config_t *cfg);
 /* One line "name=value(source) ..." for the INIT log. */

@@ -9,10 +9,10 @@
 
 /* Guards the list and every comm's presence on it; comms unregister before they are freed. */
 static pthread_mutex_t ferry_px_registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static ferry_px_comm_t *ferry_px_registry_head;
+static ferry_px_ring_t *ferry_px_registry_head;
 static uint32_t ferry_px_registry_serial;
 
-void ferry_px_registry_add(ferry_px_comm_t *comm)
+void ferry_px_registry_add(ferry_px_ring_t *comm)
 {
     pthread_mutex_lock(&ferry_px_registry_lock);
     comm->serial = ++ferry_px_registry_serial;
@@ -24,7 +24,7 @@ void ferry_px_registry_add(ferry_px_comm_t *comm)
     pthread_mutex_unlock(&ferry_px_registry_lock);
 }
 
-void ferry_px_registry_remove(ferry_px_comm_t *comm)
+void ferry_px_registry_remove(ferry_px_ring_t *comm)
 {
     pthread_mutex_lock(&ferry_px_registry_lock);
     if (comm->reg_prev != NULL)
@@ -37,9 +37,9 @@ void ferry_px_registry_remove(ferry_px_comm_t *comm)
     pthread_mutex_unlock(&ferry_px_registry_lock);
 }
 
-int ferry_px_registry_foreach(void (*fn)(ferry_px_comm_t *comm, void *arg), void *arg)
+int ferry_px_registry_foreach(void (*fn)(ferry_px_ring_t *comm, void *arg), void *arg)
 {
-    ferry_px_comm_t *comm;
+    ferry_px_ring_t *comm;
     int n = 0;
 
     pthread_mutex_lock(&ferry_px_registry_lock);

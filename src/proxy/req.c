@@ -19,6 +19,11 @@ const char *ferry_px_req_state_str(int state)
     return ferry_px_req_state_names[state];
 }
 
+const char *ferry_px_req_kind_str(ferry_px_req_kind_t kind)
+{
+    return kind == FERRY_PX_SEND ? "send" : kind == FERRY_PX_RECV ? "recv" : "flush";
+}
+
 uint64_t ferry_px_now_ns(void)
 {
     struct timespec ts;
@@ -57,39 +62,56 @@ ferry_px_chunk_plan_t ferry_px_chunk_plan(size_t size, int nlanes, size_t min_ch
     return plan;
 }
 
-void ferry_px_req_post(ferry_px_req_t *req, ferry_px_req_kind_t kind, uint32_t seq, void *buf,
-                       void *mem, int gated, size_t size, ferry_px_chunk_plan_t plan)
+void ferry_px_req_post(ferry_px_req_t *req, ferry_px_req_kind_t kind, uint32_t seq, int n,
+                       const ferry_px_sub_t *subs, int gated, uint32_t nparts,
+                       size_t part_size)
 {
+    int i;
+
     assert(atomic_load(&req->state) == FERRY_PX_REQ_FREE);
+    assert(n >= 1 && n <= FERRY_PX_MAX_SUBS);
     req->kind = kind;
     req->seq = seq;
-    req->buf = buf;
-    req->mem = mem;
+    req->n = n;
+    for (i = 0; i < n; i++) {
+        req->sub[i].buf = subs[i].buf;
+        req->sub[i].capacity = subs[i].capacity;
+        req->sub[i].tag = subs[i].tag;
+        req->sub[i].mem = subs[i].mem;
+        req->sub[i].raddr = 0;
+        memset(req->sub[i].rkey, 0, sizeof(req->sub[i].rkey));
+        /* A send reports what it sends; a receive learns its size from the peer. */
+        atomic_store_explicit(&req->sub[i].size, kind == FERRY_PX_SEND ? subs[i].capacity : 0,
+                              memory_order_relaxed);
+    }
     atomic_store_explicit(&req->gated, gated, memory_order_relaxed);
-    req->capacity = size;
-    req->chunk_size = plan.chunk_size;
+    req->part_size = part_size;
     req->status = FERRY_OK;
+    req->backend_word = 0;
     req->post_ns = ferry_px_now_ns();
     atomic_store_explicit(&req->last_ns, req->post_ns, memory_order_relaxed);
     atomic_store_explicit(&req->start_ns, 0, memory_order_relaxed);
     atomic_store_explicit(&req->done_ns, 0, memory_order_relaxed);
-    atomic_store_explicit(&req->size, kind == FERRY_PX_SEND ? size : 0, memory_order_relaxed);
-    atomic_store_explicit(&req->nchunks, kind == FERRY_PX_SEND ? plan.nchunks : 0,
-                          memory_order_relaxed);
+    atomic_store_explicit(&req->nparts, nparts, memory_order_relaxed);
     atomic_store_explicit(&req->posted, 0, memory_order_relaxed);
     atomic_store_explicit(&req->transmitted, 0, memory_order_relaxed);
     atomic_store_explicit(&req->received, 0, memory_order_relaxed);
     atomic_store_explicit(&req->done, 0, memory_order_relaxed);
     atomic_store_explicit(&req->bytes, 0, memory_order_relaxed);
-    /* Publishes every field above to the lanes that match or claim it. */
+    /* Publishes every field above to the threads that match or claim it. */
     atomic_store_explicit(&req->state, FERRY_PX_REQ_POSTED, memory_order_release);
 }
 
-void ferry_px_req_chunk_start(ferry_px_req_t *req)
+void ferry_px_req_part_start(ferry_px_req_t *req)
+{
+    ferry_px_req_parts_start(req, 1);
+}
+
+void ferry_px_req_parts_start(ferry_px_req_t *req, uint32_t k)
 {
     int expected = FERRY_PX_REQ_POSTED;
 
-    atomic_fetch_add_explicit(&req->posted, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&req->posted, k, memory_order_relaxed);
     if (atomic_compare_exchange_strong(&req->state, &expected, FERRY_PX_REQ_ACTIVE)) {
         uint64_t now = ferry_px_now_ns();
 
@@ -99,18 +121,18 @@ void ferry_px_req_chunk_start(ferry_px_req_t *req)
     }
 }
 
-ferry_status_t ferry_px_req_learn(ferry_px_req_t *req, uint64_t msg_size, uint32_t nchunks)
+ferry_status_t ferry_px_req_learn(ferry_px_req_t *req, uint64_t msg_size, uint32_t nparts)
 {
     uint32_t expected = 0;
 
-    if (msg_size > req->capacity)
+    if (msg_size > req->sub[0].capacity)
         return FERRY_ERR_USAGE;
-    if (nchunks == 0)
+    if (nparts == 0)
         return FERRY_ERR_REMOTE;
     /* Every chunk carries the same size; the first lane to arrive records it. */
-    atomic_store_explicit(&req->size, msg_size, memory_order_relaxed);
-    if (!atomic_compare_exchange_strong(&req->nchunks, &expected, nchunks) &&
-        expected != nchunks)
+    atomic_store_explicit(&req->sub[0].size, msg_size, memory_order_relaxed);
+    if (!atomic_compare_exchange_strong(&req->nparts, &expected, nparts) &&
+        expected != nparts)
         return FERRY_ERR_REMOTE;
     return FERRY_OK;
 }
@@ -121,22 +143,27 @@ void ferry_px_req_progress(ferry_px_req_t *req, size_t bytes)
     atomic_store_explicit(&req->last_ns, ferry_px_now_ns(), memory_order_relaxed);
 }
 
-void ferry_px_req_chunk_moved(ferry_px_req_t *req)
+static void ferry_px_req_parts_moved(ferry_px_req_t *req, uint32_t k)
 {
-    if (req->kind == FERRY_PX_SEND)
-        atomic_fetch_add_explicit(&req->transmitted, 1, memory_order_relaxed);
+    if (req->kind == FERRY_PX_RECV)
+        atomic_fetch_add_explicit(&req->received, k, memory_order_relaxed);
     else
-        atomic_fetch_add_explicit(&req->received, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&req->transmitted, k, memory_order_relaxed);
 }
 
-void ferry_px_req_chunk_done(ferry_px_req_t *req)
+void ferry_px_req_part_moved(ferry_px_req_t *req)
+{
+    ferry_px_req_parts_moved(req, 1);
+}
+
+static void ferry_px_req_parts_done(ferry_px_req_t *req, uint32_t k)
 {
     uint32_t done;
 
-    /* acq_rel: the lane retiring the last chunk sees every other lane's copy. */
-    done = atomic_fetch_add_explicit(&req->done, 1, memory_order_acq_rel) + 1;
-    assert(done <= atomic_load(&req->nchunks));
-    if (done == atomic_load_explicit(&req->nchunks, memory_order_relaxed)) {
+    /* acq_rel: the thread retiring the last part sees every other thread's copy. */
+    done = atomic_fetch_add_explicit(&req->done, k, memory_order_acq_rel) + k;
+    assert(done <= atomic_load(&req->nparts));
+    if (done == atomic_load_explicit(&req->nparts, memory_order_relaxed)) {
         int expected = FERRY_PX_REQ_ACTIVE;
 
         /* Before the state: whoever sees DONE sees the time too. */
@@ -146,20 +173,30 @@ void ferry_px_req_chunk_done(ferry_px_req_t *req)
     }
 }
 
-void ferry_px_req_chunk_finish(ferry_px_req_t *req, size_t bytes)
+void ferry_px_req_part_done(ferry_px_req_t *req)
+{
+    ferry_px_req_parts_done(req, 1);
+}
+
+void ferry_px_req_part_finish(ferry_px_req_t *req, size_t bytes)
+{
+    ferry_px_req_parts_finish(req, 1, bytes);
+}
+
+void ferry_px_req_parts_finish(ferry_px_req_t *req, uint32_t k, size_t bytes)
 {
     if (bytes > 0)
         ferry_px_req_progress(req, bytes);
-    ferry_px_req_chunk_moved(req);
-    ferry_px_req_chunk_done(req);
+    ferry_px_req_parts_moved(req, k);
+    ferry_px_req_parts_done(req, k);
 }
 
 int ferry_px_req_all_moved(const ferry_px_req_t *req)
 {
-    uint32_t nchunks = atomic_load(&req->nchunks);
+    uint32_t nparts = atomic_load(&req->nparts);
 
-    return nchunks != 0 &&
-           atomic_load(&req->transmitted) + atomic_load(&req->received) == nchunks;
+    return nparts != 0 &&
+           atomic_load(&req->transmitted) + atomic_load(&req->received) == nparts;
 }
 
 void ferry_px_req_fail(ferry_px_req_t *req, ferry_status_t status)
@@ -176,7 +213,7 @@ void ferry_px_req_fail(ferry_px_req_t *req, ferry_status_t status)
 
 int ferry_px_req_check(const ferry_px_req_t *req)
 {
-    uint32_t nchunks = atomic_load(&req->nchunks);
+    uint32_t nparts = atomic_load(&req->nparts);
     uint32_t posted = atomic_load(&req->posted);
     uint32_t moved = atomic_load(&req->transmitted) + atomic_load(&req->received);
     uint32_t done = atomic_load(&req->done);
@@ -184,9 +221,9 @@ int ferry_px_req_check(const ferry_px_req_t *req)
 
     if (done > moved || moved > posted)
         return 0;
-    if (nchunks != 0 && posted > nchunks)
+    if (nparts != 0 && posted > nparts)
         return 0;
-    if (state == FERRY_PX_REQ_DONE && (nchunks == 0 || done != nchunks))
+    if (state == FERRY_PX_REQ_DONE && (nparts == 0 || done != nparts))
         return 0;
     return 1;
 }

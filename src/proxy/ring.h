@@ -147,7 +147,10 @@ void ferry_px_ring_vfail(ferry_px_ring_t *ring, ferry_status_t status, const cha
                          va_list ap) __attribute__((format(printf, 3, 0)));
 /* "socket recv comm 0x.. #3 peer 1.2.3.4:5" for log lines. */
 void ferry_px_ring_describe(const ferry_px_ring_t *ring, char *buf, size_t len);
-/* One request's counters in words ("state ACTIVE, WRs posted 2, done 1 of 2, ..."). */
+/* A request's counters in words ("state ACTIVE, WRs posted 2, done 1 of 2, ..."). */
+void ferry_px_ring_req_counters(const ferry_px_ring_t *ring, const ferry_px_req_t *req,
+                                char *buf, size_t len);
+/* The same after "send request seq 5", for log lines. */
 void ferry_px_ring_req_words(const ferry_px_ring_t *ring, const ferry_px_req_t *req, char *buf,
                              size_t len);
 /* The stall check test() runs (ring_stall.c); exposed for tests. */

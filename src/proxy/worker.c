@@ -17,8 +17,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
-#include "proxy/comm.h"
-#include "proxy/registry.h"
+#include "proxy/stream.h"
 #include "proxy/worker_wait.h"
 
 /* A safety net only: every state change that matters kicks the worker. */
@@ -29,7 +28,7 @@
 /* One sweep over the worker's lanes; revents from the last poll, if any. */
 static long ferry_px_worker_sweep(ferry_px_worker_t *w, const ferry_px_pollset_t *ps)
 {
-    ferry_px_comm_t *comm = w->comm;
+    ferry_px_stream_t *comm = w->comm;
     short revents[FERRY_PX_MAX_LANES] = {0};
     long work = 0;
     int i, lane;
@@ -40,9 +39,9 @@ static long ferry_px_worker_sweep(ferry_px_worker_t *w, const ferry_px_pollset_t
     for (lane = w->index; lane < comm->nlanes; lane += comm->nworkers) {
         long r;
 
-        if (lane == 0 && ferry_px_comm_lane0_held_ns(comm, ferry_px_now_ns()) > 0)
+        if (lane == 0 && ferry_px_stream_lane0_held_ns(comm, ferry_px_now_ns()) > 0)
             continue;
-        r = ferry_px_comm_progress_lane(comm, lane, revents[lane]);
+        r = ferry_px_stream_progress_lane(comm, lane, revents[lane]);
         if (r > 0)
             work += r;
     }
@@ -51,7 +50,7 @@ static long ferry_px_worker_sweep(ferry_px_worker_t *w, const ferry_px_pollset_t
 
 static void ferry_px_worker_sleep(ferry_px_worker_t *w, ferry_px_pollset_t *ps)
 {
-    ferry_px_comm_t *comm = w->comm;
+    ferry_px_stream_t *comm = w->comm;
     uint64_t drained, held_ns, wait_ns;
     struct timespec ts;
     int lane, fd, rc, failed;
@@ -61,8 +60,8 @@ static void ferry_px_worker_sleep(ferry_px_worker_t *w, ferry_px_pollset_t *ps)
     ps->fds[0].events = POLLIN;
     ps->lane_of[0] = -1;
     ps->n = 1;
-    held_ns = ferry_px_comm_lane0_held_ns(comm, ferry_px_now_ns());
-    failed = atomic_load_explicit(&comm->failed, memory_order_relaxed) != 0;
+    held_ns = ferry_px_stream_lane0_held_ns(comm, ferry_px_now_ns());
+    failed = atomic_load_explicit(&comm->ring.failed, memory_order_relaxed) != 0;
     if (!failed && w->ep_fd < 0) {
         for (lane = w->index; lane < comm->nlanes; lane += comm->nworkers) {
             short ev = lane == 0 && held_ns > 0 ? 0 : comm->ops->wants(comm, lane, &fd);
@@ -76,7 +75,7 @@ static void ferry_px_worker_sleep(ferry_px_worker_t *w, ferry_px_pollset_t *ps)
         }
     }
     /* Held-back completions (inject delay) wake the worker when due... */
-    wait_ns = ferry_px_comm_defer_next_ns(comm, w->index);
+    wait_ns = ferry_px_stream_defer_next_ns(comm, w->index);
     /* ...and it takes lane 0 back when NCCL's thread stops calling in. */
     if (held_ns > 0 && held_ns < wait_ns)
         wait_ns = held_ns;
@@ -90,8 +89,8 @@ static void ferry_px_worker_sleep(ferry_px_worker_t *w, ferry_px_pollset_t *ps)
         rc = ppoll(ps->fds, (nfds_t)ps->n, &ts, NULL);
     ferry_px_stat_add(&w->stats.sleeps, 1);
     if (rc < 0 && errno != EINTR)
-        FERRY_WARN("%s comm #%u peer %s worker %d: poll failed: %s; retrying", comm->backend,
-                   comm->serial, comm->peer, w->index, strerror(errno));
+        FERRY_WARN("%s comm #%u peer %s worker %d: poll failed: %s; retrying", comm->ring.backend,
+                   comm->ring.serial, comm->ring.peer, w->index, strerror(errno));
     if (rc > 0 && (ps->fds[0].revents & POLLIN)) {
         ssize_t n = read(w->wake_fd, &drained, sizeof(drained));
         (void)n;
@@ -147,7 +146,7 @@ static void ferry_px_spin_release(void)
  * Returns 1 while the idle worker should sweep again instead of sleeping;
  * idle_since is the start of its idle stretch (0 before the first call).
  */
-static int ferry_px_worker_keep_spinning(const ferry_px_comm_t *comm, uint64_t *idle_since,
+static int ferry_px_worker_keep_spinning(const ferry_px_stream_t *comm, uint64_t *idle_since,
                                          int *spinning)
 {
     uint64_t now;
@@ -168,15 +167,15 @@ static int ferry_px_worker_keep_spinning(const ferry_px_comm_t *comm, uint64_t *
 static void *ferry_px_worker_main(void *arg)
 {
     ferry_px_worker_t *w = arg;
-    ferry_px_comm_t *comm = w->comm;
+    ferry_px_stream_t *comm = w->comm;
     ferry_px_pollset_t ps;
     int have_poll = 0;
     uint64_t idle_since = 0; /* Start of the current idle stretch, 0 when busy. */
     int spinning = 0;          /* Holds one of the process' spin slots. */
     char name[16];
 
-    snprintf(name, sizeof(name), "ferry-%c%u-%d", comm->kind == FERRY_PX_SEND ? 's' : 'r',
-             comm->serial % 100000, w->index);
+    snprintf(name, sizeof(name), "ferry-%c%u-%d", comm->ring.kind == FERRY_PX_SEND ? 's' : 'r',
+             comm->ring.serial % 100000, w->index);
     pthread_setname_np(pthread_self(), name);
     if (comm->has_cpus && pthread_setaffinity_np(pthread_self(), sizeof(comm->cpus),
                                                   &comm->cpus) != 0)
@@ -216,7 +215,7 @@ static void *ferry_px_worker_main(void *arg)
     return NULL;
 }
 
-ferry_status_t ferry_px_comm_start(ferry_px_comm_t *comm)
+ferry_status_t ferry_px_stream_start(ferry_px_stream_t *comm)
 {
     char desc[160];
     int i, rc;
@@ -226,7 +225,7 @@ ferry_status_t ferry_px_comm_start(ferry_px_comm_t *comm)
         if (comm->defer == NULL)
             return FERRY_ERR_NO_MEMORY;
     }
-    ferry_px_registry_add(comm);
+    ferry_px_ring_register(&comm->ring);
     for (i = 0; i < comm->nworkers; i++) {
         ferry_px_worker_t *w = &comm->workers[i];
 
@@ -234,7 +233,7 @@ ferry_status_t ferry_px_comm_start(ferry_px_comm_t *comm)
         w->index = i;
         w->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (w->wake_fd < 0) {
-            ferry_px_comm_describe(comm, desc, sizeof(desc));
+            ferry_px_ring_describe(&comm->ring, desc, sizeof(desc));
             FERRY_WARN("%s: eventfd for helper thread %d failed: %s; raise the open-file limit "
                        "(ulimit -n)", desc, i, strerror(errno));
             goto err_stop;
@@ -244,7 +243,7 @@ ferry_status_t ferry_px_comm_start(ferry_px_comm_t *comm)
             ferry_px_worker_epoll_open(w);
         rc = pthread_create(&w->thread, NULL, ferry_px_worker_main, w);
         if (rc != 0) {
-            ferry_px_comm_describe(comm, desc, sizeof(desc));
+            ferry_px_ring_describe(&comm->ring, desc, sizeof(desc));
             FERRY_WARN("%s: cannot start helper thread %d: %s; check the process' thread limit "
                        "(ulimit -u) or lower NCCL_FERRY_THREADS", desc, i, strerror(rc));
             goto err_stop;
@@ -254,18 +253,18 @@ ferry_status_t ferry_px_comm_start(ferry_px_comm_t *comm)
     return FERRY_OK;
 
 err_stop:
-    ferry_px_comm_stop(comm);
+    ferry_px_stream_stop(comm);
     return FERRY_ERR_IO;
 }
 
-void ferry_px_comm_stop(ferry_px_comm_t *comm)
+void ferry_px_stream_stop(ferry_px_stream_t *comm)
 {
     uint64_t one = 1;
     int i;
 
     /*
      * Stop, wake and join every worker before closing any wake fd: a worker
-     * still running may kick its siblings (ferry_px_comm_fail), and a closed
+     * still running may kick its siblings (ferry_px_ring_fail), and a closed
      * fd number can already belong to someone else's socket.
      */
     atomic_store_explicit(&comm->stop, 1, memory_order_release);
@@ -273,8 +272,8 @@ void ferry_px_comm_stop(ferry_px_comm_t *comm)
         ferry_px_worker_t *w = &comm->workers[i];
 
         if (w->wake_fd >= 0 && write(w->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-            FERRY_WARN("%s comm #%u: waking helper thread %d failed: %s", comm->backend,
-                       comm->serial, i, strerror(errno));
+            FERRY_WARN("%s comm #%u: waking helper thread %d failed: %s", comm->ring.backend,
+                       comm->ring.serial, i, strerror(errno));
     }
     for (i = 0; i < comm->nworkers; i++) {
         if (comm->workers[i].started)
@@ -287,7 +286,7 @@ void ferry_px_comm_stop(ferry_px_comm_t *comm)
         comm->workers[i].wake_fd = -1;
         ferry_px_worker_epoll_close(&comm->workers[i]);
     }
-    ferry_px_registry_remove(comm);
+    ferry_px_ring_unregister(&comm->ring);
     free(comm->defer);
     comm->defer = NULL;
 }

@@ -19,7 +19,7 @@
 void ferry_px_worker_epoll_open(ferry_px_worker_t *w)
 {
     struct epoll_event ev;
-    ferry_px_comm_t *comm = w->comm;
+    ferry_px_stream_t *comm = w->comm;
 
     memset(w->ep_events, 0, sizeof(w->ep_events));
     w->ep_fd = epoll_create1(EPOLL_CLOEXEC);
@@ -34,7 +34,7 @@ void ferry_px_worker_epoll_open(ferry_px_worker_t *w)
     w->ep_fd = -1;
 fail:
     FERRY_INFO(FERRY_LOG_NET, "%s comm #%u helper thread %d: epoll unavailable (%s); it waits "
-               "in poll", comm->backend, comm->serial, w->index, strerror(errno));
+               "in poll", comm->ring.backend, comm->ring.serial, w->index, strerror(errno));
 }
 
 void ferry_px_worker_epoll_close(ferry_px_worker_t *w)
@@ -87,7 +87,7 @@ int ferry_px_worker_epoll_wait(ferry_px_worker_t *w, ferry_px_pollset_t *ps, int
                                int skip_lane0, const struct timespec *ts)
 {
     struct epoll_event evs[FERRY_PX_MAX_LANES + 1];
-    ferry_px_comm_t *comm = w->comm;
+    ferry_px_stream_t *comm = w->comm;
     int lane, fd, rc, i;
 
     for (lane = w->index; lane < comm->nlanes; lane += comm->nworkers) {

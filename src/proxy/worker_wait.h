@@ -10,7 +10,7 @@
 #include <poll.h>
 #include <time.h>
 
-#include "proxy/comm.h"
+#include "proxy/stream.h"
 
 typedef struct ferry_px_pollset {
     struct pollfd fds[FERRY_PX_MAX_LANES + 1];

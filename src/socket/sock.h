@@ -6,7 +6,7 @@
 #include <sched.h>
 
 #include "core/backend.h"
-#include "proxy/comm.h"
+#include "proxy/stream.h"
 #include "socket/sock_gpu.h"
 #include "socket/sock_if.h"
 #include "socket/sock_wire.h"
@@ -42,7 +42,7 @@ extern ferry_sock_state_t ferry_sock_state;
 
 /*
  * One TCP stream. Fields are touched by whoever holds the lane (its helper
- * thread, or NCCL's thread assisting, see ferry_px_comm_progress_lane);
+ * thread, or NCCL's thread assisting, see ferry_px_stream_progress_lane);
  * the ones a sleeping worker reads without holding it are atomics.
  */
 typedef struct ferry_sock_lane {
@@ -78,7 +78,7 @@ typedef struct ferry_sock_lane {
 } ferry_sock_lane_t;
 
 typedef struct ferry_sock_comm {
-    ferry_px_comm_t   px;            /* First: requests point back to it. */
+    ferry_px_stream_t   px;            /* First: requests point back to it. */
     uint64_t          magic;         /* FERRY_SOCK_COMM_MAGIC while alive. */
     int               dev;
     _Atomic int       closed_lanes;  /* Lanes that saw EOF. */
@@ -147,6 +147,9 @@ static inline char *ferry_sock_mr_dev(const ferry_sock_mr_t *mr, const char *sha
     return mr->base + (shadow_addr - mr->gpu.shadow);
 }
 
+/* The backend's ops table (sock_ops.c). */
+extern const ferry_backend_ops_t ferry_sock_ops;
+
 /* sock_dev.c */
 ferry_status_t ferry_sock_init(const ferry_config_t *cfg);
 void ferry_sock_fini(void);
@@ -185,7 +188,7 @@ void ferry_sock_zc_sent(ferry_sock_comm_t *c, int li, int flags);
 /* The chunk in hand is fully queued: complete it now, or once the kernel releases it. */
 void ferry_sock_zc_chunk_queued(ferry_sock_comm_t *c, int li);
 /* Read the kernel's releases and complete the chunks they cover (lane ops retire). */
-long ferry_sock_zc_retire(ferry_px_comm_t *px, int li);
+long ferry_sock_zc_retire(ferry_px_stream_t *px, int li);
 extern const ferry_px_lane_ops_t ferry_sock_recv_lane_ops;
 /* sock_gpu_path.c: GPU buffers in the data path. */
 /* List a registered GPU region with its comm; unlink it (after the comm's queued copies). */
@@ -203,6 +206,9 @@ ferry_px_req_t *ferry_sock_post_recv(ferry_sock_comm_t *c, void *data, size_t si
 ferry_status_t ferry_sock_gpu_open_sends(ferry_sock_comm_t *c);
 ferry_status_t ferry_sock_gpu_start_recvs(ferry_sock_comm_t *c, const ferry_px_req_t *oldest);
 /* Lane ops finish: a DONE receive into GPU memory is reported once its copy there is done. */
-ferry_status_t ferry_sock_recv_finish(ferry_px_comm_t *px, ferry_px_req_t *req, int *ready);
+ferry_status_t ferry_sock_recv_finish(ferry_px_ring_t *ring, ferry_px_req_t *req, int *ready);
+/* sock_ring.c: the socket backend's ring ops (its words in warnings and the dump). */
+extern const ferry_px_ring_ops_t ferry_sock_send_ring_ops;
+extern const ferry_px_ring_ops_t ferry_sock_recv_ring_ops;
 
 #endif

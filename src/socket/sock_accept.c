@@ -234,7 +234,7 @@ ferry_status_t ferry_sock_accept(void *listen_comm, void **recv_comm_p)
         if (status != FERRY_OK)
             return status;
         FERRY_INFO(FERRY_LOG_NET, "accepted connection from %s on %s: %d streams, recv comm #%u",
-                   comm->px.peer, lc->addr_str, comm->px.nlanes, comm->px.serial);
+                   comm->px.ring.peer, lc->addr_str, comm->px.nlanes, comm->px.ring.serial);
         *recv_comm_p = comm;
         return FERRY_OK;
     }

@@ -20,10 +20,12 @@ ferry_status_t ferry_sock_comm_create(ferry_px_req_kind_t kind, int dev, const i
         status = FERRY_ERR_NO_MEMORY;
         goto err_close_fds;
     }
-    status = ferry_px_comm_init(&comm->px, kind, "socket", peer, nlanes, cfg->threads,
-                                cfg->chunk_min, cfg->chunk_max,
-                                kind == FERRY_PX_SEND ? &ferry_sock_send_lane_ops
-                                                      : &ferry_sock_recv_lane_ops);
+    status = ferry_px_stream_init(&comm->px, kind, "socket", peer, nlanes, cfg->threads,
+                                  cfg->chunk_min, cfg->chunk_max,
+                                  kind == FERRY_PX_SEND ? &ferry_sock_send_lane_ops
+                                                        : &ferry_sock_recv_lane_ops,
+                                  kind == FERRY_PX_SEND ? &ferry_sock_send_ring_ops
+                                                        : &ferry_sock_recv_ring_ops);
     if (status != FERRY_OK)
         goto err_free;
     comm->magic = FERRY_SOCK_COMM_MAGIC;
@@ -33,8 +35,8 @@ ferry_status_t ferry_sock_comm_create(ferry_px_req_kind_t kind, int dev, const i
     comm->px.assist_test_max = cfg->assist_max < 0 ? cfg->inline_max : (size_t)cfg->assist_max;
     comm->px.solo_max = cfg->solo_max;
     comm->px.inject_delay_us = (unsigned)cfg->inject_delay_us;
-    comm->px.stall_ns = (uint64_t)cfg->stall_warn_s * 1000000000ULL;
-    comm->px.hold_hint = "GPU staging: a copy between GPU memory and its host shadow has not "
+    comm->px.ring.stall_ns = (uint64_t)cfg->stall_warn_s * 1000000000ULL;
+    comm->px.ring.hold_hint = "GPU staging: a copy between GPU memory and its host shadow has not "
                          "completed; check nvidia-smi and dmesg for Xid errors, or set "
                          "NCCL_FERRY_GPU_STAGING=0";
     comm->px.use_epoll = cfg->epoll;
@@ -51,7 +53,7 @@ ferry_status_t ferry_sock_comm_create(ferry_px_req_kind_t kind, int dev, const i
     comm->zc_min = cfg->zerocopy ? cfg->zerocopy_min : 0;
     comm->zc_keep = cfg->zerocopy == 2;
     ferry_sock_zc_setup(comm);
-    status = ferry_px_comm_start(&comm->px);
+    status = ferry_px_stream_start(&comm->px);
     if (status != FERRY_OK)
         goto err_close_comm;
     *comm_p = comm;
@@ -75,12 +77,12 @@ void ferry_sock_comm_destroy(ferry_sock_comm_t *comm)
 {
     int i;
 
-    ferry_px_comm_stop(&comm->px);
+    ferry_px_stream_stop(&comm->px);
     ferry_sock_mr_forget_comm(comm);
     ferry_sock_gpu_queue_fini(&comm->gpu);
     for (i = 0; i < comm->px.nlanes; i++)
         close(comm->lanes[i].fd);
-    pthread_mutex_destroy(&comm->px.lock);
+    ferry_px_ring_fini(&comm->px.ring);
     comm->magic = 0;
     free(comm);
 }

@@ -243,8 +243,8 @@ ferry_status_t ferry_sock_connect(ferry_ctx_t *ctx, int dev, void *handle, int t
     ferry_sock_stage_free(st, h);
     if (status != FERRY_OK)
         return status;
-    FERRY_INFO(FERRY_LOG_NET, "connected to %s: %d streams, send comm #%u", comm->px.peer,
-               comm->px.nlanes, comm->px.serial);
+    FERRY_INFO(FERRY_LOG_NET, "connected to %s: %d streams, send comm #%u", comm->px.ring.peer,
+               comm->px.nlanes, comm->px.ring.serial);
     *send_comm_p = comm;
     return FERRY_OK;
 }

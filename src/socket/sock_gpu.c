@@ -1,145 +1,31 @@
 /* GPU buffers staged through pinned host shadows by the copy engines (why: sock_gpu.h). */
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "core/cuda_driver.h"
 #include "core/log.h"
 #include "socket/sock_gpu.h"
 
-/* The few driver API types and constants used, without cuda.h (not needed to build). */
-typedef int ferry_cu_result_t;
-typedef int ferry_cu_device_t;
-typedef void *ferry_cu_ctx_t;
-typedef void *ferry_cu_stream_t;
-typedef void *ferry_cu_event_t;
-typedef unsigned long long ferry_cu_ptr_t;
-#define FERRY_CU_POINTER_ATTRIBUTE_MEMORY_TYPE    2
-#define FERRY_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
-#define FERRY_CU_MEMORYTYPE_DEVICE                2
-#define FERRY_CU_MEMHOSTALLOC_PORTABLE            1
-#define FERRY_CU_STREAM_NON_BLOCKING              1
-#define FERRY_CU_EVENT_DISABLE_TIMING             2
-#define FERRY_CU_ERROR_NOT_READY                  600
-#define FERRY_SOCK_GPU_MAX_DEVICES                64
-
-typedef struct ferry_cu_api {
-    ferry_cu_result_t (*init)(unsigned);
-    ferry_cu_result_t (*error_name)(ferry_cu_result_t, const char **);
-    ferry_cu_result_t (*error_string)(ferry_cu_result_t, const char **);
-    ferry_cu_result_t (*pointer_attr)(void *, int, ferry_cu_ptr_t);
-    ferry_cu_result_t (*device_get)(ferry_cu_device_t *, int);
-    ferry_cu_result_t (*ctx_set_current)(ferry_cu_ctx_t);
-    ferry_cu_result_t (*ctx_get_current)(ferry_cu_ctx_t *);
-    ferry_cu_result_t (*stream_create)(ferry_cu_stream_t *, unsigned);
-    ferry_cu_result_t (*stream_destroy)(ferry_cu_stream_t);
-    ferry_cu_result_t (*stream_sync)(ferry_cu_stream_t);
-    ferry_cu_result_t (*host_alloc)(void **, size_t, unsigned);
-    ferry_cu_result_t (*host_free)(void *);
-    ferry_cu_result_t (*dtoh_async)(void *, ferry_cu_ptr_t, size_t, ferry_cu_stream_t);
-    ferry_cu_result_t (*htod_async)(ferry_cu_ptr_t, const void *, size_t, ferry_cu_stream_t);
-    ferry_cu_result_t (*ctx_create)(ferry_cu_ctx_t *, unsigned, ferry_cu_device_t);
-    ferry_cu_result_t (*event_create)(ferry_cu_event_t *, unsigned);
-    ferry_cu_result_t (*event_destroy)(ferry_cu_event_t);
-    ferry_cu_result_t (*event_record)(ferry_cu_event_t, ferry_cu_stream_t);
-    ferry_cu_result_t (*event_query)(ferry_cu_event_t);
-} ferry_cu_api_t;
-
-static ferry_cu_api_t ferry_cu;
-
-static pthread_once_t ferry_sock_gpu_once = PTHREAD_ONCE_INIT;
-static int ferry_sock_gpu_loaded;
-static char ferry_sock_gpu_off[256];
-
-static void ferry_sock_gpu_load(void)
-{
-    static const struct { const char *name; size_t off; } syms[] = {
-#define FERRY_CU_SYM(field, name) {name, offsetof(ferry_cu_api_t, field)}
-        FERRY_CU_SYM(init, "cuInit"),
-        FERRY_CU_SYM(error_name, "cuGetErrorName"),
-        FERRY_CU_SYM(error_string, "cuGetErrorString"),
-        FERRY_CU_SYM(pointer_attr, "cuPointerGetAttribute"),
-        FERRY_CU_SYM(device_get, "cuDeviceGet"),
-        FERRY_CU_SYM(ctx_set_current, "cuCtxSetCurrent"),
-        FERRY_CU_SYM(ctx_get_current, "cuCtxGetCurrent"),
-        FERRY_CU_SYM(stream_create, "cuStreamCreate"),
-        FERRY_CU_SYM(stream_destroy, "cuStreamDestroy_v2"),
-        FERRY_CU_SYM(stream_sync, "cuStreamSynchronize"),
-        FERRY_CU_SYM(host_alloc, "cuMemHostAlloc"),
-        FERRY_CU_SYM(host_free, "cuMemFreeHost"),
-        FERRY_CU_SYM(dtoh_async, "cuMemcpyDtoHAsync_v2"),
-        FERRY_CU_SYM(htod_async, "cuMemcpyHtoDAsync_v2"),
-        FERRY_CU_SYM(ctx_create, "cuCtxCreate_v2"),
-        FERRY_CU_SYM(event_create, "cuEventCreate"),
-        FERRY_CU_SYM(event_destroy, "cuEventDestroy_v2"),
-        FERRY_CU_SYM(event_record, "cuEventRecord"),
-        FERRY_CU_SYM(event_query, "cuEventQuery"),
-#undef FERRY_CU_SYM
-    };
-    void *h;
-    ferry_cu_result_t r;
-    size_t i;
-
-    h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (h == NULL) {
-        snprintf(ferry_sock_gpu_off, sizeof(ferry_sock_gpu_off),
-                 "no CUDA driver: dlopen(libcuda.so.1) failed: %s", dlerror());
-        return;
-    }
-    for (i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
-        void *p = dlsym(h, syms[i].name);
-
-        if (p == NULL) {
-            snprintf(ferry_sock_gpu_off, sizeof(ferry_sock_gpu_off),
-                     "libcuda.so.1 has no %s (driver too old?)", syms[i].name);
-            dlclose(h);
-            return;
-        }
-        memcpy((char *)&ferry_cu + syms[i].off, &p, sizeof(p));
-    }
-    r = ferry_cu.init(0);
-    if (r != 0) {
-        const char *name = NULL;
-
-        ferry_cu.error_name(r, &name);
-        snprintf(ferry_sock_gpu_off, sizeof(ferry_sock_gpu_off), "cuInit failed: %s (%d)",
-                 name != NULL ? name : "?", r);
-        return; /* The library stays open: NCCL's runtime may use it too. */
-    }
-    ferry_sock_gpu_loaded = 1;
-}
+#define FERRY_SOCK_GPU_MAX_DEVICES 64
 
 int ferry_sock_gpu_on(int enabled)
 {
     if (!enabled)
         return 0; /* libcuda is not even opened. */
-    pthread_once(&ferry_sock_gpu_once, ferry_sock_gpu_load);
-    if (ferry_sock_gpu_loaded)
+    if (ferry_cu_load())
         FERRY_INFO(FERRY_LOG_INIT, "socket: GPU buffers accepted (ptrSupport HOST|CUDA), "
                    "staged through pinned host memory by the GPU's copy engines");
     else
         FERRY_WARN("NCCL_FERRY_GPU_STAGING=1 but %s: the socket backend takes host buffers "
-                   "only (ptrSupport HOST)", ferry_sock_gpu_off);
-    return ferry_sock_gpu_loaded;
+                   "only (ptrSupport HOST)", ferry_cu_why_off());
+    return ferry_cu_load();
 }
 
 const char *ferry_sock_gpu_why_off(void)
 {
-    return ferry_sock_gpu_loaded ? "" : ferry_sock_gpu_off;
-}
-
-/* "cuMemcpyDtoHAsync: CUDA_ERROR_ILLEGAL_ADDRESS (700): an illegal memory access ..." */
-static void ferry_sock_gpu_err(char *err, size_t err_len, const char *call, ferry_cu_result_t r)
-{
-    const char *name = NULL, *text = NULL;
-
-    if (ferry_cu.error_name == NULL || ferry_cu.error_name(r, &name) != 0)
-        name = NULL;
-    if (ferry_cu.error_string == NULL || ferry_cu.error_string(r, &text) != 0)
-        text = NULL;
-    snprintf(err, err_len, "%s: %s (%d)%s%s", call, name != NULL ? name : "CUDA error", r,
-             text != NULL ? ": " : "", text != NULL ? text : "");
+    return ferry_cu_why_off();
 }
 
 /*
@@ -195,8 +81,8 @@ ferry_status_t ferry_sock_gpu_region_init(ferry_sock_gpu_region_t *r, const void
 
     memset(r, 0, sizeof(*r));
     r->ordinal = -1;
-    if (!ferry_sock_gpu_loaded) {
-        snprintf(err, err_len, "GPU staging is off: %s", ferry_sock_gpu_off);
+    if (!ferry_cu_load()) {
+        snprintf(err, err_len, "GPU staging is off: %s", ferry_cu_why_off());
         return FERRY_ERR_UNSUPPORTED;
     }
     prev = ferry_sock_gpu_enter(NULL, &rc);
@@ -217,7 +103,7 @@ static ferry_status_t ferry_sock_gpu_region_make(ferry_sock_gpu_region_t *r, con
     rc = ferry_cu.pointer_attr(&mem_type, FERRY_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
     if (rc != 0 || mem_type != FERRY_CU_MEMORYTYPE_DEVICE) {
         if (rc != 0)
-            ferry_sock_gpu_err(err, err_len, "cuPointerGetAttribute(MEMORY_TYPE)", rc);
+            ferry_cu_err(err, err_len, "cuPointerGetAttribute(MEMORY_TYPE)", rc);
         else
             snprintf(err, err_len, "%p is not device memory (CUDA memory type %u)", dev_ptr,
                      mem_type);
@@ -225,7 +111,7 @@ static ferry_status_t ferry_sock_gpu_region_make(ferry_sock_gpu_region_t *r, con
     }
     rc = ferry_cu.pointer_attr(&r->ordinal, FERRY_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
     if (rc != 0) {
-        ferry_sock_gpu_err(err, err_len, "cuPointerGetAttribute(DEVICE_ORDINAL)", rc);
+        ferry_cu_err(err, err_len, "cuPointerGetAttribute(DEVICE_ORDINAL)", rc);
         return FERRY_ERR_IO;
     }
     if (r->ordinal < 0 || r->ordinal >= FERRY_SOCK_GPU_MAX_DEVICES) {
@@ -237,14 +123,14 @@ static ferry_status_t ferry_sock_gpu_region_make(ferry_sock_gpu_region_t *r, con
     if (rc == 0)
         rc = ferry_sock_gpu_ctx(r->ordinal, dev, &r->cu_ctx);
     if (rc != 0) {
-        ferry_sock_gpu_err(err, err_len, "cuCtxCreate (ferry's copy context)", rc);
+        ferry_cu_err(err, err_len, "cuCtxCreate (ferry's copy context)", rc);
         return FERRY_ERR_IO;
     }
     rc = ferry_cu.ctx_set_current(r->cu_ctx);
     if (rc == 0)
         rc = ferry_cu.host_alloc(&shadow, size > 0 ? size : 1, FERRY_CU_MEMHOSTALLOC_PORTABLE);
     if (rc != 0) {
-        ferry_sock_gpu_err(err, err_len, "cuMemHostAlloc (pinned shadow)", rc);
+        ferry_cu_err(err, err_len, "cuMemHostAlloc (pinned shadow)", rc);
         return FERRY_ERR_NO_MEMORY;
     }
     r->shadow = shadow;
@@ -292,7 +178,7 @@ ferry_status_t ferry_sock_gpu_queue_init(ferry_sock_gpu_queue_t *q,
     if (rc != 0) {
         q->cu_ctx = r->cu_ctx;
         ferry_sock_gpu_queue_fini(q);
-        ferry_sock_gpu_err(err, err_len, call, rc);
+        ferry_cu_err(err, err_len, call, rc);
         return FERRY_ERR_CUDA;
     }
     q->cu_ctx = r->cu_ctx;
@@ -315,7 +201,7 @@ int ferry_sock_gpu_queue_copy(ferry_sock_gpu_queue_t *q, int slot, int to_device
     }
     ferry_cu.ctx_set_current(prev);
     if (rc != 0) {
-        ferry_sock_gpu_err(err, err_len, call, rc);
+        ferry_cu_err(err, err_len, call, rc);
         return -1;
     }
     return 0;
@@ -332,7 +218,7 @@ int ferry_sock_gpu_queue_poll(ferry_sock_gpu_queue_t *q, int slot, char *err, si
     if (rc == FERRY_CU_ERROR_NOT_READY)
         return 0;
     if (rc != 0) {
-        ferry_sock_gpu_err(err, err_len, "the copy (cuEventQuery)", rc);
+        ferry_cu_err(err, err_len, "the copy (cuEventQuery)", rc);
         return -1;
     }
     return 1;

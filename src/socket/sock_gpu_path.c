@@ -60,11 +60,11 @@ static ferry_status_t ferry_sock_gpu_failed(ferry_sock_comm_t *c, const ferry_so
 {
     char desc[160];
 
-    ferry_px_comm_describe(&c->px, desc, sizeof(desc));
+    ferry_px_ring_describe(&c->px.ring, desc, sizeof(desc));
     FERRY_WARN("%s: %s GPU %d memory failed: %s. The GPU may have faulted (check dmesg for Xid "
                "errors and nvidia-smi), or set NCCL_FERRY_GPU_STAGING=0 to keep NCCL's buffers "
                "in host memory", desc, what, mr != NULL ? mr->gpu.ordinal : -1, err);
-    ferry_px_comm_fail(&c->px, FERRY_ERR_CUDA, "%s GPU memory failed: %s", what, err);
+    ferry_px_ring_fail(&c->px.ring, FERRY_ERR_CUDA, "%s GPU memory failed: %s", what, err);
     return FERRY_ERR_CUDA;
 }
 
@@ -77,7 +77,7 @@ ferry_status_t ferry_sock_isend_gpu(ferry_sock_comm_t *c, void *data, size_t siz
                                            ferry_sock_mr_t *mr, void **request_p)
 {
     char *host = mr->gpu.shadow + ((char *)data - mr->base), err[256], what[160];
-    ferry_px_req_t *req = ferry_px_comm_post_mem(&c->px, host, size, mr, 1);
+    ferry_px_req_t *req = ferry_px_stream_post(&c->px, host, size, mr, 1);
 
     if (req == NULL)
         return FERRY_OK; /* All 32 slots busy: NCCL calls again. */
@@ -98,10 +98,10 @@ ferry_status_t ferry_sock_gpu_open_sends(ferry_sock_comm_t *c)
     int r;
 
     /* Only the last 32 messages can still be gated (host sends may have come before). */
-    if (c->px.next_seq - c->gpu_next > FERRY_MAX_REQUESTS)
-        c->gpu_next = c->px.next_seq - FERRY_MAX_REQUESTS;
-    while (c->gpu_next != c->px.next_seq) {
-        ferry_px_req_t *req = &c->px.reqs[c->gpu_next % FERRY_MAX_REQUESTS];
+    if (c->px.ring.next_seq - c->gpu_next > FERRY_MAX_REQUESTS)
+        c->gpu_next = c->px.ring.next_seq - FERRY_MAX_REQUESTS;
+    while (c->gpu_next != c->px.ring.next_seq) {
+        ferry_px_req_t *req = &c->px.ring.reqs[c->gpu_next % FERRY_MAX_REQUESTS];
 
         if (atomic_load_explicit(&req->gated, memory_order_relaxed)) {
             r = ferry_sock_gpu_queue_poll(&c->gpu, (int)(req->seq % FERRY_SOCK_GPU_SLOTS), err,
@@ -110,11 +110,11 @@ ferry_status_t ferry_sock_gpu_open_sends(ferry_sock_comm_t *c)
                 break; /* Copies finish in order: the later ones are not done either. */
             if (r < 0) {
                 snprintf(what, sizeof(what), "copying message seq %u (%zu bytes, request %s, "
-                         "gated: none of it sent) from", req->seq, req->capacity,
+                         "gated: none of it sent) from", req->seq, req->sub[0].capacity,
                          ferry_px_req_state_str(atomic_load(&req->state)));
-                return ferry_sock_gpu_failed(c, req->mem, what, err);
+                return ferry_sock_gpu_failed(c, req->sub[0].mem, what, err);
             }
-            ferry_px_comm_open(&c->px, req);
+            ferry_px_stream_open(&c->px, req);
         }
         c->gpu_next++;
     }
@@ -122,7 +122,7 @@ ferry_status_t ferry_sock_gpu_open_sends(ferry_sock_comm_t *c)
 }
 
 /*
- * Post a checked receive. One into GPU memory lands in the shadow; req->mem
+ * Post a checked receive. One into GPU memory lands in the shadow; req->sub[0].mem
  * has it copied to the GPU before test() reports it.
  */
 ferry_px_req_t *ferry_sock_post_recv(ferry_sock_comm_t *c, void *data, size_t size,
@@ -131,20 +131,20 @@ ferry_px_req_t *ferry_sock_post_recv(ferry_sock_comm_t *c, void *data, size_t si
     ferry_sock_mr_t *mr = mhandle;
 
     if (mr == NULL || mr->gpu.shadow == NULL || size == 0)
-        return ferry_px_comm_post(&c->px, data, size);
-    return ferry_px_comm_post_mem(&c->px, mr->gpu.shadow + ((char *)data - mr->base), size, mr,
+        return ferry_px_stream_post(&c->px, data, size, NULL, 0);
+    return ferry_px_stream_post(&c->px, mr->gpu.shadow + ((char *)data - mr->base), size, mr,
                                   0);
 }
 
 /* Queue the copy of a complete receive from its shadow to the GPU. */
 static ferry_status_t ferry_sock_gpu_copy_recv(ferry_sock_comm_t *c, ferry_px_req_t *req)
 {
-    const ferry_sock_mr_t *mr = req->mem;
-    uint64_t size = atomic_load_explicit(&req->size, memory_order_relaxed);
+    const ferry_sock_mr_t *mr = req->sub[0].mem;
+    uint64_t size = atomic_load_explicit(&req->sub[0].size, memory_order_relaxed);
     int slot = (int)(req->seq % FERRY_SOCK_GPU_SLOTS);
     char err[256], what[200];
 
-    if (ferry_sock_gpu_queue_copy(&c->gpu, slot, 1, req->buf, ferry_sock_mr_dev(mr, req->buf),
+    if (ferry_sock_gpu_queue_copy(&c->gpu, slot, 1, req->sub[0].buf, ferry_sock_mr_dev(mr, req->sub[0].buf),
                                   size, err, sizeof(err)) != 0) {
         snprintf(what, sizeof(what), "queueing the copy of received message seq %u (%llu bytes, "
                  "request DONE: all of it arrived) to", req->seq, (unsigned long long)size);
@@ -162,13 +162,13 @@ ferry_status_t ferry_sock_gpu_start_recvs(ferry_sock_comm_t *c, const ferry_px_r
 {
     uint32_t seq;
 
-    for (seq = oldest->seq; seq != c->px.next_seq; seq++) {
-        ferry_px_req_t *req = &c->px.reqs[seq % FERRY_MAX_REQUESTS];
+    for (seq = oldest->seq; seq != c->px.ring.next_seq; seq++) {
+        ferry_px_req_t *req = &c->px.ring.reqs[seq % FERRY_MAX_REQUESTS];
         ferry_status_t status;
 
-        if (req->mem == NULL || c->gpu_copying[seq % FERRY_SOCK_GPU_SLOTS] ||
+        if (req->sub[0].mem == NULL || c->gpu_copying[seq % FERRY_SOCK_GPU_SLOTS] ||
             atomic_load_explicit(&req->state, memory_order_acquire) != FERRY_PX_REQ_DONE ||
-            atomic_load_explicit(&req->size, memory_order_relaxed) == 0)
+            atomic_load_explicit(&req->sub[0].size, memory_order_relaxed) == 0)
             continue;
         status = ferry_sock_gpu_copy_recv(c, req);
         if (status != FERRY_OK)
@@ -181,15 +181,15 @@ ferry_status_t ferry_sock_gpu_start_recvs(ferry_sock_comm_t *c, const ferry_px_r
  * A receive is DONE (lane ops finish, called from test()): one into GPU
  * memory is reported (*ready = 1) once its copy there is complete.
  */
-ferry_status_t ferry_sock_recv_finish(ferry_px_comm_t *px, ferry_px_req_t *req, int *ready)
+ferry_status_t ferry_sock_recv_finish(ferry_px_ring_t *ring, ferry_px_req_t *req, int *ready)
 {
-    ferry_sock_comm_t *c = (ferry_sock_comm_t *)px;
+    ferry_sock_comm_t *c = (ferry_sock_comm_t *)ring; /* ring -> px -> comm, first members. */
     int slot = (int)(req->seq % FERRY_SOCK_GPU_SLOTS), r;
     char err[256], what[200];
     ferry_status_t status;
 
     *ready = 1;
-    if (req->mem == NULL || atomic_load_explicit(&req->size, memory_order_relaxed) == 0)
+    if (req->sub[0].mem == NULL || atomic_load_explicit(&req->sub[0].size, memory_order_relaxed) == 0)
         return FERRY_OK;
     if (!c->gpu_copying[slot]) {
         status = ferry_sock_gpu_copy_recv(c, req);
@@ -201,8 +201,8 @@ ferry_status_t ferry_sock_recv_finish(ferry_px_comm_t *px, ferry_px_req_t *req, 
         c->gpu_copying[slot] = 0;
         snprintf(what, sizeof(what), "copying received message seq %u (%llu bytes, request "
                  "DONE: all of it arrived) to", req->seq,
-                 (unsigned long long)atomic_load(&req->size));
-        return ferry_sock_gpu_failed(c, req->mem, what, err);
+                 (unsigned long long)atomic_load(&req->sub[0].size));
+        return ferry_sock_gpu_failed(c, req->sub[0].mem, what, err);
     }
     *ready = r;
     if (r == 1)

@@ -18,7 +18,7 @@
 /* Chunks a lane moves per call before the worker turns to its other lanes. */
 #define FERRY_SOCK_LANE_BURST 4
 
-static ferry_sock_comm_t *ferry_sock_of(ferry_px_comm_t *px)
+static ferry_sock_comm_t *ferry_sock_of(ferry_px_stream_t *px)
 {
     return (ferry_sock_comm_t *)px; /* px is the first member. */
 }
@@ -35,11 +35,11 @@ static long ferry_sock_lane_eof(ferry_sock_comm_t *c, int li)
     if (closed == c->px.nlanes) {
         /* Normal at teardown; requests still pending get a WARN from test(). */
         FERRY_INFO(FERRY_LOG_NET, "socket %s comm #%u: peer %s closed all %d streams",
-                   c->px.kind == FERRY_PX_SEND ? "send" : "recv", c->px.serial, c->px.peer,
+                   c->px.ring.kind == FERRY_PX_SEND ? "send" : "recv", c->px.ring.serial, c->px.ring.peer,
                    c->px.nlanes);
-        ferry_px_comm_fail(&c->px, FERRY_ERR_REMOTE,
+        ferry_px_ring_fail(&c->px.ring, FERRY_ERR_REMOTE,
                            "connection closed by peer %s (all %d streams); the peer process "
-                           "probably exited or aborted: check its log", c->px.peer, c->px.nlanes);
+                           "probably exited or aborted: check its log", c->px.ring.peer, c->px.nlanes);
     }
     return 0;
 }
@@ -55,13 +55,13 @@ static long ferry_sock_lane_error(ferry_sock_comm_t *c, int li, const char *op, 
                                 : FERRY_ERR_IO;
     char desc[160];
 
-    ferry_px_comm_describe(&c->px, desc, sizeof(desc));
+    ferry_px_ring_describe(&c->px.ring, desc, sizeof(desc));
     FERRY_WARN("%s stream %d of %d: %s failed: %s (%s); the peer process probably died or the "
                "network dropped the connection: check the peer's log and the link",
                desc, li, c->px.nlanes, op, err != 0 ? strerror(err) : "protocol error", what);
     lane->closed = 1;
     ferry_px_lane_set(&c->px, li, FERRY_PX_LANE_FAILED);
-    ferry_px_comm_fail(&c->px, status, "%s on stream %d: %s (%s)", op, li,
+    ferry_px_ring_fail(&c->px.ring, status, "%s on stream %d: %s (%s)", op, li,
                        err != 0 ? strerror(err) : "protocol error", what);
     return status;
 }
@@ -104,7 +104,7 @@ static void ferry_sock_send_lane_start(ferry_sock_comm_t *c, int li)
     ferry_px_lane_set(&c->px, li, FERRY_PX_LANE_HEADER);
 }
 
-static long ferry_sock_send_lane_progress(ferry_px_comm_t *px, int li, short revents)
+static long ferry_sock_send_lane_progress(ferry_px_stream_t *px, int li, short revents)
 {
     ferry_sock_comm_t *c = ferry_sock_of(px);
     ferry_sock_lane_t *lane = &c->lanes[li];
@@ -127,7 +127,7 @@ static long ferry_sock_send_lane_progress(ferry_px_comm_t *px, int li, short rev
         int niov = 0, zc;
 
         if (!lane->has_chunk) {
-            if (!ferry_px_comm_claim(px, &lane->claim))
+            if (!ferry_px_stream_claim(px, &lane->claim))
                 break;
             ferry_sock_send_lane_start(c, li);
         }
@@ -140,7 +140,7 @@ static long ferry_sock_send_lane_progress(ferry_px_comm_t *px, int li, short rev
         if (lane->claim.len > 0) {
             size_t pay_done = lane->sent - (sizeof(lane->hdr) - hdr_left);
 
-            iov[niov].iov_base = lane->claim.req->buf + lane->claim.offset + pay_done;
+            iov[niov].iov_base = lane->claim.req->sub[0].buf + lane->claim.offset + pay_done;
             iov[niov++].iov_len = lane->claim.len - pay_done;
         }
         memset(&msg, 0, sizeof(msg));
@@ -194,7 +194,7 @@ static long ferry_sock_send_lane_progress(ferry_px_comm_t *px, int li, short rev
     return work;
 }
 
-static short ferry_sock_send_lane_wants(ferry_px_comm_t *px, int li, int *fd_p)
+static short ferry_sock_send_lane_wants(ferry_px_stream_t *px, int li, int *fd_p)
 {
     ferry_sock_lane_t *lane = &ferry_sock_of(px)->lanes[li];
 
@@ -243,9 +243,9 @@ static long ferry_sock_recv_lane_match(ferry_sock_comm_t *c, int li)
                  (unsigned long long)h->msg_size);
         return ferry_sock_lane_error(c, li, "recv", 0, what);
     }
-    req = ferry_px_comm_match(&c->px, h->seq);
+    req = ferry_px_ring_match(&c->px.ring, h->seq);
     if (req == NULL) {
-        /* The seq tells irecv's kick whether this lane can go on (ferry_px_comm_kick_posted). */
+        /* The seq tells irecv's kick whether this lane can go on (ferry_px_stream_kick_posted). */
         atomic_store_explicit(&c->px.lanes[li].seq, h->seq, memory_order_relaxed);
         atomic_store_explicit(&lane->parked, 1, memory_order_relaxed);
         ferry_px_lane_set(&c->px, li, FERRY_PX_LANE_PARKED);
@@ -254,21 +254,21 @@ static long ferry_sock_recv_lane_match(ferry_sock_comm_t *c, int li)
     atomic_store_explicit(&lane->parked, 0, memory_order_relaxed);
     status = ferry_px_req_learn(req, h->msg_size, h->nchunks);
     if (status == FERRY_ERR_USAGE) {
-        ferry_px_comm_describe(&c->px, desc, sizeof(desc));
+        ferry_px_ring_describe(&c->px.ring, desc, sizeof(desc));
         FERRY_WARN("%s stream %d: message seq %u is %llu bytes but the posted receive holds "
                    "only %zu bytes (request %s); sender and receiver disagree on sizes: check "
                    "that both ranks post matching send/recv sizes", desc, li, h->seq,
-                   (unsigned long long)h->msg_size, req->capacity,
+                   (unsigned long long)h->msg_size, req->sub[0].capacity,
                    ferry_px_req_state_str(atomic_load(&req->state)));
         ferry_px_req_fail(req, FERRY_ERR_USAGE);
-        ferry_px_comm_fail(&c->px, FERRY_ERR_USAGE, "message seq %u of %llu bytes truncated to a "
+        ferry_px_ring_fail(&c->px.ring, FERRY_ERR_USAGE, "message seq %u of %llu bytes truncated to a "
                            "%zu-byte receive", h->seq, (unsigned long long)h->msg_size,
-                           req->capacity);
+                           req->sub[0].capacity);
         return FERRY_ERR_USAGE;
     }
     if (status != FERRY_OK)
         return ferry_sock_lane_error(c, li, "recv", 0, "chunks of one message disagree on its size");
-    ferry_px_req_chunk_start(req);
+    ferry_px_req_part_start(req);
     lane->rreq = req;
     lane->rgot = 0;
     lane->chunk_ns = ferry_px_now_ns();
@@ -291,7 +291,7 @@ static long ferry_sock_recv_lane_failed_read(ferry_sock_comm_t *c, int li)
     return ferry_sock_lane_error(c, li, "recv", err == 0 ? ECONNRESET : err, what);
 }
 
-static long ferry_sock_recv_lane_progress(ferry_px_comm_t *px, int li, short revents)
+static long ferry_sock_recv_lane_progress(ferry_px_stream_t *px, int li, short revents)
 {
     ferry_sock_comm_t *c = ferry_sock_of(px);
     ferry_sock_lane_t *lane = &c->lanes[li];
@@ -321,7 +321,7 @@ static long ferry_sock_recv_lane_progress(ferry_px_comm_t *px, int li, short rev
                 return r < 0 ? r : work;
         }
         if (lane->rgot < lane->rhdr.len) {
-            n = ferry_sock_lane_read(lane->fd, lane->rreq->buf + lane->rhdr.offset + lane->rgot,
+            n = ferry_sock_lane_read(lane->fd, lane->rreq->sub[0].buf + lane->rhdr.offset + lane->rgot,
                                      lane->rhdr.len - lane->rgot);
             if (n < 0)
                 return ferry_sock_recv_lane_failed_read(c, li);
@@ -334,7 +334,7 @@ static long ferry_sock_recv_lane_progress(ferry_px_comm_t *px, int li, short rev
             if (lane->rgot < lane->rhdr.len)
                 continue;
         }
-        ferry_px_comm_chunk_finish(px, li, lane->rreq);
+        ferry_px_stream_chunk_finish(px, li, lane->rreq);
         ferry_px_stat_add(&px->lanes[li].busy_ns, ferry_px_now_ns() - lane->chunk_ns);
         ferry_px_stat_add(&px->lanes[li].chunks, 1);
         ferry_px_lane_set(px, li, FERRY_PX_LANE_IDLE);
@@ -346,7 +346,7 @@ static long ferry_sock_recv_lane_progress(ferry_px_comm_t *px, int li, short rev
     return work;
 }
 
-static short ferry_sock_recv_lane_wants(ferry_px_comm_t *px, int li, int *fd_p)
+static short ferry_sock_recv_lane_wants(ferry_px_stream_t *px, int li, int *fd_p)
 {
     ferry_sock_lane_t *lane = &ferry_sock_of(px)->lanes[li];
 
@@ -358,5 +358,4 @@ static short ferry_sock_recv_lane_wants(ferry_px_comm_t *px, int li, int *fd_p)
 const ferry_px_lane_ops_t ferry_sock_recv_lane_ops = {
     .progress = ferry_sock_recv_lane_progress,
     .wants    = ferry_sock_recv_lane_wants,
-    .finish   = ferry_sock_recv_finish,
 };

@@ -11,7 +11,7 @@ static ferry_sock_comm_t *ferry_sock_comm_check(void *comm, ferry_px_req_kind_t 
 {
     ferry_sock_comm_t *c = comm;
 
-    if (c == NULL || c->magic != FERRY_SOCK_COMM_MAGIC || c->px.kind != kind) {
+    if (c == NULL || c->magic != FERRY_SOCK_COMM_MAGIC || c->px.ring.kind != kind) {
         FERRY_WARN("%s(%p): not a live ferry socket %s comm (closed already?)", op, comm,
                    kind == FERRY_PX_SEND ? "send" : "recv");
         return NULL;
@@ -59,7 +59,7 @@ static ferry_status_t ferry_sock_reg_mr(void *comm, void *data, size_t size, int
             FERRY_WARN("regMr(comm %p%s%s, GPU buffer %p, %zu bytes): cannot stage it through "
                        "host memory: %s; set NCCL_FERRY_GPU_STAGING=0 to have NCCL keep its "
                        "network buffers in host memory", comm,
-                       ours ? ", peer " : "", ours ? c->px.peer : "", data, size, err);
+                       ours ? ", peer " : "", ours ? c->px.ring.peer : "", data, size, err);
             free(mr);
             return status;
         }
@@ -98,7 +98,7 @@ static ferry_status_t ferry_sock_mr_covers(const ferry_sock_comm_t *c, void *mha
     if (mr->magic != FERRY_SOCK_MR_MAGIC || (char *)data < mr->base ||
         (char *)data + size > mr->base + mr->size) {
         FERRY_WARN("%s on socket comm #%u peer %s: buffer %p+%zu is outside its memory handle "
-                   "%p (%p+%zu)", op, c->px.serial, c->px.peer, data, size, mhandle,
+                   "%p (%p+%zu)", op, c->px.ring.serial, c->px.ring.peer, data, size, mhandle,
                    mr->magic == FERRY_SOCK_MR_MAGIC ? (void *)mr->base : NULL,
                    mr->magic == FERRY_SOCK_MR_MAGIC ? mr->size : 0);
         return FERRY_ERR_INVALID;
@@ -117,7 +117,7 @@ static ferry_status_t ferry_sock_isend(void *send_comm, void *data, size_t size,
         return FERRY_ERR_INVALID;
     if (size > INT_MAX) {
         FERRY_WARN("isend on socket comm #%u peer %s: %zu bytes is over the %d-byte limit "
-                   "(maxP2pBytes)", c->px.serial, c->px.peer, size, INT_MAX);
+                   "(maxP2pBytes)", c->px.ring.serial, c->px.ring.peer, size, INT_MAX);
         return FERRY_ERR_USAGE;
     }
     status = ferry_sock_mr_covers(c, mhandle, data, size, "isend");
@@ -125,7 +125,7 @@ static ferry_status_t ferry_sock_isend(void *send_comm, void *data, size_t size,
         return status;
     if (mhandle != NULL && ((ferry_sock_mr_t *)mhandle)->gpu.shadow != NULL && size > 0)
         return ferry_sock_isend_gpu(c, data, size, mhandle, request_p);
-    *request_p = ferry_px_comm_post(&c->px, data, size);
+    *request_p = ferry_px_stream_post(&c->px, data, size, NULL, 0);
     return FERRY_OK;
 }
 
@@ -140,7 +140,7 @@ static ferry_status_t ferry_sock_irecv(void *recv_comm, int n, void **data, size
         return FERRY_ERR_INVALID;
     if (n != 1) {
         FERRY_WARN("irecv on socket comm #%u peer %s: %d grouped receives, but the socket "
-                   "backend advertises maxRecvs=1", c->px.serial, c->px.peer, n);
+                   "backend advertises maxRecvs=1", c->px.ring.serial, c->px.ring.peer, n);
         return FERRY_ERR_INVALID;
     }
     status = ferry_sock_mr_covers(c, mhandles != NULL ? mhandles[0] : NULL, data[0], sizes[0],
@@ -157,19 +157,19 @@ static ferry_status_t ferry_sock_test(void *request, int *done_p, int *sizes)
     ferry_sock_comm_t *c;
 
     *done_p = 0;
-    if (req == NULL || req->comm == NULL) {
+    if (req == NULL || req->ring == NULL) {
         FERRY_WARN("test(%p): not a ferry request", request);
         return FERRY_ERR_INVALID;
     }
-    c = (ferry_sock_comm_t *)req->comm; /* px is its first member. */
+    c = (ferry_sock_comm_t *)req->ring; /* px is its first member. */
     if (c->gpu.stream != NULL) {
-        ferry_status_t status = c->px.kind == FERRY_PX_SEND ? ferry_sock_gpu_open_sends(c)
+        ferry_status_t status = c->px.ring.kind == FERRY_PX_SEND ? ferry_sock_gpu_open_sends(c)
                                                             : ferry_sock_gpu_start_recvs(c, req);
 
         if (status != FERRY_OK)
             return status;
     }
-    return ferry_px_comm_test(&c->px, req, done_p, sizes);
+    return ferry_px_ring_test(&c->px.ring, req, done_p, sizes);
 }
 
 static ferry_status_t ferry_sock_close_comm(void *comm, ferry_px_req_kind_t kind, const char *op)

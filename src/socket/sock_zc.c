@@ -43,13 +43,13 @@ void ferry_sock_zc_setup(ferry_sock_comm_t *c)
 {
     int i, one = 1;
 
-    if (c->zc_min == 0 || c->px.kind != FERRY_PX_SEND)
+    if (c->zc_min == 0 || c->px.ring.kind != FERRY_PX_SEND)
         return;
     for (i = 0; i < c->px.nlanes; i++) {
         if (setsockopt(c->lanes[i].fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one)) != 0) {
             FERRY_INFO(FERRY_LOG_NET, "socket send comm #%u peer %s stream %d: SO_ZEROCOPY "
                        "not available (%s); NCCL_FERRY_ZEROCOPY=1 falls back to copying sends",
-                       c->px.serial, c->px.peer, i, strerror(errno));
+                       c->px.ring.serial, c->px.ring.peer, i, strerror(errno));
             continue;
         }
         c->lanes[i].zc_on = 1;
@@ -99,11 +99,11 @@ void ferry_sock_zc_chunk_queued(ferry_sock_comm_t *c, int li)
     ferry_px_req_t *req = lane->claim.req;
 
     if (!lane->zc_chunk) {
-        ferry_px_comm_chunk_finish(&c->px, li, req);
+        ferry_px_stream_chunk_finish(&c->px, li, req);
         return;
     }
     lane->zc_chunk = 0;
-    ferry_px_req_chunk_moved(req);
+    ferry_px_req_part_moved(req);
     lane->zc_wait[lane->zc_tail % FERRY_SOCK_ZC_WAIT].req = req;
     lane->zc_wait[lane->zc_tail % FERRY_SOCK_ZC_WAIT].last = lane->zc_last;
     lane->zc_tail++;
@@ -143,13 +143,13 @@ static int ferry_sock_zc_read_releases(ferry_sock_comm_t *c, int li)
                 FERRY_INFO(FERRY_LOG_NET, "socket send comm #%u peer %s stream %d: the kernel "
                            "copied zerocopy sends anyway (loopback, veth or a NIC without "
                            "scatter-gather); this stream sends with copies from now on",
-                           c->px.serial, c->px.peer, li);
+                           c->px.ring.serial, c->px.ring.peer, li);
             }
         }
     }
 }
 
-long ferry_sock_zc_retire(ferry_px_comm_t *px, int li)
+long ferry_sock_zc_retire(ferry_px_stream_t *px, int li)
 {
     ferry_sock_comm_t *c = (ferry_sock_comm_t *)px;
     ferry_sock_lane_t *lane = &c->lanes[li];
@@ -159,7 +159,7 @@ long ferry_sock_zc_retire(ferry_px_comm_t *px, int li)
     /* Every sweep of every lane calls this: nothing waiting is the common case. */
     if (lane->zc_head == lane->zc_tail)
         return 0;
-    failed = atomic_load_explicit(&px->failed, memory_order_relaxed) != 0;
+    failed = atomic_load_explicit(&px->ring.failed, memory_order_relaxed) != 0;
     /*
      * On a failed comm the stream is dead and its queued data purged: the
      * kernel no longer sends from these buffers, give them back.
@@ -168,7 +168,7 @@ long ferry_sock_zc_retire(ferry_px_comm_t *px, int li)
         /* The stream is broken; its send path reports that with a WARN. */
         FERRY_INFO(FERRY_LOG_NET, "socket send comm #%u peer %s stream %d: reading zerocopy "
                    "releases failed (%s) with %u chunk(s) waiting; giving their buffers back",
-                   c->px.serial, c->px.peer, li, strerror(errno),
+                   c->px.ring.serial, c->px.ring.peer, li, strerror(errno),
                    lane->zc_tail - lane->zc_head);
         failed = 1;
     }
@@ -177,7 +177,7 @@ long ferry_sock_zc_retire(ferry_px_comm_t *px, int li)
 
         if (!failed && !FERRY_SOCK_ZC_BEFORE(last, lane->zc_acked))
             break;
-        ferry_px_comm_chunk_retire(px, li, lane->zc_wait[lane->zc_head % FERRY_SOCK_ZC_WAIT].req);
+        ferry_px_stream_chunk_retire(px, li, lane->zc_wait[lane->zc_head % FERRY_SOCK_ZC_WAIT].req);
         lane->zc_head++;
         n++;
     }

@@ -13,17 +13,22 @@
 #include <time.h>
 #include <cmocka.h>
 
-#include "proxy/comm.h"
+#include "proxy/stream.h"
+
+/* The ring ops a stream backend gives, without a backend's words. */
+static const ferry_px_ring_ops_t test_ring_ops = {
+    .unit = "chunks", .poll = ferry_px_stream_poll, .state = ferry_px_stream_state,
+    .dump = ferry_px_stream_dump, .failed = ferry_px_stream_failed};
 #include "proxy/registry.h"
 
-static long idle_progress(ferry_px_comm_t *comm, int lane, short revents)
+static long idle_progress(ferry_px_stream_t *comm, int lane, short revents)
 {
     (void)comm;
     (void)lane;
     (void)revents;
     return 0;
 }
-static short no_fd_wants(ferry_px_comm_t *comm, int lane, int *fd_p)
+static short no_fd_wants(ferry_px_stream_t *comm, int lane, int *fd_p)
 {
     (void)comm;
     (void)lane;
@@ -40,7 +45,7 @@ static void sleep_ms(int ms)
 }
 
 /* Wait (at most 5 s) until every worker of c sleeps in poll(). */
-static void wait_all_asleep(ferry_px_comm_t *c)
+static void wait_all_asleep(ferry_px_stream_t *c)
 {
     int i, tries, asleep = 0;
 
@@ -54,12 +59,12 @@ static void wait_all_asleep(ferry_px_comm_t *c)
     assert_true(asleep);
 }
 
-static uint64_t woken_post(ferry_px_comm_t *c, int w)
+static uint64_t woken_post(ferry_px_stream_t *c, int w)
 {
     return atomic_load(&c->workers[w].stats.woken_post);
 }
 
-static uint64_t woken_timer(ferry_px_comm_t *c, int w)
+static uint64_t woken_timer(ferry_px_stream_t *c, int w)
 {
     return atomic_load(&c->workers[w].stats.woken_timer);
 }
@@ -69,7 +74,7 @@ static uint64_t woken_timer(ferry_px_comm_t *c, int w)
  * awake anyway: its 1 s safety-net timeout (timer count past `timer`) can
  * end a sleep just before the post, and then the post has no one to wake.
  */
-static void wait_woken_or_timer(ferry_px_comm_t *c, int w, uint64_t n, uint64_t timer)
+static void wait_woken_or_timer(ferry_px_stream_t *c, int w, uint64_t n, uint64_t timer)
 {
     int tries;
 
@@ -92,7 +97,7 @@ static char *dump_text(void)
     return text;
 }
 
-static void park(ferry_px_comm_t *c, int lane, uint32_t seq)
+static void park(ferry_px_stream_t *c, int lane, uint32_t seq)
 {
     atomic_store(&c->lanes[lane].seq, seq);
     ferry_px_lane_set(c, lane, FERRY_PX_LANE_PARKED);
@@ -106,24 +111,24 @@ static void park(ferry_px_comm_t *c, int lane, uint32_t seq)
  */
 static void test_recv_post_wakes_only_matching_parked_lane(void **state)
 {
-    ferry_px_comm_t *c = calloc(1, sizeof(*c));
+    ferry_px_stream_t *c = calloc(1, sizeof(*c));
     static char buf[2][64];
     uint64_t w0, w1, t0, t1, sent;
 
     (void)state;
     assert_non_null(c);
-    assert_int_equal(ferry_px_comm_init(c, FERRY_PX_RECV, "test", "10.0.0.2:1234", 2, 2, 64 << 10,
-                                        1 << 20, &idle_ops), FERRY_OK);
+    assert_int_equal(ferry_px_stream_init(c, FERRY_PX_RECV, "test", "10.0.0.2:1234", 2, 2, 64 << 10,
+                                        1 << 20, &idle_ops, &test_ring_ops), FERRY_OK);
     park(c, 0, 1);
     park(c, 1, 0);
-    assert_int_equal(ferry_px_comm_start(c), FERRY_OK);
+    assert_int_equal(ferry_px_stream_start(c), FERRY_OK);
     wait_all_asleep(c);
     w0 = woken_post(c, 0);
     w1 = woken_post(c, 1);
     t0 = woken_timer(c, 0);
     t1 = woken_timer(c, 1);
 
-    assert_non_null(ferry_px_comm_post(c, buf[0], sizeof(buf[0])));
+    assert_non_null(ferry_px_stream_post(c, buf[0], sizeof(buf[0]), NULL, 0));
     wait_woken_or_timer(c, 1, w1 + 1, t1);
     sleep_ms(50); /* A wrong wake-up would have landed by now. */
     assert_int_equal(woken_post(c, 0), w0);
@@ -134,13 +139,13 @@ static void test_recv_post_wakes_only_matching_parked_lane(void **state)
     ferry_px_lane_set(c, 1, FERRY_PX_LANE_IDLE);
     wait_all_asleep(c);
     sent = atomic_load(&c->wakes_sent);
-    assert_non_null(ferry_px_comm_post(c, buf[1], sizeof(buf[1])));
+    assert_non_null(ferry_px_stream_post(c, buf[1], sizeof(buf[1]), NULL, 0));
     wait_woken_or_timer(c, 0, w0 + 1, t0);
     sleep_ms(50);
     assert_int_equal(woken_post(c, 1), w1);
     assert_true(atomic_load(&c->wakes_sent) <= sent + 1);
 
-    ferry_px_comm_stop(c);
+    ferry_px_stream_stop(c);
     free(c);
 }
 
@@ -151,19 +156,19 @@ static void test_recv_post_wakes_only_matching_parked_lane(void **state)
  */
 static void test_send_post_wakes_one_per_chunk_and_dump(void **state)
 {
-    ferry_px_comm_t *c = calloc(1, sizeof(*c));
+    ferry_px_stream_t *c = calloc(1, sizeof(*c));
     static char buf[128 << 10];
     char *text = NULL;
     int i;
 
     (void)state;
     assert_non_null(c);
-    assert_int_equal(ferry_px_comm_init(c, FERRY_PX_SEND, "test", "10.0.0.2:1234", 4, 4, 64 << 10,
-                                        1 << 20, &idle_ops), FERRY_OK);
-    assert_int_equal(ferry_px_comm_start(c), FERRY_OK);
+    assert_int_equal(ferry_px_stream_init(c, FERRY_PX_SEND, "test", "10.0.0.2:1234", 4, 4, 64 << 10,
+                                        1 << 20, &idle_ops, &test_ring_ops), FERRY_OK);
+    assert_int_equal(ferry_px_stream_start(c), FERRY_OK);
     wait_all_asleep(c);
     /* 128 KiB over 4 lanes with 64 KiB chunks: 2 chunks, so 2 of the 4 workers. */
-    assert_non_null(ferry_px_comm_post(c, buf, sizeof(buf)));
+    assert_non_null(ferry_px_stream_post(c, buf, sizeof(buf), NULL, 0));
     /* Workers 0 and 1, unless a safety-net timeout had one of them awake at that moment. */
     for (i = 0; i < 5000 && woken_post(c, 0) + woken_post(c, 1) + woken_post(c, 2) +
                                     woken_post(c, 3) < 2; i++)
@@ -188,21 +193,21 @@ static void test_send_post_wakes_one_per_chunk_and_dump(void **state)
     assert_non_null(strstr(text, "2 of them kicks by posts"));
     free(text);
 
-    ferry_px_comm_stop(c);
+    ferry_px_stream_stop(c);
     free(c);
 }
 
 /* Without helper threads the dump says who moves the lanes. */
 static void test_dump_without_helpers(void **state)
 {
-    ferry_px_comm_t *c = calloc(1, sizeof(*c));
+    ferry_px_stream_t *c = calloc(1, sizeof(*c));
     char *text = NULL, *own, *next;
 
     (void)state;
     assert_non_null(c);
-    assert_int_equal(ferry_px_comm_init(c, FERRY_PX_RECV, "test", "10.0.0.9:9", 1, 0, 64 << 10,
-                                        1 << 20, &idle_ops), FERRY_OK);
-    assert_int_equal(ferry_px_comm_start(c), FERRY_OK);
+    assert_int_equal(ferry_px_stream_init(c, FERRY_PX_RECV, "test", "10.0.0.9:9", 1, 0, 64 << 10,
+                                        1 << 20, &idle_ops, &test_ring_ops), FERRY_OK);
+    assert_int_equal(ferry_px_stream_start(c), FERRY_OK);
     text = dump_text();
     /* This comm's section: from its line to the next comm's, if any. */
     own = strstr(text, "peer 10.0.0.9:9");
@@ -213,7 +218,7 @@ static void test_dump_without_helpers(void **state)
     assert_non_null(strstr(own, "no helper threads: NCCL's thread moves every lane"));
     assert_null(strstr(own, "helper wake-ups"));
     free(text);
-    ferry_px_comm_stop(c);
+    ferry_px_stream_stop(c);
     free(c);
 }
 
@@ -224,7 +229,7 @@ static void test_dump_without_helpers(void **state)
  */
 static void test_message_timeline(void **state)
 {
-    ferry_px_comm_t *c = calloc(1, sizeof(*c));
+    ferry_px_stream_t *c = calloc(1, sizeof(*c));
     static char buf[256 << 10];
     const ferry_px_timing_t *t;
     ferry_px_claim_t claim;
@@ -234,25 +239,25 @@ static void test_message_timeline(void **state)
 
     (void)state;
     assert_non_null(c);
-    assert_int_equal(ferry_px_comm_init(c, FERRY_PX_SEND, "test", "10.0.0.7:7", 2, 2, 64 << 10,
-                                        1 << 20, &idle_ops), FERRY_OK);
-    ferry_px_registry_add(c); /* Listed in the dump; no helper threads started. */
-    r = ferry_px_comm_post(c, buf, sizeof(buf));
+    assert_int_equal(ferry_px_stream_init(c, FERRY_PX_SEND, "test", "10.0.0.7:7", 2, 2, 64 << 10,
+                                        1 << 20, &idle_ops, &test_ring_ops), FERRY_OK);
+    ferry_px_ring_register(&c->ring); /* Listed in the dump; no helper threads started. */
+    r = ferry_px_stream_post(c, buf, sizeof(buf), NULL, 0);
     assert_non_null(r);
     sleep_ms(20);
     for (i = 0; i < 2; i++) { /* 256 KiB over 2 lanes: 2 chunks. */
-        assert_int_equal(ferry_px_comm_claim(c, &claim), 1);
+        assert_int_equal(ferry_px_stream_claim(c, &claim), 1);
         if (i == 0)
             sleep_ms(30);
         ferry_px_req_progress(r, claim.len);
-        ferry_px_comm_chunk_finish(c, i, r);
+        ferry_px_stream_chunk_finish(c, i, r);
     }
     sleep_ms(10);
-    assert_int_equal(ferry_px_comm_test(c, r, &done, &size), FERRY_OK);
+    assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
     assert_int_equal(done, 1);
     assert_int_equal(size, sizeof(buf));
 
-    t = &c->timing;
+    t = &c->ring.timing;
     assert_int_equal(atomic_load(&t->msgs), 1);
     assert_true(atomic_load(&t->wait_ns) >= 20000000ULL);   /* Post -> first claim. */
     assert_true(atomic_load(&t->move_ns) >= 30000000ULL);   /* First claim -> last done. */
@@ -265,9 +270,9 @@ static void test_message_timeline(void **state)
     own = strstr(text, "peer 10.0.0.7:7");
     assert_non_null(own);
     assert_non_null(strstr(own, "1 messages done; on average "));
-    assert_non_null(strstr(own, "until a lane took them (hand-off to a helper)"));
+    assert_non_null(strstr(own, "until their first of chunks started (the hand-off, or the peer's clear-to-send)"));
     free(text);
-    ferry_px_registry_remove(c);
+    ferry_px_ring_unregister(&c->ring);
     free(c);
 }
 

@@ -1,0 +1,65 @@
+/*
+ * A request without progress for stall_ns: say so, once per stall of the
+ * comm (NCCL posts several requests per comm, and a slow peer stalls them
+ * all), with what ferry knows and what to look at. NCCL itself waits
+ * forever, and a rank that stopped or a network that silently drops packets
+ * otherwise looks like a hang with nothing in the log. Not an error: a
+ * straggler rank still computing also keeps a receive waiting. Every word
+ * about the transport is the backend's (ring ops stall_why and state).
+ */
+#include <stdio.h>
+
+#include "core/log.h"
+#include "proxy/ring.h"
+
+/* Why, for a request the backend has not let go yet (gated send, held receive). */
+static int ferry_px_ring_stall_held(const ferry_px_ring_t *ring, const ferry_px_req_t *req,
+                                    int state, char *buf, size_t len)
+{
+    if (state == FERRY_PX_REQ_DONE)
+        snprintf(buf, len, "All of it arrived, but the backend still holds it back (%s)",
+                 ring->hold_hint != NULL ? ring->hold_hint : "see the backend's log");
+    else if (req->kind == FERRY_PX_SEND && atomic_load(&req->gated) &&
+             state == FERRY_PX_REQ_POSTED)
+        snprintf(buf, len, "It is still gated: the backend has not finished filling its "
+                 "buffer (%s)", ring->hold_hint != NULL ? ring->hold_hint : "see the backend's log");
+    else
+        return 0;
+    return 1;
+}
+
+void ferry_px_ring_check_stall(ferry_px_ring_t *ring, ferry_px_req_t *req)
+{
+    char desc[192], words[224], why[640], state_words[256];
+    uint64_t last, now, idle;
+    int state;
+
+    if (ring->stall_ns == 0 || ring->stall_quiet)
+        return;
+    last = atomic_load_explicit(&req->last_ns, memory_order_relaxed);
+    /* NCCL calls test() in a tight loop: the cheap clock (seconds are what count here). */
+    now = ferry_px_coarse_ns();
+    idle = now > last ? now - last : 0;
+    if (idle < ring->stall_ns)
+        return;
+    state = atomic_load(&req->state);
+    if (!ferry_px_ring_stall_held(ring, req, state, why, sizeof(why))) {
+        if (ring->ops->stall_why != NULL)
+            ring->ops->stall_why(ring, req, why, sizeof(why));
+        else
+            snprintf(why, sizeof(why), "The peer may be slower, stopped, or unreachable; "
+                     "check that rank's log");
+    }
+    state_words[0] = '\0';
+    if (ring->ops->state != NULL)
+        ring->ops->state(ring, state_words, sizeof(state_words));
+    ring->stall_quiet = 1;
+    ferry_px_ring_describe(ring, desc, sizeof(desc));
+    ferry_px_ring_req_counters(ring, req, words, sizeof(words));
+    FERRY_WARN("%s: %s request seq %u has made no progress for %llu s (%s%s%s). %s. "
+               "NCCL_FERRY_DUMP_SIGNAL dumps every comm; "
+               "NCCL_FERRY_STALL_WARN_S sets this warning's delay (0: off)",
+               desc, ferry_px_req_kind_str(req->kind), req->seq,
+               (unsigned long long)(idle / 1000000000ULL), words,
+               state_words[0] != '\0' ? "; " : "", state_words, why);
+}

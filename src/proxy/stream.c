@@ -1,0 +1,303 @@
+#include <assert.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "proxy/stream.h"
+
+/*
+ * Messages up to this size are pushed by the thread that posts them: one
+ * chunk, one sendmsg, no hand-off to a helper thread (the backend's config
+ * overrides it: NCCL_FERRY_INLINE_MAX).
+ */
+#define FERRY_PX_ASSIST_MAX (32 << 10)
+/*
+ * Messages up to this size are latency-bound: they switch on the spin window.
+ * NCCL's bulk traffic comes as 512 KiB..1 MiB slices; below that a wake-up
+ * per chunk is a visible share of the message time (measured: bench/results).
+ */
+#define FERRY_PX_SMALL (256 << 10)
+/*
+ * How long after NCCL's last call lane 0 stays with NCCL's thread. NCCL's
+ * proxy calls test() in a tight loop while it has work, so a gap this long
+ * means it is busy elsewhere and the worker should take the lane back.
+ */
+#define FERRY_PX_LANE0_HOLD_NS 200000ULL
+
+/*
+ * A lone comm. NCCL's thread serves every channel, so it must not become the
+ * copy engine for all of them (the reason for the 32 KiB limit above). But
+ * when one comm of a kind is all that posts (a ping-pong, a one-channel p2p
+ * exchange), there is nobody else to serve, and each message above 32 KiB
+ * otherwise pays a helper wake-up on each side (64 KiB ping-pong: 1.6-1.7x
+ * raw TCP on 16 cores, 4.4x on 2). The limit (solo_max, NCCL_FERRY_SOLO_MAX)
+ * defaults to one chunk, 64 KiB: larger messages are cut over the streams,
+ * and on 16 cores their helpers copying in parallel beat one thread (256 KiB
+ * 1.43x raw with NCCL's thread sending it all, 1.16x without; on 2 cores the
+ * other way round, 0.74x vs 1.34x). A comm is alone when no other comm of its
+ * kind posted within this window before it.
+ */
+#define FERRY_PX_SOLO_WINDOW_NS 2000000ULL
+
+typedef struct ferry_px_solo {
+    _Atomic uintptr_t last;     /* The comm that posted last... */
+    _Atomic uint64_t  last_ns;  /* ...and when. */
+    _Atomic uint64_t  multi_ns; /* Last time two comms posted within the window. */
+} ferry_px_solo_t;
+
+static ferry_px_solo_t ferry_px_solo_state[2]; /* [0] receive, [1] send. */
+
+static int ferry_px_stream_alone(ferry_px_stream_t *comm)
+{
+    ferry_px_solo_t *st = &ferry_px_solo_state[comm->ring.kind == FERRY_PX_SEND];
+    uint64_t now = ferry_px_now_ns(), prev_ns, multi;
+    uintptr_t prev;
+
+    prev = atomic_exchange_explicit(&st->last, (uintptr_t)comm, memory_order_relaxed);
+    prev_ns = atomic_exchange_explicit(&st->last_ns, now, memory_order_relaxed);
+    if (prev != 0 && prev != (uintptr_t)comm && now - prev_ns < FERRY_PX_SOLO_WINDOW_NS)
+        atomic_store_explicit(&st->multi_ns, now, memory_order_relaxed);
+    multi = atomic_load_explicit(&st->multi_ns, memory_order_relaxed);
+    return multi == 0 || now - multi > FERRY_PX_SOLO_WINDOW_NS;
+}
+
+static const char *const ferry_px_lane_state_names[FERRY_PX_LANE_STATE_COUNT] = {
+    [FERRY_PX_LANE_IDLE]    = "idle",
+    [FERRY_PX_LANE_HEADER]  = "header",
+    [FERRY_PX_LANE_PAYLOAD] = "payload",
+    [FERRY_PX_LANE_PARKED]  = "parked",
+    [FERRY_PX_LANE_BLOCKED] = "blocked",
+    [FERRY_PX_LANE_CLOSED]  = "closed",
+    [FERRY_PX_LANE_FAILED]  = "failed",
+};
+
+const char *ferry_px_lane_state_str(int state)
+{
+    if (state < 0 || state >= FERRY_PX_LANE_STATE_COUNT)
+        return "invalid";
+    return ferry_px_lane_state_names[state];
+}
+
+ferry_status_t ferry_px_stream_init(ferry_px_stream_t *comm, ferry_px_req_kind_t kind,
+                                    const char *backend, const char *peer, int nlanes,
+                                    int nworkers, size_t chunk_min, size_t chunk_max,
+                                    const ferry_px_lane_ops_t *ops,
+                                    const ferry_px_ring_ops_t *ring_ops)
+{
+    ferry_status_t status;
+    int i;
+
+    if (nlanes < 1 || nlanes > FERRY_PX_MAX_LANES || nworkers < 0)
+        return FERRY_ERR_INVALID;
+    memset(comm, 0, sizeof(*comm));
+    status = ferry_px_ring_init(&comm->ring, kind, backend, peer, ring_ops);
+    if (status != FERRY_OK)
+        return status;
+    comm->nlanes = nlanes;
+    comm->nworkers = nworkers < nlanes ? nworkers : nlanes;
+    if (comm->nworkers > FERRY_PX_MAX_WORKERS)
+        comm->nworkers = FERRY_PX_MAX_WORKERS;
+    comm->chunk_min = chunk_min;
+    comm->chunk_max = chunk_max;
+    comm->ops = ops;
+    comm->assist_max = FERRY_PX_ASSIST_MAX;
+    comm->assist_test_max = FERRY_PX_ASSIST_MAX;
+    for (i = 0; i < FERRY_PX_MAX_WORKERS; i++) {
+        comm->workers[i].wake_fd = -1;
+        comm->workers[i].ep_fd = -1;
+    }
+    return FERRY_OK;
+}
+
+static void ferry_px_stream_note_small(ferry_px_stream_t *comm);
+
+static void ferry_px_stream_release(ferry_px_stream_t *comm, size_t size, uint32_t nchunks,
+                                    int alone);
+
+ferry_px_req_t *ferry_px_stream_post(ferry_px_stream_t *comm, void *buf, size_t size, void *mem,
+                                     int gated)
+{
+    ferry_px_chunk_plan_t plan = {0, 0};
+    ferry_px_sub_t sub = {.buf = buf, .capacity = size, .mem = mem};
+    ferry_px_req_kind_t kind = comm->ring.kind;
+    ferry_px_req_t *req;
+    int alone;
+
+    pthread_mutex_lock(&comm->ring.lock);
+    req = ferry_px_ring_slot_locked(&comm->ring);
+    if (req == NULL) {
+        pthread_mutex_unlock(&comm->ring.lock);
+        return NULL;
+    }
+    /* A send is cut at post; a receive learns its chunks from the first header. */
+    if (kind == FERRY_PX_SEND)
+        plan = ferry_px_chunk_plan(size, comm->nlanes, comm->chunk_min, comm->chunk_max);
+    ferry_px_ring_post_locked(&comm->ring, req, 1, &sub, gated, plan.nchunks, plan.chunk_size);
+    if (kind == FERRY_PX_SEND)
+        atomic_store(&comm->unclaimed, 1);
+    pthread_mutex_unlock(&comm->ring.lock);
+    if (kind == FERRY_PX_SEND && size <= FERRY_PX_SMALL)
+        ferry_px_stream_note_small(comm);
+    alone = comm->solo_max > 0 && ferry_px_stream_alone(comm);
+    atomic_store_explicit(&comm->solo, alone, memory_order_relaxed);
+    if (kind == FERRY_PX_SEND && gated)
+        return req; /* Nothing to move until ferry_px_stream_open. */
+    ferry_px_stream_release(comm, size, plan.nchunks, alone);
+    return req;
+}
+
+/* Hand a posted message's chunks to the lanes: NCCL's thread or the workers. */
+static void ferry_px_stream_release(ferry_px_stream_t *comm, size_t size, uint32_t nchunks, int alone)
+{
+    if (comm->ring.kind == FERRY_PX_SEND && (size <= comm->assist_max || comm->nworkers == 0 ||
+                                        (alone && size <= comm->solo_max)))
+        ferry_px_stream_assist(comm);
+    /* After the assist: a chunk it left half-sent needs its worker to watch POLLOUT. */
+    ferry_px_stream_kick_posted(comm, nchunks);
+}
+
+void ferry_px_stream_open(ferry_px_stream_t *comm, ferry_px_req_t *req)
+{
+    /* Release: the bytes the backend put in buf before this are what the lanes send. */
+    atomic_store_explicit(&req->gated, 0, memory_order_release);
+    ferry_px_stream_release(comm, req->sub[0].capacity,
+                          atomic_load_explicit(&req->nparts, memory_order_relaxed),
+                          atomic_load_explicit(&comm->solo, memory_order_relaxed));
+}
+
+/* Latency-bound traffic flows: workers may spin for what comes next (worker.c). */
+static void ferry_px_stream_note_small(ferry_px_stream_t *comm)
+{
+    if (comm->spin_ns > 0)
+        atomic_store_explicit(&comm->small_post_ns, ferry_px_now_ns(), memory_order_relaxed);
+}
+
+long ferry_px_stream_progress_lane(ferry_px_stream_t *comm, int lane, short revents)
+{
+    int expected = 0;
+    long work;
+
+    if (!atomic_compare_exchange_strong_explicit(&comm->lane_busy[lane], &expected, 1,
+                                                 memory_order_acquire, memory_order_relaxed))
+        return 0;
+    /* A failed comm moves no more bytes, but held-back completions still come due. */
+    work = atomic_load_explicit(&comm->ring.failed, memory_order_relaxed) == 0
+               ? comm->ops->progress(comm, lane, revents)
+               : 0;
+    /* Completions the backend holds back (MSG_ZEROCOPY) come due even on a failed comm. */
+    if (comm->ops->retire != NULL)
+        work += comm->ops->retire(comm, lane);
+    if (comm->defer != NULL)
+        work += ferry_px_stream_defer_retire(comm, lane);
+    atomic_store_explicit(&comm->lane_busy[lane], 0, memory_order_release);
+    return work;
+}
+
+void ferry_px_stream_assist(ferry_px_stream_t *comm)
+{
+    int lane;
+
+    if (atomic_load_explicit(&comm->stop, memory_order_relaxed))
+        return;
+    /* Without helper threads, NCCL's thread is the only one moving lanes. */
+    if (comm->nworkers == 0) {
+        for (lane = 0; lane < comm->nlanes; lane++)
+            ferry_px_stream_progress_lane(comm, lane, 0);
+        return;
+    }
+    if (atomic_load_explicit(&comm->ring.failed, memory_order_relaxed) == 0) {
+        atomic_store_explicit(&comm->assist_ns, ferry_px_now_ns(), memory_order_relaxed);
+        ferry_px_stream_progress_lane(comm, 0, 0);
+    }
+}
+
+uint64_t ferry_px_stream_lane0_held_ns(const ferry_px_stream_t *comm, uint64_t now)
+{
+    uint64_t last = atomic_load_explicit(&comm->assist_ns, memory_order_relaxed);
+
+    /* last > now: NCCL's thread called in after the caller read the clock. */
+    if (last > now)
+        return FERRY_PX_LANE0_HOLD_NS;
+    return now - last < FERRY_PX_LANE0_HOLD_NS ? FERRY_PX_LANE0_HOLD_NS - (now - last) : 0;
+}
+
+int ferry_px_stream_claim(ferry_px_stream_t *comm, ferry_px_claim_t *claim_p)
+{
+    ferry_px_req_t *req;
+    uint32_t nchunks;
+
+    /* Spinning workers look often: answer "nothing" without the lock. */
+    if (!atomic_load_explicit(&comm->unclaimed, memory_order_acquire))
+        return 0;
+    pthread_mutex_lock(&comm->ring.lock);
+    if (comm->claim_seq == comm->ring.next_seq) {
+        pthread_mutex_unlock(&comm->ring.lock);
+        return 0;
+    }
+    req = &comm->ring.reqs[comm->claim_seq % FERRY_MAX_REQUESTS];
+    if (atomic_load_explicit(&req->gated, memory_order_acquire)) {
+        /* Messages go out in order: the ones after it wait too. */
+        pthread_mutex_unlock(&comm->ring.lock);
+        return 0;
+    }
+    nchunks = atomic_load_explicit(&req->nparts, memory_order_relaxed);
+    claim_p->req = req;
+    claim_p->seq = comm->claim_seq;
+    claim_p->chunk = comm->claim_chunk;
+    claim_p->nchunks = nchunks;
+    claim_p->msg_size = req->sub[0].capacity;
+    claim_p->offset = (uint64_t)comm->claim_chunk * req->part_size;
+    claim_p->len = req->sub[0].capacity - claim_p->offset < req->part_size
+                       ? req->sub[0].capacity - claim_p->offset
+                       : req->part_size;
+    if (++comm->claim_chunk == nchunks) {
+        comm->claim_seq++;
+        comm->claim_chunk = 0;
+        if (comm->claim_seq == comm->ring.next_seq)
+            atomic_store(&comm->unclaimed, 0);
+    }
+    ferry_px_req_part_start(req);
+    pthread_mutex_unlock(&comm->ring.lock);
+    return 1;
+}
+
+
+/*
+ * NCCL's thread lends a hand only where a wake-up would be a visible share of
+ * the message time: small messages (a receive goes by the size of the last
+ * one, its posted size is only an upper bound), a comm alone (ping-pong), or
+ * every message when there are no helpers. On bulk traffic the thread that
+ * serves every channel would otherwise move a quarter of all bytes itself
+ * and hold lane 0 away from its worker (ferry-bench 64 KiB x 4 connections:
+ * bench/results/2026-11-29-gpu-tuner).
+ */
+static int ferry_px_stream_test_assists(ferry_px_stream_t *comm, const ferry_px_req_t *req)
+{
+    uint64_t size = req->kind == FERRY_PX_SEND
+                        ? atomic_load_explicit(&req->sub[0].size, memory_order_relaxed)
+                        : atomic_load_explicit(&comm->ring.last_size, memory_order_relaxed);
+
+    return comm->nworkers == 0 || size <= comm->assist_test_max ||
+           (size <= comm->solo_max && atomic_load_explicit(&comm->solo, memory_order_relaxed));
+}
+
+long ferry_px_stream_poll(ferry_px_ring_t *ring, ferry_px_req_t *req)
+{
+    ferry_px_stream_t *comm = (ferry_px_stream_t *)ring; /* The ring is its first member. */
+
+    /* Small receives flowing: helpers may spin for the next one (worker.c). */
+    if (ring->kind == FERRY_PX_RECV &&
+        atomic_load_explicit(&ring->last_size, memory_order_relaxed) <= FERRY_PX_SMALL)
+        ferry_px_stream_note_small(comm);
+    if (!ferry_px_stream_test_assists(comm, req))
+        return 0;
+    ferry_px_stream_assist(comm);
+    return 1;
+}
+
+void ferry_px_stream_failed(ferry_px_ring_t *ring)
+{
+    ferry_px_stream_kick((ferry_px_stream_t *)ring);
+}
