@@ -30,6 +30,11 @@ const ferry_px_ring_ops_t ferry_ib_recv_ring_ops = {
     .dump      = ferry_ib_dump,
 };
 
+static void ferry_ib_format_config(char *buf, size_t len)
+{
+    ferry_ib_config_format(&ferry_ib_state.cfg, buf, len);
+}
+
 static ferry_status_t ferry_ib_ops_init(const ferry_config_t *cfg)
 {
     ferry_ib_core_cfg = *cfg;
@@ -245,6 +250,8 @@ static ferry_status_t ferry_ib_reg_mr_dmabuf(void *comm, void *data, size_t size
 const ferry_backend_ops_t ferry_ib_ops = {
     .name           = "ib",
     .host_staged    = 0,
+    .usable         = ferry_ib_usable,
+    .format_config  = ferry_ib_format_config,
     .init           = ferry_ib_ops_init,
     .fini           = ferry_ib_fini,
     .devices        = ferry_ib_devices,

@@ -70,8 +70,7 @@ static long ferry_ib_fail(ferry_ib_comm_t *c, const char *why)
     char desc[192];
 
     ferry_px_ring_describe(&c->ring, desc, sizeof(desc));
-    FERRY_WARN("ib %s on %s: %s; every request of this comm now fails with ncclRemoteError",
-               desc, ferry_ib_comm_where(c), why);
+    FERRY_WARN("%s: %s; every request of this comm now fails with ncclRemoteError", desc, why);
     ferry_px_ring_fail(&c->ring, FERRY_ERR_REMOTE, "%s", why);
     return FERRY_ERR_REMOTE;
 }
@@ -95,7 +94,7 @@ static void ferry_ib_wc_error(ferry_ib_comm_t *c, const struct ibv_wc *wc)
     if (req != NULL)
         ferry_px_ring_req_words(&c->ring, req, words, sizeof(words));
     ferry_px_ring_describe(&c->ring, desc, sizeof(desc));
-    FERRY_WARN("ib %s: completion with status %s (%d) for the %s of message %u on QP 0x%x "
+    FERRY_WARN("%s: completion with status %s (%d) for the %s of message %u on QP 0x%x "
                "(peer %s, device %s, vendor_err 0x%x); request: %s. Likely cause: %s",
                desc, ferry_ibv.wc_status_str(wc->status), (int)wc->status,
                ferry_ib_wr_what(wc->wr_id), FERRY_IB_WR_SEQ(wc->wr_id), wc->qp_num,
