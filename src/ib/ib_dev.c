@@ -153,8 +153,8 @@ ferry_status_t ferry_ib_init(const ferry_config_t *cfg)
     status = ferry_ib_open_all(st, skipped, sizeof(skipped));
     if (status == FERRY_OK && st->ndev == 0) {
         FERRY_WARN("ib backend: no usable port (%s); ports must be ACTIVE with an InfiniBand "
-                   "or Ethernet link layer and pass NCCL_IB_HCA=%s; check `ibv_devinfo`",
-                   skipped, st->cfg.hca[0] ? st->cfg.hca : "<all>");
+                   "or Ethernet link layer and pass the NCCL_IB_HCA filter ('%s'); check "
+                   "`ibv_devinfo`", skipped, st->cfg.hca);
         status = FERRY_ERR_UNSUPPORTED;
     }
     for (i = 0; i < st->nhca && status == FERRY_OK; i++)
