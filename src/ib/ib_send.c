@@ -96,10 +96,12 @@ static ferry_status_t ferry_ib_send_post(ferry_ib_send_comm_t *sc, ferry_ib_send
             wrs[k - 1].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
             wrs[k - 1].imm_data = htonl((uint32_t)size0);
         }
-        for (i = 0; i + 1 < k; i++)
-            wrs[i].next = &wrs[i + 1];
+        /* Every WR carries the id: an error completes the failing WR, signalled or not. */
+        for (i = 0; i < k; i++) {
+            wrs[i].wr_id = FERRY_IB_WR_ID(FERRY_IB_WR_DATA, j, seq);
+            wrs[i].next = i + 1 < k ? &wrs[i + 1] : NULL;
+        }
         wrs[k - 1].send_flags = IBV_SEND_SIGNALED;
-        wrs[k - 1].wr_id = FERRY_IB_WR_ID(FERRY_IB_WR_DATA, j, seq);
         rc = ibv_post_send(conn->qps[q0 + j], wrs, &bad);
         if (rc != 0) {
             FERRY_WARN("ib send comm to %s on %s: ibv_post_send of message %llu (%d WRs) on QP "
