@@ -114,6 +114,13 @@ typedef struct ferry_ib_send_comm {
     int                    ar;         /* Adaptive routing: data as WRITE, then a 0-byte WRITE_WITH_IMM. */
     size_t                 ar_threshold;
     uint64_t               chains_posted, chains_done; /* For the dump. */
+    /*
+     * Sends that did not fit, back from the wire: failed by the next poll,
+     * one test() later, so a receiver driven by the same thread in between
+     * reports the mismatch first (the receiver's error is NCCL's).
+     */
+    int                    ntrunc;
+    ferry_px_req_t        *trunc[FERRY_IB_FIFO_SLOTS];
 } ferry_ib_send_comm_t;
 
 typedef struct ferry_ib_recv_comm {
@@ -200,6 +207,7 @@ ferry_status_t ferry_ib_isend(void *send_comm, void *data, size_t size, int tag,
 ferry_status_t ferry_ib_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
                               void **mhandles, void **request_p);
 void ferry_ib_send_completion(ferry_ib_send_comm_t *sc, const struct ibv_wc *wc);
+void ferry_ib_send_fail_trunc(ferry_ib_send_comm_t *sc);
 void ferry_ib_recv_completion(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc);
 /* Which data QPs message fifo_seq uses: first index and count. */
 static inline void ferry_ib_msg_qps(const ferry_ib_conn_t *conn, uint64_t fifo_seq,

@@ -156,6 +156,8 @@ long ferry_ib_poll(ferry_px_ring_t *ring, ferry_px_req_t *req)
     int n, i, failed;
     long st;
 
+    if (ring->kind == FERRY_PX_SEND && ((ferry_ib_send_comm_t *)c)->ntrunc > 0)
+        ferry_ib_send_fail_trunc((ferry_ib_send_comm_t *)c);
     n = ibv_poll_cq(c->conn.cq, FERRY_IB_POLL_BATCH, wcs);
     if (n < 0)
         return ferry_ib_fail(c, "ibv_poll_cq failed (the CQ is broken)");

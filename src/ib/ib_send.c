@@ -148,11 +148,17 @@ void ferry_ib_send_completion(ferry_ib_send_comm_t *sc, const struct ibv_wc *wc)
     sc->chains_done++;
     if (--slot->outstanding > 0)
         return;
-    /* Every chain is back: a send that did not fit fails now, after the receiver was told. */
+    /* Every chain is back: the receiver was told; a send that did not fit fails next poll. */
     for (i = 0; i < slot->nreqs; i++)
-        if ((slot->trunc >> i) & 1)
-            ferry_px_req_fail(slot->reqs[i], FERRY_ERR_USAGE);
+        if ((slot->trunc >> i) & 1 && sc->ntrunc < FERRY_IB_FIFO_SLOTS)
+            sc->trunc[sc->ntrunc++] = slot->reqs[i];
     memset(slot, 0, sizeof(*slot));
+}
+
+void ferry_ib_send_fail_trunc(ferry_ib_send_comm_t *sc)
+{
+    while (sc->ntrunc > 0)
+        ferry_px_req_fail(sc->trunc[--sc->ntrunc], FERRY_ERR_USAGE);
 }
 
 /* The receive's buffer this isend goes to: the first unmatched one with its tag. */
