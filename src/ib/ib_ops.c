@@ -85,6 +85,12 @@ static ferry_status_t ferry_ib_mh_check(const ferry_ib_comm_t *c, const void *mh
                    "%p + %zu bytes", fn, c->conn.peer, data, size, (void *)mh->base, mh->size);
         return FERRY_ERR_INVALID;
     }
+    if (mh->hca != c->conn.dev->hca) {
+        FERRY_WARN("%s on comm to %s: buffer %p was registered on another device (%s), this "
+                   "comm runs on %s", fn, c->conn.peer, data, mh->hca->name,
+                   ferry_ib_comm_where(c));
+        return FERRY_ERR_INVALID;
+    }
     if (c->ring.kind == FERRY_PX_RECV && mh->kind != FERRY_PX_RECV) {
         FERRY_WARN("%s on comm to %s: buffer %p was registered on a send comm, without remote "
                    "write access", fn, c->conn.peer, data);
