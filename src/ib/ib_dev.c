@@ -69,15 +69,17 @@ static ferry_status_t ferry_ib_open_all(ferry_ib_state_t *st, char *skipped, siz
     ferry_ib_hca_filter_parse(st->cfg.hca, &filter); /* Validated at config load. */
     list = ferry_ibv.get_device_list(&n);
     if (list == NULL) {
-        FERRY_WARN("ib: ibv_get_device_list failed: %s; is the RDMA stack loaded (ib_uverbs)?",
-                   strerror(errno));
+        FERRY_WARN("ib backend: ibv_get_device_list failed: %s; this host shows no RDMA "
+                   "devices (is the ib_uverbs kernel module loaded? `ibv_devices` lists them); "
+                   "use NCCL_FERRY_BACKEND=socket or auto", strerror(errno));
         return FERRY_ERR_UNSUPPORTED;
     }
     if (n == 0)
         snprintf(skipped, len, "no RDMA device (ibv_get_device_list found none in %s)",
                  ferry_ibv_loaded_path());
     if (n > FERRY_IB_MAX_HCAS)
-        FERRY_WARN("ib: %d RDMA devices, ferry uses the first %d", n, FERRY_IB_MAX_HCAS);
+        FERRY_WARN("ib backend: %d RDMA devices, ferry uses the first %d; NCCL_IB_HCA picks "
+                   "which", n, FERRY_IB_MAX_HCAS);
     for (i = 0; i < n && i < FERRY_IB_MAX_HCAS && status == FERRY_OK; i++) {
         ferry_ib_hca_t *hca = &st->hcas[st->nhca];
         size_t off = strlen(skipped);
