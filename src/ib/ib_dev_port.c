@@ -142,7 +142,7 @@ static void ferry_ib_dev_fill(ferry_ib_dev_t *dev, ferry_ib_hca_t *hca, int port
                               const ferry_ib_config_t *cfg)
 {
     memset(dev, 0, sizeof(*dev));
-    snprintf(dev->name, sizeof(dev->name), "%s:%d", hca->name, port);
+    snprintf(dev->name, sizeof(dev->name), "%s:%u", hca->name, (unsigned)(uint8_t)port);
     dev->hca = hca;
     dev->port = port;
     dev->link_layer = attr->link_layer;
