@@ -5,10 +5,12 @@
  * chosen. The core below reaches backends only through this list.
  */
 #include "core/backend.h"
+#include "ib/ib.h"
 #include "proxy/registry.h"
 #include "socket/sock.h"
 
 const ferry_backend_ops_t *const ferry_backends[] = {
+    &ferry_ib_ops,
     &ferry_sock_ops,
     NULL,
 };

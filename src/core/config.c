@@ -9,45 +9,38 @@
 #include <sys/socket.h>
 
 #include "core/config.h"
+#include "core/config_table.h"
 #include "core/log.h"
 
 #define FERRY_DEFAULT_STREAMS 4
 #define FERRY_MAX_STREAMS     64
 #define FERRY_MAX_THREADS     16
 
-typedef enum ferry_cfg_kind {
-    FERRY_CFG_KIND_INT,    /* Integer within [min, max]. */
-    FERRY_CFG_KIND_SIZE,   /* Bytes, K/M/G suffixes allowed, within [min, max]. */
-    FERRY_CFG_KIND_TEXT,   /* Free text (interface lists). */
-    FERRY_CFG_KIND_BACKEND,
-    FERRY_CFG_KIND_FAMILY,
-    FERRY_CFG_KIND_SIGNAL
-} ferry_cfg_kind_t;
+/* Designated, so rows may name the optional members that follow help. */
+#define FERRY_CFG_FIELD(_f) .offset = offsetof(ferry_config_t, _f), \
+                            .width = sizeof(((ferry_config_t *)0)->_f)
 
-typedef struct ferry_cfg_var {
-    const char      *name;    /* Environment variable. */
-    ferry_cfg_kind_t kind;
-    size_t           offset;  /* Field in ferry_config_t... */
-    size_t           width;   /* ...and its size: int, or 8 bytes (size_t, long long). */
-    long long        def;     /* Default for numeric kinds. */
-    long long        min, max;
-    const char      *help;    /* What it does; quoted in errors. */
-} ferry_cfg_var_t;
+static const ferry_cfg_choice_t ferry_cfg_backends[] = {
+    {"auto", FERRY_BACKEND_AUTO}, {"socket", FERRY_BACKEND_SOCKET}, {"ib", FERRY_BACKEND_IB},
+    {NULL, 0},
+};
 
-#define FERRY_CFG_FIELD(_f) offsetof(ferry_config_t, _f), sizeof(((ferry_config_t *)0)->_f)
-
-_Static_assert(sizeof(size_t) == sizeof(long long), "8-byte fields hold size_t or long long");
+static const ferry_cfg_choice_t ferry_cfg_families[] = {
+    {"AF_INET", AF_INET}, {"AF_INET6", AF_INET6}, {NULL, 0},
+};
 
 static const ferry_cfg_var_t ferry_cfg_vars[FERRY_CFG_COUNT] = {
-    [FERRY_CFG_BACKEND]          = {"NCCL_FERRY_BACKEND", FERRY_CFG_KIND_BACKEND,
+    [FERRY_CFG_BACKEND]          = {"NCCL_FERRY_BACKEND", FERRY_CFG_KIND_CHOICE,
                                     FERRY_CFG_FIELD(backend), FERRY_BACKEND_AUTO, 0, 0,
-                                    "auto, socket or ib"},
+                                    "auto, socket or ib", .choices = ferry_cfg_backends},
     [FERRY_CFG_SOCKET_IFNAME]    = {"NCCL_SOCKET_IFNAME", FERRY_CFG_KIND_TEXT,
                                     FERRY_CFG_FIELD(socket_ifname), 0, 0, 0,
-                                    "interface prefixes, ^ to exclude, = for exact names"},
-    [FERRY_CFG_SOCKET_FAMILY]    = {"NCCL_SOCKET_FAMILY", FERRY_CFG_KIND_FAMILY,
+                                    "interface prefixes, ^ to exclude, = for exact names",
+                                    /* NCCL treats a 1-character NCCL_SOCKET_IFNAME as unset; so do we. */
+                                    .flags = FERRY_CFG_F_SHORT_UNSET},
+    [FERRY_CFG_SOCKET_FAMILY]    = {"NCCL_SOCKET_FAMILY", FERRY_CFG_KIND_CHOICE,
                                     FERRY_CFG_FIELD(socket_family), AF_UNSPEC, 0, 0,
-                                    "AF_INET or AF_INET6"},
+                                    "AF_INET or AF_INET6", .choices = ferry_cfg_families},
     [FERRY_CFG_SOCKET_NTHREADS]  = {"NCCL_SOCKET_NTHREADS", FERRY_CFG_KIND_INT,
                                     FERRY_CFG_FIELD(socket_nthreads), 0, 1, FERRY_MAX_THREADS,
                                     "helper threads per connection, 1..16"},
@@ -81,9 +74,10 @@ static const ferry_cfg_var_t ferry_cfg_vars[FERRY_CFG_COUNT] = {
     [FERRY_CFG_HELLO_TIMEOUT_MS] = {"NCCL_FERRY_HELLO_TIMEOUT_MS", FERRY_CFG_KIND_INT,
                                     FERRY_CFG_FIELD(hello_timeout_ms), 10000, 10, 3600000,
                                     "ms an inbound stream may take to say hello"},
-    [FERRY_CFG_DUMP_SIGNAL]      = {"NCCL_FERRY_DUMP_SIGNAL", FERRY_CFG_KIND_SIGNAL,
+    [FERRY_CFG_DUMP_SIGNAL]      = {"NCCL_FERRY_DUMP_SIGNAL", FERRY_CFG_KIND_CUSTOM,
                                     FERRY_CFG_FIELD(dump_signal), 0, 0, 0,
-                                    "signal name or number that dumps all comms, off by default"},
+                                    "signal name or number that dumps all comms, off by default",
+                                    .parse = ferry_config_parse_signal},
     [FERRY_CFG_SPIN_US]          = {"NCCL_FERRY_SPIN_US", FERRY_CFG_KIND_INT,
                                     FERRY_CFG_FIELD(spin_us), -1, -1, 1000000,
                                     "us helper threads keep polling before they sleep, -1 auto (0)"},
@@ -196,76 +190,6 @@ long long ferry_config_parse_size(const char *text)
     return *end == '\0' ? n : -1;
 }
 
-/* Store a parsed numeric value in the field the table names. */
-static void ferry_cfg_store(ferry_config_t *cfg, const ferry_cfg_var_t *var, long long value)
-{
-    char *field = (char *)cfg + var->offset;
-    int narrow = (int)value;
-
-    /* The range check already ran: the value fits the field, whatever its type. */
-    if (var->width == sizeof(int))
-        memcpy(field, &narrow, sizeof(narrow));
-    else
-        memcpy(field, &value, sizeof(value));
-}
-
-static ferry_status_t ferry_cfg_bad(const ferry_cfg_var_t *var, const char *value)
-{
-    FERRY_WARN("%s='%s' is not valid: expected %s; unset it or fix the value", var->name,
-               value, var->help);
-    return FERRY_ERR_USAGE;
-}
-
-static ferry_status_t ferry_cfg_parse_one(ferry_config_t *cfg, const ferry_cfg_var_t *var,
-                                          const char *value)
-{
-    long long n;
-    char *end;
-
-    switch (var->kind) {
-    case FERRY_CFG_KIND_TEXT:
-        if (strlen(value) >= sizeof(cfg->socket_ifname))
-            return ferry_cfg_bad(var, value);
-        strcpy(cfg->socket_ifname, value);
-        return FERRY_OK;
-    case FERRY_CFG_KIND_BACKEND:
-        if (strcasecmp(value, "auto") == 0)
-            cfg->backend = FERRY_BACKEND_AUTO;
-        else if (strcasecmp(value, "socket") == 0)
-            cfg->backend = FERRY_BACKEND_SOCKET;
-        else if (strcasecmp(value, "ib") == 0)
-            cfg->backend = FERRY_BACKEND_IB;
-        else
-            return ferry_cfg_bad(var, value);
-        return FERRY_OK;
-    case FERRY_CFG_KIND_FAMILY:
-        if (strcasecmp(value, "AF_INET") == 0)
-            cfg->socket_family = AF_INET;
-        else if (strcasecmp(value, "AF_INET6") == 0)
-            cfg->socket_family = AF_INET6;
-        else
-            return ferry_cfg_bad(var, value);
-        return FERRY_OK;
-    case FERRY_CFG_KIND_SIGNAL:
-        cfg->dump_signal = ferry_config_parse_signal(value);
-        return cfg->dump_signal < 0 ? ferry_cfg_bad(var, value) : FERRY_OK;
-    case FERRY_CFG_KIND_SIZE:
-        n = ferry_config_parse_size(value);
-        if (n < var->min || n > var->max || (n < 0 && strcmp(value, "-1") != 0))
-            return ferry_cfg_bad(var, value);
-        ferry_cfg_store(cfg, var, n);
-        return FERRY_OK;
-    case FERRY_CFG_KIND_INT:
-        errno = 0;
-        n = strtoll(value, &end, 10);
-        if (errno != 0 || end == value || *end != '\0' || n < var->min || n > var->max)
-            return ferry_cfg_bad(var, value);
-        ferry_cfg_store(cfg, var, n);
-        return FERRY_OK;
-    }
-    return FERRY_ERR_INTERNAL;
-}
-
 /*
  * Streams and threads: ferry's own variables win; otherwise NCCL's
  * NTHREADS x NSOCKS_PERTHREAD are honoured as NCCL would (product capped at 64
@@ -347,29 +271,11 @@ static void ferry_cfg_derive_spin(ferry_config_t *cfg)
 ferry_status_t ferry_config_load(ferry_config_t *cfg)
 {
     ferry_status_t status;
-    const char *value;
-    int i;
 
     memset(cfg, 0, sizeof(*cfg));
-    for (i = 0; i < FERRY_CFG_COUNT; i++) {
-        const ferry_cfg_var_t *var = &ferry_cfg_vars[i];
-
-        if (var->kind == FERRY_CFG_KIND_INT || var->kind == FERRY_CFG_KIND_SIZE)
-            ferry_cfg_store(cfg, var, var->def);
-        else if (var->kind == FERRY_CFG_KIND_BACKEND)
-            cfg->backend = (ferry_backend_kind_t)var->def;
-        else if (var->kind == FERRY_CFG_KIND_FAMILY)
-            cfg->socket_family = (int)var->def;
-        value = getenv(var->name);
-        /* NCCL treats a 1-character NCCL_SOCKET_IFNAME as unset; so do we. */
-        if (value == NULL || *value == '\0' ||
-            (i == FERRY_CFG_SOCKET_IFNAME && strlen(value) <= 1))
-            continue;
-        status = ferry_cfg_parse_one(cfg, var, value);
-        if (status != FERRY_OK)
-            return status;
-        cfg->src[i] = FERRY_CFG_ENV;
-    }
+    status = ferry_cfg_table_load(ferry_cfg_vars, FERRY_CFG_COUNT, cfg, cfg->src);
+    if (status != FERRY_OK)
+        return status;
     if (cfg->chunk_min > cfg->chunk_max) {
         FERRY_WARN("NCCL_SOCKET_MIN_TASKSIZE=%zu is larger than NCCL_FERRY_CHUNK_SIZE=%zu; "
                    "make the minimum no larger than the maximum", cfg->chunk_min, cfg->chunk_max);
@@ -378,11 +284,6 @@ ferry_status_t ferry_config_load(ferry_config_t *cfg)
     ferry_cfg_derive_lanes(cfg);
     ferry_cfg_derive_spin(cfg);
     return FERRY_OK;
-}
-
-static const char *ferry_cfg_src_name(ferry_cfg_src_t src)
-{
-    return src == FERRY_CFG_ENV ? "env" : src == FERRY_CFG_DERIVED ? "derived" : "default";
 }
 
 const char *ferry_config_backend_name(ferry_backend_kind_t kind)

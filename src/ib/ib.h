@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include <infiniband/verbs.h>
 
@@ -54,6 +55,8 @@ typedef struct ferry_ib_hca {
     pthread_t            async_thread;       /* "ferry-ibasync<N>"; started at init. */
     int                  async_started;
     _Atomic int          fatal;              /* DEVICE_FATAL seen: every comm on it fails. */
+    int                  async_stop_fd;      /* eventfd that stops the async thread (ib_async.c). */
+    int                  index;              /* Position in ferry_ib_state.hcas, for thread names. */
 } ferry_ib_hca_t;
 
 /* A device as NCCL sees it: one active port of an HCA. */
@@ -128,6 +131,8 @@ typedef struct ferry_ib_watch {
     void          (*fn)(struct ferry_ib_watch *w, const char *what, int fatal);
     void           *arg;
     struct ferry_ib_watch *next, *prev; /* Under the watch list's lock. */
+    int             linked;  /* ib_async.c, under the watch list's lock: on the list. */
+    int             calls;   /* ib_async.c, under the watch list's lock: dispatches holding w. */
 } ferry_ib_watch_t;
 void ferry_ib_watch_add(ferry_ib_watch_t *w);
 /* After it returns, fn is not running and will not be called again for w. */

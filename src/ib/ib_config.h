@@ -36,11 +36,48 @@ typedef struct ferry_ib_config {
     char   verbs_lib[256];    /* NCCL_FERRY_IBVERBS_LIB: path of libibverbs, "" default. */
     int    peer_timeout_s;    /* NCCL_FERRY_IB_PEER_TIMEOUT_S: a dead peer becomes an error this fast; 0 off. */
     ferry_cfg_src_t src[32];  /* Source of each value, indexed as the table in ib_config.c. */
+    int    merge_vfs;         /* NCCL_IB_MERGE_VFS, default 1: VFs share their PF's pciPath. */
 } ferry_ib_config_t;
+
+/* Index of each variable in ib_config.c's table; also indexes ferry_ib_config_t.src. */
+typedef enum ferry_ib_cfg_id {
+    FERRY_IB_CFG_HCA,
+    FERRY_IB_CFG_DISABLE,
+    FERRY_IB_CFG_GID_INDEX,
+    FERRY_IB_CFG_ADDR_FAMILY,
+    FERRY_IB_CFG_ADDR_RANGE,
+    FERRY_IB_CFG_ROCE_VERSION,
+    FERRY_IB_CFG_ROUTABLE_FLID_GID_INDEX,
+    FERRY_IB_CFG_TC,
+    FERRY_IB_CFG_FIFO_TC,
+    FERRY_IB_CFG_SL,
+    FERRY_IB_CFG_TIMEOUT,
+    FERRY_IB_CFG_RETRY_CNT,
+    FERRY_IB_CFG_PKEY,
+    FERRY_IB_CFG_USE_INLINE,
+    FERRY_IB_CFG_QPS_PER_CONN,
+    FERRY_IB_CFG_SPLIT_DATA_ON_QPS,
+    FERRY_IB_CFG_AR_THRESHOLD,
+    FERRY_IB_CFG_ADAPTIVE_ROUTING,
+    FERRY_IB_CFG_RELAXED_ORDERING,
+    FERRY_IB_CFG_RETURN_ASYNC_EVENTS,
+    FERRY_IB_CFG_GDR_FLUSH_DISABLE,
+    FERRY_IB_CFG_VERBS_LIB,
+    FERRY_IB_CFG_PEER_TIMEOUT_S,
+    FERRY_IB_CFG_MERGE_VFS,
+    FERRY_IB_CFG_COUNT
+} ferry_ib_cfg_id_t;
 
 /* Parse the environment. On bad input: WARN naming variable, value and what is accepted. */
 ferry_status_t ferry_ib_config_load(ferry_ib_config_t *cfg);
 /* " NCCL_IB_HCA=mlx5(env) NCCL_IB_GID_INDEX=-1(default) ..." appended to the effective-config line. */
 void ferry_ib_config_format(const ferry_ib_config_t *cfg, char *buf, size_t len);
+/*
+ * NCCL_IB_ADDR_RANGE as bytes in network order (4 for AF_INET, 16 for
+ * AF_INET6) and its prefix length: 1 when it is set and of `family`, else
+ * 0 (NCCL ignores a range of the other family, and so does ferry).
+ */
+int ferry_ib_config_addr_range(const ferry_ib_config_t *cfg, int family, unsigned char addr[16],
+                               int *prefixlen_p);
 
 #endif

@@ -49,6 +49,13 @@ typedef struct ferry_ibv_fns {
     const char *(*event_type_str)(enum ibv_event_type event);
     const char *(*wc_status_str)(enum ibv_wc_status status);
     int (*fork_init)(void);
+    /* Added by the device half: completion-channel events, port state in words, GID types. */
+    int (*get_cq_event)(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context);
+    void (*ack_cq_events)(struct ibv_cq *cq, unsigned int nevents);
+    const char *(*port_state_str)(enum ibv_port_state port_state);
+    /* _ibv_query_gid_ex (IBVERBS_1.11), NULL before; use ferry_ibv_query_gid_type. */
+    int (*query_gid_ex_sym)(struct ibv_context *context, uint32_t port_num, uint32_t gid_index,
+                            struct ibv_gid_entry *entry, uint32_t flags, size_t entry_size);
 } ferry_ibv_fns_t;
 
 /* Filled by ferry_ibv_load; all NULL before. */
@@ -62,5 +69,15 @@ extern ferry_ibv_fns_t ferry_ibv;
 ferry_status_t ferry_ibv_load(const char *path, char *err, size_t len);
 /* The file that was loaded ("" before). */
 const char *ferry_ibv_loaded_path(void);
+
+/*
+ * ibv_query_port with the whole struct filled (the provider's extended
+ * query when it has one, as the verbs.h macro does; ferry_ibv.query_port
+ * does the same) plus active_speed_ex of rdma-core 50+, 0 when unknown.
+ */
+int ferry_ibv_query_port_ex(struct ibv_context *context, uint8_t port,
+                            struct ibv_port_attr *attr, uint32_t *active_speed_ex_p);
+/* IBV_GID_TYPE_IB/ROCE_V1/ROCE_V2 of a GID from ibv_query_gid_ex; -1 when unknown. */
+int ferry_ibv_query_gid_type(struct ibv_context *context, uint8_t port, int index);
 
 #endif

@@ -1,0 +1,218 @@
+/*
+ * The non-blocking accept() state machine. Inbound OOB connections wait in
+ * `pending` (oldest first, bounded; a full table evicts the oldest) and
+ * each walks
+ *   RECV_HELLO -> SEND_META -> RECV_READY -> (recv comm returned)
+ * A stranger (wrong magic, version or token; closes or stalls before its
+ * hello is complete) is dropped with a WARN naming its address while real
+ * peers keep being served. A real peer (its hello checked out) that fails
+ * later makes accept() return the error.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "ib/ib_comm.h"
+
+#define FERRY_IB_ACCEPT_BURST 64
+
+typedef enum ferry_ib_acc_state {
+    FERRY_IB_ACC_RECV_HELLO, /* Reading hello + metadata; the hello is checked as soon as it is in. */
+    FERRY_IB_ACC_SEND_META,  /* Our QPs are at RTS: writing our metadata. */
+    FERRY_IB_ACC_RECV_READY  /* Waiting for the connector's QPs to reach RTS. */
+} ferry_ib_acc_state_t;
+
+static const char *const ferry_ib_acc_step[] = {
+    "reading the peer's hello and metadata", "sending our metadata",
+    "waiting for the peer's ready byte",
+};
+
+static const char *ferry_ib_hello_check(const ferry_ib_hello_t *hello, uint64_t token)
+{
+    if (hello->magic != FERRY_IB_MAGIC)
+        return "wrong magic (not a ferry ib peer)";
+    if (hello->version != FERRY_IB_WIRE_VERSION || hello->hdr_size != sizeof(*hello))
+        return "unsupported wire version (mixed ferry builds?)";
+    if (hello->token != token)
+        return "wrong token (a peer of another connection or job)";
+    if (hello->lane != 0 || hello->nlanes != 1)
+        return "lane numbers do not match an ib connection";
+    return NULL;
+}
+
+static void ferry_ib_accept_new(ferry_ib_listen_comm_t *lc)
+{
+    int burst;
+
+    for (burst = 0; burst < FERRY_IB_ACCEPT_BURST; burst++) {
+        struct sockaddr_storage peer;
+        socklen_t peer_len = sizeof(peer);
+        ferry_ib_pending_t *p;
+        int fd = accept4(lc->fd, (struct sockaddr *)&peer, &peer_len,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+                errno != ECONNABORTED)
+                FERRY_WARN("ib listener %s: accept failed: %s; will retry", lc->addr_str,
+                           strerror(errno));
+            return;
+        }
+        if (lc->npending == FERRY_IB_PENDING_MAX) {
+            /* A flood of silent connections must not lock real peers out. */
+            FERRY_WARN("ib listener %s: %d connections in their handshake; dropping the "
+                       "oldest, from %s", lc->addr_str, lc->npending, lc->pending[0].peer);
+            ferry_ib_pending_drop(lc, 0);
+        }
+        p = &lc->pending[lc->npending++];
+        memset(p, 0, sizeof(*p));
+        p->fd = fd;
+        p->state = FERRY_IB_ACC_RECV_HELLO;
+        p->since_ns = ferry_px_now_ns();
+        ferry_ib_addr_str((struct sockaddr *)&peer, p->peer, sizeof(p->peer));
+    }
+}
+
+/* The hello and metadata are in: build the recv comm and bring its QPs up. */
+static ferry_status_t ferry_ib_accept_build(ferry_ib_listen_comm_t *lc, ferry_ib_pending_t *p)
+{
+    const ferry_ib_meta_t *m = &p->in.meta;
+    const ferry_ib_dev_t *dev = &ferry_ib_state.devs[lc->dev];
+    ferry_ib_comm_t *c;
+    const char *why = ferry_ib_meta_check(m, 0, dev->link_layer);
+    ferry_status_t status;
+
+    if (why != NULL) {
+        FERRY_WARN("ib accept from %s on %s (peer device %.64s): its metadata is unusable: %s; "
+                   "every rank must load the same ferry build and NCCL_IB_* settings",
+                   p->peer, dev->name, m->devname[63] == '\0' ? m->devname : "?", why);
+        return FERRY_ERR_REMOTE;
+    }
+    status = ferry_ib_comm_create(FERRY_PX_RECV, lc->dev, m->nqps, p->peer, &c);
+    if (status != FERRY_OK)
+        return status;
+    p->comm = (ferry_ib_recv_comm_t *)c;
+    /* The connecting side chose the traffic class and service level. */
+    c->conn.local.tc = m->tc;
+    c->conn.local.sl = m->sl;
+    return ferry_ib_comm_connect_qps(c, m, "accept: bringing our QPs to RTS");
+}
+
+/*
+ * Move one pending connection. Returns FERRY_OK with *drop 0 (keep), 1
+ * (stranger dropped, keep serving), or an error (real peer failed).
+ */
+static ferry_status_t ferry_ib_accept_step(ferry_ib_listen_comm_t *lc, ferry_ib_pending_t *p,
+                                           uint64_t now, int *drop, int *ready)
+{
+    uint64_t timeout_ns = (uint64_t)(ferry_ib_core_cfg.hello_timeout_ms > 0
+                                         ? ferry_ib_core_cfg.hello_timeout_ms : 10000) * 1000000ULL;
+    const char *why = NULL;
+    ferry_status_t status;
+    int rc = 0;
+
+    *drop = 0;
+    *ready = 0;
+    switch (p->state) {
+    case FERRY_IB_ACC_RECV_HELLO:
+        rc = ferry_ib_oob_recv(p->fd, &p->in, sizeof(p->in), &p->got);
+        if (p->got >= sizeof(p->in.hello) && p->comm == NULL &&
+            (why = ferry_ib_hello_check(&p->in.hello, lc->token)) != NULL)
+            break;
+        if (rc == 1) {
+            status = ferry_ib_accept_build(lc, p);
+            if (status != FERRY_OK)
+                return status;
+            p->state = FERRY_IB_ACC_SEND_META;
+            p->sent = 0;
+        }
+        break;
+    case FERRY_IB_ACC_SEND_META:
+        rc = ferry_ib_oob_send(p->fd, &p->comm->base.conn.local, sizeof(ferry_ib_meta_t),
+                               &p->sent);
+        if (rc == 1) {
+            p->state = FERRY_IB_ACC_RECV_READY;
+            p->got = 0;
+        }
+        break;
+    case FERRY_IB_ACC_RECV_READY:
+        rc = ferry_ib_oob_recv(p->fd, &p->ready, 1, &p->got);
+        if (rc == 1 && p->ready != FERRY_IB_OOB_READY) {
+            FERRY_WARN("ib accept from %s on %s: %s: got byte 0x%02x instead of the ready "
+                       "byte; mixed ferry builds?", p->peer, ferry_ib_state.devs[lc->dev].name,
+                       ferry_ib_acc_step[p->state], p->ready);
+            return FERRY_ERR_REMOTE;
+        }
+        *ready = rc == 1;
+        break;
+    }
+    if (why == NULL && rc < 0)
+        why = ferry_ib_oob_strerror(rc);
+    if (why == NULL && rc == 0 && now - p->since_ns > timeout_ns)
+        why = "stalled (NCCL_FERRY_HELLO_TIMEOUT_MS)";
+    if (why == NULL)
+        return FERRY_OK;
+    if (p->state == FERRY_IB_ACC_RECV_HELLO &&
+        (p->got < sizeof(p->in.hello) || ferry_ib_hello_check(&p->in.hello, lc->token) != NULL)) {
+        FERRY_WARN("ib listener %s: rejected connection from %s after %zu of %zu hello bytes: "
+                   "%s; still accepting real peers", lc->addr_str, p->peer, p->got,
+                   sizeof(p->in), why);
+        *drop = 1;
+        return FERRY_OK;
+    }
+    FERRY_WARN("ib accept from %s on %s failed while %s: %s; the connecting rank probably "
+               "exited or failed (check its log)", p->peer, ferry_ib_state.devs[lc->dev].name,
+               ferry_ib_acc_step[p->state], why);
+    return FERRY_ERR_REMOTE;
+}
+
+ferry_status_t ferry_ib_accept(void *listen_comm, void **recv_comm_p)
+{
+    ferry_ib_listen_comm_t *lc = listen_comm;
+    uint64_t now;
+    int i = 0;
+
+    *recv_comm_p = NULL;
+    if (lc == NULL || lc->magic != FERRY_IB_LISTEN_MAGIC) {
+        FERRY_WARN("accept(%p): not a live ferry ib listen comm%s", listen_comm,
+                   lc != NULL && lc->magic == FERRY_IB_DEAD_MAGIC ? " (already closed)" : "");
+        return FERRY_ERR_INVALID;
+    }
+    ferry_ib_accept_new(lc);
+    now = ferry_px_now_ns();
+    while (i < lc->npending) {
+        ferry_ib_pending_t *p = &lc->pending[i];
+        ferry_ib_comm_t *c;
+        int drop, ready, fd;
+        ferry_status_t status = ferry_ib_accept_step(lc, p, now, &drop, &ready);
+
+        if (status != FERRY_OK) {
+            ferry_ib_pending_drop(lc, i);
+            return status;
+        }
+        if (drop) {
+            ferry_ib_pending_drop(lc, i);
+            continue;
+        }
+        if (!ready) {
+            i++;
+            continue;
+        }
+        c = &p->comm->base;
+        fd = p->fd;
+        p->comm = NULL; /* Both belong to the comm now. */
+        p->fd = -1;
+        ferry_ib_pending_drop(lc, i);
+        ferry_ib_comm_start(c, fd);
+        FERRY_INFO(FERRY_LOG_NET, "ib accepted connection from %s on %s: %d QP(s), peer "
+                   "device %s, recv comm #%u", c->conn.peer, ferry_ib_comm_where(c),
+                   c->conn.nqps, c->conn.remote.devname, c->ring.serial);
+        *recv_comm_p = c;
+        return FERRY_OK;
+    }
+    return FERRY_OK;
+}

@@ -1,0 +1,241 @@
+/*
+ * The ib backend's comms (connection and data half): listen comm, send and
+ * receive comms, memory handles, and the functions the files of this half
+ * share. Device discovery, the MR cache and async events are ib.h's.
+ *
+ * Data moves receiver-driven, as NCCL's IB transport does:
+ *  - irecv posts a 0-SGE receive WR on each data QP the message will use
+ *    and RDMA-writes its n buffers' descriptors (ferry_ib_cts_t) into the
+ *    sender's CTS FIFO slot seq % 32;
+ *  - isend finds the descriptors there (or returns a NULL request), and
+ *    RDMA-writes the data, the last WR of each QP's chain a WRITE_WITH_IMM
+ *    whose completion at the receiver tells it the message (imm_data: the
+ *    size for n == 1; the sizes FIFO for grouped receives).
+ * Message k (counted per receive on both sides) uses data QP k % nqps, or
+ * all of them with NCCL_IB_SPLIT_DATA_ON_QPS=1.
+ *
+ * Part counters (proxy/req.h) of ib requests:
+ *   send: nparts      = QP chains the message is split over (1, or nqps when split)
+ *         posted      += chains, when they are posted (after the CTS was read
+ *                        and every buffer of a grouped receive has its isend)
+ *         transmitted, done += 1 as each chain's signalled completion is polled
+ *   recv: nparts      = WRITE_WITH_IMM completions expected (one per QP used)
+ *         posted      += nparts, once the receive WRs are posted and the CTS written
+ *         received, done += 1 as each WRITE_WITH_IMM completion is polled;
+ *         sub[i].size from imm_data (n == 1) or the sizes FIFO (n > 1)
+ * req->backend_word: the FIFO sequence number of the message (send: with
+ * FERRY_IB_WORD_TRUNC when its buffer is too small).
+ *
+ * Threads: isend, irecv and test of one comm come from one thread (NCCL's
+ * progress thread), so the data-path fields are plain. The async thread
+ * only calls the watch callback, which fails the ring (thread-safe).
+ */
+#ifndef FERRY_IB_COMM_H
+#define FERRY_IB_COMM_H
+
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "ib/ib.h"
+#include "ib/ib_handle.h"
+
+#define FERRY_IB_SEND_MAGIC   0x646e65736269662eULL
+#define FERRY_IB_RECV_MAGIC   0x766365726269662eULL
+#define FERRY_IB_LISTEN_MAGIC 0x6e74736c6269662eULL
+#define FERRY_IB_MH_MAGIC     0x68726d2d6269662eULL
+#define FERRY_IB_DEAD_MAGIC   0x646165646269662eULL /* Written at close: misuse is named. */
+
+#define FERRY_IB_PENDING_MAX  32  /* Inbound OOB connections in their handshake at once. */
+#define FERRY_IB_POLL_BATCH   16  /* CQEs per ibv_poll_cq. */
+#define FERRY_IB_CTS_SIGNAL   16  /* Every 16th CTS write is signalled, so the SQ drains. */
+#define FERRY_IB_CHUNK_ALIGN  128 /* Split parts keep LL/LL128 lines whole. */
+#define FERRY_IB_PEER_GRACE_NS 300000000ULL /* After the peer's EOF, completions still land. */
+
+/* wr_id: kind in the top byte, then the QP chain index, then the FIFO sequence (low 32 bits). */
+#define FERRY_IB_WR_DATA 1ULL
+#define FERRY_IB_WR_CTS  2ULL
+#define FERRY_IB_WR_RECV 3ULL
+#define FERRY_IB_WR_ID(_kind, _chain, _seq) \
+    (((_kind) << 56) | ((uint64_t)(_chain) << 32) | ((uint64_t)(_seq) & 0xffffffffULL))
+#define FERRY_IB_WR_KIND(_id)  ((_id) >> 56)
+#define FERRY_IB_WR_CHAIN(_id) ((int)(((_id) >> 32) & 0xff))
+#define FERRY_IB_WR_SEQ(_id)   ((uint32_t)(_id))
+
+#define FERRY_IB_WORD_TRUNC (1ULL << 63)
+
+/* What both comm kinds share: QPs, CQ, control block, OOB socket. */
+typedef struct ferry_ib_conn {
+    ferry_ib_dev_t  *dev;
+    int              devidx;
+    struct ibv_cq   *cq;
+    int              nqps;
+    struct ibv_qp   *qps[FERRY_IB_MAX_QPS];
+    uint32_t         max_inline;   /* What the QPs got (0: NCCL_IB_USE_INLINE off). */
+    int              split;        /* NCCL_IB_SPLIT_DATA_ON_QPS. */
+    void            *ctrl;         /* Page-aligned: send: CTS FIFO + sizes source; recv: sizes FIFO + CTS source. */
+    size_t           ctrl_len;
+    struct ibv_mr   *ctrl_mr;
+    ferry_ib_meta_t  local;        /* What we told the peer... */
+    ferry_ib_meta_t  remote;       /* ...and what it told us. */
+    int              oob_fd;       /* Kept open: EOF = peer gone. -1 when off or closed. */
+    uint64_t         check_ns;     /* Next liveness look (coarse clock). */
+    uint64_t         gone_ns;      /* When EOF was seen; 0 while the peer is there. */
+    int              bye;          /* The peer closed its comm normally (FERRY_IB_OOB_BYE). */
+    int              watching;     /* watch is in the async thread's list. */
+    int              registered;   /* ring is in the registry (returned to NCCL). */
+    ferry_ib_watch_t watch;
+    char             peer[64];     /* OOB address of the peer, "ip:port". */
+} ferry_ib_conn_t;
+
+/* Head of both comm kinds. ring first: requests lead back to the comm. */
+typedef struct ferry_ib_comm {
+    ferry_px_ring_t ring;
+    uint64_t        magic;         /* FERRY_IB_SEND_MAGIC / _RECV_MAGIC while alive. */
+    ferry_ib_conn_t conn;
+} ferry_ib_comm_t;
+
+/* A FIFO slot as the sender fills it. */
+typedef struct ferry_ib_send_slot {
+    int             nreqs;         /* Buffers of the receive (from the CTS). */
+    int             matched;       /* ...that have an isend. */
+    int             chains;        /* QP chains posted for it... */
+    int             outstanding;   /* ...whose completion is not polled yet. */
+    uint32_t        trunc;         /* Buffers whose isend did not fit (bit i). */
+    ferry_px_req_t *reqs[FERRY_IB_MAX_RECVS]; /* Request of buffer i. */
+    uint64_t        fifo_seq;
+} ferry_ib_send_slot_t;
+
+typedef struct ferry_ib_send_comm {
+    ferry_ib_comm_t        base;
+    ferry_ib_cts_t       (*fifo)[FERRY_IB_MAX_RECVS]; /* In ctrl: the receiver writes here. */
+    ferry_ib_sizes_slot_t *sizes_src;  /* In ctrl: source of grouped-receive size writes. */
+    uint64_t               fifo_head;  /* Receives whose buffers all have an isend. */
+    ferry_ib_send_slot_t   slots[FERRY_IB_FIFO_SLOTS];
+    int                    ar;         /* Adaptive routing: data as WRITE, then a 0-byte WRITE_WITH_IMM. */
+    size_t                 ar_threshold;
+    uint64_t               chains_posted, chains_done; /* For the dump. */
+    /*
+     * Sends that did not fit, back from the wire: failed by the next poll,
+     * one test() later, so a receiver driven by the same thread in between
+     * reports the mismatch first (the receiver's error is NCCL's).
+     */
+    int                    ntrunc;
+    ferry_px_req_t        *trunc[FERRY_IB_FIFO_SLOTS];
+} ferry_ib_send_comm_t;
+
+typedef struct ferry_ib_recv_comm {
+    ferry_ib_comm_t        base;
+    ferry_ib_cts_t       (*cts)[FERRY_IB_MAX_RECVS]; /* In ctrl: source of CTS writes. */
+    ferry_ib_sizes_slot_t *sizes;      /* In ctrl: the sender writes grouped sizes here. */
+    uint64_t               cts_seq;    /* Receives posted (CTS written). */
+    uint64_t               imm_done;   /* WRITE_WITH_IMM completions polled (dump). */
+} ferry_ib_recv_comm_t;
+
+/* A registered buffer as NCCL holds it. */
+typedef struct ferry_ib_mh {
+    uint64_t        magic;         /* FERRY_IB_MH_MAGIC. */
+    struct ibv_mr  *mr;
+    ferry_ib_hca_t *hca;
+    uintptr_t       base;          /* What NCCL registered. */
+    size_t          size;
+    ferry_px_req_kind_t kind;      /* The comm's kind: recv MRs take remote writes. */
+} ferry_ib_mh_t;
+
+/* One inbound OOB connection in its handshake (ib_accept.c). */
+typedef struct ferry_ib_pending {
+    int                   fd;
+    int                   state;    /* ferry_ib_acc_state_t. */
+    uint64_t              since_ns;
+    char                  peer[64];
+    size_t                got, sent;
+    struct {
+        ferry_ib_hello_t  hello;
+        ferry_ib_meta_t   meta;
+    }                     in;     /* No padding: 32 + 192 bytes. */
+    uint8_t               ready;
+    ferry_ib_recv_comm_t *comm;     /* Created once the hello checked out. */
+} ferry_ib_pending_t;
+
+typedef struct ferry_ib_listen_comm {
+    uint64_t           magic;       /* FERRY_IB_LISTEN_MAGIC. */
+    int                fd;
+    int                dev;
+    uint64_t           token;
+    char               addr_str[64];
+    int                npending;
+    ferry_ib_pending_t pending[FERRY_IB_PENDING_MAX]; /* Oldest first. */
+} ferry_ib_listen_comm_t;
+
+/* ib_ops.c: the core config given to init (timeouts, retries, stall warning). */
+extern ferry_config_t ferry_ib_core_cfg;
+extern const ferry_px_ring_ops_t ferry_ib_send_ring_ops;
+extern const ferry_px_ring_ops_t ferry_ib_recv_ring_ops;
+
+/* ib_oob.c: the out-of-band TCP pieces. */
+#define FERRY_IB_OOB_EOF (-1000000) /* The peer closed its end. */
+void ferry_ib_addr_str(const struct sockaddr *sa, char *buf, size_t len);
+uint64_t ferry_ib_random64(void);
+/* Move bytes without blocking: 1 all done, 0 try again, < 0 -errno or FERRY_IB_OOB_EOF. */
+int ferry_ib_oob_send(int fd, const void *buf, size_t len, size_t *done_p);
+int ferry_ib_oob_recv(int fd, void *buf, size_t len, size_t *got_p);
+const char *ferry_ib_oob_strerror(int rc);
+/* TCP_NODELAY, and keepalive + TCP_USER_TIMEOUT of peer_timeout_s (0: left alone). */
+void ferry_ib_oob_tune(int fd, int peer_timeout_s);
+/* Tell the peer this is a normal close, then close fd. */
+void ferry_ib_oob_bye(int fd);
+/* Handle -> socket address. */
+int ferry_ib_handle_sockaddr(const ferry_ib_handle_t *h, struct sockaddr_storage *ss,
+                             socklen_t *len_p);
+
+/* ib_qp.c: a comm's verbs resources. */
+ferry_status_t ferry_ib_comm_create(ferry_px_req_kind_t kind, int devidx, int nqps,
+                                    const char *peer, ferry_ib_comm_t **comm_p);
+void ferry_ib_comm_destroy(ferry_ib_comm_t *c);
+/* Remote metadata checked, then every QP to RTR and RTS. WARNs naming `step`. */
+ferry_status_t ferry_ib_comm_connect_qps(ferry_ib_comm_t *c, const ferry_ib_meta_t *remote,
+                                         const char *step);
+/* Handshake done: keep fd for liveness, watch the QPs, register the ring. */
+void ferry_ib_comm_start(ferry_ib_comm_t *c, int fd);
+/* Why metadata is unusable, or NULL. */
+const char *ferry_ib_meta_check(const ferry_ib_meta_t *m, int nqps, int link_layer);
+/* "fakeib0:1" of a comm. */
+const char *ferry_ib_comm_where(const ferry_ib_comm_t *c);
+
+/* ib_send.c, ib_recv.c */
+ferry_status_t ferry_ib_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle,
+                              void **request_p);
+ferry_status_t ferry_ib_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
+                              void **mhandles, void **request_p);
+void ferry_ib_send_completion(ferry_ib_send_comm_t *sc, const struct ibv_wc *wc);
+void ferry_ib_send_fail_trunc(ferry_ib_send_comm_t *sc);
+void ferry_ib_recv_completion(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc);
+/* Which data QPs message fifo_seq uses: first index and count. */
+static inline void ferry_ib_msg_qps(const ferry_ib_conn_t *conn, uint64_t fifo_seq,
+                                    int *first_p, int *count_p)
+{
+    *first_p = conn->split ? 0 : (int)(fifo_seq % (uint64_t)conn->nqps);
+    *count_p = conn->split ? conn->nqps : 1;
+}
+
+/* ib_poll.c */
+long ferry_ib_poll(ferry_px_ring_t *ring, ferry_px_req_t *req);
+/* Liveness (OOB EOF, port down); cheap unless the coarse clock moved. Negative: ring failed. */
+long ferry_ib_check_peer(ferry_ib_comm_t *c, int pending);
+void ferry_ib_watch_fn(ferry_ib_watch_t *w, const char *what, int fatal);
+
+/* ib_listen.c, ib_connect.c, ib_accept.c */
+ferry_status_t ferry_ib_listen(ferry_ctx_t *ctx, int dev, void *handle, void **listen_comm_p);
+ferry_status_t ferry_ib_connect(ferry_ctx_t *ctx, int dev, void *handle, int traffic_class,
+                                void **send_comm_p);
+ferry_status_t ferry_ib_accept(void *listen_comm, void **recv_comm_p);
+ferry_status_t ferry_ib_close_listen(void *listen_comm);
+void ferry_ib_pending_drop(ferry_ib_listen_comm_t *lc, int i);
+
+/* ib_dump.c: the ring ops' words. */
+void ferry_ib_stall_why(const ferry_px_ring_t *ring, const ferry_px_req_t *req, char *buf,
+                        size_t len);
+void ferry_ib_state_words(const ferry_px_ring_t *ring, char *buf, size_t len);
+void ferry_ib_dump(const ferry_px_ring_t *ring, FILE *out, uint64_t now);
+const char *ferry_ib_qp_state_str(int state);
+
+#endif

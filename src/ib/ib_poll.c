@@ -1,0 +1,192 @@
+/*
+ * Progress for test(): poll the comm's CQ in batches, hand completions to
+ * the send or receive side, and turn what goes wrong into one WARN that
+ * explains it and a failed ring (every request then fails with
+ * ncclRemoteError): completion errors, async events on the comm's QPs or
+ * port, and a peer whose process is gone (EOF on the OOB socket, seen
+ * within about a millisecond of coarse clock plus a short grace).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "core/log.h"
+#include "ib/ib_comm.h"
+
+static const char *ferry_ib_wc_hint(enum ibv_wc_status status)
+{
+    switch (status) {
+    case IBV_WC_RETRY_EXC_ERR:
+        return "no answer from the peer's NIC within NCCL_IB_TIMEOUT x NCCL_IB_RETRY_CNT: the "
+               "peer process died or the link, GID or routing is wrong; check the link "
+               "(ibv_devinfo, port counters), NCCL_IB_GID_INDEX, or raise NCCL_IB_TIMEOUT";
+    case IBV_WC_REM_ACCESS_ERR:
+        return "the peer refused the RDMA write: its buffer or key is not registered for "
+               "remote write (a receive buffer deregistered or freed while posted, or mixed "
+               "ferry builds)";
+    case IBV_WC_RNR_RETRY_EXC_ERR:
+        return "the peer had no receive posted (a ferry protocol bug or mixed builds)";
+    case IBV_WC_LOC_PROT_ERR:
+    case IBV_WC_LOC_LEN_ERR:
+        return "a local buffer is not inside its registration: deregistered or freed while "
+               "in flight";
+    case IBV_WC_REM_INV_REQ_ERR:
+    case IBV_WC_REM_OP_ERR:
+        return "the peer's NIC rejected the request (its QP failed or was destroyed)";
+    default:
+        return "see the verbs status; ibv_devinfo and the port counters show the NIC's view";
+    }
+}
+
+static const char *ferry_ib_wr_what(uint64_t wr_id)
+{
+    switch (FERRY_IB_WR_KIND(wr_id)) {
+    case FERRY_IB_WR_DATA: return "RDMA write of data";
+    case FERRY_IB_WR_CTS:  return "RDMA write of a clear-to-send";
+    case FERRY_IB_WR_RECV: return "receive of the peer's WRITE_WITH_IMM";
+    default:               return "unknown work request";
+    }
+}
+
+/* The request a work request belongs to, for the WARN; NULL if none. */
+static const ferry_px_req_t *ferry_ib_wc_req(ferry_ib_comm_t *c, uint64_t wr_id)
+{
+    uint32_t seq = FERRY_IB_WR_SEQ(wr_id);
+
+    if (FERRY_IB_WR_KIND(wr_id) == FERRY_IB_WR_DATA && c->ring.kind == FERRY_PX_SEND) {
+        const ferry_ib_send_slot_t *slot =
+            &((ferry_ib_send_comm_t *)c)->slots[seq % FERRY_IB_FIFO_SLOTS];
+
+        return slot->reqs[0];
+    }
+    if (FERRY_IB_WR_KIND(wr_id) == FERRY_IB_WR_RECV)
+        return &c->ring.reqs[seq % FERRY_IB_FIFO_SLOTS];
+    return NULL;
+}
+
+static long ferry_ib_fail(ferry_ib_comm_t *c, const char *why)
+{
+    char desc[192];
+
+    ferry_px_ring_describe(&c->ring, desc, sizeof(desc));
+    FERRY_WARN("%s: %s; every request of this comm now fails with ncclRemoteError", desc, why);
+    ferry_px_ring_fail(&c->ring, FERRY_ERR_REMOTE, "%s", why);
+    return FERRY_ERR_REMOTE;
+}
+
+static void ferry_ib_wc_error(ferry_ib_comm_t *c, const struct ibv_wc *wc)
+{
+    const ferry_px_req_t *req;
+    char desc[192], words[256] = "none";
+
+    if (wc->status == IBV_WC_WR_FLUSH_ERR) {
+        /* A consequence of what moved the QP to ERR: one WARN per comm, not one per flush. */
+        if (atomic_load(&c->ring.failed) == 0) {
+            snprintf(desc, sizeof(desc), "QP 0x%x is in the error state and flushes its work "
+                     "requests (after an earlier error or an async event such as QP_FATAL)",
+                     wc->qp_num);
+            ferry_ib_fail(c, desc);
+        }
+        return;
+    }
+    req = ferry_ib_wc_req(c, wc->wr_id);
+    if (req != NULL)
+        ferry_px_ring_req_words(&c->ring, req, words, sizeof(words));
+    ferry_px_ring_describe(&c->ring, desc, sizeof(desc));
+    FERRY_WARN("%s: completion with status %s (%d) for the %s of message %u on QP 0x%x "
+               "(peer %s, device %s, vendor_err 0x%x); request: %s. Likely cause: %s",
+               desc, ferry_ibv.wc_status_str(wc->status), (int)wc->status,
+               ferry_ib_wr_what(wc->wr_id), FERRY_IB_WR_SEQ(wc->wr_id), wc->qp_num,
+               c->conn.peer, ferry_ib_comm_where(c), wc->vendor_err, words,
+               ferry_ib_wc_hint(wc->status));
+    ferry_px_ring_fail(&c->ring, FERRY_ERR_REMOTE, "completion error %s on QP 0x%x (%s)",
+                       ferry_ibv.wc_status_str(wc->status), wc->qp_num,
+                       ferry_ib_wr_what(wc->wr_id));
+}
+
+long ferry_ib_check_peer(ferry_ib_comm_t *c, int pending)
+{
+    ferry_ib_conn_t *conn = &c->conn;
+    uint64_t now = ferry_px_coarse_ns();
+    char why[320], buf[16];
+    ssize_t n;
+
+    if (now < conn->check_ns)
+        return 0;
+    conn->check_ns = now + 1000000ULL;
+    if (atomic_load_explicit(&c->ring.failed, memory_order_acquire) != 0)
+        return atomic_load(&c->ring.failed);
+    if (atomic_load_explicit(&conn->dev->port_down, memory_order_relaxed)) {
+        snprintf(why, sizeof(why), "port %s went down (PORT_ERR); check the cable, the switch "
+                 "and ibv_devinfo", conn->dev->name);
+        return ferry_ib_fail(c, why);
+    }
+    if (atomic_load_explicit(&conn->dev->hca->fatal, memory_order_relaxed)) {
+        snprintf(why, sizeof(why), "device %s reported a fatal error (DEVICE_FATAL); the HCA "
+                 "needs a reset", conn->dev->hca->name);
+        return ferry_ib_fail(c, why);
+    }
+    if (conn->oob_fd < 0 || ferry_ib_state.cfg.peer_timeout_s <= 0)
+        return 0;
+    if (conn->gone_ns == 0) {
+        n = recv(conn->oob_fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n > 0 && memchr(buf, FERRY_IB_OOB_BYE, (size_t)n) != NULL)
+            conn->bye = 1;
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            conn->gone_ns = now;
+    }
+    /* Completions already on their way still land: fail only once they had their chance. */
+    if (conn->gone_ns == 0 || !pending || now - conn->gone_ns < FERRY_IB_PEER_GRACE_NS)
+        return 0;
+    if (conn->bye)
+        snprintf(why, sizeof(why), "peer %s closed its comm (closeSend/closeRecv) while this "
+                 "side still has requests pending; the ranks disagree on the messages they "
+                 "exchange", conn->peer);
+    else
+        snprintf(why, sizeof(why), "peer %s closed the connection (process exited or was "
+                 "killed); check that rank's log", conn->peer);
+    return ferry_ib_fail(c, why);
+}
+
+long ferry_ib_poll(ferry_px_ring_t *ring, ferry_px_req_t *req)
+{
+    ferry_ib_comm_t *c = (ferry_ib_comm_t *)ring;
+    struct ibv_wc wcs[FERRY_IB_POLL_BATCH];
+    int n, i, failed;
+    long st;
+
+    if (ring->kind == FERRY_PX_SEND && ((ferry_ib_send_comm_t *)c)->ntrunc > 0)
+        ferry_ib_send_fail_trunc((ferry_ib_send_comm_t *)c);
+    n = ibv_poll_cq(c->conn.cq, FERRY_IB_POLL_BATCH, wcs);
+    if (n < 0)
+        return ferry_ib_fail(c, "ibv_poll_cq failed (the CQ is broken)");
+    for (i = 0; i < n; i++) {
+        if (wcs[i].status != IBV_WC_SUCCESS)
+            ferry_ib_wc_error(c, &wcs[i]);
+        else if (ring->kind == FERRY_PX_SEND)
+            ferry_ib_send_completion((ferry_ib_send_comm_t *)c, &wcs[i]);
+        else
+            ferry_ib_recv_completion((ferry_ib_recv_comm_t *)c, &wcs[i]);
+    }
+    failed = atomic_load_explicit(&ring->failed, memory_order_acquire);
+    if (failed != 0)
+        return failed;
+    if (n > 0)
+        return n;
+    st = ferry_ib_check_peer(c, req != NULL);
+    return st < 0 ? st : 0;
+}
+
+void ferry_ib_watch_fn(ferry_ib_watch_t *w, const char *what, int fatal)
+{
+    ferry_ib_comm_t *c = w->arg;
+    char why[192];
+
+    if (!fatal && !atomic_load(&w->dev->port_down))
+        return;
+    if (atomic_load(&c->ring.failed) != 0)
+        return;
+    snprintf(why, sizeof(why), "async event on %s: %s", w->dev->name, what);
+    ferry_ib_fail(c, why);
+}

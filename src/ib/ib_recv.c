@@ -1,0 +1,168 @@
+/*
+ * irecv: post a 0-SGE receive WR on each data QP the message will use
+ * (only the sender's WRITE_WITH_IMM consumes one), then RDMA-write the n
+ * buffers' descriptors into the sender's CTS FIFO slot, inline when
+ * NCCL_IB_USE_INLINE allows, signalled every FERRY_IB_CTS_SIGNAL-th so the
+ * send queue drains. The WRITE_WITH_IMM completions tell the sizes.
+ */
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "ib/ib_comm.h"
+
+static ferry_status_t ferry_ib_recv_post_fail(ferry_ib_recv_comm_t *rc, const char *what,
+                                              uint32_t qpn, int err)
+{
+    FERRY_WARN("ib recv comm from %s on %s: %s on QP 0x%x failed: %s; the QP may be in the error "
+               "state after an earlier failure", rc->base.conn.peer,
+               ferry_ib_comm_where(&rc->base), what, qpn, strerror(err));
+    ferry_px_ring_fail(&rc->base.ring, FERRY_ERR_REMOTE, "%s on QP 0x%x failed: %s", what, qpn,
+                       strerror(err));
+    return FERRY_ERR_REMOTE;
+}
+
+/* Write the n CTS entries of receive seq into the sender's FIFO. */
+static ferry_status_t ferry_ib_recv_post_cts(ferry_ib_recv_comm_t *rc, uint64_t seq, int n)
+{
+    ferry_ib_conn_t *conn = &rc->base.conn;
+    uint32_t s = (uint32_t)(seq % FERRY_IB_FIFO_SLOTS);
+    struct ibv_send_wr wr, *bad = NULL;
+    struct ibv_sge sge;
+    int err;
+
+    memset(&wr, 0, sizeof(wr));
+    sge.addr = (uint64_t)(uintptr_t)rc->cts[s];
+    sge.length = (uint32_t)(sizeof(ferry_ib_cts_t) * (size_t)n);
+    sge.lkey = conn->ctrl_mr->lkey;
+    wr.wr_id = FERRY_IB_WR_ID(FERRY_IB_WR_CTS, 0, seq);
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.wr.rdma.remote_addr = conn->remote.fifo_addr +
+                             (uint64_t)s * FERRY_IB_MAX_RECVS * sizeof(ferry_ib_cts_t);
+    wr.wr.rdma.rkey = conn->remote.fifo_rkey;
+    if (sge.length <= conn->max_inline)
+        wr.send_flags |= IBV_SEND_INLINE;
+    /* Unsignalled WQEs hold their SQ slots until a later signalled one completes. */
+    if (seq % FERRY_IB_CTS_SIGNAL == 0)
+        wr.send_flags |= IBV_SEND_SIGNALED;
+    err = ibv_post_send(conn->qps[0], &wr, &bad);
+    if (err != 0)
+        return ferry_ib_recv_post_fail(rc, "ibv_post_send of the clear-to-send",
+                                       conn->qps[0]->qp_num, err);
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_ib_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
+                              void **mhandles, void **request_p)
+{
+    ferry_ib_recv_comm_t *rc = recv_comm;
+    ferry_ib_conn_t *conn = &rc->base.conn;
+    ferry_px_sub_t subs[FERRY_IB_MAX_RECVS];
+    uint64_t seq = rc->cts_seq;
+    uint32_t s = (uint32_t)(seq % FERRY_IB_FIFO_SLOTS);
+    ferry_px_req_t *req;
+    ferry_status_t status;
+    int failed, i, q0, nq, err;
+
+    *request_p = NULL;
+    failed = atomic_load_explicit(&rc->base.ring.failed, memory_order_acquire);
+    if (failed != 0)
+        return (ferry_status_t)failed;
+    memset(subs, 0, sizeof(subs[0]) * (size_t)n);
+    for (i = 0; i < n; i++) {
+        subs[i].buf = data[i];
+        subs[i].capacity = sizes[i];
+        subs[i].tag = tags != NULL ? tags[i] : 0;
+        subs[i].mem = mhandles != NULL ? mhandles[i] : NULL;
+    }
+    ferry_ib_msg_qps(conn, seq, &q0, &nq);
+    req = ferry_px_ring_post(&rc->base.ring, n, subs, 0, (uint32_t)nq, 0);
+    if (req == NULL)
+        return FERRY_OK; /* 32 in flight: NCCL retries. */
+    req->backend_word = seq;
+    for (i = 0; i < nq; i++) {
+        struct ibv_recv_wr wr, *bad = NULL;
+
+        memset(&wr, 0, sizeof(wr));
+        wr.wr_id = FERRY_IB_WR_ID(FERRY_IB_WR_RECV, i, seq);
+        err = ibv_post_recv(conn->qps[q0 + i], &wr, &bad);
+        if (err != 0)
+            return ferry_ib_recv_post_fail(rc, "ibv_post_recv", conn->qps[q0 + i]->qp_num, err);
+    }
+    for (i = 0; i < n; i++) {
+        ferry_ib_cts_t *e = &rc->cts[s][i];
+        const ferry_ib_mh_t *mh = subs[i].mem;
+
+        e->addr = (uint64_t)(uintptr_t)data[i];
+        e->size = sizes[i];
+        e->rkey = mh != NULL && mh->mr != NULL ? mh->mr->rkey : 0;
+        e->nreqs = (uint32_t)n;
+        e->tag = subs[i].tag;
+        e->idx = seq + 1;
+    }
+    status = ferry_ib_recv_post_cts(rc, seq, n);
+    if (status != FERRY_OK)
+        return status;
+    rc->cts_seq++;
+    ferry_px_req_parts_start(req, (uint32_t)nq);
+    *request_p = req;
+    return FERRY_OK;
+}
+
+/* The last completion of a receive: sizes in place, or the sender's data did not fit. */
+static void ferry_ib_recv_finish(ferry_ib_recv_comm_t *rc, ferry_px_req_t *req, uint32_t imm)
+{
+    const volatile uint32_t *sizes = rc->sizes[req->backend_word % FERRY_IB_FIFO_SLOTS];
+    uint64_t total = 0;
+    int i;
+
+    for (i = 0; i < req->n; i++) {
+        uint64_t got = req->n == 1 ? imm : sizes[i];
+
+        if (got > req->sub[i].capacity) {
+            FERRY_WARN("ib recv comm from %s on %s: message %llu buffer %d (tag %d): the peer "
+                       "sent %llu bytes into a receive of %zu bytes; nothing was written. Every "
+                       "receive must be at least as large as its send (a size mismatch between "
+                       "ranks)", rc->base.conn.peer, ferry_ib_comm_where(&rc->base),
+                       (unsigned long long)req->backend_word, i, req->sub[i].tag,
+                       (unsigned long long)got, req->sub[i].capacity);
+            ferry_px_req_fail(req, FERRY_ERR_USAGE);
+            return;
+        }
+        atomic_store_explicit(&req->sub[i].size, got, memory_order_relaxed);
+        total += got;
+    }
+    ferry_px_req_parts_finish(req, 1, total);
+}
+
+void ferry_ib_recv_completion(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc)
+{
+    uint32_t seq = FERRY_IB_WR_SEQ(wc->wr_id);
+    ferry_px_req_t *req;
+
+    if (FERRY_IB_WR_KIND(wc->wr_id) == FERRY_IB_WR_CTS)
+        return; /* A signalled clear-to-send went out; its SQ slots are free again. */
+    req = &rc->base.ring.reqs[seq % FERRY_IB_FIFO_SLOTS];
+    if (FERRY_IB_WR_KIND(wc->wr_id) != FERRY_IB_WR_RECV ||
+        wc->opcode != IBV_WC_RECV_RDMA_WITH_IMM || (uint32_t)req->backend_word != seq ||
+        atomic_load_explicit(&req->state, memory_order_acquire) != FERRY_PX_REQ_ACTIVE) {
+        FERRY_WARN("ib recv comm from %s: unexpected completion wr_id 0x%llx opcode %d on QP "
+                   "0x%x (slot holds message %llu in state %s); a ferry bug or a peer of "
+                   "another build", rc->base.conn.peer, (unsigned long long)wc->wr_id,
+                   (int)wc->opcode, wc->qp_num, (unsigned long long)req->backend_word,
+                   ferry_px_req_state_str(atomic_load(&req->state)));
+        ferry_px_ring_fail(&rc->base.ring, FERRY_ERR_REMOTE, "unexpected completion 0x%llx",
+                           (unsigned long long)wc->wr_id);
+        return;
+    }
+    rc->imm_done++;
+    if (atomic_load_explicit(&req->done, memory_order_relaxed) + 1 <
+        atomic_load_explicit(&req->nparts, memory_order_relaxed)) {
+        ferry_px_req_parts_finish(req, 1, 0);
+        return;
+    }
+    ferry_ib_recv_finish(rc, req, ntohl(wc->imm_data));
+}

@@ -1,0 +1,266 @@
+/*
+ * isend: find the receiver's clear-to-send in our CTS FIFO (or return a
+ * NULL request: NCCL retries), match the tag against the receive's
+ * buffers, and once every buffer of the receive has its isend, RDMA-write
+ * the data: on each data QP the message uses, a chain of WRITEs ending in
+ * one signalled WRITE_WITH_IMM (imm_data: the size when n == 1; with
+ * n > 1 the final write carries the sizes array into the receiver's
+ * sizes FIFO). The send completions are handled here too.
+ */
+#include <arpa/inet.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "ib/ib_comm.h"
+
+static inline uint64_t ferry_ib_load_acquire(const uint64_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+/* Bytes of buffer len that chain j of nq carries, at *off_p. */
+static inline size_t ferry_ib_chain_part(size_t len, int nq, int j, size_t *off_p)
+{
+    size_t per = (len + (size_t)nq - 1) / (size_t)nq;
+    size_t chunk = (per + FERRY_IB_CHUNK_ALIGN - 1) / FERRY_IB_CHUNK_ALIGN * FERRY_IB_CHUNK_ALIGN;
+    size_t off = chunk * (size_t)j;
+
+    *off_p = off;
+    if (off >= len)
+        return 0;
+    return len - off < chunk ? len - off : chunk;
+}
+
+static inline size_t ferry_ib_slot_len(const ferry_ib_send_slot_t *slot, int i)
+{
+    return (slot->trunc >> i) & 1 ? 0 : slot->reqs[i]->sub[0].capacity;
+}
+
+/* Post the WR chain of every QP the message uses. */
+static ferry_status_t ferry_ib_send_post(ferry_ib_send_comm_t *sc, ferry_ib_send_slot_t *slot)
+{
+    ferry_ib_conn_t *conn = &sc->base.conn;
+    uint64_t seq = slot->fifo_seq;
+    uint32_t s = (uint32_t)(seq % FERRY_IB_FIFO_SLOTS);
+    struct ibv_send_wr wrs[FERRY_IB_MAX_RECVS + 1], *bad = NULL;
+    struct ibv_sge sges[FERRY_IB_MAX_RECVS + 1];
+    int n = slot->nreqs, q0, nq, i, j, k, rc;
+    size_t size0 = slot->reqs[0]->sub[0].capacity;
+
+    ferry_ib_msg_qps(conn, seq, &q0, &nq);
+    for (i = 0; i < n && n > 1; i++)
+        sc->sizes_src[s][i] = (uint32_t)slot->reqs[i]->sub[0].capacity;
+    for (j = 0; j < nq; j++) {
+        memset(wrs, 0, sizeof(wrs));
+        for (i = 0, k = 0; i < n; i++) {
+            ferry_px_req_t *req = slot->reqs[i];
+            const ferry_ib_mh_t *mh = req->sub[0].mem;
+            size_t off, len = ferry_ib_chain_part(ferry_ib_slot_len(slot, i), nq, j, &off);
+
+            if (len == 0)
+                continue;
+            sges[k].addr = (uint64_t)(uintptr_t)(req->sub[0].buf + off);
+            sges[k].length = (uint32_t)len;
+            sges[k].lkey = mh->mr->lkey;
+            wrs[k].opcode = IBV_WR_RDMA_WRITE;
+            wrs[k].sg_list = &sges[k];
+            wrs[k].num_sge = 1;
+            wrs[k].wr.rdma.remote_addr = req->sub[0].raddr + off;
+            wrs[k].wr.rdma.rkey = req->sub[0].rkey[0];
+            k++;
+        }
+        if (n > 1) {
+            /* The sizes array, into the receiver's sizes FIFO; its completion ends the chain. */
+            sges[k].addr = (uint64_t)(uintptr_t)sc->sizes_src[s];
+            sges[k].length = (uint32_t)(sizeof(uint32_t) * (size_t)n);
+            sges[k].lkey = conn->ctrl_mr->lkey;
+            wrs[k].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+            wrs[k].sg_list = &sges[k];
+            wrs[k].num_sge = 1;
+            wrs[k].wr.rdma.remote_addr = conn->remote.sizes_addr +
+                                         (uint64_t)s * sizeof(ferry_ib_sizes_slot_t);
+            wrs[k].wr.rdma.rkey = conn->remote.sizes_rkey;
+            wrs[k].imm_data = htonl((uint32_t)seq);
+            k++;
+        } else if (k == 0 || (sc->ar && size0 > sc->ar_threshold)) {
+            /* Nothing for this QP, or adaptive routing: a 0-byte WRITE_WITH_IMM completes it. */
+            wrs[k].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+            wrs[k].num_sge = 0;
+            wrs[k].wr.rdma.remote_addr = slot->reqs[0]->sub[0].raddr;
+            wrs[k].wr.rdma.rkey = slot->reqs[0]->sub[0].rkey[0];
+            wrs[k].imm_data = htonl((uint32_t)size0);
+            k++;
+        } else {
+            wrs[k - 1].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+            wrs[k - 1].imm_data = htonl((uint32_t)size0);
+        }
+        /* Every WR carries the id: an error completes the failing WR, signalled or not. */
+        for (i = 0; i < k; i++) {
+            wrs[i].wr_id = FERRY_IB_WR_ID(FERRY_IB_WR_DATA, j, seq);
+            wrs[i].next = i + 1 < k ? &wrs[i + 1] : NULL;
+        }
+        wrs[k - 1].send_flags = IBV_SEND_SIGNALED;
+        rc = ibv_post_send(conn->qps[q0 + j], wrs, &bad);
+        if (rc != 0) {
+            FERRY_WARN("ib send comm to %s on %s: ibv_post_send of message %llu (%d WRs) on QP "
+                       "0x%x failed: %s; the QP may be in the error state (an earlier failure) "
+                       "or its send queue is full", conn->peer, ferry_ib_comm_where(&sc->base),
+                       (unsigned long long)seq, k, conn->qps[q0 + j]->qp_num, strerror(rc));
+            ferry_px_ring_fail(&sc->base.ring, FERRY_ERR_REMOTE,
+                               "ibv_post_send on QP 0x%x failed: %s", conn->qps[q0 + j]->qp_num,
+                               strerror(rc));
+            return FERRY_ERR_REMOTE;
+        }
+        slot->chains++;
+        slot->outstanding++;
+        sc->chains_posted++;
+    }
+    for (i = 0; i < n; i++)
+        ferry_px_req_parts_start(slot->reqs[i], (uint32_t)nq);
+    return FERRY_OK;
+}
+
+void ferry_ib_send_completion(ferry_ib_send_comm_t *sc, const struct ibv_wc *wc)
+{
+    uint32_t seq = FERRY_IB_WR_SEQ(wc->wr_id);
+    ferry_ib_send_slot_t *slot = &sc->slots[seq % FERRY_IB_FIFO_SLOTS];
+    int i, nq, q0, j = FERRY_IB_WR_CHAIN(wc->wr_id);
+
+    if (FERRY_IB_WR_KIND(wc->wr_id) != FERRY_IB_WR_DATA || slot->outstanding == 0 ||
+        (uint32_t)slot->fifo_seq != seq) {
+        FERRY_WARN("ib send comm to %s: unexpected completion wr_id 0x%llx on QP 0x%x (slot "
+                   "holds message %llu, %d chain(s) outstanding); a ferry bug", sc->base.conn.peer,
+                   (unsigned long long)wc->wr_id, wc->qp_num,
+                   (unsigned long long)slot->fifo_seq, slot->outstanding);
+        ferry_px_ring_fail(&sc->base.ring, FERRY_ERR_INTERNAL, "unexpected completion 0x%llx",
+                           (unsigned long long)wc->wr_id);
+        return;
+    }
+    ferry_ib_msg_qps(&sc->base.conn, slot->fifo_seq, &q0, &nq);
+    for (i = 0; i < slot->nreqs; i++) {
+        size_t off, len = ferry_ib_chain_part(ferry_ib_slot_len(slot, i), nq, j, &off);
+
+        if (!((slot->trunc >> i) & 1))
+            ferry_px_req_parts_finish(slot->reqs[i], 1, len);
+    }
+    sc->chains_done++;
+    if (--slot->outstanding > 0)
+        return;
+    /* Every chain is back: the receiver was told; a send that did not fit fails next poll. */
+    for (i = 0; i < slot->nreqs; i++)
+        if ((slot->trunc >> i) & 1 && sc->ntrunc < FERRY_IB_FIFO_SLOTS)
+            sc->trunc[sc->ntrunc++] = slot->reqs[i];
+    memset(slot, 0, sizeof(*slot));
+}
+
+void ferry_ib_send_fail_trunc(ferry_ib_send_comm_t *sc)
+{
+    while (sc->ntrunc > 0)
+        ferry_px_req_fail(sc->trunc[--sc->ntrunc], FERRY_ERR_USAGE);
+}
+
+/* The receive's buffer this isend goes to: the first unmatched one with its tag. */
+static int ferry_ib_send_match(ferry_ib_send_comm_t *sc, const ferry_ib_cts_t *e, int nreqs,
+                               int tag, size_t size)
+{
+    const ferry_ib_send_slot_t *slot = &sc->slots[sc->fifo_head % FERRY_IB_FIFO_SLOTS];
+    char tags[96];
+    size_t off = 0;
+    int r;
+
+    for (r = 0; r < nreqs; r++)
+        if (slot->reqs[r] == NULL && e[r].tag == tag)
+            return r;
+    for (r = 0; r < nreqs && off < sizeof(tags); r++)
+        off += (size_t)snprintf(tags + off, sizeof(tags) - off, "%s%d%s", r ? "," : "", e[r].tag,
+                                slot->reqs[r] != NULL ? "(taken)" : "");
+    FERRY_WARN("ib send comm to %s on %s: isend of %zu bytes with tag %d matches no free buffer "
+               "of the peer's receive %llu (tags %s); sends and receives must pair up in order "
+               "with matching tags", sc->base.conn.peer, ferry_ib_comm_where(&sc->base), size,
+               tag, (unsigned long long)sc->fifo_head, tags);
+    return -1;
+}
+
+ferry_status_t ferry_ib_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle,
+                              void **request_p)
+{
+    ferry_ib_send_comm_t *sc = send_comm;
+    ferry_ib_conn_t *conn = &sc->base.conn;
+    ferry_ib_send_slot_t *slot = &sc->slots[sc->fifo_head % FERRY_IB_FIFO_SLOTS];
+    const ferry_ib_cts_t *e = sc->fifo[sc->fifo_head % FERRY_IB_FIFO_SLOTS];
+    uint64_t want = sc->fifo_head + 1;
+    ferry_px_sub_t sub;
+    ferry_px_req_t *req;
+    int failed, nreqs, r, i, q0, nq;
+    long st;
+
+    *request_p = NULL;
+    failed = atomic_load_explicit(&sc->base.ring.failed, memory_order_acquire);
+    if (failed != 0)
+        return (ferry_status_t)failed;
+    if (size > INT_MAX) {
+        FERRY_WARN("ib send comm to %s: isend of %zu bytes: the ib backend moves at most %d "
+                   "bytes per message (maxP2pBytes)", conn->peer, size, INT_MAX);
+        return FERRY_ERR_USAGE;
+    }
+    if (slot->chains > 0) {
+        /* The slot's previous message is still on the wire: reap, then retry later. */
+        st = ferry_ib_poll(&sc->base.ring, NULL);
+        if (st < 0)
+            return (ferry_status_t)st;
+        if (slot->chains > 0)
+            return FERRY_OK;
+    }
+    if (ferry_ib_load_acquire(&e[0].idx) != want) {
+        st = ferry_ib_check_peer(&sc->base, 1);
+        return st < 0 ? (ferry_status_t)st : FERRY_OK; /* No clear-to-send yet. */
+    }
+    nreqs = (int)e[0].nreqs;
+    if (nreqs < 1 || nreqs > FERRY_IB_MAX_RECVS) {
+        FERRY_WARN("ib send comm to %s on %s: the peer posted incorrect receive info for "
+                   "message %llu (%d buffers); mixed ferry builds?", conn->peer,
+                   ferry_ib_comm_where(&sc->base), (unsigned long long)sc->fifo_head, nreqs);
+        ferry_px_ring_fail(&sc->base.ring, FERRY_ERR_REMOTE, "bad CTS entry from the peer");
+        return FERRY_ERR_REMOTE;
+    }
+    for (i = 1; i < nreqs; i++)
+        if (ferry_ib_load_acquire(&e[i].idx) != want)
+            return FERRY_OK; /* The entries of a grouped receive land one by one. */
+    r = ferry_ib_send_match(sc, e, nreqs, tag, size);
+    if (r < 0)
+        return FERRY_ERR_USAGE;
+    ferry_ib_msg_qps(conn, sc->fifo_head, &q0, &nq);
+    memset(&sub, 0, sizeof(sub));
+    sub.buf = data;
+    sub.capacity = size;
+    sub.tag = tag;
+    sub.mem = mhandle;
+    req = ferry_px_ring_post(&sc->base.ring, 1, &sub, 0, (uint32_t)nq, 0);
+    if (req == NULL)
+        return FERRY_OK; /* 32 in flight. */
+    atomic_store_explicit(&req->sub[0].size, size, memory_order_relaxed);
+    req->sub[0].raddr = e[r].addr;
+    req->sub[0].rkey[0] = e[r].rkey;
+    req->backend_word = sc->fifo_head;
+    if (slot->matched == 0) {
+        slot->nreqs = nreqs;
+        slot->fifo_seq = sc->fifo_head;
+    }
+    if (size > e[r].size) {
+        FERRY_WARN("ib send comm to %s on %s: isend of %zu bytes (tag %d) does not fit the "
+                   "receive buffer of %llu bytes the peer posted for it (message %llu, buffer "
+                   "%d of %d); nothing is written, both sides fail with ncclInvalidUsage",
+                   conn->peer, ferry_ib_comm_where(&sc->base), size, tag,
+                   (unsigned long long)e[r].size, (unsigned long long)sc->fifo_head, r, nreqs);
+        slot->trunc |= 1U << r;
+        req->backend_word |= FERRY_IB_WORD_TRUNC;
+    }
+    slot->reqs[r] = req;
+    *request_p = req;
+    if (++slot->matched < nreqs)
+        return FERRY_OK;
+    sc->fifo_head++;
+    return ferry_ib_send_post(sc, slot);
+}
