@@ -98,7 +98,7 @@ static ferry_status_t ferry_api_bring_up(void)
 {
     const ferry_backend_ops_t *be = NULL;
     ferry_status_t status;
-    char line[2048];
+    char line[4096];
 
     status = ferry_config_load(&ferry_api_cfg);
     if (status != FERRY_OK)
