@@ -143,7 +143,7 @@ def failed_runs(outdir):
 
 def main():
     outdir = sys.argv[1] if len(sys.argv) > 1 else "."
-    md = ["# ferry vs NCCL Socket: compare.sh summary\n"]
+    md = [f"# compare.sh summary: {', '.join(name(c) for c in CONFIGS)}\n"]
     summary = []
     builds = sorted(f[4:-4] for f in os.listdir(outdir)
                     if f.startswith("raw-") and f.endswith(".csv"))
