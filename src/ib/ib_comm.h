@@ -121,6 +121,12 @@ typedef struct ferry_ib_send_comm {
      */
     int                    ntrunc;
     ferry_px_req_t        *trunc[FERRY_IB_FIFO_SLOTS];
+    /*
+     * isend returns NULL until the receiver's clear-to-send is there, so no
+     * request exists for the engine's stall warning: the wait is timed here
+     * (message fifo_head + 1 since cts_wait_ns, warned once per message).
+     */
+    uint64_t               cts_wait_msg, cts_wait_ns, cts_warned_msg;
 } ferry_ib_send_comm_t;
 
 typedef struct ferry_ib_recv_comm {

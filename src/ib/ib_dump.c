@@ -36,14 +36,14 @@ void ferry_ib_stall_why(const ferry_px_ring_t *ring, const ferry_px_req_t *req, 
     unsigned long long msg = (unsigned long long)(req->backend_word & ~FERRY_IB_WORD_TRUNC);
 
     if (ring->kind == FERRY_PX_SEND && state == FERRY_PX_REQ_POSTED)
-        snprintf(buf, len, "matched a buffer of the receiver's grouped receive %llu and waits "
+        snprintf(buf, len, "Matched a buffer of the receiver's grouped receive %llu and waits "
                  "for the isends of its other buffers (NCCL posts them; tags must match)", msg);
     else if (ring->kind == FERRY_PX_SEND)
         snprintf(buf, len, "WRs posted for message %llu, waiting for their completion from the "
                  "NIC: the peer %s or the link may be down; ibv_devinfo, port counters on %s",
                  msg, c->conn.peer, ferry_ib_comm_where(c));
     else
-        snprintf(buf, len, "waiting for the sender's data for message %llu (clear-to-send "
+        snprintf(buf, len, "Waiting for the sender's data for message %llu (clear-to-send "
                  "written): the sender %s has not sent it (a slower rank, or stopped) - check "
                  "that rank; or the data is stuck on the link: ibv_devinfo, port counters on %s",
                  msg, c->conn.peer, ferry_ib_comm_where(c));
@@ -87,14 +87,14 @@ void ferry_ib_dump(const ferry_px_ring_t *ring, FILE *out, uint64_t now)
     char words[512];
     int i;
 
-    fprintf(out, "    ib: peer %s (device %s), local %s, %d data QP(s)%s, OOB socket %s\n",
+    fprintf(out, "NET/ferry :     ib: peer %s (device %s), local %s, %d data QP(s)%s, OOB socket %s\n",
             conn->peer, conn->remote.devname, ferry_ib_comm_where(c), conn->nqps,
             conn->split ? " split" : "",
             conn->oob_fd < 0 ? "closed" : conn->gone_ns ? "peer gone (EOF)" : "open");
     for (i = 0; i < conn->nqps; i++)
-        fprintf(out, "    QP %d: 0x%x -> peer 0x%x, state %s\n", i, conn->qps[i]->qp_num,
+        fprintf(out, "NET/ferry :     QP %d: 0x%x -> peer 0x%x, state %s\n", i, conn->qps[i]->qp_num,
                 conn->remote.qpn[i], ferry_ib_qp_query(conn, i));
     ferry_ib_state_words(ring, words, sizeof(words));
-    fprintf(out, "    %s\n", words);
+    fprintf(out, "NET/ferry :     %s\n", words);
     (void)now;
 }

@@ -161,6 +161,38 @@ void ferry_ib_send_fail_trunc(ferry_ib_send_comm_t *sc)
         ferry_px_req_fail(sc->trunc[--sc->ntrunc], FERRY_ERR_USAGE);
 }
 
+/*
+ * A send that waits for a clear-to-send longer than the stall delay: one
+ * WARN per message saying it is the receiver that has not posted (NCCL's
+ * own IB waits here in silence). A dead receiver is an error, not this
+ * (ferry_ib_check_peer).
+ */
+static void ferry_ib_send_cts_wait(ferry_ib_send_comm_t *sc, size_t size)
+{
+    uint64_t msg = sc->fifo_head + 1, now;
+    char desc[192];
+
+    if (sc->base.ring.stall_ns == 0)
+        return;
+    now = ferry_px_coarse_ns();
+    if (sc->cts_wait_msg != msg) {
+        sc->cts_wait_msg = msg;
+        sc->cts_wait_ns = now;
+        return;
+    }
+    if (sc->cts_warned_msg == msg || now - sc->cts_wait_ns < sc->base.ring.stall_ns)
+        return;
+    sc->cts_warned_msg = msg;
+    ferry_px_ring_describe(&sc->base.ring, desc, sizeof(desc));
+    FERRY_WARN("%s: isend of message %llu (%zu bytes) has waited %llu s for the receiver's "
+               "clear-to-send: the receiver %s has not posted the matching irecv (a slower "
+               "rank, or stopped); check that rank's log and whether it is still running. "
+               "NCCL_FERRY_DUMP_SIGNAL dumps every comm; NCCL_FERRY_STALL_WARN_S sets this "
+               "warning's delay (0: off)", desc, (unsigned long long)sc->fifo_head, size,
+               (unsigned long long)((now - sc->cts_wait_ns) / 1000000000ULL),
+               sc->base.conn.peer);
+}
+
 /* The receive's buffer this isend goes to: the first unmatched one with its tag. */
 static int ferry_ib_send_match(ferry_ib_send_comm_t *sc, const ferry_ib_cts_t *e, int nreqs,
                                int tag, size_t size)
@@ -215,7 +247,10 @@ ferry_status_t ferry_ib_isend(void *send_comm, void *data, size_t size, int tag,
     }
     if (ferry_ib_load_acquire(&e[0].idx) != want) {
         st = ferry_ib_check_peer(&sc->base, 1);
-        return st < 0 ? (ferry_status_t)st : FERRY_OK; /* No clear-to-send yet. */
+        if (st < 0)
+            return (ferry_status_t)st;
+        ferry_ib_send_cts_wait(sc, size);
+        return FERRY_OK; /* No clear-to-send yet. */
     }
     nreqs = (int)e[0].nreqs;
     if (nreqs < 1 || nreqs > FERRY_IB_MAX_RECVS) {

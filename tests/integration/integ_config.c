@@ -523,6 +523,137 @@ static void config_many_comms(const char *path)
     config_close(&p);
 }
 
+/* isend until the receiver-driven ib backend has the clear-to-send (bounded). */
+static void *config_isend_ready(const fit_plugin_t *p, void *send_comm, void *smh, char *sbuf,
+                                size_t n, int tag)
+{
+    fit_bound_t b;
+    void *sreq = NULL;
+
+    fit_bound_init(&b, "isend (waiting for the clear-to-send)", 20.0, 100000000L);
+    for (;;) {
+        FIT_NCCL(p->net->isend(send_comm, sbuf, n, tag, smh, NULL, &sreq));
+        if (sreq != NULL)
+            return sreq;
+        fit_bound_step(&b);
+    }
+}
+
+/*
+ * The ib backend, NCCL_FERRY_STALL_WARN_S=1: an isend whose receiver never
+ * posts returns NULL (receiver-driven, as NCCL's IB) and gets one WARN that
+ * says it waits for the receiver's clear-to-send; a receive nobody sends to
+ * gets the engine's WARN in ib words (clear-to-send written, waiting for the
+ * sender's data). Both then complete intact.
+ */
+static void config_ib_stall_warn(const char *path)
+{
+    const size_t big = (size_t)4 << 20;
+    char handle[NCCL_NET_HANDLE_MAXSIZE], line[4096];
+    void *a, *b, *listen_comm, *send_comm, *recv_comm, *smh, *rmh, *rreq, *sreq;
+    char *sbuf = malloc(big), *rbuf = malloc(big);
+    size_t cap = big;
+    int tag = 1, from, first;
+    double end;
+    fit_plugin_t p;
+
+    FIT_CHECK(sbuf != NULL && rbuf != NULL, "malloc");
+    fit_plugin_open(&p, path);
+    a = fit_plugin_init(&p, 0x61);
+    b = fit_plugin_init(&p, 0x62);
+    listen_comm = fit_listen(&p, a, 0, handle);
+    fit_connect_accept(&p, b, 0, handle, listen_comm, &send_comm, &recv_comm, NULL);
+    FIT_NCCL(p.net->closeListen(listen_comm));
+    FIT_NCCL(p.net->regMr(send_comm, sbuf, big, NCCL_PTR_HOST, &smh));
+    FIT_NCCL(p.net->regMr(recv_comm, rbuf, big, NCCL_PTR_HOST, &rmh));
+    fit_log_expect("has waited");
+    fit_log_expect("has made no progress for");
+
+    /* 1. A send whose receiver has not posted: NULL requests, one WARN naming the wait. */
+    from = fit_log_lines();
+    fit_fill(sbuf, big, 0x6b01);
+    for (end = fit_now() + 2.5; fit_now() < end; usleep(2000)) {
+        sreq = NULL;
+        FIT_NCCL(p.net->isend(send_comm, sbuf, big, 1, smh, NULL, &sreq));
+        FIT_CHECK(sreq == NULL, "isend returned a request before the receiver posted");
+    }
+    first = fit_log_find(from, NCCL_LOG_WARN, "isend of message 0", "clear-to-send",
+                         "has not posted the matching irecv", line, sizeof(line));
+    FIT_CHECK(first >= 0, "no WARN about the send waiting for its clear-to-send");
+    FIT_CHECK(strstr(line, "127.0.0.1") != NULL && strstr(line, "NCCL_FERRY_STALL_WARN_S"),
+              "the clear-to-send WARN lacks the peer or the knob: %s", line);
+    printf("  %s\n", line);
+    FIT_CHECK(fit_log_find(first + 1, NCCL_LOG_WARN, "has waited", NULL, NULL, NULL, 0) < 0,
+              "the clear-to-send wait was reported more than once");
+    rreq = NULL;
+    FIT_NCCL(p.net->irecv(recv_comm, 1, (void **)&rbuf, &cap, &tag, &rmh, NULL, &rreq));
+    FIT_CHECK(rreq != NULL, "irecv returned no request");
+    sreq = config_isend_ready(&p, send_comm, smh, sbuf, big, 1);
+    config_test_done(&p, sreq, big, "the send that waited");
+    config_test_done(&p, rreq, big, "its receive");
+    fit_check_pattern(rbuf, big, 0x6b01, "the send that waited");
+
+    /* 2. A receive nobody sends to: the engine's WARN, the ib backend's words. */
+    from = fit_log_lines();
+    rreq = config_idle_recv(&p, recv_comm, rmh, rbuf, 4096, 2.6);
+    first = fit_log_find(from, NCCL_LOG_WARN, "recv request seq 1 has made no progress for 1 s",
+                         "Waiting for the sender's data", "127.0.0.1", line, sizeof(line));
+    FIT_CHECK(first >= 0, "no WARN about the idle ib receive (peer, seq, what it waits for)");
+    FIT_CHECK(strstr(line, "WRs posted") != NULL && strstr(line, "QP(s)") != NULL,
+              "the idle receive's WARN lacks its WR counters or QPs: %s", line);
+    printf("  %s\n", line);
+    FIT_CHECK(fit_log_find(first + 1, NCCL_LOG_WARN, "has made no progress", NULL, NULL, NULL,
+                           0) < 0, "the idle receive was reported more than once");
+    fit_fill(sbuf, 4096, 0x6b02);
+    sreq = config_isend_ready(&p, send_comm, smh, sbuf, 4096, 7); /* config_idle_recv's tag. */
+    config_test_done(&p, sreq, 4096, "the late send");
+    config_test_done(&p, rreq, 4096, "the receive of the late send");
+    fit_check_pattern(rbuf, 4096, 0x6b02, "the receive of the late send");
+
+    FIT_NCCL(p.net->deregMr(send_comm, smh));
+    FIT_NCCL(p.net->deregMr(recv_comm, rmh));
+    FIT_NCCL(p.net->closeSend(send_comm));
+    FIT_NCCL(p.net->closeRecv(recv_comm));
+    FIT_NCCL(p.net->finalize(a));
+    FIT_NCCL(p.net->finalize(b));
+    fit_log_check_clean("ib stall warnings");
+    config_close(&p);
+    free(sbuf);
+    free(rbuf);
+}
+
+/*
+ * NCCL_FERRY_BACKEND=auto picks ib where a port is usable (fakeibv loaded:
+ * ctest's ib entries) and socket where none is, and says which and why.
+ */
+static void config_auto_backend(const char *path)
+{
+    const char *want = getenv("CONFIG_EXPECT_BACKEND");
+    char line[4096], needle[64];
+    fit_plugin_t p;
+    void *ctx;
+    int ndev = 0;
+
+    FIT_CHECK(want != NULL, "CONFIG_EXPECT_BACKEND (ib or socket) is not set");
+    fit_plugin_open(&p, path);
+    ctx = fit_plugin_init(&p, 0x79);
+    FIT_NCCL(p.net->devices(&ndev));
+    FIT_CHECK(ndev >= 1, "devices() = %d", ndev);
+    snprintf(needle, sizeof(needle), "using the %s backend (NCCL_FERRY_BACKEND=auto", want);
+    FIT_CHECK(fit_log_find(0, NCCL_LOG_INFO, needle, NULL, NULL, line, sizeof(line)) >= 0,
+              "no INFO line '%s...'", needle);
+    printf("  %s\n", line);
+    if (strcmp(want, "socket") == 0)
+        FIT_CHECK(strstr(line, "ib not usable: ") != NULL,
+                  "auto chose socket without saying why ib was not usable: %s", line);
+    else
+        FIT_CHECK(strstr(line, "fakeib0:1") != NULL,
+                  "auto chose ib without naming the usable port: %s", line);
+    FIT_NCCL(p.net->finalize(ctx));
+    fit_log_check_clean("backend=auto");
+    config_close(&p);
+}
+
 static const config_case_t config_cases[] = {
     { "backend-ib",     { "NCCL_FERRY_BACKEND=ib" },                config_backend_ib },
     { "backend-bogus",  { "NCCL_FERRY_BACKEND=bogus" },             config_backend_bogus },
@@ -550,6 +681,9 @@ static const config_case_t config_cases[] = {
     { "close-after-finalize", { NULL },                             config_close_after_finalize },
     { "many-comms",     { NULL },                                   config_many_comms },
     { "stall-warn",     { "NCCL_SOCKET_IFNAME=lo", "NCCL_FERRY_STALL_WARN_S=1" }, config_stall_warn },
+    { "auto",           { "NCCL_FERRY_BACKEND=auto" },              config_auto_backend },
+    /* "ib-" cases need fakeibv: ctest runs each with --case and the ib environment. */
+    { "ib-stall-warn",  { "NCCL_FERRY_STALL_WARN_S=1" },            config_ib_stall_warn },
 };
 
 static int config_run_case(const char *path, const config_case_t *c)
@@ -614,7 +748,8 @@ int main(int argc, char **argv)
     setenv("NCCL_SOCKET_IFNAME", "lo", 0);
     fit_set_role("config");
     for (i = 0; i < (int)(sizeof(config_cases) / sizeof(config_cases[0])); i++) {
-        if (only != NULL && strcmp(only, config_cases[i].name) != 0)
+        if (only != NULL ? strcmp(only, config_cases[i].name) != 0
+                         : strncmp(config_cases[i].name, "ib-", 3) == 0)
             continue;
         failed += config_run_case(path, &config_cases[i]);
         ran++;
