@@ -8,6 +8,7 @@
 #ifndef FAKEIBV_H
 #define FAKEIBV_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct ibv_context;
@@ -38,5 +39,15 @@ int fakeibv_inject(struct ibv_context *ctx, enum fakeibv_fault_kind kind, uint32
 /* The LID of a port of an opened context: lets a test build an address
  * without an out-of-band exchange. Returns 0 for a bad port. */
 uint16_t fakeibv_port_lid(struct ibv_context *ctx, uint8_t port);
+
+/*
+ * Two verbs of libibverbs that rdma-core declares only in its private
+ * <infiniband/driver.h> (not shipped by Debian's libibverbs-dev), exported
+ * under IBVERBS_1.0 as there. ibv_get_sysfs_path() returns the root of
+ * fakeibv's sysfs tree (README "sysfs"); ibv_read_sysfs_file() reads
+ * <dir>/<file> without its trailing newline and returns its length, or -1.
+ */
+const char *ibv_get_sysfs_path(void);
+int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size);
 
 #endif /* FAKEIBV_H */

@@ -3,6 +3,8 @@
  * once, into a const struct. The README lists the same table for users.
  */
 #include <errno.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +80,36 @@ static enum ibv_mtu fakeibv_env_mtu(void)
     }
 }
 
+/* A non-empty string variable, copied; NULL when unset or empty. */
+static const char *fakeibv_env_str(const char *name)
+{
+    const char *s = getenv(name);
+
+    return s != NULL && *s != '\0' ? strdup(s) : NULL;
+}
+
+/* Paths are kept absolute: the sysfs tree links to itself by absolute
+ * names, and a relative fabric dir would differ between processes. */
+static const char *fakeibv_env_path(const char *name)
+{
+    const char *s = getenv(name);
+    char cwd[PATH_MAX], *abs;
+
+    if (s == NULL || *s == '\0')
+        return NULL;
+    if (s[0] == '/' || getcwd(cwd, sizeof(cwd)) == NULL)
+        abs = strdup(s);
+    else if (asprintf(&abs, "%s/%s", cwd, s) < 0)
+        abs = NULL;
+    if (abs != NULL) {
+        size_t n = strlen(abs);
+
+        while (n > 1 && abs[n - 1] == '/')
+            abs[--n] = '\0';
+    }
+    return abs;
+}
+
 static void fakeibv_config_load(void)
 {
     struct fakeibv_config *c = &fakeibv_cfg;
@@ -106,6 +138,13 @@ static void fakeibv_config_load(void)
     c->debug = (int)fakeibv_env_long("FAKEIBV_DEBUG", 0, 0, 2);
     c->dmabuf = (int)fakeibv_env_long("FAKEIBV_DMABUF", 1, 0, 1);
     c->cuda = (int)fakeibv_env_long("FAKEIBV_CUDA", 1, 0, 1);
+    c->sysfs_root = fakeibv_env_path("FAKEIBV_SYSFS_ROOT");
+    c->fabric_dir = fakeibv_env_path("FAKEIBV_FABRIC_DIR");
+    c->netdev = fakeibv_env_str("FAKEIBV_NETDEV");
+    if (c->netdev != NULL && c->link_layer != IBV_LINK_LAYER_ETHERNET) {
+        fprintf(stderr, "fakeibv: FAKEIBV_NETDEV=%s needs FAKEIBV_LINK=eth; ignored\n", c->netdev);
+        c->netdev = NULL;
+    }
 }
 
 const struct fakeibv_config *fakeibv_config(void)
@@ -137,5 +176,42 @@ int fakeibv_cond_init_monotonic(pthread_cond_t *cond)
     pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
     rc = pthread_cond_init(cond, &a);
     pthread_condattr_destroy(&a);
+    return rc;
+}
+
+struct fakeibv_thread_arg {
+    void *(*fn)(void *);
+    void *arg;
+    char name[16];
+};
+
+static void *fakeibv_thread_main(void *p)
+{
+    struct fakeibv_thread_arg a = *(struct fakeibv_thread_arg *)p;
+
+    free(p);
+    pthread_setname_np(pthread_self(), a.name);
+    return a.fn(a.arg);
+}
+
+/* Starts a named thread with every signal blocked: a real libibverbs has
+ * no threads, so the consumer's signals must land on its own threads. */
+int fakeibv_thread_start(pthread_t *thr, const char *name, void *(*fn)(void *), void *arg)
+{
+    struct fakeibv_thread_arg *a = malloc(sizeof(*a));
+    sigset_t all, old;
+    int rc;
+
+    if (a == NULL)
+        return ENOMEM;
+    a->fn = fn;
+    a->arg = arg;
+    snprintf(a->name, sizeof(a->name), "%s", name);
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    rc = pthread_create(thr, NULL, fakeibv_thread_main, a);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0)
+        free(a);
     return rc;
 }

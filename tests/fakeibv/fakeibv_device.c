@@ -1,13 +1,22 @@
 /*
  * fakeibv devices, contexts, port and GID queries, async events.
  *
- * Each emulated device port gets a LID that is unique on the host: it is the
- * name of the port's abstract Unix listener, so binding the listener is what
- * reserves the LID (fakeibv_wire.c). GIDs carry the same LID in their last
- * two bytes, so a peer addressed by GID (RoCE) is found the same way.
+ * Each emulated device port gets a LID that is unique on the fabric: it is
+ * the name of the port's Unix listener, so binding the listener is what
+ * reserves the LID (fakeibv_wire.c). The listeners are bound when the
+ * device list is first built, together with the sysfs tree
+ * (fakeibv_sysfs.c), so that what a client reads there before opening a
+ * device (LIDs, GIDs, node GUID) is already final. Made-up GIDs carry the
+ * LID in their last two bytes, so a peer addressed by GID is found the same
+ * way; a GID carrying a real interface address (FAKEIBV_NETDEV) has a
+ * listener of its own.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,12 +29,75 @@
 
 static struct fakeibv_device fakeibv_devs[FAKEIBV_MAX_DEVS];
 static pthread_once_t fakeibv_devs_once = PTHREAD_ONCE_INIT;
+static int fakeibv_devs_rc;       /* errno of a failed set-up: the list is then empty. */
+
+/* The netdev a RoCE port's GIDs belong to: FAKEIBV_NETDEV, else lo (the
+ * made-up ::ffff:127.0.x.y addresses are loopback ones). */
+const char *fakeibv_ndev_name(const struct fakeibv_port *p)
+{
+    return p->netdev[0] != '\0' ? p->netdev : "lo";
+}
+
+/* FAKEIBV_NETDEV names interfaces in port order (fakeib0 port 1, port 2,
+ * ..., fakeib1 port 1, ...); ports past the list keep loopback GIDs. The
+ * IPv4 address is read in the process's own network namespace. */
+static void fakeibv_netdevs_init(void)
+{
+    const struct fakeibv_config *cfg = fakeibv_config();
+    unsigned lo = if_nametoindex("lo");
+    struct ifaddrs *ifa = NULL, *it;
+    char *list = NULL, *save = NULL, *name;
+    int i, p;
+
+    for (i = 0; i < cfg->ndev; i++)
+        for (p = 0; p < cfg->nports; p++)
+            fakeibv_devs[i].ports[p].ifindex =
+                cfg->link_layer == IBV_LINK_LAYER_ETHERNET ? (lo ? lo : 1) : 0;
+    if (cfg->netdev == NULL || (list = strdup(cfg->netdev)) == NULL)
+        return;
+    if (getifaddrs(&ifa) != 0) {
+        FAKEIBV_WARN("FAKEIBV_NETDEV: getifaddrs failed: %s; ports keep loopback GIDs",
+                     strerror(errno));
+        free(list);
+        return;
+    }
+    name = strtok_r(list, ",", &save);
+    for (i = 0; i < cfg->ndev && name != NULL; i++) {
+        for (p = 0; p < cfg->nports && name != NULL; p++, name = strtok_r(NULL, ",", &save)) {
+            struct fakeibv_port *port = &fakeibv_devs[i].ports[p];
+
+            for (it = ifa; it != NULL; it = it->ifa_next)
+                if (it->ifa_addr != NULL && it->ifa_addr->sa_family == AF_INET &&
+                    strcmp(it->ifa_name, name) == 0)
+                    break;
+            if (it == NULL || strlen(name) >= sizeof(port->netdev)) {
+                FAKEIBV_WARN("FAKEIBV_NETDEV: interface %s has no IPv4 address in this network "
+                             "namespace; fakeib%d port %d keeps ::ffff:127.0.x.y GIDs", name, i,
+                             p + 1);
+                continue;
+            }
+            memcpy(port->ipv4, &((struct sockaddr_in *)(void *)it->ifa_addr)->sin_addr, 4);
+            snprintf(port->netdev, sizeof(port->netdev), "%s", name);
+            port->ifindex = if_nametoindex(name);
+        }
+    }
+    freeifaddrs(ifa);
+    free(list);
+}
 
 static void fakeibv_devs_init(void)
 {
     const struct fakeibv_config *cfg = fakeibv_config();
-    int i, p;
+    const char *root;
+    int i, p, rc;
 
+    rc = fakeibv_sysfs_pick_root();
+    if (rc != 0) {
+        fakeibv_devs_rc = rc;
+        return;
+    }
+    root = fakeibv_sysfs_root();
+    fakeibv_netdevs_init();
     for (i = 0; i < cfg->ndev; i++) {
         struct fakeibv_device *d = &fakeibv_devs[i];
 
@@ -34,18 +106,54 @@ static void fakeibv_devs_init(void)
         d->dev.transport_type = IBV_TRANSPORT_IB;
         snprintf(d->dev.name, sizeof(d->dev.name), "fakeib%d", i);
         snprintf(d->dev.dev_name, sizeof(d->dev.dev_name), "uverbs%d", i);
-        snprintf(d->dev.dev_path, sizeof(d->dev.dev_path), "/sys/class/infiniband_verbs/uverbs%d", i);
-        snprintf(d->dev.ibdev_path, sizeof(d->dev.ibdev_path), "/sys/class/infiniband/fakeib%d", i);
-        /* Node GUID: fixed OUI-like prefix, pid and device index, so two
-         * processes never report the same GUID. */
-        d->node_guid = htobe64(0xfa4e000000000000ULL | ((uint64_t)(getpid() & 0xffffff) << 16) |
-                               (uint64_t)i << 8);
-        pthread_mutex_init(&d->lock, NULL);
+        snprintf(d->dev.dev_path, sizeof(d->dev.dev_path), "%s/class/infiniband_verbs/uverbs%d",
+                 root, i);
+        snprintf(d->dev.ibdev_path, sizeof(d->dev.ibdev_path), "%s/class/infiniband/fakeib%d",
+                 root, i);
+        /* One PCI function per device; its ports share it (like mlx4). */
+        snprintf(d->pci, sizeof(d->pci), "0000:00:%02x.0", (unsigned)(uint8_t)(0x10 + i));
         for (p = 0; p < FAKEIBV_MAX_PORTS; p++) {
             d->ports[p].listen_fd = -1;
+            d->ports[p].gid_fd = -1;
             d->ports[p].state = IBV_PORT_ACTIVE;
         }
+        for (p = 1; p <= cfg->nports; p++) {
+            rc = fakeibv_port_bind(d, p);
+            if (rc != 0) {
+                fakeibv_devs_rc = rc;
+                return;
+            }
+            if (d->ports[p - 1].netdev[0] != '\0') {
+                union ibv_gid gid;
+                uint32_t type;
+
+                fakeibv_gid_fill(d, p, 3, &gid, &type);
+                fakeibv_port_bind_gid(d, p, &gid);
+            }
+        }
+        /* Node GUID: fixed OUI-like prefix, port 1's LID (unique on the
+         * fabric, so two processes never report the same GUID) and the
+         * device index. */
+        d->node_guid = htobe64(0xfa4e000000000000ULL | ((uint64_t)d->ports[0].lid << 16) |
+                               (uint64_t)i << 8);
     }
+    fakeibv_sysfs_build(fakeibv_devs, cfg->ndev);
+}
+
+/* Runs at exit (and dlclose): the per-process sysfs tree and the fabric
+ * dir's socket files go; a killed process leaves them for the next one to
+ * sweep. */
+__attribute__((destructor)) void fakeibv_cleanup_at_exit(void)
+{
+    fakeibv_wire_cleanup();
+    fakeibv_sysfs_cleanup();
+}
+
+/* Builds the devices once; 0 or the errno that set-up failed with. */
+static int fakeibv_devs_ready(void)
+{
+    pthread_once(&fakeibv_devs_once, fakeibv_devs_init);
+    return fakeibv_devs_rc;
 }
 
 static struct fakeibv_device *fakeibv_dev(struct ibv_device *d)
@@ -57,9 +165,12 @@ FAKEIBV_EXPORT struct ibv_device **ibv_get_device_list(int *num_devices)
 {
     const struct fakeibv_config *cfg = fakeibv_config();
     struct ibv_device **list;
-    int i;
+    int i, rc = fakeibv_devs_ready();
 
-    pthread_once(&fakeibv_devs_once, fakeibv_devs_init);
+    if (rc != 0) {
+        errno = rc;
+        return NULL;
+    }
     list = calloc((size_t)cfg->ndev + 1, sizeof(*list));
     if (list == NULL) {
         errno = ENOMEM;
@@ -70,6 +181,15 @@ FAKEIBV_EXPORT struct ibv_device **ibv_get_device_list(int *num_devices)
     if (num_devices != NULL)
         *num_devices = cfg->ndev;
     return list;
+}
+
+/* rdma-core returns "/sys" (or $SYSFS_PATH); here it is the root of
+ * fakeibv's own tree, so paths built from it find the emulated devices. */
+FAKEIBV_EXPORT const char *ibv_get_sysfs_path(void)
+{
+    if (fakeibv_devs_ready() != 0)
+        return NULL;
+    return fakeibv_sysfs_root();
 }
 
 FAKEIBV_EXPORT void ibv_free_device_list(struct ibv_device **list)
@@ -119,11 +239,18 @@ void fakeibv_gid_fill(const struct fakeibv_device *dev, int port, int index, uni
         gid->raw[11] = (uint8_t)dev->index;
         gid->raw[12] = (uint8_t)port;
     } else if (index < FAKEIBV_GID_TBL_LEN) {
-        /* IPv4-mapped ::ffff:127.0.<lid>: a loopback address, as a RoCE v2
-         * device on lo would carry. */
+        /* IPv4-mapped: the netdev's address (FAKEIBV_NETDEV), else
+         * ::ffff:127.0.<lid>, a loopback address as a RoCE v2 device on lo
+         * would carry. */
         gid->raw[10] = 0xff;
         gid->raw[11] = 0xff;
         gid->raw[12] = 127;
+        if (dev->ports[port - 1].netdev[0] != '\0') {
+            memcpy(&gid->raw[12], dev->ports[port - 1].ipv4, 4);
+            if (index & 1)
+                *type_p = IBV_GID_TYPE_ROCE_V2;
+            return;
+        }
     } else {
         return;
     }
@@ -163,7 +290,7 @@ static int fakeibv_gid_entry(struct ibv_context *context, uint32_t port, uint32_
     entry->gid_index = index;
     entry->port_num = port;
     entry->gid_type = type;
-    entry->ndev_ifindex = fakeibv_config()->link_layer == IBV_LINK_LAYER_ETHERNET ? 1 : 0;
+    entry->ndev_ifindex = fakeibv_ctx(context)->dev->ports[port - 1].ifindex;
     return 0;
 }
 
@@ -335,18 +462,10 @@ FAKEIBV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
     struct fakeibv_device *d = fakeibv_dev(device);
     struct fakeibv_context *ctx;
     struct ibv_context *c;
-    int pipefd[2], p, rc;
+    int pipefd[2], rc;
 
-    pthread_mutex_lock(&d->lock);
-    for (rc = 0, p = 1; !d->ports_up && rc == 0 && p <= fakeibv_config()->nports; p++)
-        rc = fakeibv_port_listen(d, p);
-    if (rc == 0)
-        d->ports_up = 1;
-    pthread_mutex_unlock(&d->lock);
-    if (rc != 0) {
-        errno = rc;
-        return NULL;
-    }
+    /* The listeners exist since the device list was built; no thread runs
+     * until a QP reaches RTR. */
     ctx = calloc(1, sizeof(*ctx));
     if (ctx == NULL) {
         errno = ENOMEM;

@@ -151,6 +151,7 @@ static int fakeibv_inject_port(struct ibv_context *ctx, enum fakeibv_fault_kind 
         fakeibv_ctx(ctx)->dev->ports[port - 1].state = IBV_PORT_ACTIVE;
         ev.event_type = IBV_EVENT_PORT_ACTIVE;
     }
+    fakeibv_sysfs_port_state(fakeibv_ctx(ctx)->dev, (int)port);
     fakeibv_async_raise(fakeibv_ctx(ctx), &ev);
     return 0;
 }

@@ -46,6 +46,9 @@ struct fakeibv_config {
     int debug;                  /* FAKEIBV_DEBUG: log level 0..2 on stderr. */
     int dmabuf;                 /* FAKEIBV_DMABUF: ibv_reg_dmabuf_mr supported. */
     int cuda;                   /* FAKEIBV_CUDA: try libcuda for device pointers. */
+    const char *sysfs_root;     /* FAKEIBV_SYSFS_ROOT (absolute); NULL: per-process default. */
+    const char *fabric_dir;     /* FAKEIBV_FABRIC_DIR: path sockets there; NULL: abstract. */
+    const char *netdev;         /* FAKEIBV_NETDEV: ifnames, comma-separated, one per port. */
 };
 
 const struct fakeibv_config *fakeibv_config(void);
@@ -62,8 +65,12 @@ int fakeibv_fault_check(enum fakeibv_fault_kind kind);
 /* ---- device, port, context (fakeibv_device.c) ------------------------- */
 
 struct fakeibv_port {
-    uint16_t lid;                 /* Unique on this host; owns the listener name. */
-    int listen_fd;                /* Abstract Unix listener; -1 until the device opens. */
+    uint16_t lid;                 /* Unique on the fabric; owns the listener name. */
+    int listen_fd;                /* Listener named by the LID (fakeibv_wire.c). */
+    int gid_fd;                   /* Listener named by the netdev GID; -1 if none. */
+    char netdev[16];              /* FAKEIBV_NETDEV interface of this port; "" if none. */
+    uint8_t ipv4[4];              /* Its IPv4 address: GIDs 2/3 are ::ffff:ipv4. */
+    unsigned ifindex;             /* gid_entry.ndev_ifindex: the netdev's (or lo's) index. */
     enum ibv_port_state state;    /* ACTIVE, or DOWN after an injected port error. */
 };
 
@@ -74,8 +81,7 @@ struct fakeibv_device {
     void *verbs_device_pad[32];
     int index;
     uint64_t node_guid;           /* Big-endian as verbs reports it. */
-    pthread_mutex_t lock;         /* Protects ports[].listen_fd set-up. */
-    int ports_up;                 /* Listeners bound and accept threads running. */
+    char pci[16];                 /* Fake PCI address, "0000:00:1X.0". */
     struct fakeibv_port ports[FAKEIBV_MAX_PORTS];
 };
 
@@ -102,11 +108,31 @@ void fakeibv_gid_fill(const struct fakeibv_device *dev, int port, int index,
                       union ibv_gid *gid, uint32_t *type_p);
 int fakeibv_query_port_attr(struct ibv_context *c, uint8_t port, struct ibv_port_attr *attr);
 
+const char *fakeibv_ndev_name(const struct fakeibv_port *p);
+void fakeibv_cleanup_at_exit(void);
+
+/* ---- sysfs tree (fakeibv_sysfs.c) --------------------------------------- */
+
+/* Picks the root and checks it fits in ibv_device paths; 0 or an errno. */
+int fakeibv_sysfs_pick_root(void);
+const char *fakeibv_sysfs_root(void);
+/* Writes the tree for the devices of this process (warns on failure). */
+void fakeibv_sysfs_build(struct fakeibv_device *devs, int ndev);
+void fakeibv_sysfs_port_state(const struct fakeibv_device *dev, int port);
+void fakeibv_sysfs_cleanup(void);
+
 /* ---- listener / wire (fakeibv_wire.c) --------------------------------- */
 
-int fakeibv_port_listen(struct fakeibv_device *dev, int port);
-int fakeibv_wire_connect(uint16_t lid, uint16_t src_lid, uint32_t src_qpn,
+/* Binds the port's LID listener (and its GID listener when the port has a
+ * netdev address); called once per port when the device list is built. */
+int fakeibv_port_bind(struct fakeibv_device *dev, int port);
+void fakeibv_port_bind_gid(struct fakeibv_device *dev, int port, const union ibv_gid *gid);
+/* The accept thread runs while at least one QP is past INIT. */
+int fakeibv_acceptor_hold(void);
+void fakeibv_acceptor_release(void);
+int fakeibv_wire_connect(const struct ibv_ah_attr *ah, uint16_t src_lid, uint32_t src_qpn,
                          uint32_t dst_qpn, int *fd_p);
+void fakeibv_wire_cleanup(void);
 int fakeibv_io_read(int fd, void *buf, size_t len);
 int fakeibv_io_write(int fd, const void *buf, size_t len);
 int fakeibv_io_discard(int fd, size_t len);
@@ -233,6 +259,7 @@ struct fakeibv_qp {
     struct timespec deadline;     /* When the retry timer expires (broken only). */
     int deadline_set;
     int threads_up;               /* tx and rx threads running. */
+    int acc_held;                 /* Counted in fakeibv_acceptor_hold() (RTR until reset). */
     int stopping;                 /* Threads must exit. */
     pthread_t tx_thread, rx_thread;
     struct fakeibv_inbound in[FAKEIBV_MAX_INBOUND];
@@ -290,5 +317,9 @@ static inline void fakeibv_deadline_in(struct timespec *ts, long ms)
 }
 
 int fakeibv_cond_init_monotonic(pthread_cond_t *cond);
+
+/* Every thread fakeibv starts carries a name beginning "fakeibv-". */
+#define FAKEIBV_THREAD_PREFIX "fakeibv-"
+int fakeibv_thread_start(pthread_t *thr, const char *name, void *(*fn)(void *), void *arg);
 
 #endif /* FAKEIBV_INTERNAL_H */

@@ -107,7 +107,8 @@ int fakeibv_qp_attach_inbound(uint32_t qpn, int fd)
     arg->qp = qp;
     arg->slot = i;
     qp->in[i].fd = fd;
-    rc = pthread_create(&qp->in[i].thread, NULL, fakeibv_responder_main, arg);
+    rc = fakeibv_thread_start(&qp->in[i].thread, FAKEIBV_THREAD_PREFIX "resp",
+                              fakeibv_responder_main, arg);
     if (rc != 0) {
         qp->in[i].fd = -1;
         free(arg);
@@ -360,6 +361,15 @@ FAKEIBV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_ini
     return qp;
 }
 
+/* The QP no longer needs inbound streams accepted (RESET or destroyed). */
+static void fakeibv_qp_release_acceptor(struct fakeibv_qp *qp)
+{
+    if (qp->acc_held) {
+        qp->acc_held = 0;
+        fakeibv_acceptor_release();
+    }
+}
+
 /* Stops the QP's threads and closes its streams. Called without qp->lock. */
 static void fakeibv_qp_stop_threads(struct fakeibv_qp *qp)
 {
@@ -401,6 +411,7 @@ FAKEIBV_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
 
     fakeibv_qp_unregister(qp);
     fakeibv_qp_stop_threads(qp);
+    fakeibv_qp_release_acceptor(qp);
     __atomic_sub_fetch(&((struct fakeibv_cq *)ibqp->send_cq)->users, 1, __ATOMIC_RELAXED);
     __atomic_sub_fetch(&((struct fakeibv_cq *)ibqp->recv_cq)->users, 1, __ATOMIC_RELAXED);
     pthread_mutex_destroy(&qp->lock);
@@ -544,22 +555,28 @@ static void fakeibv_qp_copy_attr(struct ibv_qp_attr *dst, const struct ibv_qp_at
  * finds out when its requests time out. */
 static int fakeibv_qp_connect(struct fakeibv_qp *qp)
 {
-    const struct ibv_ah_attr *ah = &qp->attr.ah_attr;
-    uint16_t lid = ah->is_global ? fakeibv_lid_from_gid(&ah->grh.dgid) : ah->dlid;
     uint16_t src = qp->ctx->dev->ports[qp->attr.port_num ? qp->attr.port_num - 1 : 0].lid;
     int fd = -1, rc;
 
-    rc = fakeibv_wire_connect(lid, src, qp->qpx.qp_base.qp_num, qp->attr.dest_qp_num, &fd);
+    /* From RTR on, the peer's streams to this QP must be accepted. */
+    if (!qp->acc_held) {
+        rc = fakeibv_acceptor_hold();
+        if (rc != 0)
+            return rc;
+        qp->acc_held = 1;
+    }
+    rc = fakeibv_wire_connect(&qp->attr.ah_attr, src, qp->qpx.qp_base.qp_num,
+                              qp->attr.dest_qp_num, &fd);
     pthread_mutex_lock(&qp->lock);
     qp->out_fd = fd;
     qp->broken = rc != 0;
     qp->deadline_set = 0;
     qp->stopping = 0;
     pthread_mutex_unlock(&qp->lock);
-    rc = pthread_create(&qp->tx_thread, NULL, fakeibv_tx_main, qp);
+    rc = fakeibv_thread_start(&qp->tx_thread, FAKEIBV_THREAD_PREFIX "tx", fakeibv_tx_main, qp);
     if (rc != 0)
         return rc;
-    rc = pthread_create(&qp->rx_thread, NULL, fakeibv_rx_main, qp);
+    rc = fakeibv_thread_start(&qp->rx_thread, FAKEIBV_THREAD_PREFIX "rx", fakeibv_rx_main, qp);
     if (rc != 0) {
         pthread_mutex_lock(&qp->lock);
         qp->stopping = 1;
@@ -575,6 +592,7 @@ static int fakeibv_qp_connect(struct fakeibv_qp *qp)
 static void fakeibv_qp_reset(struct fakeibv_qp *qp)
 {
     fakeibv_qp_stop_threads(qp);
+    fakeibv_qp_release_acceptor(qp);
     pthread_mutex_lock(&qp->lock);
     qp->sq_head = qp->sq_tx = qp->sq_resp = qp->sq_ack = qp->sq_free = 0;
     qp->rq_head = qp->rq_tail = 0;

@@ -5,9 +5,12 @@
 #   gdr  : fakeibv offers DMA-BUF, NCCL_NET_GDR_LEVEL=SYS -> NCCL registers
 #          GPU buffers and fakeibv moves them with cuMemcpy (GPU mode);
 #          NCCL_NET_FORCE_FLUSH=1 makes NCCL issue its flush READ too
+#   roce : as host over FAKEIBV_LINK=eth, each rank under test/with_sysfs.sh
+#          and no NCCL_IB_GID_INDEX: NCCL must pick GID 3 (RoCE v2, IPv4)
+#          itself from /sys/class/infiniband/.../gid_attrs/types (root only)
 # plus a verbs-only GPU self-test of fakeibv (no NCCL).
 #
-# usage: tests/fakeibv/gpu/nccl_ib_allreduce.sh [host|gdr|selftest ...]
+# usage: tests/fakeibv/gpu/nccl_ib_allreduce.sh [host|gdr|roce|selftest ...]
 #   env NCCL_LIB_DIR=<dir with libnccl.so.2>  (default: system NCCL 2.28.3;
 #       e.g. /opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib for 2.28.9)
 #   env MAX_FLOATS=<n>  largest all_reduce (default 16M floats = 64 MiB)
@@ -18,7 +21,7 @@ set -u
 case "${1:-}" in -h|--help) sed -n '2,16p' "$0"; exit 0 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/.." && pwd)                     # tests/fakeibv
-modes=${*:-selftest host gdr}
+modes=${*:-selftest host gdr roce}
 work=${WORK:-$(mktemp -d /tmp/fakeibv-gpu.XXXXXX)}
 mkdir -p "$work"
 max_floats=${MAX_FLOATS:-16777216}
@@ -71,7 +74,7 @@ fi
 log "compiling test programs"
 : >"$work/cc.log"
 case " $modes " in
-*" host "*|*" gdr "*)
+*" host "*|*" gdr "*|*" roce "*)
     if ! cc_cuda "$work/nccl_allreduce" "$here/nccl_allreduce.c" "${nccl_ldflags[@]}" -lnccl >>"$work/cc.log" 2>&1; then
         cat "$work/cc.log"; echo "FAIL: nccl_allreduce did not compile"; exit 1
     fi ;;
@@ -92,8 +95,11 @@ fi
 
 # ---- one 2-rank run ----
 run_nccl() { # mode
-    local mode=$1 dir="$work/$1" r pids=() rc=0
+    local mode=$1 dir="$work/$1" r pids=() rc=0 wrap=()
     mkdir -p "$dir"
+    # roce: each rank in its own mount namespace showing its fakeibv sysfs
+    # tree at /sys/class/infiniband, where NCCL looks for the GID types.
+    [ "$mode" = roce ] && wrap=("$src/test/with_sysfs.sh")
     rm -f "$dir/id"
     for r in 0 1; do
         (
@@ -102,14 +108,17 @@ run_nccl() { # mode
             export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV
             export NCCL_SOCKET_IFNAME=lo NCCL_IB_HCA=fakeib0
             export FAKEIBV_RETRY_TIMEOUT_MS=15000   # a stuck peer fails in 15 s, not 34 s
-            if [ "$mode" = gdr ]; then
+            if [ "$mode" = roce ]; then
+                export FAKEIBV_LINK=eth FAKEIBV_DMABUF=0 NCCL_NET_GDR_LEVEL=LOC
+                unset NCCL_IB_GID_INDEX
+            elif [ "$mode" = gdr ]; then
                 # FORCE_FLUSH: Hopper needs no flush, so without it NCCL never
                 # issues the 1-byte RDMA READ from GPU memory; force it.
                 export FAKEIBV_DMABUF=1 NCCL_NET_GDR_LEVEL=SYS NCCL_DMABUF_ENABLE=1 NCCL_NET_FORCE_FLUSH=1
             else
                 export FAKEIBV_DMABUF=0 NCCL_NET_GDR_LEVEL=LOC
             fi
-            exec timeout 150 "$work/nccl_allreduce" $r 2 "$dir/id" "$max_floats"
+            exec timeout 150 "${wrap[@]}" "$work/nccl_allreduce" $r 2 "$dir/id" "$max_floats"
         ) >"$dir/rank$r.log" 2>&1 &
         pids+=($!)
     done
@@ -121,6 +130,15 @@ run_nccl() { # mode
         grep -q "via NET/IB" "$dir/rank$r.log" || { echo "  rank $r: no 'via NET/IB' channel in the log"; rc=1; }
         grep -q "fakeib0" "$dir/rank$r.log" || { echo "  rank $r: NCCL never named fakeib0"; rc=1; }
     done
+    if [ "$mode" = roce ]; then
+        for r in 0 1; do
+            grep -Eq "qpn [0-9]+ mtu [0-9]+ GID 3 \(" "$dir/rank$r.log" ||
+                { echo "  rank $r: NCCL did not choose GID index 3 by itself"; rc=1; }
+            if grep -q "ncclIbRoceGetVersionNum" "$dir/rank$r.log"; then
+                echo "  rank $r: NCCL could not read gid_attrs/types"; rc=1
+            fi
+        done
+    fi
     if [ "$mode" = gdr ]; then
         grep -q "via NET/IB/[0-9]*/GDRDMA" "$dir/rank0.log" "$dir/rank1.log" ||
             { echo "  no GDRDMA channel: NCCL did not put GPU buffers on the NIC (see DMA-BUF lines below)"; rc=1; }
@@ -151,7 +169,14 @@ for m in $modes; do
     case $m in
     selftest) run_selftest ;;
     host|gdr) run_nccl "$m" ;;
-    *) echo "unknown mode $m (use selftest, host, gdr)"; false ;;
+    roce)
+        if [ "$(id -u)" -ne 0 ]; then
+            echo "  SKIP: roce needs root (test/with_sysfs.sh bind-mounts sysfs)"
+            result[$m]=SKIP
+            continue
+        fi
+        run_nccl "$m" ;;
+    *) echo "unknown mode $m (use selftest, host, gdr, roce)"; false ;;
     esac
     if [ $? -eq 0 ]; then result[$m]=PASS; else result[$m]=FAIL; fi
     log "mode $m: ${result[$m]} ($(( $(date +%s) - t0 )) s)"
@@ -161,7 +186,7 @@ echo "================ fakeibv GPU summary ================"
 all=0
 for m in $modes; do
     printf '%-9s %s\n' "$m" "${result[$m]}"
-    [ "${result[$m]}" = PASS ] || all=1
+    [ "${result[$m]}" = PASS ] || [ "${result[$m]}" = SKIP ] || all=1
 done
 [ "${KEEP:-0}" = 1 ] && echo "logs kept in $work"
 if [ $all -eq 0 ]; then echo "OVERALL: PASS"; else echo "OVERALL: FAIL (rerun with KEEP=1 to keep all logs)"; fi

@@ -5,8 +5,15 @@
 #
 # usage: perftest_pair.sh <fakeibv lib dir> <tool> <ib|eth> "<tool options>"
 # e.g.   perftest_pair.sh build/fakeibv/lib ib_write_bw ib "-s 65536 -n 500"
+#
+# netns_perftest.sh runs the two sides elsewhere through these (optional):
+#   PT_SERVER_WRAP / PT_CLIENT_WRAP  command prefixes for each side (word-split),
+#                                    e.g. "ip netns exec ns1 env FAKEIBV_NETDEV=veth0"
+#   PT_SERVER_ADDR                   address the client dials (default 127.0.0.1)
 set -u
 libdir=$1 tool=$2 link=$3 opts=${4:-}
+server_wrap=${PT_SERVER_WRAP:-} client_wrap=${PT_CLIENT_WRAP:-}
+server_addr=${PT_SERVER_ADDR:-127.0.0.1}
 
 if ! command -v "$tool" >/dev/null; then
     echo "SKIP: $tool not installed (apt-get install perftest)"
@@ -27,8 +34,11 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
        echo $((20000 + RANDOM % 20000)))
 
 listening() {
-    # perftest accepts exactly one connection, so probe /proc, not the port.
-    grep -qi "^ *[0-9]*: [0-9A-F]*:$(printf '%04X' "$port") 00000000:0000 0A" /proc/net/tcp /proc/net/tcp6 2>/dev/null
+    # perftest accepts exactly one connection, so probe /proc, not the port
+    # (in the server's network namespace: /proc/net is per namespace).
+    # shellcheck disable=SC2086 # the wrapper is deliberately word-split.
+    $server_wrap cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
+        grep -qi "^ *[0-9]*: [0-9A-F]*:$(printf '%04X' "$port") 00000000:0000 0A"
 }
 
 # A result row: "<bytes> <iterations> <n> <n> ..." with the 4th field > 0
@@ -40,8 +50,8 @@ result_ok() {
 # One server + client run; sets fail (0/1) and prints what failed.
 run_pair() {
     local crc src side
-    # shellcheck disable=SC2086 # opts are deliberately word-split.
-    timeout 60 "$tool" -d fakeib0 -p "$port" $opts >"$tmp/server.log" 2>&1 &
+    # shellcheck disable=SC2086 # opts and wrappers are deliberately word-split.
+    $server_wrap timeout 60 "$tool" -d fakeib0 -p "$port" $opts >"$tmp/server.log" 2>&1 &
     spid=$!
     for _ in $(seq 100); do
         listening && break
@@ -49,7 +59,7 @@ run_pair() {
         sleep 0.1
     done
     # shellcheck disable=SC2086
-    timeout 60 "$tool" -d fakeib0 -p "$port" $opts 127.0.0.1 >"$tmp/client.log" 2>&1
+    $client_wrap timeout 60 "$tool" -d fakeib0 -p "$port" $opts "$server_addr" >"$tmp/client.log" 2>&1
     crc=$?
     wait "$spid"
     src=$?
@@ -60,6 +70,9 @@ run_pair() {
     for side in server client; do
         grep -q "Device *: fakeib0" "$tmp/$side.log" || { echo "FAIL: $side did not use fakeib0"; fail=1; }
         result_ok "$tmp/$side.log" || { echo "FAIL: $side printed no nonzero result row"; fail=1; }
+        if [ -n "${PT_EXPECT:-}" ] && ! grep -q -- "$PT_EXPECT" "$tmp/$side.log"; then
+            echo "FAIL: $side log lacks '$PT_EXPECT'"; fail=1
+        fi
     done
 }
 
