@@ -127,13 +127,18 @@ static void test_properties(void **state)
     for (i = 0; i < 4; i++) {
         assert_int_equal(ferry_ib_get_properties(i, &p), FERRY_OK);
         assert_string_equal(p.name, ferry_ib_dev_name(i));
-        assert_null(p.pci_path); /* fakeibv has no sysfs. */
+        /* fakeibv's sysfs: <root>/devices/pci0000:00/0000:00:1N.0, merged as NCCL does (NCCL_IB_MERGE_VFS). */
+        assert_non_null(p.pci_path);
+        printf("  %s: pciPath %s port %d\n", p.name, p.pci_path, p.port);
+        assert_non_null(strstr(p.pci_path, "/devices/pci0000:00/0000:00:"));
+        assert_int_equal(p.pci_path[strlen(p.pci_path) - 1], '0');
         assert_int_equal(p.ptr_support, FERRY_PTR_HOST);
         assert_int_equal(p.reg_is_global, 1);
         assert_int_equal(p.force_flush, 0);
         /* FAKEIBV_SPEED=HDR (50 Gbps a lane) x FAKEIBV_WIDTH=4. */
         assert_int_equal(p.speed_mbps, 200000);
-        assert_int_equal(p.port, i % 2 + 1);
+        /* Both HCAs share the merged PCI path: fakeib1's ports count after fakeib0 (NCCL's realPort). */
+        assert_int_equal(p.port, i % 2 + 1 + i / 2);
         assert_int_equal(p.max_comms, attr.max_qp);
         assert_int_equal(p.max_recvs, 8);
         assert_true(p.max_p2p_bytes == (size_t)1 << 40);
@@ -144,7 +149,7 @@ static void test_properties(void **state)
         assert_true(p.guid == ferry_ib_state.devs[i].hca->attr.sys_image_guid);
         assert_int_equal(ferry_ib_state.devs[i].gid_index, 0);
         assert_int_equal(ferry_ib_state.devs[i].ar, 1); /* InfiniBand: on by default. */
-        assert_int_equal(ferry_ib_state.devs[i].hca->numa_node, -1);
+        assert_int_equal(ferry_ib_state.devs[i].hca->numa_node, 0); /* fakeibv sysfs numa_node. */
         assert_int_equal(ferry_ib_state.devs[i].hca->dmabuf, 1); /* FAKEIBV_DMABUF=1: EBADF. */
     }
     assert_true(ferry_ib_state.devs[3].guid == attr.sys_image_guid);
