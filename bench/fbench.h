@@ -56,6 +56,8 @@ typedef struct fb_opts {
     int         nconns;                     /* Entries in conns[]. */
     int         max_conns;                  /* Largest of conns[]. */
     int         depth;                      /* Requests in flight per connection. */
+    int         slots;                      /* Buffers per connection (--slots; default depth):
+                                               fewer than depth share buffers, unchecked. */
     int         reps;                       /* Repetitions of each point, A B A B. */
     double      target_s;                   /* Length of each timed round. */
     double      timeout_s;                  /* Whole run; the child is killed past it. */

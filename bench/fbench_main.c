@@ -56,6 +56,8 @@ static void fb_usage(void)
         "  --pp-min/--pp-max ping-pong sizes, x4 steps (default 8..64K)\n"
         "  --conns LIST      connections (comm pairs), comma list (default 1,4; max %d)\n"
         "  --depth N         requests in flight per connection, 1..%d (default 8)\n"
+        "  --slots N         buffers per connection (default: depth); fewer share buffers as\n"
+        "                    perftest does (a footprint that stays in cache), data unchecked\n"
         "  --reps N          repetitions per point, interleaved ferry/raw (default 3)\n"
         "  --time S          length of each timed round in seconds (default 0.15)\n"
         "  --timeout S       the whole run; the receiver is killed past it (default 600)\n"
@@ -165,6 +167,7 @@ static void fb_parse(fb_opts_t *o, int argc, char **argv)
         else if (strcmp(a, "--pp-max") == 0)     o->pp_max = fb_parse_size(a, v);
         else if (strcmp(a, "--conns") == 0)      fb_parse_conns(o, v);
         else if (strcmp(a, "--depth") == 0)      o->depth = atoi(v);
+        else if (strcmp(a, "--slots") == 0)      o->slots = atoi(v);
         else if (strcmp(a, "--reps") == 0)       o->reps = atoi(v);
         else if (strcmp(a, "--time") == 0)       o->target_s = atof(v);
         else if (strcmp(a, "--timeout") == 0)    o->timeout_s = atof(v);
@@ -183,6 +186,9 @@ static void fb_parse(fb_opts_t *o, int argc, char **argv)
     }
     FIT_CHECK(o->proxy_sleep_us >= 0 && o->proxy_sleep_us <= 100000, "--proxy-sleep must be 0..100000");
     FIT_CHECK(o->depth >= 1 && o->depth <= FB_MAX_DEPTH, "--depth must be 1..%d", FB_MAX_DEPTH);
+    if (o->slots == 0)
+        o->slots = o->depth;
+    FIT_CHECK(o->slots >= 1 && o->slots <= o->depth, "--slots must be 1..--depth (%d)", o->depth);
     FIT_CHECK(o->reps >= 1 && o->reps <= FB_MAX_REPS, "--reps must be 1..%d", FB_MAX_REPS);
     FIT_CHECK(o->min_size <= o->max_size && o->pp_min <= o->pp_max, "need --min <= --max");
     FIT_CHECK(o->target_s > 0 && o->target_s <= 60, "--time must be in (0, 60]");

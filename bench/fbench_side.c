@@ -14,7 +14,7 @@
 
 void fb_side_init(fb_side_t *s, const fb_opts_t *o, int is_send, int ctrl_fd, int ack_fd)
 {
-    size_t want = o->max_size * (size_t)o->depth * (size_t)o->max_conns;
+    size_t want = o->max_size * (size_t)o->slots * (size_t)o->max_conns;
     int c, k;
 
     memset(s, 0, sizeof(*s));
@@ -48,21 +48,21 @@ void fb_side_fini(fb_side_t *s)
 }
 
 /*
- * Slot of message i on connection conn: each (connection, depth index) has
+ * Slot of message i on connection conn: each (connection, slot index) has
  * its own slot while the arena holds them all; beyond that slots are shared
  * and the contents are not checked (fb_slots_unique says which).
  */
 uint8_t *fb_slot(const fb_side_t *s, size_t size, int conn, uint64_t i)
 {
     size_t nslots = size > 0 ? s->arena_len / size : 1;
-    uint64_t k = (uint64_t)conn * (uint64_t)s->o->depth + i % (uint64_t)s->o->depth;
+    uint64_t k = (uint64_t)conn * (uint64_t)s->o->slots + i % (uint64_t)s->o->slots;
 
     return s->arena + (size_t)(k % nslots) * size;
 }
 
 int fb_slots_unique(const fb_side_t *s, size_t size, int conns, int depth)
 {
-    return size > 0 && s->arena_len / size >= (size_t)conns * (size_t)depth;
+    return size > 0 && s->o->slots >= depth && s->arena_len / size >= (size_t)conns * (size_t)depth;
 }
 
 /* The first 8 bytes of a message (or of each raw stream's part) name it. */

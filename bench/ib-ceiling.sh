@@ -6,7 +6,9 @@
 # Builds build-bench/ (Release: the plugin, ferry-bench and tests/fakeibv), then
 # for every size runs, interleaved A B A B, --reps times each:
 #   A  ferry-bench --mode ferry with NCCL_FERRY_BACKEND=ib over fakeibv (the
-#      plugin driven like NCCL's proxy: depth 8 per connection, oldest first);
+#      plugin driven like NCCL's proxy: depth 8 per connection, oldest first),
+#      all messages of a connection in one buffer (--slots 1), as perftest
+#      writes one buffer over and over: the same memory footprint on both sides;
 #   B  perftest's ib_write_bw between two processes over the same fakeibv
 #      (RDMA WRITE of one buffer, its default tx depth): what the device moves
 #      with no plugin at all.
@@ -56,7 +58,7 @@ free_port() {
 # ferry SIZE: GB/s of one ferry-bench stream point.
 run_ferry() {
     NCCL_FERRY_BACKEND=ib timeout 120 "$build/bench/ferry-bench" --mode ferry --plugin "$build/libnccl-net-ferry.so" \
-        --min "$1" --max "$1" --conns "$conns" --reps 1 --time 0.5 2>/dev/null |
+        --min "$1" --max "$1" --conns "$conns" --slots 1 --reps 1 --time 0.5 2>/dev/null |
         awk -v c="$conns" '$1 == c && $2 ~ /[KMG]$/ { print $3; exit }'
 }
 
@@ -95,7 +97,7 @@ def med(size, impl):
     v = [float(r["gbps"]) for r in rows if r["size"] == size and r["impl"] == impl and r["gbps"] != "NA"]
     return (statistics.median(v), len(v)) if v else (None, 0)
 out = ["# ferry ib backend vs ib_write_bw on fakeibv", "",
-       f"ferry-bench --mode ferry, {sys.argv[3]} connection(s), depth 8, against perftest's "
+       f"ferry-bench --mode ferry, {sys.argv[3]} connection(s), depth 8, one buffer (--slots 1), against perftest's "
        "ib_write_bw on the same emulated device, interleaved; medians (GB/s = 10^9 B/s).", "",
        "| size | ferry ib | ib_write_bw | ferry / ib_write_bw | runs |", "|---|---|---|---|---|"]
 for s in sizes:
