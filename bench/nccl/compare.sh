@@ -78,7 +78,11 @@ case ${NCCL_SEL:=both} in
 esac
 CONFIGS=(ferry socket-default socket-2x2 "${VARIANTS[@]}")
 PROOF_ENV=()
+WRAP=()
 if [ "$IB" = 1 ]; then
+  # NCCL reads /sys/class/infiniband by hand (pciPath, GID types): as root the
+  # ranks see fakeibv's sysfs tree there, in a private mount namespace.
+  WRAP=("$FNB_REPO/tests/fakeibv/test/with_sysfs.sh")
   CONFIGS=(ferry-ib nccl-ib "${VARIANTS[@]}")
   PROOF_ENV=(NCCL_FERRY_BACKEND=ib)
   export FNB_SUMMARY_CONFIGS=ferry-ib,nccl-ib
@@ -113,7 +117,7 @@ proof() {
   fnb_log "proof run, NCCL build '$b'"
   env LD_LIBRARY_PATH="$(build_ldpath "$b")" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV \
       NCCL_NET_PLUGIN="$FNB_PLUGIN" NCCL_NET=ferry "${PROOF_ENV[@]}" \
-      "$FNB_BENCH" -N 2 -o all "${PROOF_OPTS[@]}" --label "proof-$b" \
+      "${WRAP[@]}" "$FNB_BENCH" -N 2 -o all "${PROOF_OPTS[@]}" --label "proof-$b" \
       --csv "$OUTDIR/proof-$b.csv" >"$log" 2>&1
   rc=$?
   counts=$(fnb_proof_check "$log" ferry)
@@ -133,7 +137,7 @@ run_one() {
   start=$SECONDS
   # shellcheck disable=SC2046 # fnb_config_env returns NAME=value words
   env LD_LIBRARY_PATH="$(build_ldpath "$b")" NCCL_DEBUG=WARN $(fnb_config_env "$cfg") \
-      "$FNB_BENCH" -N 2 -o all_reduce -l "$SIZES" "${CMP_OPTS[@]}" --label "$cfg" \
+      "${WRAP[@]}" "$FNB_BENCH" -N 2 -o all_reduce -l "$SIZES" "${CMP_OPTS[@]}" --label "$cfg" \
       --csv "$OUTDIR/raw-$b.csv" >"$log" 2>&1
   rc=$?
   printf '%s\t%s\t%s\t%s\t%s\n' "$b" "$rep" "$cfg" "$rc" "$((SECONDS - start))" >>"$OUTDIR/runs.tsv"
