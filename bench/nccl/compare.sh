@@ -22,6 +22,8 @@
 # --ib compares ferry's ib backend with NCCL's own IB transport, both over
 # tests/fakeibv (built here standalone; host buffers): configurations ferry-ib
 # and nccl-ib, the proof run with NCCL_FERRY_BACKEND=ib.
+# --iter-bytes B caps a comparison run's iterations at max(5, B/size) (default
+# 256M; more gives large sizes more iterations and steadier medians).
 # --variant adds a ferry configuration with extra variables (e.g.
 # ferry-s8:NCCL_FERRY_STREAMS=8) to the interleaved rotation; the summary lists
 # each variant's ratio to ferry's defaults. --no-proof skips (a).
@@ -43,6 +45,7 @@ OUTDIR_ARG=
 usage() { sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 PROOF=1
 IB=0
+ITER_BYTES=256M
 VARIANTS=()
 
 while [ $# -gt 0 ]; do
@@ -54,6 +57,7 @@ while [ $# -gt 0 ]; do
     --sizes) SIZES=$2; shift ;;
     --no-proof) PROOF=0 ;;
     --ib) IB=1 ;;
+    --iter-bytes) ITER_BYTES=$2; shift ;;
     --variant) VARIANTS+=("${2%%:*}"); FNB_VARIANT_ENV[${2%%:*}]=${2#*:}; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) usage >&2; exit 2 ;;
@@ -63,7 +67,7 @@ while [ $# -gt 0 ]; do
 done
 
 PROOF_OPTS=(-b 4K -e 256M -f 4 -n 10 -w 2 --iter-bytes 256M -T 150)
-CMP_OPTS=(-n 1000 -w 10 --iter-bytes 256M -T 90)
+CMP_OPTS=(-n 1000 -w 10 --iter-bytes "$ITER_BYTES" -T 90)
 if [ "$QUICK" = 1 ]; then
   NCCL_SEL=${NCCL_SEL:-system}
   REPS_MIN=1; REPS_MAX=1
