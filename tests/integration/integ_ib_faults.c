@@ -49,6 +49,7 @@ typedef struct flt_env {
 
 static void flt_open(flt_env_t *e, const char *path)
 {
+    memset(e, 0, sizeof(*e));
     void *h;
 
     memset(e, 0, sizeof(*e));
@@ -73,6 +74,27 @@ static void flt_pair(flt_env_t *e)
     memset(e->sbuf, 1, FLT_BUF);
     FIT_NCCL(e->plugin.net->regMr(e->send_comm, e->sbuf, FLT_BUF, NCCL_PTR_HOST, &e->smh));
     FIT_NCCL(e->plugin.net->regMr(e->recv_comm, e->rbuf, FLT_BUF, NCCL_PTR_HOST, &e->rmh));
+}
+
+/*
+ * Everything a case opened goes back, failed comms included: a comm that
+ * failed must still close cleanly, and the sanitizer build checks nothing
+ * leaks.
+ */
+static void flt_close(flt_env_t *e)
+{
+    if (e->smh != NULL)
+        FIT_NCCL(e->plugin.net->deregMr(e->send_comm, e->smh));
+    if (e->rmh != NULL)
+        FIT_NCCL(e->plugin.net->deregMr(e->recv_comm, e->rmh));
+    if (e->send_comm != NULL)
+        FIT_NCCL(e->plugin.net->closeSend(e->send_comm));
+    if (e->recv_comm != NULL)
+        FIT_NCCL(e->plugin.net->closeRecv(e->recv_comm));
+    FIT_NCCL(e->plugin.net->finalize(e->ctx));
+    free(e->sbuf);
+    free(e->rbuf);
+    fit_plugin_close(&e->plugin);
 }
 
 static void *flt_irecv(flt_env_t *e)
@@ -154,6 +176,8 @@ static void flt_reg_mr(const char *path)
     rc = e.plugin.net->regMr(e.recv_comm, buf, 65536, NCCL_PTR_CUDA, &mh);
     FIT_CHECK(rc != ncclSuccess && mh == NULL, "regMr(CUDA) on the host-only ib backend: %d", rc);
     flt_expect_warn(from, "host memory only", NULL);
+    free(buf);
+    flt_close(&e);
     fit_pass("regMr: ibv_reg_mr failure -> %s + WARN; the next regMr works", fit_result_str(rc));
 }
 
@@ -199,6 +223,7 @@ static void flt_create_qp(const char *path)
               fit_result_str(rc));
     flt_expect_warn(from, "ib connect to", "waiting for the acceptor's metadata");
     FIT_NCCL(e.plugin.net->closeListen(lc));
+    flt_close(&e);
     fit_pass("create-qp at accept -> accept errors, the connector gets ncclRemoteError");
 }
 
@@ -244,6 +269,7 @@ static void flt_modify_qp(const char *path)
     FIT_CHECK(arc != ncclSuccess, "accept returned a comm although the connector failed");
     flt_expect_warn(from, "waiting for the peer's ready byte", NULL);
     FIT_NCCL(e.plugin.net->closeListen(lc));
+    flt_close(&e);
     fit_pass("modify-qp: INIT failure -> connect %s; RTR failure -> both sides error",
              fit_result_str(rc));
 }
@@ -263,6 +289,7 @@ static void flt_rem_access(const char *path)
     rreq = flt_irecv(&e);
     /* The receive is posted; its buffer's registration goes away before the data comes. */
     FIT_NCCL(e.plugin.net->deregMr(e.recv_comm, e.rmh));
+    e.rmh = NULL;
     FIT_NCCL(flt_isend(&e, &sreq));
     rc = flt_wait(&e, sreq, 20.0, &took);
     FIT_CHECK(rc == ncclRemoteError, "send into a deregistered buffer: %d (%s)", rc,
@@ -273,6 +300,7 @@ static void flt_rem_access(const char *path)
     FIT_CHECK(rc == ncclRemoteError, "receiver of the refused write: %d (%s)", rc,
               fit_result_str(rc));
     printf("  receiver: ncclRemoteError after %.2f s\n", took);
+    flt_close(&e);
     fit_pass("remote access error -> ncclRemoteError on both sides + WARN explaining it");
 }
 
@@ -306,6 +334,7 @@ static void flt_qp_event(const char *path, enum fakeibv_fault_kind kind)
                   fit_result_str(rc));
         flt_expect_warn(from, "127.0.0.1", NULL);
     }
+    flt_close(&e);
     fit_pass("%s -> ncclRemoteError after %.2f s", kind == FAKEIBV_FAULT_QP_DROP ? "QP drop"
              : "QP_FATAL", took);
 }
@@ -333,6 +362,7 @@ static void flt_port_err(const char *path)
     flt_expect_warn(from, c->conn.dev->name, "127.0.0.1");
     e.inject(c->conn.dev->hca->ctx, FAKEIBV_FAULT_PORT_ACTIVE, (uint32_t)c->conn.dev->port, 0, 0, 0);
     fit_pass("PORT_ERR -> ncclRemoteError after %.2f s naming %s", took, c->conn.dev->name);
+    flt_close(&e);
 }
 
 /* Two processes; `victim` (FIT_RECV: the acceptor, FIT_SEND: the connector) dies mid-handshake. */
@@ -419,6 +449,7 @@ static void flt_killed(const char *path, fit_role_t victim)
                   fit_result_str(rc));
         flt_expect_warn(from, "127.0.0.1", NULL);
         printf("  sender: ncclRemoteError %.2f s after connecting started\n", fit_now() - t0);
+        flt_close(&e);
     }
     FIT_CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
     FIT_CHECK(victim == FIT_RECV ? WIFSIGNALED(status) : WIFEXITED(status) && !WEXITSTATUS(status),
