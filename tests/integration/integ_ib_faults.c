@@ -322,14 +322,25 @@ static void flt_qp_event(const char *path, enum fakeibv_fault_kind kind)
     for (i = 0; i < c->conn.nqps; i++)
         FIT_CHECK(e.inject(NULL, kind, c->conn.qps[i]->qp_num, 0, 0, 0) == 0, "inject qp 0x%x",
                   c->conn.qps[i]->qp_num);
-    rreq = flt_irecv(&e);
     if (kind == FAKEIBV_FAULT_QP_DROP) {
+        rreq = flt_irecv(&e);
         FIT_NCCL(flt_isend(&e, &sreq));
         rc = flt_wait(&e, sreq, 20.0, &took);
         FIT_CHECK(rc == ncclRemoteError, "send on a dropped QP: %d (%s)", rc, fit_result_str(rc));
         flt_expect_warn(from, "no answer from the peer", "127.0.0.1");
     } else {
-        rc = flt_wait(&e, rreq, 20.0, &took);
+        void *data = e.rbuf, *mh = e.rmh;
+        size_t size = FLT_BUF;
+        int tag = 1;
+
+        /* The async thread may fail the comm before the irecv: then irecv says so itself. */
+        rreq = NULL;
+        took = 0;
+        rc = e.plugin.net->irecv(e.recv_comm, 1, &data, &size, &tag, &mh, NULL, &rreq);
+        if (rc == ncclSuccess) {
+            FIT_CHECK(rreq != NULL, "irecv returned no request");
+            rc = flt_wait(&e, rreq, 20.0, &took);
+        }
         FIT_CHECK(rc == ncclRemoteError, "receive on a QP_FATAL QP: %d (%s)", rc,
                   fit_result_str(rc));
         flt_expect_warn(from, "127.0.0.1", NULL);
