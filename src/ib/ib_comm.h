@@ -140,7 +140,14 @@ typedef struct ferry_ib_recv_comm {
 /* A registered buffer as NCCL holds it. */
 typedef struct ferry_ib_mh {
     uint64_t        magic;         /* FERRY_IB_MH_MAGIC. */
-    struct ibv_mr  *mr;
+    struct ibv_mr  *mr;            /* What our NIC reads (send) or the peer writes (recv). */
+    /*
+     * The MR the peer may write into: mr for a buffer registered on a receive
+     * comm; for one registered on a send comm, NULL until a receive uses the
+     * handle (regIsGlobal: NCCL may register once and use the handle on every
+     * comm of the device), then registered with remote write on that first use.
+     */
+    struct ibv_mr  *mr_remote;
     ferry_ib_hca_t *hca;
     uintptr_t       base;          /* What NCCL registered. */
     size_t          size;

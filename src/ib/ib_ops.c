@@ -52,6 +52,33 @@ static const char *ferry_ib_magic_words(uint64_t magic)
     }
 }
 
+/*
+ * A handle registered on a send comm (local access only) is used for a
+ * receive: register its range for remote writes now, once (regIsGlobal lets
+ * NCCL share handles between comms of a device).
+ */
+static ferry_status_t ferry_ib_mh_allow_remote(const ferry_ib_comm_t *c, ferry_ib_mh_t *mh,
+                                               const char *fn)
+{
+    char err[320];
+    ferry_status_t status;
+
+    status = ferry_ib_mr_get(mh->hca, (void *)mh->base, mh->size,
+                             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, 0, &mh->mr_remote,
+                             err, sizeof(err));
+    if (status != FERRY_OK) {
+        FERRY_WARN("%s on comm to %s (%s): buffer %p + %zu bytes was registered on a send comm; "
+                   "registering it for the peer's writes failed: %s", fn, c->conn.peer,
+                   ferry_ib_comm_where(c), (void *)mh->base, mh->size, err);
+        mh->mr_remote = NULL;
+        return status;
+    }
+    FERRY_INFO(FERRY_LOG_NET, "%s on comm to %s: buffer %p + %zu bytes, registered on a send "
+               "comm, now also takes the peer's writes", fn, c->conn.peer, (void *)mh->base,
+               mh->size);
+    return FERRY_OK;
+}
+
 /* The comm if it is a live one of kind magic; else WARN naming fn and NULL. */
 static ferry_ib_comm_t *ferry_ib_comm_check(void *comm, uint64_t magic, const char *fn)
 {
@@ -91,11 +118,8 @@ static ferry_status_t ferry_ib_mh_check(const ferry_ib_comm_t *c, const void *mh
                    ferry_ib_comm_where(c));
         return FERRY_ERR_INVALID;
     }
-    if (c->ring.kind == FERRY_PX_RECV && mh->kind != FERRY_PX_RECV) {
-        FERRY_WARN("%s on comm to %s: buffer %p was registered on a send comm, without remote "
-                   "write access", fn, c->conn.peer, data);
-        return FERRY_ERR_INVALID;
-    }
+    if (c->ring.kind == FERRY_PX_RECV && mh->mr_remote == NULL && mh->size > 0)
+        return ferry_ib_mh_allow_remote(c, (ferry_ib_mh_t *)mhandle, fn);
     return FERRY_OK;
 }
 
@@ -142,6 +166,7 @@ static ferry_status_t ferry_ib_reg_mr(void *comm, void *data, size_t size, int t
     mh->base = (uintptr_t)data;
     mh->size = size;
     mh->kind = c->ring.kind;
+    mh->mr_remote = c->ring.kind == FERRY_PX_RECV ? mh->mr : NULL;
     *mhandle_p = mh;
     return FERRY_OK;
 }
@@ -157,6 +182,8 @@ static ferry_status_t ferry_ib_dereg_mr(void *comm, void *mhandle)
                    mh->magic == FERRY_IB_DEAD_MAGIC ? " (deregistered twice?)" : "");
         return FERRY_ERR_INVALID;
     }
+    if (mh->mr_remote != NULL && mh->mr_remote != mh->mr)
+        ferry_ib_mr_put(mh->hca, mh->mr_remote);
     if (mh->mr != NULL)
         ferry_ib_mr_put(mh->hca, mh->mr);
     mh->magic = FERRY_IB_DEAD_MAGIC;

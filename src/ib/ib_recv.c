@@ -98,7 +98,7 @@ ferry_status_t ferry_ib_irecv(void *recv_comm, int n, void **data, size_t *sizes
 
         e->addr = (uint64_t)(uintptr_t)data[i];
         e->size = sizes[i];
-        e->rkey = mh != NULL && mh->mr != NULL ? mh->mr->rkey : 0;
+        e->rkey = mh != NULL && mh->mr_remote != NULL ? mh->mr_remote->rkey : 0;
         e->nreqs = (uint32_t)n;
         e->tag = subs[i].tag;
         e->idx = seq + 1;

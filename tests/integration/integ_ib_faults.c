@@ -376,6 +376,39 @@ static void flt_port_err(const char *path)
     flt_close(&e);
 }
 
+/*
+ * regIsGlobal: a handle registered on the send comm is used for a receive on
+ * the receive comm of the same device; the peer's write must land (the
+ * handle gains remote write access on that first use).
+ */
+static void flt_shared_handle(const char *path)
+{
+    void *buf = aligned_alloc(4096, FLT_BUF), *mh = NULL, *rreq = NULL, *sreq = NULL;
+    size_t size = FLT_BUF;
+    double took;
+    int tag = 1, i;
+    flt_env_t e;
+
+    FIT_CHECK(buf != NULL, "malloc");
+    memset(buf, 0, FLT_BUF);
+    flt_open(&e, path);
+    flt_pair(&e);
+    FIT_NCCL(e.plugin.net->regMr(e.send_comm, buf, FLT_BUF, NCCL_PTR_HOST, &mh));
+    FIT_NCCL(e.plugin.net->irecv(e.recv_comm, 1, &buf, &size, &tag, &mh, NULL, &rreq));
+    FIT_CHECK(rreq != NULL, "irecv with a send comm's handle returned no request");
+    for (i = 0; i < (int)FLT_BUF; i++)
+        e.sbuf[i] = (char)(i * 7 + 3);
+    FIT_NCCL(flt_isend(&e, &sreq));
+    FIT_NCCL(flt_wait(&e, sreq, 20.0, &took));
+    FIT_NCCL(flt_wait(&e, rreq, 20.0, &took));
+    FIT_CHECK(memcmp(buf, e.sbuf, FLT_BUF) == 0, "the receive into the shared handle's buffer "
+              "differs from what was sent");
+    FIT_NCCL(e.plugin.net->deregMr(e.send_comm, mh));
+    flt_close(&e);
+    free(buf);
+    fit_pass("a send comm's handle used for a receive: the data lands, byte for byte");
+}
+
 /* Two processes; `victim` (FIT_RECV: the acceptor, FIT_SEND: the connector) dies mid-handshake. */
 static void flt_killed(const char *path, fit_role_t victim)
 {
@@ -471,7 +504,7 @@ static void flt_killed(const char *path, fit_role_t victim)
 
 static const char *const flt_cases[] = {
     "reg-mr", "create-qp", "modify-qp", "rem-access", "qp-drop", "qp-fatal", "port-err",
-    "killed-in-accept", "killed-in-connect",
+    "killed-in-accept", "killed-in-connect", "shared-handle",
 };
 
 static void flt_run(const char *path, int i)
@@ -488,6 +521,7 @@ static void flt_run(const char *path, int i)
     case 6: flt_port_err(path); break;
     case 7: flt_killed(path, FIT_RECV); break;
     case 8: flt_killed(path, FIT_SEND); break;
+    case 9: flt_shared_handle(path); break;
     }
 }
 
