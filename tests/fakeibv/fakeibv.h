@@ -41,6 +41,28 @@ int fakeibv_inject(struct ibv_context *ctx, enum fakeibv_fault_kind kind, uint32
 uint16_t fakeibv_port_lid(struct ibv_context *ctx, uint8_t port);
 
 /*
+ * Data-path counters of this process, since it started (all requests, any
+ * QP). A request "carries a payload" if it is a WRITE, WRITE_WITH_IMM,
+ * SEND or READ of at least one byte; it goes either as a descriptor
+ * (one-copy mode: the responder copies with process_vm_readv/writev) or
+ * with its bytes in the stream. Probes count the streams this process
+ * accepted: whether it could read the requester's memory.
+ */
+struct fakeibv_xfer_stats {
+    uint64_t one_copy_ops;        /* Requests this process sent as descriptors. */
+    uint64_t one_copy_bytes;      /* Their payload bytes. */
+    uint64_t stream_ops;          /* Payload requests sent with their bytes in the stream. */
+    uint64_t stream_bytes;
+    uint64_t probes_ok;           /* Accepted streams in one-copy mode. */
+    uint64_t probes_failed;       /* Accepted streams left streaming (probe failed or off). */
+};
+void fakeibv_xfer_stats(struct fakeibv_xfer_stats *stats);
+
+/* Tests only: while on, this process's hellos carry a wrong cookie value,
+ * so the peer's probe fails as it would across pid namespaces. */
+void fakeibv_one_copy_break_probe(int on);
+
+/*
  * Two verbs of libibverbs that rdma-core declares only in its private
  * <infiniband/driver.h> (not shipped by Debian's libibverbs-dev), exported
  * under IBVERBS_1.0 as there. ibv_get_sysfs_path() returns the root of

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "fakeibv_internal.h"
@@ -110,6 +111,31 @@ static const char *fakeibv_env_path(const char *name)
     return abs;
 }
 
+/* A byte count with an optional K, M or G suffix (powers of 1024). */
+static uint64_t fakeibv_env_size(const char *name, uint64_t def)
+{
+    const char *s = getenv(name);
+    char *end;
+    unsigned long long v;
+
+    if (s == NULL || *s == '\0')
+        return def;
+    errno = 0;
+    v = strtoull(s, &end, 0);
+    if (errno == 0 && (*end == 'k' || *end == 'K'))
+        v <<= 10, end++;
+    else if (errno == 0 && (*end == 'm' || *end == 'M'))
+        v <<= 20, end++;
+    else if (errno == 0 && (*end == 'g' || *end == 'G'))
+        v <<= 30, end++;
+    if (errno != 0 || *end != '\0' || s[0] == '-') {
+        fprintf(stderr, "fakeibv: %s=%s is not a byte count (e.g. 65536, 64K, 1M); using %llu\n",
+                name, s, (unsigned long long)def);
+        return def;
+    }
+    return v;
+}
+
 static void fakeibv_config_load(void)
 {
     struct fakeibv_config *c = &fakeibv_cfg;
@@ -138,6 +164,15 @@ static void fakeibv_config_load(void)
     c->debug = (int)fakeibv_env_long("FAKEIBV_DEBUG", 0, 0, 2);
     c->dmabuf = (int)fakeibv_env_long("FAKEIBV_DMABUF", 1, 0, 1);
     c->cuda = (int)fakeibv_env_long("FAKEIBV_CUDA", 1, 0, 1);
+    c->one_copy = (int)fakeibv_env_long("FAKEIBV_ONE_COPY", 1, 0, 1);
+    c->one_copy_min = fakeibv_env_size("FAKEIBV_ONE_COPY_MIN", 64 << 10);
+    /* One-copy mode: the peer's responder thread reads this process's
+     * memory with process_vm_readv(2). Under Yama ptrace_scope 1 only an
+     * ancestor may do that unless the target names a ptracer, so name any
+     * (EINVAL without Yama: nothing to do). The connect-time probe finds
+     * out whether it worked; streaming is the fallback. */
+    if (c->one_copy)
+        (void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     c->sysfs_root = fakeibv_env_path("FAKEIBV_SYSFS_ROOT");
     c->fabric_dir = fakeibv_env_path("FAKEIBV_FABRIC_DIR");
     c->netdev = fakeibv_env_str("FAKEIBV_NETDEV");

@@ -46,6 +46,8 @@ struct fakeibv_config {
     int debug;                  /* FAKEIBV_DEBUG: log level 0..2 on stderr. */
     int dmabuf;                 /* FAKEIBV_DMABUF: ibv_reg_dmabuf_mr supported. */
     int cuda;                   /* FAKEIBV_CUDA: try libcuda for device pointers. */
+    int one_copy;               /* FAKEIBV_ONE_COPY: offer/accept descriptor mode. */
+    uint64_t one_copy_min;      /* FAKEIBV_ONE_COPY_MIN: smallest WR sent as a descriptor. */
     const char *sysfs_root;     /* FAKEIBV_SYSFS_ROOT (absolute); NULL: per-process default. */
     const char *fabric_dir;     /* FAKEIBV_FABRIC_DIR: path sockets there; NULL: abstract. */
     const char *netdev;         /* FAKEIBV_NETDEV: ifnames, comma-separated, one per port. */
@@ -169,6 +171,15 @@ void fakeibv_mr_put(void);
 int fakeibv_mem_from_fd(const struct fakeibv_mr *mr, uint64_t addr, int fd, size_t len);
 int fakeibv_mem_to_fd(const struct fakeibv_mr *mr, uint64_t addr, int fd, size_t len);
 
+/* One-copy mode: len bytes between the MR at addr and another process's
+ * memory, the pieces riov[0..nriov) taken from byte roff on; to_remote 0
+ * reads them (process_vm_readv), 1 writes them (process_vm_writev). Device
+ * memory goes through the bounce buffer. Returns 0 or an errno (ESRCH: the
+ * process is gone; EFAULT: its memory is not mapped). */
+struct iovec;
+int fakeibv_mem_pvm(const struct fakeibv_mr *mr, uint64_t addr, size_t len, int pid,
+                    const struct iovec *riov, int nriov, size_t roff, int to_remote);
+
 /* ---- CUDA (fakeibv_cuda.c) -------------------------------------------- */
 
 int fakeibv_cuda_is_device_ptr(uint64_t addr, void **cu_ctx_p);
@@ -229,6 +240,8 @@ struct fakeibv_rwqe {
 
 struct fakeibv_inbound {
     int fd;                       /* -1 when the slot is free. */
+    int peer_pid;                 /* Requester's pid (as this process names it). */
+    int one_copy;                 /* The probe passed: descriptors may come. */
     pthread_t thread;
     int joinable;
 };
@@ -255,6 +268,8 @@ struct fakeibv_qp {
     uint32_t rq_head, rq_tail;    /* Posted / consumed receive WQEs. */
     /* Requester connection. */
     int out_fd;                   /* Stream to the peer's port; -1 if none. */
+    int mode_known;               /* The responder's FAKEIBV_OP_MODE arrived. */
+    int one_copy;                 /* ... and it said descriptors are welcome. */
     int broken;                   /* Peer unreachable: retry timer runs. */
     struct timespec deadline;     /* When the retry timer expires (broken only). */
     int deadline_set;
@@ -287,7 +302,7 @@ struct fakeibv_qp *fakeibv_qp_lookup_get(uint32_t qpn);  /* Returns with qp->loc
 void fakeibv_qp_to_err_locked(struct fakeibv_qp *qp);
 void fakeibv_qp_advance_locked(struct fakeibv_qp *qp);
 void fakeibv_qp_set_broken_locked(struct fakeibv_qp *qp);
-int fakeibv_qp_attach_inbound(uint32_t qpn, int fd);
+int fakeibv_qp_attach_inbound(uint32_t qpn, int fd, int peer_pid, int one_copy);
 void fakeibv_qp_fill_ex_ops(struct fakeibv_qp *qp);
 long fakeibv_qp_retry_timeout_ms(const struct fakeibv_qp *qp);
 long fakeibv_qp_rnr_timeout_ms(const struct fakeibv_qp *qp, int rnr_retry);
@@ -303,6 +318,9 @@ enum ibv_wc_opcode fakeibv_wc_opcode(enum ibv_wr_opcode op);
 void *fakeibv_tx_main(void *arg);
 void *fakeibv_rx_main(void *arg);
 void *fakeibv_responder_main(void *arg);
+
+/* Counters behind fakeibv_xfer_stats() (fakeibv.h), updated atomically. */
+extern struct fakeibv_xfer_stats fakeibv_stats;
 
 /* Time helpers. */
 static inline void fakeibv_deadline_in(struct timespec *ts, long ms)

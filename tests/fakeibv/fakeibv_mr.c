@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/uio.h>
 
 #include "fakeibv_internal.h"
 
@@ -293,6 +294,82 @@ int fakeibv_mem_to_fd(const struct fakeibv_mr *mr, uint64_t addr, int fd, size_t
         if (rc != 0)
             return rc;
         src += chunk;
+        len -= chunk;
+    }
+    return 0;
+}
+
+/* Copies between local [p, p+len) and the remote pieces from roff on. */
+static int fakeibv_pvm_host(void *p, size_t len, int pid, const struct iovec *riov, int nriov,
+                            size_t roff, int to_remote)
+{
+    struct iovec l, r[16];
+    int i = 0, nr;
+
+    while (len > 0) {
+        size_t want = 0, off = roff;
+        ssize_t n;
+
+        /* The pieces of [roff, roff+len), at most 16 at a time. */
+        for (i = 0; i < nriov && off >= riov[i].iov_len; i++)
+            off -= riov[i].iov_len;
+        if (i == nriov)
+            return EFAULT; /* Descriptor shorter than the request: caller's bug. */
+        for (nr = 0; i < nriov && nr < 16 && want < len; i++, nr++) {
+            size_t n1 = riov[i].iov_len - off;
+
+            if (n1 > len - want)
+                n1 = len - want;
+            r[nr].iov_base = (char *)riov[i].iov_base + off;
+            r[nr].iov_len = n1;
+            want += n1;
+            off = 0;
+        }
+        l.iov_base = p;
+        l.iov_len = want;
+        n = to_remote ? process_vm_writev(pid, &l, 1, r, (unsigned long)nr, 0)
+                      : process_vm_readv(pid, &l, 1, r, (unsigned long)nr, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return errno;
+        if (n == 0)
+            return EFAULT; /* A partial transfer stops at the unmapped page. */
+        p = (char *)p + n;
+        len -= (size_t)n;
+        roff += (size_t)n;
+    }
+    return 0;
+}
+
+int fakeibv_mem_pvm(const struct fakeibv_mr *mr, uint64_t addr, size_t len, int pid,
+                    const struct iovec *riov, int nriov, size_t roff, int to_remote)
+{
+    uint64_t loc = fakeibv_mr_local(mr, addr);
+    char *b;
+
+    if (!mr->is_cuda)
+        return fakeibv_pvm_host((void *)(uintptr_t)loc, len, pid, riov, nriov, roff, to_remote);
+    b = fakeibv_bounce_buf();
+    if (b == NULL)
+        return ENOMEM;
+    while (len > 0) {
+        size_t chunk = len < FAKEIBV_BOUNCE ? len : FAKEIBV_BOUNCE;
+        int rc;
+
+        if (to_remote) {
+            rc = fakeibv_cuda_dtoh(mr->cu_ctx, b, loc, chunk);
+            if (rc == 0)
+                rc = fakeibv_pvm_host(b, chunk, pid, riov, nriov, roff, 1);
+        } else {
+            rc = fakeibv_pvm_host(b, chunk, pid, riov, nriov, roff, 0);
+            if (rc == 0)
+                rc = fakeibv_cuda_htod(mr->cu_ctx, loc, b, chunk);
+        }
+        if (rc != 0)
+            return rc;
+        loc += chunk;
+        roff += chunk;
         len -= chunk;
     }
     return 0;

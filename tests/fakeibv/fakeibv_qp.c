@@ -81,7 +81,7 @@ struct fakeibv_qp *fakeibv_qp_lookup_get(uint32_t qpn)
     return qp;
 }
 
-int fakeibv_qp_attach_inbound(uint32_t qpn, int fd)
+int fakeibv_qp_attach_inbound(uint32_t qpn, int fd, int peer_pid, int one_copy)
 {
     struct fakeibv_qp *qp = fakeibv_qp_lookup_get(qpn);
     struct fakeibv_responder_arg *arg;
@@ -107,6 +107,8 @@ int fakeibv_qp_attach_inbound(uint32_t qpn, int fd)
     arg->qp = qp;
     arg->slot = i;
     qp->in[i].fd = fd;
+    qp->in[i].peer_pid = peer_pid;
+    qp->in[i].one_copy = one_copy;
     rc = fakeibv_thread_start(&qp->in[i].thread, FAKEIBV_THREAD_PREFIX "resp",
                               fakeibv_responder_main, arg);
     if (rc != 0) {
@@ -569,6 +571,8 @@ static int fakeibv_qp_connect(struct fakeibv_qp *qp)
                               qp->attr.dest_qp_num, &fd);
     pthread_mutex_lock(&qp->lock);
     qp->out_fd = fd;
+    qp->mode_known = 0;
+    qp->one_copy = 0;
     qp->broken = rc != 0;
     qp->deadline_set = 0;
     qp->stopping = 0;

@@ -23,7 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
@@ -333,11 +335,74 @@ static long fakeibv_ms_until(const struct timespec *t)
     return (t->tv_sec - now.tv_sec) * 1000 + (t->tv_nsec - now.tv_nsec) / 1000000;
 }
 
-/* The hello is one 16-byte send, so it is either all there or not yet. */
+/* ---- one-copy probe ------------------------------------------------------ */
+
+/* What a hello offers the acceptor to read: random, fixed for the process. */
+static uint64_t fakeibv_cookie;
+static pthread_once_t fakeibv_cookie_once = PTHREAD_ONCE_INIT;
+static int fakeibv_cookie_broken; /* Test hook: hellos carry a wrong value. */
+
+static void fakeibv_cookie_init(void)
+{
+    uint64_t v = 0;
+
+    while (v == 0)
+        if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v))
+            v = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)&v;
+    __atomic_store_n(&fakeibv_cookie, v, __ATOMIC_RELAXED);
+}
+
+FAKEIBV_EXPORT void fakeibv_one_copy_break_probe(int on)
+{
+    __atomic_store_n(&fakeibv_cookie_broken, on != 0, __ATOMIC_RELAXED);
+}
+
+/* Can this process read and write the memory of the process that sent the
+ * hello? pid is in the sender's pid namespace, so besides the permission
+ * (ptrace access mode) the cookie must match: another namespace's pid may
+ * name some other process here, or none. */
+static int fakeibv_probe_peer(const struct fakeibv_wire_hello *h, const char **why)
+{
+    uint64_t v = 0;
+    struct iovec l = { &v, sizeof(v) }, r = { (void *)(uintptr_t)h->cookie_addr, sizeof(v) };
+    ssize_t n;
+
+    if (!fakeibv_config()->one_copy) {
+        *why = "FAKEIBV_ONE_COPY=0 here";
+        return 0;
+    }
+    if (!(h->flags & FAKEIBV_HELLO_ONE_COPY)) {
+        *why = "not offered by the requester";
+        return 0;
+    }
+    n = process_vm_readv((pid_t)h->pid, &l, 1, &r, 1, 0);
+    if (n != (ssize_t)sizeof(v)) {
+        *why = errno == EPERM ? "process_vm_readv: EPERM (no ptrace access)"
+               : errno == ESRCH ? "process_vm_readv: ESRCH (other pid namespace?)"
+                                : "process_vm_readv failed";
+        return 0;
+    }
+    if (v != h->cookie) {
+        *why = "cookie mismatch (pid names another process: other pid namespace?)";
+        return 0;
+    }
+    /* Same permission check as the read, but prove it: the value goes back. */
+    l.iov_base = &v;
+    if (process_vm_writev((pid_t)h->pid, &l, 1, &r, 1, 0) != (ssize_t)sizeof(v)) {
+        *why = "process_vm_writev failed";
+        return 0;
+    }
+    *why = "probe read the requester's cookie";
+    return 1;
+}
+
+/* The hello is one send, so it is either all there or not yet. */
 static void fakeibv_accept_hello(struct fakeibv_pending *p)
 {
     struct fakeibv_wire_hello h;
     ssize_t n = recv(p->fd, &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT);
+    const char *why = "";
+    int one_copy = 0;
 
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;
@@ -350,13 +415,19 @@ static void fakeibv_accept_hello(struct fakeibv_pending *p)
         FAKEIBV_WARN("port lid %u: bad hello (%zd bytes, magic 0x%x version %u); closing",
                      p->lid, n, n == (ssize_t)sizeof(h) ? h.magic : 0,
                      n == (ssize_t)sizeof(h) ? h.version : 0);
-    } else if (fakeibv_qp_attach_inbound(h.dst_qpn, p->fd) != 0) {
+    } else if ((one_copy = fakeibv_probe_peer(&h, &why)),
+               fakeibv_qp_attach_inbound(h.dst_qpn, p->fd, (int)h.pid, one_copy) != 0) {
         /* Unknown QP: like a real HCA we drop; the requester times out. */
         FAKEIBV_INFO("port lid %u: stream from lid %u qpn 0x%x for unknown qpn 0x%x dropped",
                      p->lid, h.src_lid, h.src_qpn, h.dst_qpn);
     } else {
         FAKEIBV_TRACE("port lid %u: stream from lid %u qpn 0x%x -> qpn 0x%x", p->lid,
                       h.src_lid, h.src_qpn, h.dst_qpn);
+        FAKEIBV_INFO("qpn 0x%x: stream from lid %u qpn 0x%x (pid %d): %s, %s", h.dst_qpn,
+                     h.src_lid, h.src_qpn, (int)h.pid,
+                     one_copy ? "one-copy (process_vm_readv)" : "streaming", why);
+        __atomic_add_fetch(one_copy ? &fakeibv_stats.probes_ok : &fakeibv_stats.probes_failed, 1,
+                           __ATOMIC_RELAXED);
         p->fd = -1; /* The QP's responder owns it now. */
         return;
     }
@@ -529,8 +600,15 @@ int fakeibv_wire_connect(const struct ibv_ah_attr *ah, uint16_t src_lid, uint32_
         .src_lid = src_lid,
         .src_qpn = src_qpn,
         .dst_qpn = dst_qpn,
+        .pid = (int32_t)getpid(),
+        .flags = fakeibv_config()->one_copy ? FAKEIBV_HELLO_ONE_COPY : 0,
+        .cookie_addr = (uint64_t)(uintptr_t)&fakeibv_cookie,
     };
     int fd = -1, rc;
+
+    pthread_once(&fakeibv_cookie_once, fakeibv_cookie_init);
+    h.cookie = __atomic_load_n(&fakeibv_cookie, __ATOMIC_RELAXED) ^
+               (uint64_t)__atomic_load_n(&fakeibv_cookie_broken, __ATOMIC_RELAXED);
 
     if (ah->is_global) {
         rc = fakeibv_connect_to(&sa, fakeibv_gid_addr(&ah->grh.dgid, &sa), &fd);

@@ -10,6 +10,16 @@
  *    access, moves the bytes, consumes receive WQEs (waiting out RNR), and
  *    answers.
  *
+ * One-copy mode (fakeibv_wire.h): when the responder's probe could read the
+ * requester's memory, a payload request of at least FAKEIBV_ONE_COPY_MIN
+ * bytes from host memory goes as a descriptor (the requester's addresses)
+ * and the responder copies with process_vm_readv/writev, straight between
+ * the two processes' buffers. Everything else (rkey checks, ordering, the
+ * ACK before the requester completes, RNR, errors) is the same code: the
+ * source stays untouched until the ACK, which the responder sends only
+ * after the copy, exactly as the requester's completion waits for it in
+ * streaming mode.
+ *
  * No thread holds qp->lock across socket I/O; the WQE it works on cannot be
  * reused while it is in flight, because its slot is freed only on
  * completion.
@@ -17,10 +27,29 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "fakeibv_internal.h"
 #include "fakeibv_wire.h"
+
+struct fakeibv_xfer_stats fakeibv_stats;
+
+FAKEIBV_EXPORT void fakeibv_xfer_stats(struct fakeibv_xfer_stats *out)
+{
+    out->one_copy_ops = __atomic_load_n(&fakeibv_stats.one_copy_ops, __ATOMIC_RELAXED);
+    out->one_copy_bytes = __atomic_load_n(&fakeibv_stats.one_copy_bytes, __ATOMIC_RELAXED);
+    out->stream_ops = __atomic_load_n(&fakeibv_stats.stream_ops, __ATOMIC_RELAXED);
+    out->stream_bytes = __atomic_load_n(&fakeibv_stats.stream_bytes, __ATOMIC_RELAXED);
+    out->probes_ok = __atomic_load_n(&fakeibv_stats.probes_ok, __ATOMIC_RELAXED);
+    out->probes_failed = __atomic_load_n(&fakeibv_stats.probes_failed, __ATOMIC_RELAXED);
+}
+
+static void fakeibv_count(uint64_t *ops, uint64_t *bytes, uint32_t len)
+{
+    __atomic_add_fetch(ops, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(bytes, len, __ATOMIC_RELAXED);
+}
 
 /* ---- requester: transmit ------------------------------------------------ */
 
@@ -72,17 +101,57 @@ static int fakeibv_send_sges(int fd, struct fakeibv_qp *qp, const struct fakeibv
     return rc;
 }
 
+/* The WQE's SGEs as the peer may read them: addresses in this process.
+ * Returns 1 (iov filled), 0 (some SGE is device memory: stream it) or -1
+ * (an lkey check failed: local protection error). */
+static int fakeibv_desc_build(struct fakeibv_qp *qp, const struct fakeibv_swqe *w, int access,
+                              struct fakeibv_wire_iov *iov, int *n_p)
+{
+    int i, n = 0;
+
+    for (i = 0; i < w->num_sge; i++) {
+        struct fakeibv_mr *mr;
+        int cuda;
+
+        if (w->sge[i].length == 0)
+            continue;
+        if (fakeibv_mr_get(w->sge[i].lkey, qp->qpx.qp_base.pd, w->sge[i].addr, w->sge[i].length,
+                           access, &mr) != FAKEIBV_MR_OK)
+            return -1;
+        cuda = mr->is_cuda;
+        iov[n].addr = (uint64_t)(uintptr_t)mr->mr.addr + (w->sge[i].addr - mr->iova);
+        iov[n].len = w->sge[i].length;
+        n++;
+        fakeibv_mr_put();
+        if (cuda)
+            return 0;
+    }
+    *n_p = n;
+    return 1;
+}
+
 /* Returns 0, EFAULT for a local protection error, or an I/O errno. */
 static int fakeibv_transmit(struct fakeibv_qp *qp, int fd, const struct fakeibv_swqe *w,
-                            uint64_t seq, uint8_t rnr_retry)
+                            uint64_t seq, uint8_t rnr_retry, int one_copy)
 {
     struct {
         struct fakeibv_wire_hdr h;
-        uint8_t data[4096];
+        union {
+            uint8_t data[4096];
+            struct fakeibv_wire_iov iov[FAKEIBV_MAX_SGE];
+        };
     } msg;
     int is_read = w->opcode == IBV_WR_RDMA_READ;
+    int access = is_read ? IBV_ACCESS_LOCAL_WRITE : 0;
+    int desc = 0, niov = 0;
 
-    if (w->inline_buf == NULL && !fakeibv_sges_ok(qp, w, is_read ? IBV_ACCESS_LOCAL_WRITE : 0))
+    if (one_copy && w->inline_buf == NULL && w->len > 0 &&
+        w->len >= fakeibv_config()->one_copy_min) {
+        desc = fakeibv_desc_build(qp, w, access, msg.iov, &niov);
+        if (desc < 0)
+            return EFAULT;
+    }
+    if (!desc && w->inline_buf == NULL && !fakeibv_sges_ok(qp, w, access))
         return EFAULT;
     memset(&msg.h, 0, sizeof(msg.h));
     msg.h.op = (uint8_t)fakeibv_wire_op_of(w->opcode);
@@ -92,6 +161,15 @@ static int fakeibv_transmit(struct fakeibv_qp *qp, int fd, const struct fakeibv_
     msg.h.rkey = w->rkey;
     msg.h.imm = w->imm;
     msg.h.seq = seq;
+    if (desc) {
+        /* Header and descriptor in one send; the peer copies the bytes. */
+        msg.h.flags = FAKEIBV_HDR_DESC;
+        msg.h.syndrome = (uint8_t)niov;
+        fakeibv_count(&fakeibv_stats.one_copy_ops, &fakeibv_stats.one_copy_bytes, w->len);
+        return fakeibv_io_write(fd, &msg, sizeof(msg.h) + (size_t)niov * sizeof(msg.iov[0]));
+    }
+    if (w->len > 0)
+        fakeibv_count(&fakeibv_stats.stream_ops, &fakeibv_stats.stream_bytes, w->len);
     if (is_read)
         return fakeibv_io_write(fd, &msg.h, sizeof(msg.h));
     if (w->inline_buf != NULL && w->len <= sizeof(msg.data)) {
@@ -164,14 +242,17 @@ void *fakeibv_tx_main(void *arg)
                 pthread_cond_wait(&qp->cond, &qp->lock);
             continue;
         }
-        if (!qp->broken && st == IBV_QPS_RTS && !qp->sq_blocked && qp->sq_tx != qp->sq_head) {
+        /* Nothing goes out before the responder said which mode the stream
+         * is in; until it did, no WQE could have completed anyway. */
+        if (!qp->broken && qp->mode_known && st == IBV_QPS_RTS && !qp->sq_blocked &&
+            qp->sq_tx != qp->sq_head) {
             uint32_t idx = qp->sq_tx++;
             struct fakeibv_swqe w = qp->sq[idx % qp->sq_depth];
             uint8_t rnr_retry = qp->attr.rnr_retry;
-            int fd = qp->out_fd, rc;
+            int fd = qp->out_fd, one_copy = qp->one_copy, rc;
 
             pthread_mutex_unlock(&qp->lock);
-            rc = fakeibv_transmit(qp, fd, &w, seq++, rnr_retry);
+            rc = fakeibv_transmit(qp, fd, &w, seq++, rnr_retry, one_copy);
             pthread_mutex_lock(&qp->lock);
             if (qp->attr.qp_state == IBV_QPS_ERR || qp->stopping)
                 continue;
@@ -203,6 +284,7 @@ static enum ibv_wc_status fakeibv_nak_status(uint8_t syndrome)
     case FAKEIBV_SYN_REM_ACCESS: return IBV_WC_REM_ACCESS_ERR;
     case FAKEIBV_SYN_REM_INV_REQ: return IBV_WC_REM_INV_REQ_ERR;
     case FAKEIBV_SYN_RNR: return IBV_WC_RNR_RETRY_EXC_ERR;
+    case FAKEIBV_SYN_LOC_PROT: return IBV_WC_LOC_PROT_ERR;
     default: return IBV_WC_REM_OP_ERR;
     }
 }
@@ -257,13 +339,26 @@ void *fakeibv_rx_main(void *arg)
             pthread_mutex_unlock(&qp->lock);
             return NULL;
         }
+        if (h.op == FAKEIBV_OP_MODE) {
+            qp->one_copy = h.len == 1 && fakeibv_config()->one_copy;
+            qp->mode_known = 1;
+            FAKEIBV_INFO("qpn 0x%x -> qpn 0x%x: %s", qp->qpx.qp_base.qp_num,
+                         qp->attr.dest_qp_num,
+                         qp->one_copy ? "one-copy mode (descriptors from "
+                                        "FAKEIBV_ONE_COPY_MIN bytes on)"
+                                      : "streaming mode");
+            pthread_cond_broadcast(&qp->cond);
+            pthread_mutex_unlock(&qp->lock);
+            continue;
+        }
         if (qp->attr.qp_state == IBV_QPS_ERR || qp->sq_resp == qp->sq_tx) {
             /* Late answers to flushed WQEs; anything else is a desync. */
             if (qp->attr.qp_state != IBV_QPS_ERR)
                 FAKEIBV_WARN("qpn 0x%x: response seq %llu with nothing outstanding (wire desync)",
                              qp->qpx.qp_base.qp_num, (unsigned long long)h.seq);
             pthread_mutex_unlock(&qp->lock);
-            if (h.op == FAKEIBV_OP_READ_RESP && fakeibv_io_discard(fd, h.len) != 0)
+            if (h.op == FAKEIBV_OP_READ_RESP && !(h.flags & FAKEIBV_HDR_DESC) &&
+                fakeibv_io_discard(fd, h.len) != 0)
                 return NULL;
             continue;
         }
@@ -273,7 +368,9 @@ void *fakeibv_rx_main(void *arg)
             pthread_mutex_unlock(&qp->lock);
             continue;
         }
-        if (h.op == FAKEIBV_OP_READ_RESP) {
+        if (h.op == FAKEIBV_OP_READ_RESP && (h.flags & FAKEIBV_HDR_DESC)) {
+            w->status = IBV_WC_SUCCESS; /* The responder wrote our SGEs itself. */
+        } else if (h.op == FAKEIBV_OP_READ_RESP) {
             copy = *w;
             pthread_mutex_unlock(&qp->lock);
             rc = fakeibv_read_scatter(qp, fd, &copy, h.len);
@@ -300,16 +397,70 @@ void *fakeibv_rx_main(void *arg)
 
 /* ---- responder ---------------------------------------------------------- */
 
-static int fakeibv_reply(int fd, uint8_t op, uint8_t syndrome, uint32_t len, uint64_t seq)
+static int fakeibv_reply_f(int fd, uint8_t op, uint8_t syndrome, uint32_t len, uint64_t seq,
+                           uint8_t flags)
 {
     struct fakeibv_wire_hdr r;
 
     memset(&r, 0, sizeof(r));
     r.op = op;
+    r.flags = flags;
     r.syndrome = syndrome;
     r.len = len;
     r.seq = seq;
     return fakeibv_io_write(fd, &r, sizeof(r));
+}
+
+static int fakeibv_reply(int fd, uint8_t op, uint8_t syndrome, uint32_t len, uint64_t seq)
+{
+    return fakeibv_reply_f(fd, op, syndrome, len, seq, 0);
+}
+
+/* Where a request's payload comes from: the stream, or (HDR_DESC) the
+ * requester's memory, consumed from off on. */
+struct fakeibv_src {
+    int fd;
+    int desc;
+    int pid;
+    int niov;
+    size_t off;
+    struct iovec iov[FAKEIBV_MAX_SGE];
+};
+
+/* Places the next n payload bytes at addr in mr. */
+static int fakeibv_src_place(struct fakeibv_src *s, const struct fakeibv_mr *mr, uint64_t addr,
+                             size_t n)
+{
+    int rc;
+
+    if (!s->desc)
+        return fakeibv_mem_from_fd(mr, addr, s->fd, n);
+    rc = fakeibv_mem_pvm(mr, addr, n, s->pid, s->iov, s->niov, s->off, 0);
+    s->off += n;
+    return rc;
+}
+
+/* Drops the next n payload bytes (stream) or just skips them (descriptor). */
+static int fakeibv_src_skip(struct fakeibv_src *s, size_t n)
+{
+    if (!s->desc)
+        return fakeibv_io_discard(s->fd, n);
+    s->off += n;
+    return 0;
+}
+
+/* A copy failed. On the stream that is an I/O error (the stream ends); a
+ * descriptor the responder cannot follow names memory the requester no
+ * longer has mapped: a local protection error there (the requester's
+ * process gone, ESRCH, ends the stream). */
+static int fakeibv_place_failed(struct fakeibv_qp *qp, const struct fakeibv_src *s, int rc,
+                                uint64_t seq)
+{
+    if (!s->desc || rc == ESRCH)
+        return rc;
+    FAKEIBV_INFO("qpn 0x%x: requester memory named by descriptor seq %llu: %s",
+                 qp->qpx.qp_base.qp_num, (unsigned long long)seq, strerror(rc));
+    return fakeibv_reply(s->fd, FAKEIBV_OP_NAK, FAKEIBV_SYN_LOC_PROT, 0, seq);
 }
 
 /* Responder-side fatal error: the QP goes to ERR and, for access
@@ -389,8 +540,9 @@ static void fakeibv_push_recv(struct fakeibv_qp *qp, const struct fakeibv_rwqe *
 
 /* SEND: scatter the payload into the receive WQE. Returns the NAK syndrome
  * (0 = success) and the receive completion status through *st. */
-static int fakeibv_recv_scatter(struct fakeibv_qp *qp, int fd, const struct fakeibv_rwqe *r,
-                                uint32_t len, enum ibv_wc_status *st, int *io_err)
+static int fakeibv_recv_scatter(struct fakeibv_qp *qp, struct fakeibv_src *src,
+                                const struct fakeibv_rwqe *r, uint32_t len, enum ibv_wc_status *st,
+                                int *io_err)
 {
     uint64_t room = 0;
     uint32_t left = len;
@@ -401,7 +553,7 @@ static int fakeibv_recv_scatter(struct fakeibv_qp *qp, int fd, const struct fake
         room += r->sge[i].length;
     if (room < len) {
         *st = IBV_WC_LOC_LEN_ERR;
-        *io_err = fakeibv_io_discard(fd, len);
+        *io_err = fakeibv_src_skip(src, len);
         return FAKEIBV_SYN_REM_INV_REQ;
     }
     for (i = 0; i < r->num_sge && left > 0; i++) {
@@ -413,10 +565,11 @@ static int fakeibv_recv_scatter(struct fakeibv_qp *qp, int fd, const struct fake
         if (fakeibv_mr_get(r->sge[i].lkey, qp->qpx.qp_base.pd, r->sge[i].addr, n,
                            IBV_ACCESS_LOCAL_WRITE, &mr) != FAKEIBV_MR_OK) {
             *st = IBV_WC_LOC_PROT_ERR;
-            *io_err = fakeibv_io_discard(fd, left);
+            *io_err = fakeibv_src_skip(src, left);
             return FAKEIBV_SYN_REM_OP;
         }
-        *io_err = fakeibv_mem_from_fd(mr, r->sge[i].addr, fd, n);
+        /* A descriptor that cannot be followed ends the stream too. */
+        *io_err = fakeibv_src_place(src, mr, r->sge[i].addr, n);
         fakeibv_mr_put();
         if (*io_err != 0)
             return FAKEIBV_SYN_REM_OP;
@@ -427,18 +580,19 @@ static int fakeibv_recv_scatter(struct fakeibv_qp *qp, int fd, const struct fake
 }
 
 /* SEND / SEND_WITH_IMM: wait for a receive WQE (RNR), scatter into it. */
-static int fakeibv_serve_send(struct fakeibv_qp *qp, int fd, const struct fakeibv_wire_hdr *h)
+static int fakeibv_serve_send(struct fakeibv_qp *qp, struct fakeibv_src *src,
+                              const struct fakeibv_wire_hdr *h)
 {
     struct fakeibv_rwqe r;
     enum ibv_wc_status st;
-    int syn, rc, io_err;
+    int syn, rc, io_err, fd = src->fd;
 
     syn = fakeibv_take_rwqe(qp, h->rnr_retry, &r);
     if (syn != 0) {
-        rc = fakeibv_io_discard(fd, h->len);
+        rc = fakeibv_src_skip(src, h->len);
         return rc ? rc : fakeibv_reply(fd, FAKEIBV_OP_NAK, (uint8_t)syn, 0, h->seq);
     }
-    syn = fakeibv_recv_scatter(qp, fd, &r, h->len, &st, &io_err);
+    syn = fakeibv_recv_scatter(qp, src, &r, h->len, &st, &io_err);
     if (io_err != 0)
         return io_err;
     fakeibv_push_recv(qp, &r, st, IBV_WC_RECV, h->len, h);
@@ -450,8 +604,10 @@ static int fakeibv_serve_send(struct fakeibv_qp *qp, int fd, const struct fakeib
 }
 
 /* Handles one request; returns 0 or an I/O errno that ends the stream. */
-static int fakeibv_serve(struct fakeibv_qp *qp, int fd, const struct fakeibv_wire_hdr *h)
+static int fakeibv_serve(struct fakeibv_qp *qp, struct fakeibv_src *src,
+                         const struct fakeibv_wire_hdr *h)
 {
+    int fd = src->fd;
     int need = h->op == FAKEIBV_OP_READ_REQ ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
     int is_write = h->op == FAKEIBV_OP_WRITE || h->op == FAKEIBV_OP_WRITE_IMM;
     struct fakeibv_rwqe r;
@@ -459,7 +615,7 @@ static int fakeibv_serve(struct fakeibv_qp *qp, int fd, const struct fakeibv_wir
     int syn, rc = 0;
 
     if (h->op == FAKEIBV_OP_SEND || h->op == FAKEIBV_OP_SEND_IMM)
-        return fakeibv_serve_send(qp, fd, h);
+        return fakeibv_serve_send(qp, src, h);
     /* RDMA: a zero-length operation carries no rkey check (IBA 9.4.4). */
     if (h->len > 0) {
         int ok = (qp->attr.qp_access_flags & need) &&
@@ -470,11 +626,22 @@ static int fakeibv_serve(struct fakeibv_qp *qp, int fd, const struct fakeibv_wir
             FAKEIBV_INFO("qpn 0x%x: remote %s of %u bytes at 0x%llx rkey 0x%x denied",
                          qp->qpx.qp_base.qp_num, is_write ? "write" : "read", h->len,
                          (unsigned long long)h->raddr, h->rkey);
-            if (is_write && (rc = fakeibv_io_discard(fd, h->len)) != 0)
+            if (is_write && (rc = fakeibv_src_skip(src, h->len)) != 0)
                 return rc;
             fakeibv_responder_fail(qp, IBV_EVENT_QP_ACCESS_ERR);
             return fakeibv_reply(fd, FAKEIBV_OP_NAK, FAKEIBV_SYN_REM_ACCESS, 0, h->seq);
         }
+    }
+    if (!is_write && src->desc) {
+        /* Into the requester's SGEs first; the response then says "done". */
+        rc = mr != NULL ? fakeibv_mem_pvm(mr, h->raddr, h->len, src->pid, src->iov, src->niov,
+                                          0, 1)
+                        : 0;
+        if (mr != NULL)
+            fakeibv_mr_put();
+        if (rc != 0)
+            return fakeibv_place_failed(qp, src, rc, h->seq);
+        return fakeibv_reply_f(fd, FAKEIBV_OP_READ_RESP, 0, h->len, h->seq, FAKEIBV_HDR_DESC);
     }
     if (!is_write) {
         rc = fakeibv_reply(fd, FAKEIBV_OP_READ_RESP, 0, h->len, h->seq);
@@ -485,10 +652,10 @@ static int fakeibv_serve(struct fakeibv_qp *qp, int fd, const struct fakeibv_wir
         return rc;
     }
     if (mr != NULL) {
-        rc = fakeibv_mem_from_fd(mr, h->raddr, fd, h->len);
+        rc = fakeibv_src_place(src, mr, h->raddr, h->len);
         fakeibv_mr_put();
         if (rc != 0)
-            return rc;
+            return fakeibv_place_failed(qp, src, rc, h->seq);
     }
     if (h->op == FAKEIBV_OP_WRITE_IMM) {
         /* The data is placed before the receive WQE is looked for, so a
@@ -502,17 +669,60 @@ static int fakeibv_serve(struct fakeibv_qp *qp, int fd, const struct fakeibv_wir
     return fakeibv_reply(fd, FAKEIBV_OP_ACK, 0, 0, h->seq);
 }
 
+/* Reads the descriptor of an HDR_DESC request into src. Returns 0, or -1
+ * for a malformed one (the stream is closed), or an I/O errno. */
+static int fakeibv_read_desc(struct fakeibv_qp *qp, struct fakeibv_src *src, int one_copy,
+                             const struct fakeibv_wire_hdr *h)
+{
+    struct fakeibv_wire_iov wiov[FAKEIBV_MAX_SGE];
+    uint64_t total = 0;
+    int i, n = h->syndrome, rc;
+
+    src->desc = 0;
+    src->off = 0;
+    if (!(h->flags & FAKEIBV_HDR_DESC))
+        return 0;
+    if (!one_copy || n > FAKEIBV_MAX_SGE) {
+        FAKEIBV_WARN("qpn 0x%x: descriptor request (%d pieces) on a %s stream; closing it",
+                     qp->qpx.qp_base.qp_num, n, one_copy ? "one-copy" : "streaming");
+        return -1;
+    }
+    rc = fakeibv_io_read(src->fd, wiov, (size_t)n * sizeof(wiov[0]));
+    if (rc != 0)
+        return rc;
+    for (i = 0; i < n; i++) {
+        src->iov[i].iov_base = (void *)(uintptr_t)wiov[i].addr;
+        src->iov[i].iov_len = (size_t)wiov[i].len;
+        total += wiov[i].len;
+    }
+    if (total != h->len) {
+        FAKEIBV_WARN("qpn 0x%x: descriptor of %llu bytes for a %u-byte request; closing it",
+                     qp->qpx.qp_base.qp_num, (unsigned long long)total, h->len);
+        return -1;
+    }
+    src->niov = n;
+    src->desc = 1;
+    return 0;
+}
+
 void *fakeibv_responder_main(void *argp)
 {
     struct fakeibv_responder_arg arg = *(struct fakeibv_responder_arg *)argp;
     struct fakeibv_qp *qp = arg.qp;
     struct fakeibv_wire_hdr h;
-    int fd;
+    struct fakeibv_src src;
+    int fd, one_copy;
 
     free(argp);
     pthread_mutex_lock(&qp->lock);
     fd = qp->in[arg.slot].fd;
+    src.pid = qp->in[arg.slot].peer_pid;
+    one_copy = qp->in[arg.slot].one_copy;
     pthread_mutex_unlock(&qp->lock);
+    src.fd = fd;
+    /* The stream's first message: the mode the probe allowed. */
+    if (fakeibv_reply(fd, FAKEIBV_OP_MODE, 0, one_copy ? 1 : 0, 0) != 0)
+        goto out;
     for (;;) {
         int rc = fakeibv_io_read(fd, &h, sizeof(h));
 
@@ -523,6 +733,8 @@ void *fakeibv_responder_main(void *argp)
                          qp->qpx.qp_base.qp_num, h.op);
             break;
         }
+        if (fakeibv_read_desc(qp, &src, one_copy, &h) != 0)
+            break;
         /* Requests may arrive before this QP reaches RTR (the peer got
          * there first); a real HCA would drop them and the peer retry. */
         pthread_mutex_lock(&qp->lock);
@@ -535,7 +747,7 @@ void *fakeibv_responder_main(void *argp)
         }
         if (qp->attr.qp_state == IBV_QPS_ERR) {
             pthread_mutex_unlock(&qp->lock);
-            rc = fakeibv_has_payload(h.op) ? fakeibv_io_discard(fd, h.len) : 0;
+            rc = fakeibv_has_payload(h.op) && !src.desc ? fakeibv_io_discard(fd, h.len) : 0;
             if (rc == 0)
                 rc = fakeibv_reply(fd, FAKEIBV_OP_NAK, FAKEIBV_SYN_DROPPED, 0, h.seq);
             if (rc != 0)
@@ -543,9 +755,10 @@ void *fakeibv_responder_main(void *argp)
             continue;
         }
         pthread_mutex_unlock(&qp->lock);
-        if (fakeibv_serve(qp, fd, &h) != 0)
+        if (fakeibv_serve(qp, &src, &h) != 0)
             break;
     }
+out:
     pthread_mutex_lock(&qp->lock);
     close(fd);
     qp->in[arg.slot].fd = -1;
