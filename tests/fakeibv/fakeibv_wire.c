@@ -363,6 +363,7 @@ FAKEIBV_EXPORT void fakeibv_one_copy_break_probe(int on)
  * name some other process here, or none. */
 static int fakeibv_probe_peer(const struct fakeibv_wire_hello *h, const char **why)
 {
+    static __thread char buf[96]; /* Only the accept thread probes. */
     uint64_t v = 0;
     struct iovec l = { &v, sizeof(v) }, r = { (void *)(uintptr_t)h->cookie_addr, sizeof(v) };
     ssize_t n;
@@ -377,9 +378,11 @@ static int fakeibv_probe_peer(const struct fakeibv_wire_hello *h, const char **w
     }
     n = process_vm_readv((pid_t)h->pid, &l, 1, &r, 1, 0);
     if (n != (ssize_t)sizeof(v)) {
-        *why = errno == EPERM ? "process_vm_readv: EPERM (no ptrace access)"
-               : errno == ESRCH ? "process_vm_readv: ESRCH (other pid namespace?)"
-                                : "process_vm_readv failed";
+        snprintf(buf, sizeof(buf), "process_vm_readv of pid %d: %s%s", (int)h->pid,
+                 strerror(errno),
+                 errno == EPERM ? " (no ptrace access: Yama ptrace_scope, other uid?)"
+                 : errno == ESRCH || errno == EFAULT ? " (other pid namespace?)" : "");
+        *why = buf;
         return 0;
     }
     if (v != h->cookie) {

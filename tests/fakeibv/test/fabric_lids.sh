@@ -80,6 +80,15 @@ for n in b c; do
     for _ in $(seq 100); do grep -q ready "$tmp/$n.out" && break; sleep 0.1; done
     grep -q ready "$tmp/$n.out" || fail "$n did not connect"
 done
+# One-copy mode cannot work across pid namespaces (each hello says "pid 1",
+# which names the acceptor itself there): the probe must fail, quietly, and
+# both streams stay in streaming mode.
+for n in b c; do
+    for _ in $(seq 100); do grep -q "stream from" "$tmp/$n.err" && break; sleep 0.1; done
+    grep -q "stream from.*: streaming, " "$tmp/$n.err" ||
+        fail "$n: inbound stream not in streaming mode across pid namespaces"
+    sed -n 's/^.*stream from/  '"$n"': stream from/p' "$tmp/$n.err"
+done
 root_b=$(sed -n 's/.*sysfs tree at //p' "$tmp/b.err")
 root_c=$(sed -n 's/.*sysfs tree at //p' "$tmp/c.err")
 echo "sysfs roots: B $root_b, C $root_c"
@@ -94,4 +103,4 @@ done
 left=$(find "$fabric" -type s | wc -l)
 [ "$left" -eq 0 ] || fail "$left socket file(s) left after B and C exited"
 if [ -e "$root_b" ] || [ -e "$root_c" ]; then fail "a sysfs root outlived its process"; fi
-echo "PASS: LIDs unique across pid namespaces, stale LID reclaimed, B<->C connected"
+echo "PASS: LIDs unique across pid namespaces, stale LID reclaimed, B<->C connected (streaming: one-copy probe failed as it must)"
