@@ -177,9 +177,8 @@ ferry_status_t ferry_ib_accept(void *listen_comm, void **recv_comm_p)
     int i = 0;
 
     *recv_comm_p = NULL;
-    if (lc == NULL || lc->magic != FERRY_IB_LISTEN_MAGIC) {
-        FERRY_WARN("accept(%p): not a live ferry ib listen comm%s", listen_comm,
-                   lc != NULL && lc->magic == FERRY_IB_DEAD_MAGIC ? " (already closed)" : "");
+    if (lc == NULL || !ferry_live_has(lc, FERRY_LIVE_LISTEN)) {
+        FERRY_WARN("accept(%p): not a live ferry ib listen comm (already closed?)", listen_comm);
         return FERRY_ERR_INVALID;
     }
     ferry_ib_accept_new(lc);

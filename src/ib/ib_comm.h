@@ -36,6 +36,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "core/live.h"
 #include "ib/ib.h"
 #include "ib/ib_handle.h"
 
@@ -44,6 +45,12 @@
 #define FERRY_IB_LISTEN_MAGIC 0x6e74736c6269662eULL
 #define FERRY_IB_MH_MAGIC     0x68726d2d6269662eULL
 #define FERRY_IB_DEAD_MAGIC   0x646165646269662eULL /* Written at close: misuse is named. */
+
+/* Mark an object dead just before free(): volatile, or the compiler drops the store. */
+static inline void ferry_ib_magic_clear(uint64_t *magic)
+{
+    *(volatile uint64_t *)magic = FERRY_IB_DEAD_MAGIC;
+}
 
 #define FERRY_IB_PENDING_MAX  32  /* Inbound OOB connections in their handshake at once. */
 #define FERRY_IB_POLL_BATCH   16  /* CQEs per ibv_poll_cq. */

@@ -54,6 +54,11 @@ ferry_status_t ferry_ib_listen(ferry_ctx_t *ctx, int dev, void *handle, void **l
         free(lc);
         return FERRY_ERR_IO;
     }
+    if (ferry_live_add(lc, FERRY_LIVE_LISTEN) != FERRY_OK) {
+        close(lc->fd);
+        free(lc);
+        return FERRY_ERR_NO_MEMORY;
+    }
     lc->magic = FERRY_IB_LISTEN_MAGIC;
     lc->dev = dev;
     lc->token = ferry_ib_random64();
@@ -98,15 +103,15 @@ ferry_status_t ferry_ib_close_listen(void *listen_comm)
 
     if (lc == NULL)
         return FERRY_OK;
-    if (lc->magic != FERRY_IB_LISTEN_MAGIC) {
-        FERRY_WARN("closeListen(%p): not a live ferry ib listen comm%s", listen_comm,
-                   lc->magic == FERRY_IB_DEAD_MAGIC ? " (closed twice?)" : "");
+    if (!ferry_live_take(lc, FERRY_LIVE_LISTEN)) {
+        FERRY_WARN("closeListen(%p): not a live ferry ib listen comm (closed twice?)",
+                   listen_comm);
         return FERRY_ERR_INVALID;
     }
     while (lc->npending > 0)
         ferry_ib_pending_drop(lc, 0);
     close(lc->fd);
-    lc->magic = FERRY_IB_DEAD_MAGIC;
+    ferry_ib_magic_clear(&lc->magic);
     free(lc);
     return FERRY_OK;
 }

@@ -167,6 +167,12 @@ static ferry_status_t ferry_ib_reg_mr(void *comm, void *data, size_t size, int t
     mh->size = size;
     mh->kind = c->ring.kind;
     mh->mr_remote = c->ring.kind == FERRY_PX_RECV ? mh->mr : NULL;
+    if (ferry_live_add(mh, FERRY_LIVE_MR) != FERRY_OK) {
+        if (mh->mr != NULL)
+            ferry_ib_mr_put(mh->hca, mh->mr);
+        free(mh);
+        return FERRY_ERR_NO_MEMORY;
+    }
     *mhandle_p = mh;
     return FERRY_OK;
 }
@@ -177,16 +183,16 @@ static ferry_status_t ferry_ib_dereg_mr(void *comm, void *mhandle)
 
     if (mh == NULL)
         return FERRY_OK;
-    if (mh->magic != FERRY_IB_MH_MAGIC) {
-        FERRY_WARN("deregMr(%p, %p): not a live ferry ib registration%s", comm, mhandle,
-                   mh->magic == FERRY_IB_DEAD_MAGIC ? " (deregistered twice?)" : "");
+    if (!ferry_live_take(mh, FERRY_LIVE_MR)) {
+        FERRY_WARN("deregMr(comm %p, %p): not a live ferry ib memory handle (deregistered "
+                   "twice?)", comm, mhandle);
         return FERRY_ERR_INVALID;
     }
     if (mh->mr_remote != NULL && mh->mr_remote != mh->mr)
         ferry_ib_mr_put(mh->hca, mh->mr_remote);
     if (mh->mr != NULL)
         ferry_ib_mr_put(mh->hca, mh->mr);
-    mh->magic = FERRY_IB_DEAD_MAGIC;
+    ferry_ib_magic_clear(&mh->magic);
     free(mh);
     return FERRY_OK;
 }
@@ -252,9 +258,19 @@ static ferry_status_t ferry_ib_close(void *comm, uint64_t magic, const char *fn)
 
     if (comm == NULL)
         return FERRY_OK;
-    c = ferry_ib_comm_check(comm, magic, fn);
-    if (c == NULL)
+    /* Taken out of the live set before anything is read: a second close touches nothing. */
+    if (!ferry_live_take(comm, magic == FERRY_IB_SEND_MAGIC ? FERRY_LIVE_SEND : FERRY_LIVE_RECV)) {
+        int other = ferry_live_has(comm, magic == FERRY_IB_SEND_MAGIC ? FERRY_LIVE_RECV
+                                                                      : FERRY_LIVE_SEND);
+
+        FERRY_WARN("%s(%p): not a live ferry ib %s comm (%s)", fn, comm,
+                   magic == FERRY_IB_SEND_MAGIC ? "send" : "recv",
+                   !other ? "closed already?"
+                   : magic == FERRY_IB_SEND_MAGIC ? "it is a live recv comm: left open"
+                                                  : "it is a live send comm: left open");
         return FERRY_ERR_INVALID;
+    }
+    c = comm;
     FERRY_INFO(FERRY_LOG_NET, "ib %s comm #%u with %s on %s closed", fn + 5, c->ring.serial,
                c->conn.peer, ferry_ib_comm_where(c));
     ferry_ib_comm_destroy(c);

@@ -222,7 +222,7 @@ void ferry_ib_comm_destroy(ferry_ib_comm_t *c)
         ferry_ib_mr_put(conn->dev->hca, conn->ctrl_mr);
     free(conn->ctrl);
     ferry_px_ring_fini(&c->ring);
-    c->magic = FERRY_IB_DEAD_MAGIC;
+    ferry_ib_magic_clear(&c->magic);
     free(c);
 }
 
@@ -356,4 +356,9 @@ void ferry_ib_comm_start(ferry_ib_comm_t *c, int fd)
     conn->watching = 1;
     ferry_px_ring_register(&c->ring);
     conn->registered = 1;
+    /* From here NCCL holds it: close and the other ends-of-life find it in the live set. */
+    if (ferry_live_add(c, c->ring.kind == FERRY_PX_SEND ? FERRY_LIVE_SEND : FERRY_LIVE_RECV) !=
+        FERRY_OK)
+        FERRY_WARN("ib comm to %s: no memory to list it as live; closing it will be refused",
+                   conn->peer);
 }

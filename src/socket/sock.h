@@ -6,6 +6,7 @@
 #include <sched.h>
 
 #include "core/backend.h"
+#include "core/live.h"
 #include "proxy/stream.h"
 #include "socket/sock_gpu.h"
 #include "socket/sock_if.h"
@@ -158,23 +159,6 @@ static inline void ferry_sock_magic_clear(uint64_t *magic)
     *(volatile uint64_t *)magic = 0;
 }
 
-/*
- * sock_live.c: the objects this backend handed out and has not freed, so
- * close/deregMr/accept/regMr can refuse a stale pointer without reading it.
- */
-typedef enum ferry_sock_live_kind {
-    FERRY_SOCK_LIVE_SEND = 1, /* ferry_sock_comm_t of kind FERRY_PX_SEND. */
-    FERRY_SOCK_LIVE_RECV,     /* ferry_sock_comm_t of kind FERRY_PX_RECV. */
-    FERRY_SOCK_LIVE_LISTEN,   /* ferry_sock_listen_comm_t. */
-    FERRY_SOCK_LIVE_MR        /* ferry_sock_mr_t. */
-} ferry_sock_live_kind_t;
-
-ferry_status_t ferry_sock_live_add(const void *obj, ferry_sock_live_kind_t kind);
-/* 1 if obj is live as kind (a live object of another kind does not count). */
-int ferry_sock_live_has(const void *obj, ferry_sock_live_kind_t kind);
-/* Like has, and removes it: of two racing closes exactly one gets 1. */
-int ferry_sock_live_take(const void *obj, ferry_sock_live_kind_t kind);
-size_t ferry_sock_live_count(void);
 
 /* sock_dev.c */
 ferry_status_t ferry_sock_init(const ferry_config_t *cfg);

@@ -75,7 +75,7 @@ ferry_status_t ferry_sock_listen(ferry_ctx_t *ctx, int dev, void *handle, void *
                    d->ifc.name, d->addr_str, strerror(errno));
         goto err_close;
     }
-    if (ferry_sock_live_add(lc, FERRY_SOCK_LIVE_LISTEN) != FERRY_OK) {
+    if (ferry_live_add(lc, FERRY_LIVE_LISTEN) != FERRY_OK) {
         FERRY_WARN("listen on %s (%s): no memory to list the listen comm as live", d->ifc.name,
                    d->addr_str);
         close(lc->fd);
@@ -346,7 +346,7 @@ ferry_status_t ferry_sock_accept(void *listen_comm, void **recv_comm_p)
 
     *recv_comm_p = NULL;
     /* The live list, not the magic: a listen comm already closed is freed memory. */
-    if (!ferry_sock_live_has(lc, FERRY_SOCK_LIVE_LISTEN)) {
+    if (!ferry_live_has(lc, FERRY_LIVE_LISTEN)) {
         FERRY_WARN("accept(%p): not a live ferry socket listen comm (closed already?)",
                    listen_comm);
         return FERRY_ERR_INVALID;
@@ -379,7 +379,7 @@ ferry_status_t ferry_sock_close_listen(void *listen_comm)
     if (lc == NULL)
         return FERRY_OK;
     /* Taken from the live list before anything is read: a second close never touches it. */
-    if (!ferry_sock_live_take(lc, FERRY_SOCK_LIVE_LISTEN)) {
+    if (!ferry_live_take(lc, FERRY_LIVE_LISTEN)) {
         FERRY_WARN("closeListen(%p): not a live ferry socket listen comm (closed already?); "
                    "NCCL must close each listen comm exactly once", listen_comm);
         return FERRY_ERR_INVALID;

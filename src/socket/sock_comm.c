@@ -57,8 +57,8 @@ ferry_status_t ferry_sock_comm_create(ferry_px_req_kind_t kind, int dev, const i
     if (status != FERRY_OK)
         goto err_close_comm;
     /* Listed live only once complete: close() refuses it before, and after destroy. */
-    status = ferry_sock_live_add(comm, kind == FERRY_PX_SEND ? FERRY_SOCK_LIVE_SEND
-                                                             : FERRY_SOCK_LIVE_RECV);
+    status = ferry_live_add(comm, kind == FERRY_PX_SEND ? FERRY_LIVE_SEND
+                                                             : FERRY_LIVE_RECV);
     if (status != FERRY_OK) {
         FERRY_WARN("socket %s comm to %s: no memory to list it as live; closing it",
                    kind == FERRY_PX_SEND ? "send" : "recv", peer);
@@ -82,7 +82,7 @@ err_close_fds:
     return status;
 }
 
-/* The caller took comm out of the live list (ferry_sock_live_take) or never put it there. */
+/* The caller took comm out of the live list (ferry_live_take) or never put it there. */
 void ferry_sock_comm_destroy(ferry_sock_comm_t *comm)
 {
     int i;

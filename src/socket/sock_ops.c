@@ -37,8 +37,8 @@ static void ferry_sock_mr_destroy(ferry_sock_mr_t *mr)
 /* A live send or recv comm of ours, asked of the live list (regMr is not on the data path). */
 static int ferry_sock_comm_is_live(const void *comm)
 {
-    return ferry_sock_live_has(comm, FERRY_SOCK_LIVE_SEND) ||
-           ferry_sock_live_has(comm, FERRY_SOCK_LIVE_RECV);
+    return ferry_live_has(comm, FERRY_LIVE_SEND) ||
+           ferry_live_has(comm, FERRY_LIVE_RECV);
 }
 
 static ferry_status_t ferry_sock_reg_mr(void *comm, void *data, size_t size, int type,
@@ -87,7 +87,7 @@ static ferry_status_t ferry_sock_reg_mr(void *comm, void *data, size_t size, int
         }
         ferry_sock_mr_gpu_link(mr, c);
     }
-    status = ferry_sock_live_add(mr, FERRY_SOCK_LIVE_MR);
+    status = ferry_live_add(mr, FERRY_LIVE_MR);
     if (status != FERRY_OK) {
         FERRY_WARN("regMr(comm %p, %p, %zu bytes): no memory to list the handle as live",
                    comm, data, size);
@@ -103,7 +103,7 @@ static ferry_status_t ferry_sock_dereg_mr(void *comm, void *mhandle)
     if (mhandle == NULL)
         return FERRY_OK;
     /* Taken from the live list first: a second deregMr never reads the freed handle. */
-    if (!ferry_sock_live_take(mhandle, FERRY_SOCK_LIVE_MR)) {
+    if (!ferry_live_take(mhandle, FERRY_LIVE_MR)) {
         FERRY_WARN("deregMr(comm %p, %p): not a live ferry socket memory handle (deregistered "
                    "already?); NCCL must deregister each handle from regMr exactly once",
                    comm, mhandle);
@@ -206,10 +206,10 @@ static ferry_status_t ferry_sock_close_comm(void *comm, ferry_px_req_kind_t kind
      * Taken from the live list before anything is read: a second close (or
      * two racing ones) finds it gone and never touches the freed comm.
      */
-    if (!ferry_sock_live_take(comm, kind == FERRY_PX_SEND ? FERRY_SOCK_LIVE_SEND
-                                                          : FERRY_SOCK_LIVE_RECV)) {
-        int other = ferry_sock_live_has(comm, kind == FERRY_PX_SEND ? FERRY_SOCK_LIVE_RECV
-                                                                    : FERRY_SOCK_LIVE_SEND);
+    if (!ferry_live_take(comm, kind == FERRY_PX_SEND ? FERRY_LIVE_SEND
+                                                          : FERRY_LIVE_RECV)) {
+        int other = ferry_live_has(comm, kind == FERRY_PX_SEND ? FERRY_LIVE_RECV
+                                                                    : FERRY_LIVE_SEND);
 
         FERRY_WARN("%s(%p): not a live ferry socket %s comm (%s); NCCL must close each comm "
                    "exactly once, with the call of its kind", op, comm,

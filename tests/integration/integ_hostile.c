@@ -831,19 +831,24 @@ static void hostile_case_double_close(hostile_env_t *e)
     void *send_comm = NULL, *recv_comm = NULL, *mh = NULL, *comm = NULL, *listen2;
     char warn[192], handle2[NCCL_NET_HANDLE_MAXSIZE];
     static char buf[4096];
+    /* The WARNs name the backend ("not a live ferry socket ...", "... ferry ib ..."). */
+    const char *be = getenv("NCCL_FERRY_BACKEND") != NULL &&
+                     strcmp(getenv("NCCL_FERRY_BACKEND"), "ib") == 0 ? "ib" : "socket";
+    char expect[64];
     int from;
 
     hostile_real_connect(e, &send_comm, &recv_comm);
     hostile_real_xfer(e, send_comm, recv_comm, (size_t)1 << 20, 6100, "before the closes");
-    fit_log_expect("not a live ferry socket");
+    snprintf(expect, sizeof(expect), "not a live ferry %s", be);
+    fit_log_expect(expect);
 
     /* The wrong kind is refused, and the comm is left alone. */
     from = fit_log_lines();
-    snprintf(warn, sizeof(warn), "closeRecv(%p): not a live ferry socket recv comm (it is a "
-             "live send comm: left open)", send_comm);
+    snprintf(warn, sizeof(warn), "closeRecv(%p): not a live ferry %s recv comm (it is a "
+             "live send comm: left open)", send_comm, be);
     hostile_expect_refused(p->net->closeRecv(send_comm), "closeRecv(send comm)", from, warn);
-    snprintf(warn, sizeof(warn), "closeSend(%p): not a live ferry socket send comm (it is a "
-             "live recv comm: left open)", recv_comm);
+    snprintf(warn, sizeof(warn), "closeSend(%p): not a live ferry %s send comm (it is a "
+             "live recv comm: left open)", recv_comm, be);
     hostile_expect_refused(p->net->closeSend(recv_comm), "closeSend(recv comm)", from, warn);
     hostile_real_xfer(e, send_comm, recv_comm, (size_t)1 << 20, 6200,
                       "after closes of the wrong kind");
@@ -851,30 +856,30 @@ static void hostile_case_double_close(hostile_env_t *e)
     FIT_NCCL(p->net->regMr(send_comm, buf, sizeof(buf), NCCL_PTR_HOST, &mh));
     FIT_NCCL(p->net->deregMr(send_comm, mh));
     from = fit_log_lines();
-    snprintf(warn, sizeof(warn), "deregMr(comm %p, %p): not a live ferry socket memory handle",
-             send_comm, mh);
+    snprintf(warn, sizeof(warn), "deregMr(comm %p, %p): not a live ferry %s memory handle",
+             send_comm, mh, be);
     hostile_expect_refused(p->net->deregMr(send_comm, mh), "second deregMr", from, warn);
 
     FIT_NCCL(p->net->closeSend(send_comm));
     from = fit_log_lines();
-    snprintf(warn, sizeof(warn), "closeSend(%p): not a live ferry socket send comm (closed "
-             "already?)", send_comm);
+    snprintf(warn, sizeof(warn), "closeSend(%p): not a live ferry %s send comm (closed "
+             "already?)", send_comm, be);
     hostile_expect_refused(p->net->closeSend(send_comm), "second closeSend", from, warn);
     FIT_NCCL(p->net->closeRecv(recv_comm));
     from = fit_log_lines();
-    snprintf(warn, sizeof(warn), "closeRecv(%p): not a live ferry socket recv comm (closed "
-             "already?)", recv_comm);
+    snprintf(warn, sizeof(warn), "closeRecv(%p): not a live ferry %s recv comm (closed "
+             "already?)", recv_comm, be);
     hostile_expect_refused(p->net->closeRecv(recv_comm), "second closeRecv", from, warn);
 
     FIT_NCCL(p->net->closeListen(e->listen_comm));
     from = fit_log_lines();
-    snprintf(warn, sizeof(warn), "accept(%p): not a live ferry socket listen comm",
-             e->listen_comm);
+    snprintf(warn, sizeof(warn), "accept(%p): not a live ferry %s listen comm",
+             e->listen_comm, be);
     hostile_expect_refused(p->net->accept(e->listen_comm, &comm, &dev_handle),
                            "accept on a closed listen comm", from, warn);
     FIT_CHECK(comm == NULL, "accept on a closed listen comm gave a comm (%p)", comm);
-    snprintf(warn, sizeof(warn), "closeListen(%p): not a live ferry socket listen comm",
-             e->listen_comm);
+    snprintf(warn, sizeof(warn), "closeListen(%p): not a live ferry %s listen comm",
+             e->listen_comm, be);
     hostile_expect_refused(p->net->closeListen(e->listen_comm), "second closeListen", from, warn);
     e->listen_comm = NULL;
     fit_pass("second closeSend/closeRecv/closeListen/deregMr and a stale accept refused, "

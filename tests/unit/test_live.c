@@ -8,7 +8,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "socket/sock.h"
+#include "core/live.h"
 
 #define MANY 5000
 
@@ -17,31 +17,31 @@ static char objs[MANY][48];
 
 static void test_take_once(void **state)
 {
-    assert_int_equal(ferry_sock_live_count(), 0);
-    assert_int_equal(ferry_sock_live_add(objs[0], FERRY_SOCK_LIVE_SEND), FERRY_OK);
-    assert_true(ferry_sock_live_has(objs[0], FERRY_SOCK_LIVE_SEND));
-    assert_int_equal(ferry_sock_live_take(objs[0], FERRY_SOCK_LIVE_SEND), 1);
+    assert_int_equal(ferry_live_count(), 0);
+    assert_int_equal(ferry_live_add(objs[0], FERRY_LIVE_SEND), FERRY_OK);
+    assert_true(ferry_live_has(objs[0], FERRY_LIVE_SEND));
+    assert_int_equal(ferry_live_take(objs[0], FERRY_LIVE_SEND), 1);
     /* The second close of the same pointer. */
-    assert_int_equal(ferry_sock_live_take(objs[0], FERRY_SOCK_LIVE_SEND), 0);
-    assert_false(ferry_sock_live_has(objs[0], FERRY_SOCK_LIVE_SEND));
-    assert_int_equal(ferry_sock_live_count(), 0);
+    assert_int_equal(ferry_live_take(objs[0], FERRY_LIVE_SEND), 0);
+    assert_false(ferry_live_has(objs[0], FERRY_LIVE_SEND));
+    assert_int_equal(ferry_live_count(), 0);
 }
 
 /* A live object of one kind does not pass for another, and is not taken by the wrong close. */
 static void test_kinds_apart(void **state)
 {
-    assert_int_equal(ferry_sock_live_add(objs[1], FERRY_SOCK_LIVE_RECV), FERRY_OK);
-    assert_int_equal(ferry_sock_live_add(objs[2], FERRY_SOCK_LIVE_MR), FERRY_OK);
-    assert_false(ferry_sock_live_has(objs[1], FERRY_SOCK_LIVE_SEND));
-    assert_int_equal(ferry_sock_live_take(objs[1], FERRY_SOCK_LIVE_SEND), 0);
-    assert_int_equal(ferry_sock_live_take(objs[2], FERRY_SOCK_LIVE_LISTEN), 0);
-    assert_true(ferry_sock_live_has(objs[1], FERRY_SOCK_LIVE_RECV));
-    assert_true(ferry_sock_live_has(objs[2], FERRY_SOCK_LIVE_MR));
-    assert_false(ferry_sock_live_has(NULL, FERRY_SOCK_LIVE_MR));
-    assert_false(ferry_sock_live_has(objs[3], FERRY_SOCK_LIVE_MR));
-    assert_int_equal(ferry_sock_live_take(objs[1], FERRY_SOCK_LIVE_RECV), 1);
-    assert_int_equal(ferry_sock_live_take(objs[2], FERRY_SOCK_LIVE_MR), 1);
-    assert_int_equal(ferry_sock_live_count(), 0);
+    assert_int_equal(ferry_live_add(objs[1], FERRY_LIVE_RECV), FERRY_OK);
+    assert_int_equal(ferry_live_add(objs[2], FERRY_LIVE_MR), FERRY_OK);
+    assert_false(ferry_live_has(objs[1], FERRY_LIVE_SEND));
+    assert_int_equal(ferry_live_take(objs[1], FERRY_LIVE_SEND), 0);
+    assert_int_equal(ferry_live_take(objs[2], FERRY_LIVE_LISTEN), 0);
+    assert_true(ferry_live_has(objs[1], FERRY_LIVE_RECV));
+    assert_true(ferry_live_has(objs[2], FERRY_LIVE_MR));
+    assert_false(ferry_live_has(NULL, FERRY_LIVE_MR));
+    assert_false(ferry_live_has(objs[3], FERRY_LIVE_MR));
+    assert_int_equal(ferry_live_take(objs[1], FERRY_LIVE_RECV), 1);
+    assert_int_equal(ferry_live_take(objs[2], FERRY_LIVE_MR), 1);
+    assert_int_equal(ferry_live_count(), 0);
 }
 
 /* Thousands of objects (the table grows), taken in a scrambled order: each exactly once. */
@@ -51,11 +51,11 @@ static void test_many_scrambled(void **state)
     int i;
 
     for (i = 0; i < MANY; i++) {
-        assert_int_equal(ferry_sock_live_add(objs[i], (ferry_sock_live_kind_t)(1 + i % 4)),
+        assert_int_equal(ferry_live_add(objs[i], (ferry_live_kind_t)(1 + i % 4)),
                          FERRY_OK);
         order[i] = i;
     }
-    assert_int_equal(ferry_sock_live_count(), MANY);
+    assert_int_equal(ferry_live_count(), MANY);
     srand(99);
     for (i = MANY - 1; i > 0; i--) {
         int j = rand() % (i + 1), t = order[i];
@@ -66,15 +66,15 @@ static void test_many_scrambled(void **state)
     for (i = 0; i < MANY; i++) {
         int k = order[i], m;
 
-        assert_int_equal(ferry_sock_live_take(objs[k], (ferry_sock_live_kind_t)(1 + k % 4)), 1);
-        assert_int_equal(ferry_sock_live_take(objs[k], (ferry_sock_live_kind_t)(1 + k % 4)), 0);
+        assert_int_equal(ferry_live_take(objs[k], (ferry_live_kind_t)(1 + k % 4)), 1);
+        assert_int_equal(ferry_live_take(objs[k], (ferry_live_kind_t)(1 + k % 4)), 0);
         /* Every 500 takes: all the others still there (the erase kept probe runs intact). */
         if (i % 500 == 0)
             for (m = i + 1; m < MANY; m++)
-                assert_true(ferry_sock_live_has(objs[order[m]],
-                                                (ferry_sock_live_kind_t)(1 + order[m] % 4)));
+                assert_true(ferry_live_has(objs[order[m]],
+                                                (ferry_live_kind_t)(1 + order[m] % 4)));
     }
-    assert_int_equal(ferry_sock_live_count(), 0);
+    assert_int_equal(ferry_live_count(), 0);
 }
 
 /* Racing closes of the same objects: exactly one wins each. */
@@ -88,7 +88,7 @@ static void *race_take(void *arg)
     int i;
 
     for (i = 0; i < 1000; i++)
-        r->won += ferry_sock_live_take(objs[i], FERRY_SOCK_LIVE_SEND);
+        r->won += ferry_live_take(objs[i], FERRY_LIVE_SEND);
     return NULL;
 }
 
@@ -99,7 +99,7 @@ static void test_racing_takes(void **state)
     int i, total = 0;
 
     for (i = 0; i < 1000; i++)
-        assert_int_equal(ferry_sock_live_add(objs[i], FERRY_SOCK_LIVE_SEND), FERRY_OK);
+        assert_int_equal(ferry_live_add(objs[i], FERRY_LIVE_SEND), FERRY_OK);
     memset(r, 0, sizeof(r));
     for (i = 0; i < 4; i++)
         assert_int_equal(pthread_create(&t[i], NULL, race_take, &r[i]), 0);
@@ -108,7 +108,7 @@ static void test_racing_takes(void **state)
         total += r[i].won;
     }
     assert_int_equal(total, 1000);
-    assert_int_equal(ferry_sock_live_count(), 0);
+    assert_int_equal(ferry_live_count(), 0);
 }
 
 int main(void)
