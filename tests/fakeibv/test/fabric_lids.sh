@@ -102,5 +102,10 @@ for n in b c; do
 done
 left=$(find "$fabric" -type s | wc -l)
 [ "$left" -eq 0 ] || fail "$left socket file(s) left after B and C exited"
-if [ -e "$root_b" ] || [ -e "$root_c" ]; then fail "a sysfs root outlived its process"; fi
+# The tree goes at the owner's exit; a loaded machine (sanitizer builds) may take a moment.
+for _ in $(seq 50); do
+    [ -e "$root_b" ] || [ -e "$root_c" ] || break
+    sleep 0.1
+done
+if [ -e "$root_b" ] || [ -e "$root_c" ]; then fail "a sysfs root outlived its process by 5 s"; fi
 echo "PASS: LIDs unique across pid namespaces, stale LID reclaimed, B<->C connected (streaming: one-copy probe failed as it must)"
