@@ -234,7 +234,12 @@ void fakeibv_qp_advance_locked(struct fakeibv_qp *qp)
         }
         qp->sq_ack++;
     }
-    pthread_cond_broadcast(&qp->cond);
+    /* Of the threads sleeping on cond, only the tx thread with a broken
+     * peer (its retry timer watches sq_ack) cares about completions; a
+     * wake-up per ACK would just bounce the idle tx thread and any
+     * responder waiting for a receive WQE, on every WR. */
+    if (qp->broken)
+        pthread_cond_broadcast(&qp->cond);
 }
 
 void fakeibv_qp_set_broken_locked(struct fakeibv_qp *qp)
