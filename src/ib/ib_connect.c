@@ -135,13 +135,6 @@ static ferry_status_t ferry_ib_stage_create(const ferry_ctx_t *ctx, int dev, fer
     return FERRY_OK;
 }
 
-/* Errors after which the listener may simply not be up yet, or the network blinked. */
-static int ferry_ib_conn_retryable(int err)
-{
-    return err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH ||
-           err == ENETUNREACH || err == ECONNRESET || err == ECONNABORTED || err == EAGAIN;
-}
-
 static ferry_status_t ferry_ib_conn_error(ferry_ib_conn_stage_t *st, int rc)
 {
     const ferry_config_t *cfg = &ferry_ib_core_cfg;
@@ -150,7 +143,7 @@ static ferry_status_t ferry_ib_conn_error(ferry_ib_conn_stage_t *st, int rc)
     if (st->fd >= 0)
         close(st->fd);
     st->fd = -1;
-    if (st->state <= FERRY_IB_CONN_CONNECTING && ferry_ib_conn_retryable(err) &&
+    if (st->state <= FERRY_IB_CONN_CONNECTING && ferry_sock_connect_retryable(err) &&
         st->attempts < cfg->retry_cnt) {
         st->attempts++;
         st->state = FERRY_IB_CONN_CLOSED;

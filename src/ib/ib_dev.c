@@ -34,10 +34,7 @@ static ferry_status_t ferry_ib_oob_pick(const ferry_config_t *cfg, ferry_ib_stat
     snprintf(st->oob_ifname, sizeof(st->oob_ifname), "%s", ifc.name);
     st->oob_sa = ifc.addr;
     st->oob_sa_len = (unsigned)ifc.addr_len;
-    if (st->oob_sa.ss_family == AF_INET)
-        ((struct sockaddr_in *)&st->oob_sa)->sin_port = 0;
-    else
-        ((struct sockaddr_in6 *)&st->oob_sa)->sin6_port = 0;
+    ferry_sock_addr_any_port(&st->oob_sa);
     if (getnameinfo((struct sockaddr *)&st->oob_sa, ifc.addr_len, st->oob_addr,
                     sizeof(st->oob_addr), NULL, 0, NI_NUMERICHOST) != 0)
         snprintf(st->oob_addr, sizeof(st->oob_addr), "?");

@@ -32,10 +32,7 @@ ferry_status_t ferry_ib_listen(ferry_ctx_t *ctx, int dev, void *handle, void **l
         return FERRY_ERR_NO_MEMORY;
     addr = ferry_ib_state.oob_sa;
     addr_len = ferry_ib_state.oob_sa_len;
-    if (addr.ss_family == AF_INET)
-        ((struct sockaddr_in *)&addr)->sin_port = 0;
-    else if (addr.ss_family == AF_INET6)
-        ((struct sockaddr_in6 *)&addr)->sin6_port = 0;
+    ferry_sock_addr_any_port(&addr);
     lc->fd = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (lc->fd < 0) {
         FERRY_WARN("listen(dev=%d, %s): socket() on the OOB address %s (%s) failed: %s",
@@ -70,14 +67,7 @@ ferry_status_t ferry_ib_listen(ferry_ctx_t *ctx, int dev, void *handle, void **l
     h->nlanes = 1;
     h->family = addr.ss_family;
     h->token = lc->token;
-    if (addr.ss_family == AF_INET) {
-        h->port = ((struct sockaddr_in *)&addr)->sin_port;
-        memcpy(h->addr, &((struct sockaddr_in *)&addr)->sin_addr, 4);
-    } else {
-        h->port = ((struct sockaddr_in6 *)&addr)->sin6_port;
-        memcpy(h->addr, &((struct sockaddr_in6 *)&addr)->sin6_addr, 16);
-        h->scope_id = ((struct sockaddr_in6 *)&addr)->sin6_scope_id;
-    }
+    ferry_sock_addr_to_wire(&addr, &h->family, &h->port, h->addr, &h->scope_id);
     FERRY_INFO(FERRY_LOG_NET, "ib listening on %s (%s) for %s", lc->addr_str,
                ferry_ib_state.oob_ifname, ferry_ib_dev_name(dev));
     *listen_comm_p = lc;

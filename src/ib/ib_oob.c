@@ -121,25 +121,5 @@ void ferry_ib_oob_bye(int fd)
 int ferry_ib_handle_sockaddr(const ferry_ib_handle_t *h, struct sockaddr_storage *ss,
                              socklen_t *len_p)
 {
-    memset(ss, 0, sizeof(*ss));
-    if (h->family == AF_INET) {
-        struct sockaddr_in *in = (struct sockaddr_in *)ss;
-
-        in->sin_family = AF_INET;
-        in->sin_port = h->port;
-        memcpy(&in->sin_addr, h->addr, 4);
-        *len_p = sizeof(*in);
-        return 0;
-    }
-    if (h->family == AF_INET6) {
-        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
-
-        in6->sin6_family = AF_INET6;
-        in6->sin6_port = h->port;
-        in6->sin6_scope_id = h->scope_id;
-        memcpy(&in6->sin6_addr, h->addr, 16);
-        *len_p = sizeof(*in6);
-        return 0;
-    }
-    return -1;
+    return ferry_sock_addr_from_wire(ss, len_p, h->family, h->port, h->addr, h->scope_id);
 }

@@ -64,10 +64,7 @@ ferry_status_t ferry_sock_listen(ferry_ctx_t *ctx, int dev, void *handle, void *
     addr = d->ifc.addr;
     addr_len = d->ifc.addr_len;
     /* Port 0: the kernel picks one; the handle tells the peer. */
-    if (addr.ss_family == AF_INET)
-        ((struct sockaddr_in *)&addr)->sin_port = 0;
-    else
-        ((struct sockaddr_in6 *)&addr)->sin6_port = 0;
+    ferry_sock_addr_any_port(&addr);
     if (bind(lc->fd, (struct sockaddr *)&addr, addr_len) != 0 ||
         listen(lc->fd, 16384) != 0 ||
         getsockname(lc->fd, (struct sockaddr *)&addr, &addr_len) != 0) {
@@ -94,14 +91,7 @@ ferry_status_t ferry_sock_listen(ferry_ctx_t *ctx, int dev, void *handle, void *
     h->nlanes = (uint16_t)lc->nlanes;
     h->family = addr.ss_family;
     h->token = lc->token;
-    if (addr.ss_family == AF_INET) {
-        h->port = ((struct sockaddr_in *)&addr)->sin_port;
-        memcpy(h->addr, &((struct sockaddr_in *)&addr)->sin_addr, 4);
-    } else {
-        h->port = ((struct sockaddr_in6 *)&addr)->sin6_port;
-        memcpy(h->addr, &((struct sockaddr_in6 *)&addr)->sin6_addr, 16);
-        h->scope_id = ((struct sockaddr_in6 *)&addr)->sin6_scope_id;
-    }
+    ferry_sock_addr_to_wire(&addr, &h->family, &h->port, h->addr, &h->scope_id);
     FERRY_INFO(FERRY_LOG_NET, "listening on %s (%s), %d streams per connection", lc->addr_str,
                d->ifc.name, lc->nlanes);
     *listen_comm_p = lc;

@@ -82,27 +82,17 @@ static ferry_status_t ferry_sock_stage_create(int dev, ferry_sock_handle_t *h,
         return FERRY_ERR_NO_MEMORY;
     st->dev = dev;
     st->nlanes = h->nlanes;
-    if (h->family == AF_INET) {
-        struct sockaddr_in *in = (struct sockaddr_in *)&st->addr;
-
-        in->sin_family = AF_INET;
-        in->sin_port = h->port;
-        memcpy(&in->sin_addr, h->addr, 4);
-        st->addr_len = sizeof(*in);
-    } else {
+    ferry_sock_addr_from_wire(&st->addr, &st->addr_len, h->family == AF_INET ? AF_INET : AF_INET6,
+                              h->port, h->addr, h->scope_id);
+    if (h->family != AF_INET) {
         struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&st->addr;
 
-        in6->sin6_family = AF_INET6;
-        in6->sin6_port = h->port;
-        memcpy(&in6->sin6_addr, h->addr, 16);
         /*
          * A link-local address only means something with an interface: ours,
          * the one NCCL connects from, not the listener's index on its host.
          */
-        in6->sin6_scope_id = h->scope_id;
         if (IN6_IS_ADDR_LINKLOCAL(&in6->sin6_addr) && dev >= 0 && dev < ferry_sock_state.ndev)
             in6->sin6_scope_id = if_nametoindex(ferry_sock_state.devs[dev].ifc.name);
-        st->addr_len = sizeof(*in6);
     }
     ferry_sock_addr_str((struct sockaddr *)&st->addr, st->peer, sizeof(st->peer));
     for (i = 0; i < st->nlanes; i++) {
@@ -123,13 +113,6 @@ static ferry_status_t ferry_sock_stage_create(int dev, ferry_sock_handle_t *h,
     return FERRY_OK;
 }
 
-/* Errors after which the listener may simply not be up yet, or the network blinked. */
-static int ferry_sock_conn_retryable(int err)
-{
-    return err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH ||
-           err == ENETUNREACH || err == ECONNRESET || err == ECONNABORTED || err == EAGAIN;
-}
-
 static ferry_status_t ferry_sock_conn_lane_error(ferry_sock_conn_stage_t *st, int lane, int err)
 {
     ferry_sock_conn_lane_t *l = &st->lanes[lane];
@@ -138,7 +121,7 @@ static ferry_status_t ferry_sock_conn_lane_error(ferry_sock_conn_stage_t *st, in
     if (l->fd >= 0)
         close(l->fd);
     l->fd = -1;
-    if (ferry_sock_conn_retryable(err) && l->attempts < cfg->retry_cnt) {
+    if (ferry_sock_connect_retryable(err) && l->attempts < cfg->retry_cnt) {
         l->attempts++;
         l->state = FERRY_SOCK_CONN_CLOSED;
         l->hello_sent = 0;

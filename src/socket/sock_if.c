@@ -1,3 +1,4 @@
+#include <errno.h>
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <stdio.h>
@@ -231,4 +232,60 @@ int ferry_sock_if_find(const char *ifname_list, int family, ferry_sock_if_t *ifs
 out:
     freeifaddrs(list);
     return n;
+}
+
+void ferry_sock_addr_to_wire(const struct sockaddr_storage *sa, uint16_t *family,
+                             uint16_t *port, uint8_t addr[16], uint32_t *scope_id)
+{
+    *family = sa->ss_family;
+    memset(addr, 0, 16);
+    *scope_id = 0;
+    if (sa->ss_family == AF_INET) {
+        *port = ((const struct sockaddr_in *)sa)->sin_port;
+        memcpy(addr, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+    } else {
+        *port = ((const struct sockaddr_in6 *)sa)->sin6_port;
+        memcpy(addr, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+        *scope_id = ((const struct sockaddr_in6 *)sa)->sin6_scope_id;
+    }
+}
+
+int ferry_sock_addr_from_wire(struct sockaddr_storage *sa, socklen_t *len_p, uint16_t family,
+                              uint16_t port, const uint8_t addr[16], uint32_t scope_id)
+{
+    memset(sa, 0, sizeof(*sa));
+    if (family == AF_INET) {
+        struct sockaddr_in *in = (struct sockaddr_in *)sa;
+
+        in->sin_family = AF_INET;
+        in->sin_port = port;
+        memcpy(&in->sin_addr, addr, 4);
+        *len_p = sizeof(*in);
+        return 0;
+    }
+    if (family == AF_INET6) {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)sa;
+
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = port;
+        in6->sin6_scope_id = scope_id;
+        memcpy(&in6->sin6_addr, addr, 16);
+        *len_p = sizeof(*in6);
+        return 0;
+    }
+    return -1;
+}
+
+void ferry_sock_addr_any_port(struct sockaddr_storage *sa)
+{
+    if (sa->ss_family == AF_INET)
+        ((struct sockaddr_in *)sa)->sin_port = 0;
+    else if (sa->ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)sa)->sin6_port = 0;
+}
+
+int ferry_sock_connect_retryable(int err)
+{
+    return err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH ||
+           err == ENETUNREACH || err == ECONNRESET || err == ECONNABORTED || err == EAGAIN;
 }

@@ -8,6 +8,7 @@
 #define FERRY_SOCK_IF_H
 
 #include <net/if.h>
+#include <stdint.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -37,6 +38,20 @@ int ferry_sock_filter_match(const ferry_sock_filter_t *filter, const char *ifnam
  * family AF_UNSPEC means both. Returns the count (0: none usable).
  */
 int ferry_sock_if_find(const char *ifname_list, int family, ferry_sock_if_t *ifs, int max);
+
+/*
+ * Socket addresses as a handle carries them (family, port in network order,
+ * 16 address bytes, IPv6 scope), shared by both backends' listen handles.
+ */
+void ferry_sock_addr_to_wire(const struct sockaddr_storage *sa, uint16_t *family,
+                             uint16_t *port, uint8_t addr[16], uint32_t *scope_id);
+/* 0 and the address in sa / len_p, or -1 for a family other than AF_INET/AF_INET6. */
+int ferry_sock_addr_from_wire(struct sockaddr_storage *sa, socklen_t *len_p, uint16_t family,
+                              uint16_t port, const uint8_t addr[16], uint32_t scope_id);
+/* Port 0: bind() then lets the kernel pick one. */
+void ferry_sock_addr_any_port(struct sockaddr_storage *sa);
+/* 1 for connect() errors after which the listener may not be up yet, or the network blinked. */
+int ferry_sock_connect_retryable(int err);
 
 /* "1.2.3.4:5678" or "[fe80::1%eth0]:5678". */
 void ferry_sock_addr_str(const struct sockaddr *sa, char *buf, size_t len);
