@@ -83,18 +83,29 @@ static void wait_woken_or_timer(ferry_px_stream_t *c, int w, uint64_t n, uint64_
     assert_true(woken_post(c, w) == n || woken_timer(c, w) > timer);
 }
 
-/* The registry's dump as text (free() it); at least one comm must be live. */
-static char *dump_text(void)
+/*
+ * The registry's dump as text into *text (free() it); at least one comm must
+ * be live. The stream writes the buffer's address into *text until fclose(),
+ * so *text is the caller's variable, which outlives every use of the text: a
+ * local of this function would hand the stream an address that dies here,
+ * and gcc -O3 (inlining this) then takes pointers into the text for pointers
+ * to that dead local (-Wdangling-pointer). The stream is closed before the
+ * checks, so a failing one (cmocka longjmps out) leaves no open stream
+ * holding that address for exit() to flush through.
+ */
+static void dump_text(char **text)
 {
-    char *text = NULL;
     size_t len = 0;
-    FILE *mem = open_memstream(&text, &len);
+    FILE *mem;
+    int n;
 
+    *text = NULL;
+    mem = open_memstream(text, &len);
     assert_non_null(mem);
-    assert_true(ferry_px_registry_dump(mem) >= 1);
+    n = ferry_px_registry_dump(mem);
     fclose(mem);
-    assert_non_null(text);
-    return text;
+    assert_true(n >= 1);
+    assert_non_null(*text);
 }
 
 static void park(ferry_px_stream_t *c, int lane, uint32_t seq)
@@ -185,7 +196,7 @@ static void test_send_post_wakes_one_per_chunk_and_dump(void **state)
         assert_true(atomic_load(&st->idle_sweeps) <= atomic_load(&st->sweeps));
     }
 
-    text = dump_text();
+    dump_text(&text);
     assert_non_null(strstr(text, "thread 0 (ferry-s"));
     assert_non_null(strstr(text, "thread 3 (ferry-s"));
     assert_non_null(strstr(text, "woken 1 by posts"));
@@ -208,7 +219,7 @@ static void test_dump_without_helpers(void **state)
     assert_int_equal(ferry_px_stream_init(c, FERRY_PX_RECV, "test", "10.0.0.9:9", 1, 0, 64 << 10,
                                         1 << 20, &idle_ops, &test_ring_ops), FERRY_OK);
     assert_int_equal(ferry_px_stream_start(c), FERRY_OK);
-    text = dump_text();
+    dump_text(&text);
     /* This comm's section: from its line to the next comm's, if any. */
     own = strstr(text, "peer 10.0.0.9:9");
     assert_non_null(own);
@@ -266,7 +277,7 @@ static void test_message_timeline(void **state)
     /* Generous upper bounds: a loaded runner may stretch sleeps, not shrink them. */
     assert_true(atomic_load(&t->wait_ns) < 2000000000ULL);
 
-    text = dump_text();
+    dump_text(&text);
     own = strstr(text, "peer 10.0.0.7:7");
     assert_non_null(own);
     assert_non_null(strstr(own, "1 messages done; on average "));
