@@ -27,8 +27,9 @@
 static atomic_int abi_warn_count;
 
 /* An ncclDebugLogger_t: counts WARNs, echoes them (and all lines if ABI_VERBOSE). */
-static void abi_log(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
-                    const char *fmt, ...)
+static void __attribute__((format(printf, 5, 6)))
+abi_log(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
+        const char *fmt, ...)
 {
     va_list ap;
 

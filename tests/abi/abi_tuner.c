@@ -22,8 +22,9 @@
 static char abi_last_info[512];
 static int abi_warns;
 
-static void abi_log(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
-                    const char *fmt, ...)
+static void __attribute__((format(printf, 5, 6)))
+abi_log(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
+        const char *fmt, ...)
 {
     va_list ap;
 

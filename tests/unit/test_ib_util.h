@@ -25,8 +25,9 @@ static int test_ib_log_levels[TEST_IB_LOG_MAX];
 static int test_ib_log_n;
 static pthread_mutex_t test_ib_log_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static inline void test_ib_log_capture(int level, unsigned long flags, const char *file, int line,
-                                       const char *fmt, ...)
+static inline void __attribute__((format(printf, 5, 6)))
+test_ib_log_capture(int level, unsigned long flags, const char *file, int line, const char *fmt,
+                    ...)
 {
     va_list ap;
 

@@ -46,7 +46,7 @@ static int eth;
 static const char *self_exe;
 
 /* Reads a whole small file without its trailing newline; "" if absent. */
-static const char *slurp(const char *fmt, ...)
+static __attribute__((format(printf, 1, 2))) const char *slurp(const char *fmt, ...)
 {
     static char buf[4][256];
     static int k;
@@ -72,7 +72,8 @@ static const char *slurp(const char *fmt, ...)
     return out;
 }
 
-static int exists(const char *fmt, ...)
+static int __attribute__((format(printf, 1, 2)))
+exists(const char *fmt, ...)
 {
     char path[PATH_MAX];
     struct stat st;
