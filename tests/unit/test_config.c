@@ -15,6 +15,7 @@
 
 /* The last WARN ferry logged, to check messages by content. */
 static char last_warn[512];
+__attribute__((format(printf, 5, 6)))
 static void capture_log(int level, unsigned long flags, const char *file, int line,
                         const char *fmt, ...)
 {
