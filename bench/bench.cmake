@@ -1,6 +1,6 @@
 # ferry-bench: ferry against plain TCP between two processes (bench/README.md).
 # It reuses the integration harness (plugin loading, connect/accept loops,
-# logger) and links ferry_core for ferry_config_load(), so the raw mode uses
+# logger) and links ferry_core for ferry_sock_config_load(), so the raw mode uses
 # exactly the streams and threads ferry derives. Built even without tests.
 set(FERRY_BENCH_DIR ${CMAKE_CURRENT_LIST_DIR})
 set(FERRY_HARNESS_DIR ${PROJECT_SOURCE_DIR}/tests/integration)

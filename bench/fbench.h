@@ -12,7 +12,7 @@
  *   ferry  the plugin, dlopened and driven through ncclNetPlugin_v11 by one
  *          proxy-like thread per side that loops over every connection.
  *   raw    plain TCP with the same streams and threads ferry would use (from
- *          ferry_config_load(), so the derivation lives in one place): the
+ *          ferry_sock_config_load(), so the derivation lives in one place): the
  *          ceiling the plugin is measured against.
  */
 #ifndef FERRY_BENCH_FBENCH_H
@@ -25,7 +25,7 @@
 
 #define FB_MAX_CONNS      32
 #define FB_MAX_CONN_LIST  8
-#define FB_MAX_STREAMS    64                  /* As FERRY_MAX_STREAMS in src/core/config.c. */
+#define FB_MAX_STREAMS    64                  /* As socket/sock_config.c's maximum. */
 #define FB_MAX_DEPTH      FIT_MAX_DEPTH
 #define FB_MAX_REPS       15
 #define FB_ARENA_CAP      ((size_t)256 << 20) /* Message buffer bytes per side at most. */

@@ -20,7 +20,7 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 
-#include "core/config.h"
+#include "socket/sock_config.h"
 #include "fbench.h"
 
 #ifndef FERRY_BENCH_DEFAULT_PLUGIN
@@ -195,12 +195,13 @@ static void fb_parse(fb_opts_t *o, int argc, char **argv)
     FIT_CHECK(o->timeout_s >= 1, "--timeout must be at least 1 s");
 }
 
-/* Streams, threads and chunking from ferry's own config code, never re-derived here. */
+/* Streams, threads and chunking from the socket backend's config code, never re-derived here. */
 static void fb_load_ferry_config(fb_opts_t *o)
 {
-    ferry_config_t cfg;
+    ferry_sock_config_t cfg;
 
-    FIT_CHECK(ferry_config_load(&cfg) == FERRY_OK, "ferry's configuration is invalid (above)");
+    FIT_CHECK(ferry_sock_config_load(&cfg) == FERRY_OK,
+              "ferry's configuration is invalid (above)");
     o->streams   = cfg.streams;
     o->threads   = cfg.threads;
     o->raw_threads = cfg.threads > 0 ? cfg.threads : 1;

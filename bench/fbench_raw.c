@@ -3,7 +3,7 @@
  * the ceiling ferry is measured against.
  *
  * Each connection gets ferry's number of TCP streams and helper threads
- * (ferry_config_load(): NCCL_FERRY_STREAMS/THREADS or NCCL_SOCKET_NTHREADS x
+ * (ferry_sock_config_load(): NCCL_FERRY_STREAMS/THREADS or NCCL_SOCKET_NTHREADS x
  * NCCL_NSOCKS_PERTHREAD), at least one thread (where ferry has no helpers,
  * NCCL's one thread moves everything; raw then gets one thread per
  * connection); stream k belongs to thread k % threads. A message

@@ -1,8 +1,11 @@
 /*
- * ferry's configuration: every variable in one table (name, default, help),
- * parsed once from the environment into a ferry_config_t that is then
- * read-only. NCCL copies nccl.conf entries into the environment, so getenv
- * sees them too.
+ * ferry's process-wide configuration: the variables both backends read (the
+ * backend, the interface and family, connect retries, the hello timeout, the
+ * dump signal, the stall warning) and the tuner's, in one table (name,
+ * default, help), parsed once from the environment into a ferry_config_t
+ * that is then read-only. Each backend owns its own variables and parses
+ * them at its init: socket/sock_config.h, ib/ib_config.h. NCCL copies
+ * nccl.conf entries into the environment, so getenv sees them too.
  */
 #ifndef FERRY_CORE_CONFIG_H
 #define FERRY_CORE_CONFIG_H
@@ -22,34 +25,14 @@ typedef enum ferry_cfg_id {
     FERRY_CFG_BACKEND,
     FERRY_CFG_SOCKET_IFNAME,
     FERRY_CFG_SOCKET_FAMILY,
-    FERRY_CFG_SOCKET_NTHREADS,
-    FERRY_CFG_NSOCKS_PERTHREAD,
-    FERRY_CFG_STREAMS,
-    FERRY_CFG_THREADS,
-    FERRY_CFG_CHUNK_MIN,
-    FERRY_CFG_CHUNK_MAX,
-    FERRY_CFG_SOCKET_SNDBUF,
-    FERRY_CFG_SOCKET_RCVBUF,
     FERRY_CFG_RETRY_CNT,
     FERRY_CFG_RETRY_SLEEP_MS,
     FERRY_CFG_HELLO_TIMEOUT_MS,
     FERRY_CFG_DUMP_SIGNAL,
-    FERRY_CFG_SPIN_US,
-    FERRY_CFG_INJECT_DELAY_US,
-    FERRY_CFG_SPEED_MBPS,
-    FERRY_CFG_INLINE_MAX,
-    FERRY_CFG_NOTSENT_LOWAT,
-    FERRY_CFG_ASSIST_MAX,
-    FERRY_CFG_ZEROCOPY,
-    FERRY_CFG_ZEROCOPY_MIN,
     FERRY_CFG_TUNER,
     FERRY_CFG_TUNER_LL_BW,
     FERRY_CFG_TUNER_CHANNEL_BYTES,
-    FERRY_CFG_SOLO_MAX,
     FERRY_CFG_STALL_WARN_S,
-    FERRY_CFG_GPU_STAGING,
-    FERRY_CFG_EPOLL,
-    FERRY_CFG_SOCKET_TIMEOUT_S,
     FERRY_CFG_COUNT
 } ferry_cfg_id_t;
 
@@ -63,34 +46,14 @@ typedef struct ferry_config {
     ferry_backend_kind_t backend;  /* NCCL_FERRY_BACKEND. */
     char   socket_ifname[256];     /* NCCL_SOCKET_IFNAME, "" = NCCL's default order. */
     int    socket_family;          /* NCCL_SOCKET_FAMILY: AF_UNSPEC, AF_INET or AF_INET6. */
-    int    socket_nthreads;        /* NCCL_SOCKET_NTHREADS as given, 0 = unset. */
-    int    nsocks_perthread;       /* NCCL_NSOCKS_PERTHREAD as given, 0 = unset. */
-    int    streams;                /* Effective TCP streams per connection (1..64). */
-    int    threads;                /* Effective helper threads per comm (1..streams). */
-    size_t chunk_min;              /* Smallest chunk a message is cut into. */
-    size_t chunk_max;              /* Largest chunk. */
-    int    sndbuf;                 /* SO_SNDBUF, -1 = kernel default. */
-    int    rcvbuf;                 /* SO_RCVBUF, -1 = kernel default. */
     int    retry_cnt;              /* Connect retries on refused/unreachable. */
     int    retry_sleep_ms;         /* Linear back-off step between retries. */
     int    hello_timeout_ms;       /* Pending inbound stream dropped after this. */
     int    dump_signal;            /* Signal number that dumps state, 0 = off. */
-    int    spin_us;                /* Helper threads poll this long before sleeping; -1 = auto. */
-    int    inject_delay_us;        /* Test knob: delay every chunk completion by this much. */
-    int    speed_mbps;             /* Reported device speed; -1: sysfs, or a default per kind. */
-    size_t inline_max;             /* isends up to this size leave from NCCL's thread itself. */
-    int    notsent_lowat;          /* TCP_NOTSENT_LOWAT on data streams, 0 = kernel default. */
-    long long assist_max;          /* test() moves lane 0 for messages up to this; -1: inline_max. */
-    int    zerocopy;               /* 1: chunks of zerocopy_min bytes or more go MSG_ZEROCOPY; 2: even where copied. */
-    size_t zerocopy_min;
     int    tuner;                  /* 1: the bundled NCCL tuner corrects NCCL's cost model. */
     int    tuner_ll_bw;            /* MB/s of bus bandwidth LL/LL128 reach over a host-staged net. */
     size_t tuner_channel_bytes;    /* Simple collectives: bytes per channel before adding one. */
-    size_t solo_max;               /* A comm alone in the process: NCCL's thread moves up to this. */
     int    stall_warn_s;           /* test() WARNs once about a request without progress this long; 0 off. */
-    int    gpu_staging;            /* 1: the socket backend takes GPU buffers (socket/sock_gpu.h). */
-    int    epoll;                  /* 1: helper threads wait in epoll instead of poll. */
-    int    socket_timeout_s;       /* Keepalive + TCP_USER_TIMEOUT on data streams: a silent peer fails after this; 0 off. */
     ferry_cfg_src_t src[FERRY_CFG_COUNT];
 } ferry_config_t;
 

@@ -1,8 +1,8 @@
 /*
  * The table behind every configuration struct: one row per environment
  * variable (name, kind, field, default, range, what is accepted), parsed
- * into any struct with a parallel array of sources. core/config.c and
- * ib/ib_config.c each own one table.
+ * into any struct with a parallel array of sources. core/config.c,
+ * socket/sock_config.c and ib/ib_config.c each own one table.
  */
 #ifndef FERRY_CORE_CONFIG_TABLE_H
 #define FERRY_CORE_CONFIG_TABLE_H

@@ -8,6 +8,7 @@
 #include "core/backend.h"
 #include "core/live.h"
 #include "proxy/stream.h"
+#include "socket/sock_config.h"
 #include "socket/sock_gpu.h"
 #include "socket/sock_if.h"
 #include "socket/sock_wire.h"
@@ -30,10 +31,11 @@ typedef struct ferry_sock_dev {
 
 /* Process-wide state: written once by init (under api.c's lock), then read-only. */
 typedef struct ferry_sock_state {
-    ferry_config_t   cfg;
-    int              ndev;
-    ferry_sock_dev_t devs[FERRY_SOCK_IF_MAX];
-    int              gpu;       /* GPU buffers are taken (sock_gpu.h). */
+    ferry_config_t      core; /* Process-wide: interface, retries, hello timeout, stall warning. */
+    ferry_sock_config_t cfg;  /* The socket backend's own variables (sock_config.h). */
+    int                 ndev;
+    ferry_sock_dev_t    devs[FERRY_SOCK_IF_MAX];
+    int                 gpu;  /* GPU buffers are taken (sock_gpu.h). */
 } ferry_sock_state_t;
 
 extern ferry_sock_state_t ferry_sock_state;
@@ -160,8 +162,8 @@ static inline void ferry_sock_magic_clear(uint64_t *magic)
 }
 
 
-/* sock_dev.c */
-ferry_status_t ferry_sock_init(const ferry_config_t *cfg);
+/* sock_dev.c: init parses the socket backend's variables (sock_config.h) first. */
+ferry_status_t ferry_sock_init(const ferry_config_t *core);
 void ferry_sock_fini(void);
 ferry_status_t ferry_sock_devices(int *ndev_p);
 ferry_status_t ferry_sock_get_properties(int dev, ferry_props_t *props_p);

@@ -158,7 +158,7 @@ static void ferry_sock_group_evict(ferry_sock_listen_comm_t *lc)
 static void ferry_sock_group_expire(ferry_sock_listen_comm_t *lc)
 {
     uint64_t now = ferry_px_now_ns();
-    uint64_t timeout_ns = (uint64_t)ferry_sock_state.cfg.hello_timeout_ms * 1000000ULL;
+    uint64_t timeout_ns = (uint64_t)ferry_sock_state.core.hello_timeout_ms * 1000000ULL;
     int i = 0;
 
     while (i < lc->ngroups) {
@@ -217,7 +217,7 @@ static int ferry_sock_group_add(ferry_sock_listen_comm_t *lc, const ferry_sock_p
  */
 static int ferry_sock_pending_step(ferry_sock_listen_comm_t *lc, int i)
 {
-    uint64_t timeout_ns = (uint64_t)ferry_sock_state.cfg.hello_timeout_ms * 1000000ULL;
+    uint64_t timeout_ns = (uint64_t)ferry_sock_state.core.hello_timeout_ms * 1000000ULL;
     ferry_sock_pending_t *p = &lc->pending[i];
     const char *why = NULL;
 

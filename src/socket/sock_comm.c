@@ -10,7 +10,7 @@
 ferry_status_t ferry_sock_comm_create(ferry_px_req_kind_t kind, int dev, const int *fds,
                                       int nlanes, const char *peer, ferry_sock_comm_t **comm_p)
 {
-    const ferry_config_t *cfg = &ferry_sock_state.cfg;
+    const ferry_sock_config_t *cfg = &ferry_sock_state.cfg;
     ferry_sock_comm_t *comm;
     ferry_status_t status;
     int i;
@@ -35,7 +35,7 @@ ferry_status_t ferry_sock_comm_create(ferry_px_req_kind_t kind, int dev, const i
     comm->px.assist_test_max = cfg->assist_max < 0 ? cfg->inline_max : (size_t)cfg->assist_max;
     comm->px.solo_max = cfg->solo_max;
     comm->px.inject_delay_us = (unsigned)cfg->inject_delay_us;
-    comm->px.ring.stall_ns = (uint64_t)cfg->stall_warn_s * 1000000000ULL;
+    comm->px.ring.stall_ns = (uint64_t)ferry_sock_state.core.stall_warn_s * 1000000000ULL;
     comm->px.ring.hold_hint = "GPU staging: a copy between GPU memory and its host shadow has not "
                          "completed; check nvidia-smi and dmesg for Xid errors, or set "
                          "NCCL_FERRY_GPU_STAGING=0";

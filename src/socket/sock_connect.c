@@ -116,7 +116,7 @@ static ferry_status_t ferry_sock_stage_create(int dev, ferry_sock_handle_t *h,
 static ferry_status_t ferry_sock_conn_lane_error(ferry_sock_conn_stage_t *st, int lane, int err)
 {
     ferry_sock_conn_lane_t *l = &st->lanes[lane];
-    const ferry_config_t *cfg = &ferry_sock_state.cfg;
+    const ferry_config_t *cfg = &ferry_sock_state.core;
 
     if (l->fd >= 0)
         close(l->fd);

@@ -155,23 +155,35 @@ static void ferry_sock_dev_placement(ferry_sock_dev_t *d)
     d->has_cpus = CPU_COUNT(&d->cpus) > 0;
 }
 
-ferry_status_t ferry_sock_init(const ferry_config_t *cfg)
+ferry_status_t ferry_sock_init(const ferry_config_t *core)
 {
+    const ferry_sock_config_t *cfg = &ferry_sock_state.cfg;
+    ferry_sock_config_t own;
     ferry_sock_if_t ifs[FERRY_SOCK_IF_MAX];
+    ferry_status_t status;
     char line[1024];
     size_t off = 0;
     int n, i;
 
-    ferry_sock_state.cfg = *cfg;
-    n = ferry_sock_if_find(cfg->socket_ifname, cfg->socket_family, ifs, FERRY_SOCK_IF_MAX);
+    /*
+     * The socket backend's own variables are parsed here, not with the
+     * core's: a bad one fails this init with its WARN, and with the ib
+     * backend they are never parsed (nothing on the ib path reads them).
+     */
+    status = ferry_sock_config_load(&own);
+    if (status != FERRY_OK)
+        return status;
+    ferry_sock_state.core = *core;
+    ferry_sock_state.cfg = own;
+    n = ferry_sock_if_find(core->socket_ifname, core->socket_family, ifs, FERRY_SOCK_IF_MAX);
     if (n == 0) {
         FERRY_WARN("socket backend: no usable network interface (NCCL_SOCKET_IFNAME='%s', "
                    "NCCL_SOCKET_FAMILY=%s); interfaces must be up and running with an IPv4 or "
                    "IPv6 address; set NCCL_SOCKET_IFNAME to one that is (see `ip addr`)",
-                   cfg->socket_ifname,
-                   cfg->socket_family == AF_INET    ? "AF_INET"
-                   : cfg->socket_family == AF_INET6 ? "AF_INET6"
-                                                    : "any");
+                   core->socket_ifname,
+                   core->socket_family == AF_INET    ? "AF_INET"
+                   : core->socket_family == AF_INET6 ? "AF_INET6"
+                                                     : "any");
         return FERRY_ERR_USAGE;
     }
     for (i = 0; i < n; i++) {
@@ -180,7 +192,7 @@ ferry_status_t ferry_sock_init(const ferry_config_t *cfg)
         d->ifc = ifs[i];
         d->speed_mbps = ferry_sock_dev_speed(
             d->ifc.name, cfg->speed_mbps,
-            !ferry_sock_dev_tuner_on(cfg) ? "ferry's tuner is off"
+            !ferry_sock_dev_tuner_on(core) ? "ferry's tuner is off"
             : cfg->threads == 0 ? "no helper threads, and 2 NCCL channels suit NCCL's one copying thread"
                                 : NULL);
         ferry_sock_dev_pci_path(d->ifc.name, d->pci_path, sizeof(d->pci_path));

@@ -223,6 +223,12 @@ static ferry_status_t ferry_sock_close_comm(void *comm, ferry_px_req_kind_t kind
     return FERRY_OK;
 }
 
+/* The socket backend's variables, parsed by its init, on the effective-config line. */
+static void ferry_sock_format_config(char *buf, size_t len)
+{
+    ferry_sock_config_format(&ferry_sock_state.cfg, buf, len);
+}
+
 static ferry_status_t ferry_sock_close_send(void *send_comm)
 {
     return ferry_sock_close_comm(send_comm, FERRY_PX_SEND, "closeSend");
@@ -236,6 +242,7 @@ static ferry_status_t ferry_sock_close_recv(void *recv_comm)
 const ferry_backend_ops_t ferry_sock_ops = {
     .name           = "socket",
     .host_staged    = 1, /* GPU buffers too cross TCP from their host shadows (sock_gpu.h). */
+    .format_config  = ferry_sock_format_config,
     .init           = ferry_sock_init,
     .fini           = ferry_sock_fini,
     .devices        = ferry_sock_devices,

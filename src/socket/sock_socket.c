@@ -52,7 +52,7 @@ static void ferry_sock_fd_timeout(int fd, const char *peer, int timeout_s)
 
 ferry_status_t ferry_sock_fd_tune(int fd, const char *peer)
 {
-    const ferry_config_t *cfg = &ferry_sock_state.cfg;
+    const ferry_sock_config_t *cfg = &ferry_sock_state.cfg;
     int one = 1;
 
     /* Small messages (LL protocol, size headers) must not wait for Nagle. */

@@ -1,5 +1,10 @@
-/* Configuration parsing: defaults, NCCL's variables, ferry's own, and bad input. */
-#include <sched.h>
+/*
+ * The core's configuration (core/config.c): the variables both backends
+ * read and the tuner's. Every variable's default, a value from the
+ * environment with its source, and a bad value with the exact WARN. The
+ * socket backend's variables are tested in test_sock_config.c, the ib
+ * backend's in test_ib_config.c.
+ */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -14,7 +19,7 @@
 #include "core/log.h"
 
 /* The last WARN ferry logged, to check messages by content. */
-static char last_warn[512];
+static char last_warn[1024];
 __attribute__((format(printf, 5, 6)))
 static void capture_log(int level, unsigned long flags, const char *file, int line,
                         const char *fmt, ...)
@@ -31,269 +36,219 @@ static void capture_log(int level, unsigned long flags, const char *file, int li
     va_end(ap);
 }
 
-static const char *const vars[] = {
-    "NCCL_FERRY_BACKEND", "NCCL_SOCKET_IFNAME", "NCCL_SOCKET_FAMILY", "NCCL_SOCKET_NTHREADS",
-    "NCCL_NSOCKS_PERTHREAD", "NCCL_FERRY_STREAMS", "NCCL_FERRY_THREADS",
-    "NCCL_SOCKET_MIN_TASKSIZE", "NCCL_FERRY_CHUNK_SIZE", "NCCL_SOCKET_SNDBUF",
-    "NCCL_SOCKET_RCVBUF", "NCCL_SOCKET_RETRY_CNT", "NCCL_SOCKET_RETRY_SLEEP_MSEC",
-    "NCCL_FERRY_HELLO_TIMEOUT_MS", "NCCL_FERRY_DUMP_SIGNAL", "NCCL_FERRY_INLINE_MAX",
-    "NCCL_FERRY_ASSIST_MAX", "NCCL_FERRY_TUNER", "NCCL_FERRY_TUNER_LL_BW",
-    "NCCL_FERRY_TUNER_CHANNEL_BYTES", "NCCL_FERRY_ZEROCOPY", "NCCL_FERRY_ZEROCOPY_MIN",
-    "NCCL_FERRY_SOLO_MAX", "NCCL_FERRY_STALL_WARN_S", "NCCL_FERRY_SOCKET_TIMEOUT_S",
+/*
+ * One row per variable of the core's table: a value from the environment,
+ * what the effective-config line then shows (a prefix where the line shows
+ * another variable's source for both, as retry= does), a bad value and the
+ * accepted values its WARN quotes.
+ */
+typedef struct core_var_case {
+    ferry_cfg_id_t id;
+    const char    *name;
+    const char    *good;
+    const char    *shown;
+    const char    *bad;
+    const char    *help;
+} core_var_case_t;
+
+static const core_var_case_t core_vars[] = {
+    {FERRY_CFG_BACKEND, "NCCL_FERRY_BACKEND", "Socket", "backend=socket(env)", "rdma",
+     "auto, socket or ib"},
+    {FERRY_CFG_SOCKET_IFNAME, "NCCL_SOCKET_IFNAME", "^docker,lo", "ifname=^docker,lo(env)",
+     NULL /* too long: built in test_bad_values_warn */,
+     "interface prefixes, ^ to exclude, = for exact names"},
+    {FERRY_CFG_SOCKET_FAMILY, "NCCL_SOCKET_FAMILY", "AF_INET6", "family=AF_INET6(env)",
+     "AF_UNIX", "AF_INET or AF_INET6"},
+    {FERRY_CFG_RETRY_CNT, "NCCL_SOCKET_RETRY_CNT", "3", "retry=3x100ms(env)", "-1",
+     "connect retries, 0..1000000"},
+    {FERRY_CFG_RETRY_SLEEP_MS, "NCCL_SOCKET_RETRY_SLEEP_MSEC", "5", "retry=34x5ms(", "60001",
+     "connect back-off step in ms, 0..60000"},
+    {FERRY_CFG_HELLO_TIMEOUT_MS, "NCCL_FERRY_HELLO_TIMEOUT_MS", "500",
+     "hello_timeout=500ms(env)", "9", "ms an inbound stream may take to say hello"},
+    {FERRY_CFG_DUMP_SIGNAL, "NCCL_FERRY_DUMP_SIGNAL", "SIGUSR2", "dump_signal=12(env)", "SEGV",
+     "signal name or number that dumps all comms, off by default"},
+    {FERRY_CFG_TUNER, "NCCL_FERRY_TUNER", "0", "tuner=0(env)", "yes",
+     "0 or 1 (1: ferry's bundled tuner corrects NCCL's cost model)"},
+    {FERRY_CFG_TUNER_LL_BW, "NCCL_FERRY_TUNER_LL_BW", "2500", "tuner_ll_bw=2500MB/s(env)", "0",
+     "1..1000000 (MB/s of bus bandwidth NCCL's LL protocols reach over ferry)"},
+    {FERRY_CFG_TUNER_CHANNEL_BYTES, "NCCL_FERRY_TUNER_CHANNEL_BYTES", "0",
+     "tuner_channel_bytes=0(env)", "-5",
+     "a size up to 1T (collective bytes per NCCL channel; 0 leaves channels to NCCL)"},
+    {FERRY_CFG_STALL_WARN_S, "NCCL_FERRY_STALL_WARN_S", "0", "stall_warn=0s(env)", "86401",
+     "0..86400 (s a request may go without progress before test() warns about it once; 0: "
+     "never)"},
 };
-
-/* The suite may run bound to one CPU (a small container): defaults then differ. */
-static int runner_has_one_cpu(void)
-{
-    cpu_set_t set;
-
-    return sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) == 1;
-}
+#define NCORE_VARS ((int)(sizeof(core_vars) / sizeof(core_vars[0])))
 
 static int clear_env(void **state)
 {
-    size_t i;
+    int i;
 
     (void)state;
-    for (i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
-        unsetenv(vars[i]);
+    for (i = 0; i < NCORE_VARS; i++)
+        unsetenv(core_vars[i].name);
+    last_warn[0] = '\0';
     return 0;
+}
+
+static void test_every_variable_has_a_row(void **state)
+{
+    int i;
+
+    (void)state;
+    assert_int_equal(NCORE_VARS, FERRY_CFG_COUNT);
+    for (i = 0; i < NCORE_VARS; i++)
+        assert_int_equal(core_vars[i].id, i);
 }
 
 static void test_defaults(void **state)
 {
     ferry_config_t cfg;
     char line[2048];
+    int i;
 
+    (void)state;
     assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
     assert_int_equal(cfg.backend, FERRY_BACKEND_AUTO);
     assert_string_equal(cfg.socket_ifname, "");
     assert_int_equal(cfg.socket_family, AF_UNSPEC);
-    if (runner_has_one_cpu()) { /* test_one_cpu covers what a one-CPU process derives. */
-        assert_int_equal(cfg.streams, 1);
-        assert_int_equal(cfg.threads, 0);
-    } else {
-        assert_int_equal(cfg.streams, 4);
-        assert_int_equal(cfg.threads, 4);
-    }
-    assert_int_equal(cfg.chunk_min, 64 << 10);
-    assert_int_equal(cfg.chunk_max, 1 << 20);
-    assert_int_equal(cfg.sndbuf, -1);
     assert_int_equal(cfg.retry_cnt, 34);
+    assert_int_equal(cfg.retry_sleep_ms, 100);
+    assert_int_equal(cfg.hello_timeout_ms, 10000);
     assert_int_equal(cfg.dump_signal, 0);
-    assert_int_equal(cfg.inline_max, 32 << 10);
-    assert_true(cfg.assist_max == -1); /* Follows inline_max. */
     assert_int_equal(cfg.tuner, 1);
-    assert_int_equal(cfg.zerocopy, 0);
-    assert_int_equal(cfg.zerocopy_min, 64 << 10);
     assert_int_equal(cfg.tuner_ll_bw, 1000);
     assert_int_equal(cfg.tuner_channel_bytes, 2 << 20);
-    assert_int_equal(cfg.solo_max, 64 << 10);
     assert_int_equal(cfg.stall_warn_s, 60);
-    assert_int_equal(cfg.socket_timeout_s, 30);
+    for (i = 0; i < FERRY_CFG_COUNT; i++)
+        assert_int_equal(cfg.src[i], FERRY_CFG_DEFAULT);
+    /* The core's part of the effective-config line; the backend's variables follow it. */
     ferry_config_format(&cfg, line, sizeof(line));
-    assert_non_null(strstr(line, "tuner=1(default)"));
-    assert_non_null(strstr(line, "socket_timeout=30s(default)"));
-    assert_non_null(strstr(line, "stall_warn=60s(default)"));
-    assert_non_null(strstr(line, "backend=auto(default)"));
-    if (!runner_has_one_cpu()) {
-        assert_int_equal(cfg.src[FERRY_CFG_STREAMS], FERRY_CFG_DEFAULT);
-        assert_non_null(strstr(line, "streams=4(default)"));
+    assert_string_equal(line, "backend=auto(default) ifname=<nccl order>(default) "
+                              "family=any(default) retry=34x100ms(default) "
+                              "hello_timeout=10000ms(default) dump_signal=0(default) "
+                              "tuner=1(default) tuner_ll_bw=1000MB/s(default) "
+                              "tuner_channel_bytes=2097152(default) stall_warn=60s(default)");
+}
+
+/* Each variable alone from the environment: its value, its source, the line's words. */
+static void test_env_value_and_source_each(void **state)
+{
+    ferry_config_t cfg;
+    char line[2048];
+    int i;
+
+    (void)state;
+    for (i = 0; i < NCORE_VARS; i++) {
+        const core_var_case_t *c = &core_vars[i];
+
+        clear_env(NULL);
+        setenv(c->name, c->good, 1);
+        assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
+        assert_int_equal(cfg.src[c->id], FERRY_CFG_ENV);
+        ferry_config_format(&cfg, line, sizeof(line));
+        if (strstr(line, c->shown) == NULL)
+            fail_msg("%s=%s: the line lacks '%s': %s", c->name, c->good, c->shown, line);
     }
 }
 
-static void test_env_values_and_sources(void **state)
+static void test_env_values_together(void **state)
 {
     ferry_config_t cfg;
     char line[2048];
 
+    (void)state;
     setenv("NCCL_FERRY_BACKEND", "Socket", 1);
-    setenv("NCCL_FERRY_ASSIST_MAX", "16K", 1);
     setenv("NCCL_FERRY_TUNER", "0", 1);
     setenv("NCCL_FERRY_TUNER_LL_BW", "2500", 1);
     setenv("NCCL_FERRY_TUNER_CHANNEL_BYTES", "0", 1);
     setenv("NCCL_SOCKET_IFNAME", "^docker,lo", 1);
     setenv("NCCL_SOCKET_FAMILY", "AF_INET6", 1);
-    setenv("NCCL_FERRY_CHUNK_SIZE", "2M", 1);
-    setenv("NCCL_SOCKET_MIN_TASKSIZE", "128KiB", 1);
     setenv("NCCL_FERRY_DUMP_SIGNAL", "SIGUSR2", 1);
-    setenv("NCCL_FERRY_SOLO_MAX", "0", 1);
     setenv("NCCL_FERRY_STALL_WARN_S", "0", 1);
-    setenv("NCCL_FERRY_SOCKET_TIMEOUT_S", "0", 1);
+    setenv("NCCL_SOCKET_RETRY_CNT", "3", 1);
+    setenv("NCCL_SOCKET_RETRY_SLEEP_MSEC", "5", 1);
+    setenv("NCCL_FERRY_HELLO_TIMEOUT_MS", "500", 1);
     assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
     assert_int_equal(cfg.stall_warn_s, 0);
-    assert_int_equal(cfg.socket_timeout_s, 0);
-    assert_int_equal(cfg.src[FERRY_CFG_SOCKET_TIMEOUT_S], FERRY_CFG_ENV);
     assert_int_equal(cfg.backend, FERRY_BACKEND_SOCKET);
-    assert_int_equal(cfg.solo_max, 0);
     assert_string_equal(cfg.socket_ifname, "^docker,lo");
     assert_int_equal(cfg.socket_family, AF_INET6);
-    assert_int_equal(cfg.chunk_max, 2 << 20);
-    assert_int_equal(cfg.chunk_min, 128 << 10);
     assert_int_equal(cfg.dump_signal, SIGUSR2);
-    assert_true(cfg.assist_max == 16 << 10);
     assert_int_equal(cfg.tuner, 0);
     assert_int_equal(cfg.tuner_ll_bw, 2500);
     assert_int_equal(cfg.tuner_channel_bytes, 0);
+    assert_int_equal(cfg.retry_cnt, 3);
+    assert_int_equal(cfg.retry_sleep_ms, 5);
+    assert_int_equal(cfg.hello_timeout_ms, 500);
     ferry_config_format(&cfg, line, sizeof(line));
-    assert_non_null(strstr(line, "tuner=0(env)"));
-    assert_non_null(strstr(line, "tuner_ll_bw=2500MB/s(env)"));
-    assert_non_null(strstr(line, "assist_max=16384(env)"));
-    assert_non_null(strstr(line, "backend=socket(env)"));
-    assert_non_null(strstr(line, "ifname=^docker,lo(env)"));
-    assert_non_null(strstr(line, "solo_max=0(env)"));
-    assert_non_null(strstr(line, "stall_warn=0s(env)"));
-    assert_non_null(strstr(line, "socket_timeout=0s(env)"));
-    setenv("NCCL_FERRY_SOCKET_TIMEOUT_S", "3600", 1);
+    assert_string_equal(line, "backend=socket(env) ifname=^docker,lo(env) family=AF_INET6(env) "
+                              "retry=3x5ms(env) hello_timeout=500ms(env) dump_signal=12(env) "
+                              "tuner=0(env) tuner_ll_bw=2500MB/s(env) tuner_channel_bytes=0(env) "
+                              "stall_warn=0s(env)");
+    setenv("NCCL_FERRY_STALL_WARN_S", "86400", 1);
     assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
-    assert_int_equal(cfg.socket_timeout_s, 3600);
+    assert_int_equal(cfg.stall_warn_s, 86400);
 }
 
-/* NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD is honoured, product capped at 64. */
-static void test_nccl_threads_times_socks(void **state)
+/* A bad value fails the load with "NAME='value' is not valid: expected HELP; ...". */
+static void expect_bad(const char *name, const char *value, const char *help)
 {
-    ferry_config_t cfg;
-
-    setenv("NCCL_SOCKET_NTHREADS", "2", 1);
-    setenv("NCCL_NSOCKS_PERTHREAD", "3", 1);
-    assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
-    assert_int_equal(cfg.streams, 6);
-    assert_int_equal(cfg.threads, 2);
-    assert_int_equal(cfg.src[FERRY_CFG_STREAMS], FERRY_CFG_DERIVED);
-
-    setenv("NCCL_SOCKET_NTHREADS", "16", 1);
-    setenv("NCCL_NSOCKS_PERTHREAD", "8", 1);
-    assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
-    assert_int_equal(cfg.streams, 64);
-    assert_int_equal(cfg.threads, 16);
-
-    /*
-     * Only NSOCKS set: NCCL would ignore it; ferry uses its default thread
-     * count (none on a one-CPU runner, test_one_cpu).
-     */
-    unsetenv("NCCL_SOCKET_NTHREADS");
-    setenv("NCCL_NSOCKS_PERTHREAD", "2", 1);
-    assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
-    assert_int_equal(cfg.streams, 8);
-    assert_int_equal(cfg.threads, runner_has_one_cpu() ? 0 : 4);
-
-    /* ferry's own variables win over NCCL's. */
-    setenv("NCCL_FERRY_STREAMS", "5", 1);
-    setenv("NCCL_FERRY_THREADS", "2", 1);
-    assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
-    assert_int_equal(cfg.streams, 5);
-    assert_int_equal(cfg.threads, 2);
-}
-
-static void test_threads_never_exceed_streams(void **state)
-{
-    ferry_config_t cfg;
-
-    setenv("NCCL_FERRY_STREAMS", "2", 1);
-    setenv("NCCL_FERRY_THREADS", "8", 1);
-    assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
-    assert_int_equal(cfg.streams, 2);
-    assert_int_equal(cfg.threads, 2);
-}
-
-static void expect_bad(const char *name, const char *value)
-{
+    char want[1024];
+    size_t n, w;
     ferry_config_t cfg;
 
     clear_env(NULL);
     setenv(name, value, 1);
     assert_int_equal(ferry_config_load(&cfg), FERRY_ERR_USAGE);
+    snprintf(want, sizeof(want), "%s='%s' is not valid: expected %s; unset it or fix the value",
+             name, value, help);
+    n = strlen(last_warn);
+    w = strlen(want);
+    if (n < w || strcmp(last_warn + n - w, want) != 0)
+        fail_msg("%s=%s: WARN '%s', expected it to end in '%s'", name, value, last_warn, want);
 }
 
-/*
- * A process bound to one CPU: no helper threads, and one stream unless the
- * user asked for more (NCCL's thread polls every stream on every call).
- */
-static void test_one_cpu(void **state)
+static const char *core_help(const char *name)
 {
-    ferry_config_t cfg;
-    cpu_set_t all, one;
+    int i;
+
+    for (i = 0; i < NCORE_VARS; i++)
+        if (strcmp(core_vars[i].name, name) == 0)
+            return core_vars[i].help;
+    fail_msg("no row for %s", name);
+    return NULL;
+}
+
+static void test_bad_values_warn(void **state)
+{
+    char longname[300];
+    int i;
 
     (void)state;
-    assert_int_equal(sched_getaffinity(0, sizeof(all), &all), 0);
-    CPU_ZERO(&one);
-    CPU_SET(sched_getcpu() >= 0 ? sched_getcpu() : 0, &one);
-    assert_int_equal(sched_setaffinity(0, sizeof(one), &one), 0);
-    assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
-    assert_int_equal(cfg.threads, 0);
-    assert_int_equal(cfg.src[FERRY_CFG_THREADS], FERRY_CFG_DERIVED);
-    assert_int_equal(cfg.streams, 1);
-    assert_int_equal(cfg.src[FERRY_CFG_STREAMS], FERRY_CFG_DERIVED);
-    setenv("NCCL_FERRY_STREAMS", "2", 1);
-    assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
-    assert_int_equal(cfg.threads, 0);
-    assert_int_equal(cfg.streams, 2);
-    /* Helpers asked for anyway: honoured, with a WARN that says what it costs and what to do. */
-    ferry_log_set(capture_log);
-    last_warn[0] = '\0';
-    setenv("NCCL_FERRY_THREADS", "2", 1);
-    assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
-    assert_int_equal(cfg.threads, 2);
-    assert_non_null(strstr(last_warn, "2 helper threads per connection (NCCL_FERRY_THREADS) in a "
-                                      "process bound to one CPU"));
-    assert_non_null(strstr(last_warn, "--bind-to none"));
-    unsetenv("NCCL_FERRY_THREADS");
-    last_warn[0] = '\0';
-    assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
-    assert_int_equal(last_warn[0], '\0'); /* The default (no helpers) says nothing. */
-    /* NCCL_NSOCKS_PERTHREAD alone: its sockets, but no helpers on the lone CPU. */
-    unsetenv("NCCL_FERRY_STREAMS");
-    setenv("NCCL_NSOCKS_PERTHREAD", "2", 1);
-    assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
-    assert_int_equal(cfg.streams, 8);
-    assert_int_equal(cfg.threads, 0);
-    assert_int_equal(last_warn[0], '\0');
-    unsetenv("NCCL_NSOCKS_PERTHREAD");
-    assert_int_equal(sched_setaffinity(0, sizeof(all), &all), 0);
-    if (CPU_COUNT(&all) > 1) {
-        unsetenv("NCCL_FERRY_STREAMS");
-        assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
-        assert_int_equal(cfg.streams, 4);
-        assert_true(cfg.threads > 0);
-    }
+    for (i = 0; i < NCORE_VARS; i++)
+        if (core_vars[i].bad != NULL)
+            expect_bad(core_vars[i].name, core_vars[i].bad, core_vars[i].help);
+    /* NCCL_SOCKET_IFNAME: free text, but no longer than its 255 characters. */
+    memset(longname, 'e', 256);
+    longname[256] = '\0';
+    expect_bad("NCCL_SOCKET_IFNAME", longname, core_help("NCCL_SOCKET_IFNAME"));
 }
 
-static void test_bad_values_rejected(void **state)
+static void test_more_bad_values(void **state)
 {
-    expect_bad("NCCL_FERRY_BACKEND", "rdma");
-    expect_bad("NCCL_SOCKET_FAMILY", "AF_UNIX");
-    expect_bad("NCCL_FERRY_STREAMS", "0");
-    expect_bad("NCCL_FERRY_STREAMS", "65");
-    expect_bad("NCCL_FERRY_STREAMS", "4x");
-    expect_bad("NCCL_SOCKET_NTHREADS", "17");
-    expect_bad("NCCL_FERRY_CHUNK_SIZE", "1");
-    expect_bad("NCCL_FERRY_CHUNK_SIZE", "lots");
-    expect_bad("NCCL_FERRY_DUMP_SIGNAL", "SEGV");
-    expect_bad("NCCL_FERRY_DUMP_SIGNAL", "9");
-    expect_bad("NCCL_FERRY_DUMP_SIGNAL", "USR9");
-    expect_bad("NCCL_FERRY_TUNER", "2");
-    expect_bad("NCCL_FERRY_TUNER", "yes");
-    expect_bad("NCCL_FERRY_TUNER_LL_BW", "0");
-    expect_bad("NCCL_FERRY_TUNER_CHANNEL_BYTES", "-5");
-    expect_bad("NCCL_FERRY_ASSIST_MAX", "65M");
-    expect_bad("NCCL_FERRY_ZEROCOPY", "3");
-    expect_bad("NCCL_FERRY_ZEROCOPY_MIN", "1K");
-    expect_bad("NCCL_FERRY_SOCKET_TIMEOUT_S", "-1");
-    expect_bad("NCCL_FERRY_SOCKET_TIMEOUT_S", "3601");
-    expect_bad("NCCL_FERRY_SOCKET_TIMEOUT_S", "30s");
-    /* Contradictory pair. */
-    clear_env(NULL);
-    setenv("NCCL_SOCKET_MIN_TASKSIZE", "4M", 1);
-    setenv("NCCL_FERRY_CHUNK_SIZE", "1M", 1);
-    {
-        ferry_config_t cfg;
-
-        assert_int_equal(ferry_config_load(&cfg), FERRY_ERR_USAGE);
-    }
+    (void)state;
+    expect_bad("NCCL_FERRY_DUMP_SIGNAL", "9", core_help("NCCL_FERRY_DUMP_SIGNAL"));
+    expect_bad("NCCL_FERRY_DUMP_SIGNAL", "USR9", core_help("NCCL_FERRY_DUMP_SIGNAL"));
+    expect_bad("NCCL_FERRY_TUNER", "2", core_help("NCCL_FERRY_TUNER"));
+    expect_bad("NCCL_FERRY_STALL_WARN_S", "-1", core_help("NCCL_FERRY_STALL_WARN_S"));
+    expect_bad("NCCL_SOCKET_RETRY_CNT", "1000001", core_help("NCCL_SOCKET_RETRY_CNT"));
+    expect_bad("NCCL_FERRY_HELLO_TIMEOUT_MS", "3600001", core_help("NCCL_FERRY_HELLO_TIMEOUT_MS"));
 }
 
 static void test_parse_helpers(void **state)
 {
+    (void)state;
     assert_int_equal(ferry_config_parse_signal(NULL), 0);
     assert_int_equal(ferry_config_parse_signal("off"), 0);
     assert_int_equal(ferry_config_parse_signal("usr1"), SIGUSR1);
@@ -313,23 +268,42 @@ static void test_one_char_ifname_is_unset(void **state)
 {
     ferry_config_t cfg;
 
+    (void)state;
     setenv("NCCL_SOCKET_IFNAME", "e", 1);
     assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
     assert_string_equal(cfg.socket_ifname, "");
     assert_int_equal(cfg.src[FERRY_CFG_SOCKET_IFNAME], FERRY_CFG_DEFAULT);
 }
 
+/* The socket backend's variables are not the core's: a bad one does not fail the core's load. */
+static void test_socket_variables_are_not_parsed_here(void **state)
+{
+    ferry_config_t cfg;
+
+    (void)state;
+    setenv("NCCL_FERRY_STREAMS", "1000", 1);
+    setenv("NCCL_SOCKET_MIN_TASKSIZE", "4M", 1);
+    setenv("NCCL_FERRY_CHUNK_SIZE", "1M", 1);
+    assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
+    unsetenv("NCCL_FERRY_STREAMS");
+    unsetenv("NCCL_SOCKET_MIN_TASKSIZE");
+    unsetenv("NCCL_FERRY_CHUNK_SIZE");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_every_variable_has_a_row, clear_env),
         cmocka_unit_test_setup(test_defaults, clear_env),
-        cmocka_unit_test_setup(test_env_values_and_sources, clear_env),
-        cmocka_unit_test_setup(test_nccl_threads_times_socks, clear_env),
-        cmocka_unit_test_setup(test_threads_never_exceed_streams, clear_env),
-        cmocka_unit_test_setup(test_one_cpu, clear_env),
-        cmocka_unit_test_setup(test_bad_values_rejected, clear_env),
+        cmocka_unit_test_setup(test_env_value_and_source_each, clear_env),
+        cmocka_unit_test_setup(test_env_values_together, clear_env),
+        cmocka_unit_test_setup(test_bad_values_warn, clear_env),
+        cmocka_unit_test_setup(test_more_bad_values, clear_env),
         cmocka_unit_test_setup(test_parse_helpers, clear_env),
         cmocka_unit_test_setup(test_one_char_ifname_is_unset, clear_env),
+        cmocka_unit_test_setup(test_socket_variables_are_not_parsed_here, clear_env),
     };
+
+    ferry_log_set(capture_log);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

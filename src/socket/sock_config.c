@@ -1,0 +1,225 @@
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/config_table.h"
+#include "core/log.h"
+#include "socket/sock_config.h"
+
+#define FERRY_SOCK_DEFAULT_STREAMS 4
+#define FERRY_SOCK_MAX_STREAMS     64
+#define FERRY_SOCK_MAX_THREADS     16
+
+_Static_assert(FERRY_SOCK_CFG_COUNT <= sizeof(((ferry_sock_config_t *)0)->src) /
+                                           sizeof(((ferry_sock_config_t *)0)->src[0]),
+               "ferry_sock_config_t.src holds a source per variable");
+
+/* Designated, so rows may name the optional members that follow help. */
+#define FERRY_SOCK_CFG_FIELD(_f) .offset = offsetof(ferry_sock_config_t, _f), \
+                                 .width = sizeof(((ferry_sock_config_t *)0)->_f)
+
+static const ferry_cfg_var_t ferry_sock_cfg_vars[FERRY_SOCK_CFG_COUNT] = {
+    [FERRY_SOCK_CFG_SOCKET_NTHREADS] = {"NCCL_SOCKET_NTHREADS", FERRY_CFG_KIND_INT,
+        FERRY_SOCK_CFG_FIELD(socket_nthreads), 0, 1, FERRY_SOCK_MAX_THREADS,
+        "helper threads per connection, 1..16"},
+    [FERRY_SOCK_CFG_NSOCKS_PERTHREAD] = {"NCCL_NSOCKS_PERTHREAD", FERRY_CFG_KIND_INT,
+        FERRY_SOCK_CFG_FIELD(nsocks_perthread), 0, 1, FERRY_SOCK_MAX_STREAMS,
+        "TCP streams per helper thread, 1..64"},
+    [FERRY_SOCK_CFG_STREAMS] = {"NCCL_FERRY_STREAMS", FERRY_CFG_KIND_INT,
+        FERRY_SOCK_CFG_FIELD(streams), FERRY_SOCK_DEFAULT_STREAMS, 1,
+        FERRY_SOCK_MAX_STREAMS, "TCP streams per connection, 1..64"},
+    [FERRY_SOCK_CFG_THREADS] = {"NCCL_FERRY_THREADS", FERRY_CFG_KIND_INT,
+        FERRY_SOCK_CFG_FIELD(threads), -1, 0, FERRY_SOCK_MAX_THREADS,
+        "helper threads per connection, 0..16 (0: NCCL's thread moves the data)"},
+    [FERRY_SOCK_CFG_CHUNK_MIN] = {"NCCL_SOCKET_MIN_TASKSIZE", FERRY_CFG_KIND_SIZE,
+        FERRY_SOCK_CFG_FIELD(chunk_min), 64 << 10, 4 << 10, 64 << 20,
+        "smallest chunk per stream, 4K..64M"},
+    [FERRY_SOCK_CFG_CHUNK_MAX] = {"NCCL_FERRY_CHUNK_SIZE", FERRY_CFG_KIND_SIZE,
+        FERRY_SOCK_CFG_FIELD(chunk_max), 1 << 20, 4 << 10, 64 << 20,
+        "largest chunk per stream, 4K..64M"},
+    [FERRY_SOCK_CFG_SOCKET_SNDBUF] = {"NCCL_SOCKET_SNDBUF", FERRY_CFG_KIND_SIZE,
+        FERRY_SOCK_CFG_FIELD(sndbuf), -1, -1, INT_MAX,
+        "SO_SNDBUF bytes, -1 keeps the kernel default"},
+    [FERRY_SOCK_CFG_SOCKET_RCVBUF] = {"NCCL_SOCKET_RCVBUF", FERRY_CFG_KIND_SIZE,
+        FERRY_SOCK_CFG_FIELD(rcvbuf), -1, -1, INT_MAX,
+        "SO_RCVBUF bytes, -1 keeps the kernel default"},
+    [FERRY_SOCK_CFG_SPIN_US] = {"NCCL_FERRY_SPIN_US", FERRY_CFG_KIND_INT,
+        FERRY_SOCK_CFG_FIELD(spin_us), -1, -1, 1000000,
+        "us helper threads keep polling before they sleep, -1 auto (0)"},
+    [FERRY_SOCK_CFG_INJECT_DELAY_US] = {"NCCL_FERRY_INJECT_DELAY_US", FERRY_CFG_KIND_INT,
+        FERRY_SOCK_CFG_FIELD(inject_delay_us), 0, 0, 1000000,
+        "test knob: us added to every chunk completion"},
+    [FERRY_SOCK_CFG_SPEED_MBPS] = {"NCCL_FERRY_SPEED_MBPS", FERRY_CFG_KIND_INT,
+        FERRY_SOCK_CFG_FIELD(speed_mbps), -1, -1, 100000000,
+        "device speed reported to NCCL in Mbps, -1 auto"},
+    [FERRY_SOCK_CFG_INLINE_MAX] = {"NCCL_FERRY_INLINE_MAX", FERRY_CFG_KIND_SIZE,
+        FERRY_SOCK_CFG_FIELD(inline_max), 32 << 10, 0, 64 << 20,
+        "isends up to this size are sent by NCCL's own thread, 0..64M"},
+    [FERRY_SOCK_CFG_NOTSENT_LOWAT] = {"NCCL_FERRY_NOTSENT_LOWAT", FERRY_CFG_KIND_SIZE,
+        FERRY_SOCK_CFG_FIELD(notsent_lowat), 0, 0, 64 << 20,
+        "TCP_NOTSENT_LOWAT bytes on data streams, 0 keeps the kernel's"},
+    [FERRY_SOCK_CFG_ASSIST_MAX] = {"NCCL_FERRY_ASSIST_MAX", FERRY_CFG_KIND_SIZE,
+        FERRY_SOCK_CFG_FIELD(assist_max), -1, -1, 64 << 20,
+        "-1 (follow NCCL_FERRY_INLINE_MAX) or a size up to 64M (messages NCCL's "
+        "thread moves on stream 0 inside test())"},
+    [FERRY_SOCK_CFG_ZEROCOPY] = {"NCCL_FERRY_ZEROCOPY", FERRY_CFG_KIND_INT,
+        FERRY_SOCK_CFG_FIELD(zerocopy), 0, 0, 2,
+        "0, 1 or 2 (1: large chunks are sent with MSG_ZEROCOPY, "
+        "falling back to copies where the kernel copies anyway; 2: "
+        "never fall back, for tests)"},
+    [FERRY_SOCK_CFG_ZEROCOPY_MIN] = {"NCCL_FERRY_ZEROCOPY_MIN", FERRY_CFG_KIND_SIZE,
+        FERRY_SOCK_CFG_FIELD(zerocopy_min), 64 << 10, 4 << 10, 64 << 20,
+        "4K..64M (smallest chunk sent with MSG_ZEROCOPY)"},
+    [FERRY_SOCK_CFG_SOLO_MAX] = {"NCCL_FERRY_SOLO_MAX", FERRY_CFG_KIND_SIZE,
+        FERRY_SOCK_CFG_FIELD(solo_max), 64 << 10, 0, 64 << 20,
+        "0..64M (while one comm is all that sends or receives in the "
+        "process, NCCL's thread moves messages up to this itself; 0: off)"},
+    [FERRY_SOCK_CFG_GPU_STAGING] = {"NCCL_FERRY_GPU_STAGING", FERRY_CFG_KIND_INT,
+        FERRY_SOCK_CFG_FIELD(gpu_staging), 0, 0, 1,
+        "0 or 1 (1: the socket backend takes GPU buffers, staged "
+        "through pinned host memory by the GPU's copy engines)"},
+    [FERRY_SOCK_CFG_EPOLL] = {"NCCL_FERRY_EPOLL", FERRY_CFG_KIND_INT,
+        FERRY_SOCK_CFG_FIELD(epoll), 0, 0, 1,
+        "0 or 1 (1: helper threads wait in epoll, their streams "
+        "registered once, instead of poll)"},
+    [FERRY_SOCK_CFG_SOCKET_TIMEOUT_S] = {"NCCL_FERRY_SOCKET_TIMEOUT_S", FERRY_CFG_KIND_INT,
+        FERRY_SOCK_CFG_FIELD(socket_timeout_s), 30, 0, 3600,
+        "0..3600 (s a peer may stay silent or leave sent bytes "
+        "unacknowledged before its stream fails: TCP keepalive and "
+        "TCP_USER_TIMEOUT on every data stream; 0: kernel defaults)"},
+};
+
+/*
+ * Streams and threads: ferry's own variables win; otherwise NCCL's
+ * NTHREADS x NSOCKS_PERTHREAD are honoured as NCCL would (product capped at 64
+ * by cutting streams per thread); otherwise ferry's default.
+ */
+static void ferry_sock_cfg_derive_lanes(ferry_sock_config_t *cfg)
+{
+    int nt = cfg->socket_nthreads, ns = cfg->nsocks_perthread;
+    cpu_set_t set;
+    int one_cpu = sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) == 1;
+
+    if (cfg->src[FERRY_SOCK_CFG_STREAMS] == FERRY_CFG_DEFAULT && (nt > 0 || ns > 0)) {
+        if (nt == 0)
+            nt = cfg->threads > 0 ? cfg->threads : FERRY_SOCK_DEFAULT_STREAMS;
+        if (ns == 0)
+            ns = 1;
+        if (nt * ns > FERRY_SOCK_MAX_STREAMS)
+            ns = FERRY_SOCK_MAX_STREAMS / nt;
+        cfg->streams = nt * ns;
+        /* NCCL_NSOCKS_PERTHREAD alone asks for sockets, not for helpers on a lone CPU. */
+        if (cfg->src[FERRY_SOCK_CFG_THREADS] == FERRY_CFG_DEFAULT &&
+            !(one_cpu && cfg->socket_nthreads == 0)) {
+            cfg->threads = nt;
+            cfg->src[FERRY_SOCK_CFG_THREADS] = FERRY_CFG_DERIVED;
+        }
+        cfg->src[FERRY_SOCK_CFG_STREAMS] = FERRY_CFG_DERIVED;
+    }
+    if (cfg->threads < 0) {
+        /*
+         * A process bound to one CPU (mpirun binds each rank to a core by
+         * default) has no core for helper threads: NCCL's own thread then
+         * moves every stream, as NCCL's socket transport does. Helpers on
+         * that core took turns with it: 0.75-0.94x at every size under
+         * mpirun (bench/results/2026-11-29-gpu-onecore, run1).
+         */
+        if (one_cpu)
+            cfg->threads = 0;
+        else
+            cfg->threads = cfg->streams < FERRY_SOCK_MAX_THREADS ? cfg->streams
+                                                                 : FERRY_SOCK_MAX_THREADS;
+        cfg->src[FERRY_SOCK_CFG_THREADS] = FERRY_CFG_DERIVED;
+    }
+    /*
+     * NCCL's thread moving every stream itself gains nothing from several:
+     * each is one more socket to poll per call and one more buffer to keep
+     * warm. nccl-tests under mpirun (one core per rank, 2 channels): one
+     * stream 1.00-1.12x four at every size, 1.06-1.10x from 4 MiB up
+     * (bench/results/2026-11-29-gpu-onecore, run2).
+     */
+    if (cfg->threads == 0 && cfg->src[FERRY_SOCK_CFG_STREAMS] == FERRY_CFG_DEFAULT) {
+        cfg->streams = 1;
+        cfg->src[FERRY_SOCK_CFG_STREAMS] = FERRY_CFG_DERIVED;
+    }
+    if (cfg->threads > cfg->streams)
+        cfg->threads = cfg->streams;
+    if (one_cpu && cfg->threads > 0)
+        FERRY_WARN("%d helper threads per connection (%s) in a process bound to one CPU: they "
+                   "take turns with NCCL's own thread for that CPU (0.75-0.94x measured under "
+                   "mpirun); unset it, or give each rank more CPUs (mpirun --bind-to none, or "
+                   "--map-by slot:PE=N)", cfg->threads,
+                   cfg->src[FERRY_SOCK_CFG_THREADS] == FERRY_CFG_ENV ? "NCCL_FERRY_THREADS"
+                                                                : "NCCL_SOCKET_NTHREADS");
+}
+
+/*
+ * Spinning before sleeping was measured on the GPU machine (bench/results/
+ * 2026-11-29-gpu-tuning, runs 2-8): once NCCL's thread sends small messages
+ * itself and reads them inside test(), a spinning worker saves nothing at
+ * 4 KiB and costs 9-19 % at 256 KiB-1 MiB, where NCCL opens many comms and
+ * the spinners take the cores the copies need. Off unless asked for.
+ */
+static void ferry_sock_cfg_derive_spin(ferry_sock_config_t *cfg)
+{
+    if (cfg->spin_us >= 0)
+        return;
+    cfg->spin_us = 0;
+    cfg->src[FERRY_SOCK_CFG_SPIN_US] = FERRY_CFG_DERIVED;
+}
+
+ferry_status_t ferry_sock_config_load(ferry_sock_config_t *cfg)
+{
+    ferry_status_t status;
+
+    memset(cfg, 0, sizeof(*cfg));
+    status = ferry_cfg_table_load(ferry_sock_cfg_vars, FERRY_SOCK_CFG_COUNT, cfg, cfg->src);
+    if (status != FERRY_OK)
+        return status;
+    if (cfg->chunk_min > cfg->chunk_max) {
+        FERRY_WARN("NCCL_SOCKET_MIN_TASKSIZE=%zu is larger than NCCL_FERRY_CHUNK_SIZE=%zu; "
+                   "make the minimum no larger than the maximum", cfg->chunk_min, cfg->chunk_max);
+        return FERRY_ERR_USAGE;
+    }
+    ferry_sock_cfg_derive_lanes(cfg);
+    ferry_sock_cfg_derive_spin(cfg);
+    return FERRY_OK;
+}
+
+/*
+ * The words the effective-config line has always used for these variables
+ * (streams=, chunk=min..max, ...), appended after the core's.
+ * NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD show through what they
+ * derive: streams and threads.
+ */
+void ferry_sock_config_format(const ferry_sock_config_t *cfg, char *buf, size_t len)
+{
+    size_t off = strlen(buf);
+
+    if (off + 1 >= len)
+        return;
+    snprintf(buf + off, len - off,
+             " streams=%d(%s) threads=%d(%s) chunk=%zu..%zu(%s) sndbuf=%d(%s) rcvbuf=%d(%s) "
+             "spin=%dus(%s) inject_delay=%dus(%s) speed=%dMbps(%s) inline_max=%zu(%s) "
+             "assist_max=%lld(%s) notsent_lowat=%d(%s) zerocopy=%d/%zu(%s) solo_max=%zu(%s) "
+             "gpu_staging=%d(%s) epoll=%d(%s) socket_timeout=%ds(%s)",
+             cfg->streams, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_STREAMS]), cfg->threads,
+             ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_THREADS]), cfg->chunk_min, cfg->chunk_max,
+             ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_CHUNK_MAX] != FERRY_CFG_DEFAULT
+                                    ? cfg->src[FERRY_SOCK_CFG_CHUNK_MAX]
+                                    : cfg->src[FERRY_SOCK_CFG_CHUNK_MIN]),
+             cfg->sndbuf, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_SOCKET_SNDBUF]), cfg->rcvbuf,
+             ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_SOCKET_RCVBUF]), cfg->spin_us,
+             ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_SPIN_US]), cfg->inject_delay_us,
+             ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_INJECT_DELAY_US]), cfg->speed_mbps,
+             ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_SPEED_MBPS]), cfg->inline_max,
+             ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_INLINE_MAX]), cfg->assist_max,
+             ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_ASSIST_MAX]), cfg->notsent_lowat,
+             ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_NOTSENT_LOWAT]), cfg->zerocopy,
+             cfg->zerocopy_min, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_ZEROCOPY]),
+             cfg->solo_max, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_SOLO_MAX]),
+             cfg->gpu_staging, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_GPU_STAGING]),
+             cfg->epoll, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_EPOLL]),
+             cfg->socket_timeout_s, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_SOCKET_TIMEOUT_S]));
+}

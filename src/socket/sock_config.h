@@ -1,0 +1,78 @@
+/*
+ * The socket backend's variables: TCP streams and helper threads per
+ * connection (ferry's NCCL_FERRY_STREAMS/THREADS, or NCCL's
+ * NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD), chunking, socket options and
+ * the data path's knobs. Parsed once by the socket backend's init
+ * (sock_config.c), with the source of every value for the effective-config
+ * line. What both backends read (interface, family, connect retries, hello
+ * timeout, dump signal, stall warning, tuner) stays in core/config.h.
+ */
+#ifndef FERRY_SOCK_CONFIG_H
+#define FERRY_SOCK_CONFIG_H
+
+#include <stddef.h>
+
+#include "core/config.h"
+
+typedef struct ferry_sock_config {
+    int    socket_nthreads;        /* NCCL_SOCKET_NTHREADS as given, 0 = unset. */
+    int    nsocks_perthread;       /* NCCL_NSOCKS_PERTHREAD as given, 0 = unset. */
+    int    streams;                /* Effective TCP streams per connection (1..64). */
+    int    threads;                /* Effective helper threads per comm (0..streams). */
+    size_t chunk_min;              /* Smallest chunk a message is cut into. */
+    size_t chunk_max;              /* Largest chunk. */
+    int    sndbuf;                 /* SO_SNDBUF, -1 = kernel default. */
+    int    rcvbuf;                 /* SO_RCVBUF, -1 = kernel default. */
+    int    spin_us;                /* Helper threads poll this long before sleeping; -1 = auto. */
+    int    inject_delay_us;        /* Test knob: delay every chunk completion by this much. */
+    int    speed_mbps;             /* Reported device speed; -1: sysfs, or a default per kind. */
+    size_t inline_max;             /* isends up to this size leave from NCCL's thread itself. */
+    int    notsent_lowat;          /* TCP_NOTSENT_LOWAT on data streams, 0 = kernel default. */
+    long long assist_max;          /* test() moves lane 0 for messages up to this; -1: inline_max. */
+    /* 1: chunks of zerocopy_min bytes or more go MSG_ZEROCOPY; 2: even where the kernel copies. */
+    int    zerocopy;
+    size_t zerocopy_min;
+    size_t solo_max;               /* A comm alone in the process: NCCL's thread moves up to this. */
+    int    gpu_staging;            /* 1: the socket backend takes GPU buffers (socket/sock_gpu.h). */
+    int    epoll;                  /* 1: helper threads wait in epoll instead of poll. */
+    /* Keepalive + TCP_USER_TIMEOUT on data streams: a silent peer fails after this; 0 off. */
+    int    socket_timeout_s;
+    ferry_cfg_src_t src[24];       /* Source of each value, indexed as the table in sock_config.c. */
+} ferry_sock_config_t;
+
+/* Index of each variable in sock_config.c's table; also indexes ferry_sock_config_t.src. */
+typedef enum ferry_sock_cfg_id {
+    FERRY_SOCK_CFG_SOCKET_NTHREADS,
+    FERRY_SOCK_CFG_NSOCKS_PERTHREAD,
+    FERRY_SOCK_CFG_STREAMS,
+    FERRY_SOCK_CFG_THREADS,
+    FERRY_SOCK_CFG_CHUNK_MIN,
+    FERRY_SOCK_CFG_CHUNK_MAX,
+    FERRY_SOCK_CFG_SOCKET_SNDBUF,
+    FERRY_SOCK_CFG_SOCKET_RCVBUF,
+    FERRY_SOCK_CFG_SPIN_US,
+    FERRY_SOCK_CFG_INJECT_DELAY_US,
+    FERRY_SOCK_CFG_SPEED_MBPS,
+    FERRY_SOCK_CFG_INLINE_MAX,
+    FERRY_SOCK_CFG_NOTSENT_LOWAT,
+    FERRY_SOCK_CFG_ASSIST_MAX,
+    FERRY_SOCK_CFG_ZEROCOPY,
+    FERRY_SOCK_CFG_ZEROCOPY_MIN,
+    FERRY_SOCK_CFG_SOLO_MAX,
+    FERRY_SOCK_CFG_GPU_STAGING,
+    FERRY_SOCK_CFG_EPOLL,
+    FERRY_SOCK_CFG_SOCKET_TIMEOUT_S,
+    FERRY_SOCK_CFG_COUNT
+} ferry_sock_cfg_id_t;
+
+/*
+ * Parse the environment and derive streams, threads and spinning. On bad
+ * input: WARN naming variable, value and what is accepted, FERRY_ERR_USAGE.
+ * Only the socket backend's init calls it (and ferry-bench, for its raw TCP
+ * side): with the ib backend these variables are never parsed.
+ */
+ferry_status_t ferry_sock_config_load(ferry_sock_config_t *cfg);
+/* " streams=4(default) threads=4(derived) ..." appended to the effective-config line. */
+void ferry_sock_config_format(const ferry_sock_config_t *cfg, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,449 @@
+/*
+ * The socket backend's configuration (socket/sock_config.c): every
+ * variable's default, a value from the environment with its source, a bad
+ * value with the exact WARN; NCCL's NCCL_SOCKET_NTHREADS x
+ * NCCL_NSOCKS_PERTHREAD, ferry's own streams and threads, and what a process
+ * bound to one CPU derives.
+ */
+#include <sched.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "core/log.h"
+#include "socket/sock_config.h"
+
+/* The last WARN ferry logged, to check messages by content. */
+static char last_warn[1024];
+__attribute__((format(printf, 5, 6)))
+static void capture_log(int level, unsigned long flags, const char *file, int line,
+                        const char *fmt, ...)
+{
+    va_list ap;
+
+    (void)flags;
+    (void)file;
+    (void)line;
+    if (level != FERRY_LOG_WARN)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(last_warn, sizeof(last_warn), fmt, ap);
+    va_end(ap);
+}
+
+/*
+ * One row per variable of the socket backend's table: a value from the
+ * environment, what the effective-config line then shows (a prefix where
+ * the line shows another variable's source for both, as zerocopy= does), a
+ * bad value and the accepted values its WARN quotes.
+ */
+typedef struct sock_var_case {
+    ferry_sock_cfg_id_t id;
+    const char         *name;
+    const char         *good;
+    const char         *shown;
+    const char         *bad;
+    const char         *help;
+} sock_var_case_t;
+
+static const sock_var_case_t sock_vars[] = {
+    {FERRY_SOCK_CFG_SOCKET_NTHREADS, "NCCL_SOCKET_NTHREADS", "2", "streams=2(derived)", "17",
+     "helper threads per connection, 1..16"},
+    {FERRY_SOCK_CFG_NSOCKS_PERTHREAD, "NCCL_NSOCKS_PERTHREAD", "2", "streams=8(derived)", "0",
+     "TCP streams per helper thread, 1..64"},
+    {FERRY_SOCK_CFG_STREAMS, "NCCL_FERRY_STREAMS", "5", "streams=5(env)", "0",
+     "TCP streams per connection, 1..64"},
+    {FERRY_SOCK_CFG_THREADS, "NCCL_FERRY_THREADS", "2", "threads=2(env)", "17",
+     "helper threads per connection, 0..16 (0: NCCL's thread moves the data)"},
+    {FERRY_SOCK_CFG_CHUNK_MIN, "NCCL_SOCKET_MIN_TASKSIZE", "128K", "chunk=131072..1048576(env)",
+     "65M", "smallest chunk per stream, 4K..64M"},
+    {FERRY_SOCK_CFG_CHUNK_MAX, "NCCL_FERRY_CHUNK_SIZE", "2M", "chunk=65536..2097152(env)", "1",
+     "largest chunk per stream, 4K..64M"},
+    {FERRY_SOCK_CFG_SOCKET_SNDBUF, "NCCL_SOCKET_SNDBUF", "4M", "sndbuf=4194304(env)", "-2",
+     "SO_SNDBUF bytes, -1 keeps the kernel default"},
+    {FERRY_SOCK_CFG_SOCKET_RCVBUF, "NCCL_SOCKET_RCVBUF", "1M", "rcvbuf=1048576(env)", "3G",
+     "SO_RCVBUF bytes, -1 keeps the kernel default"},
+    {FERRY_SOCK_CFG_SPIN_US, "NCCL_FERRY_SPIN_US", "50", "spin=50us(env)", "-2",
+     "us helper threads keep polling before they sleep, -1 auto (0)"},
+    {FERRY_SOCK_CFG_INJECT_DELAY_US, "NCCL_FERRY_INJECT_DELAY_US", "7", "inject_delay=7us(env)",
+     "x", "test knob: us added to every chunk completion"},
+    {FERRY_SOCK_CFG_SPEED_MBPS, "NCCL_FERRY_SPEED_MBPS", "25000", "speed=25000Mbps(env)",
+     "100000001", "device speed reported to NCCL in Mbps, -1 auto"},
+    {FERRY_SOCK_CFG_INLINE_MAX, "NCCL_FERRY_INLINE_MAX", "1M", "inline_max=1048576(env)", "65M",
+     "isends up to this size are sent by NCCL's own thread, 0..64M"},
+    {FERRY_SOCK_CFG_NOTSENT_LOWAT, "NCCL_FERRY_NOTSENT_LOWAT", "128K",
+     "notsent_lowat=131072(env)", "-1",
+     "TCP_NOTSENT_LOWAT bytes on data streams, 0 keeps the kernel's"},
+    {FERRY_SOCK_CFG_ASSIST_MAX, "NCCL_FERRY_ASSIST_MAX", "16K", "assist_max=16384(env)", "65M",
+     "-1 (follow NCCL_FERRY_INLINE_MAX) or a size up to 64M (messages NCCL's thread moves on "
+     "stream 0 inside test())"},
+    {FERRY_SOCK_CFG_ZEROCOPY, "NCCL_FERRY_ZEROCOPY", "2", "zerocopy=2/65536(env)", "3",
+     "0, 1 or 2 (1: large chunks are sent with MSG_ZEROCOPY, falling back to copies where the "
+     "kernel copies anyway; 2: never fall back, for tests)"},
+    {FERRY_SOCK_CFG_ZEROCOPY_MIN, "NCCL_FERRY_ZEROCOPY_MIN", "8K", "zerocopy=0/8192(", "1K",
+     "4K..64M (smallest chunk sent with MSG_ZEROCOPY)"},
+    {FERRY_SOCK_CFG_SOLO_MAX, "NCCL_FERRY_SOLO_MAX", "0", "solo_max=0(env)", "65M",
+     "0..64M (while one comm is all that sends or receives in the process, NCCL's thread moves "
+     "messages up to this itself; 0: off)"},
+    {FERRY_SOCK_CFG_GPU_STAGING, "NCCL_FERRY_GPU_STAGING", "1", "gpu_staging=1(env)", "2",
+     "0 or 1 (1: the socket backend takes GPU buffers, staged through pinned host memory by the "
+     "GPU's copy engines)"},
+    {FERRY_SOCK_CFG_EPOLL, "NCCL_FERRY_EPOLL", "1", "epoll=1(env)", "on",
+     "0 or 1 (1: helper threads wait in epoll, their streams registered once, instead of poll)"},
+    {FERRY_SOCK_CFG_SOCKET_TIMEOUT_S, "NCCL_FERRY_SOCKET_TIMEOUT_S", "0", "socket_timeout=0s(env)",
+     "3601",
+     "0..3600 (s a peer may stay silent or leave sent bytes unacknowledged before its stream "
+     "fails: TCP keepalive and TCP_USER_TIMEOUT on every data stream; 0: kernel defaults)"},
+};
+#define NSOCK_VARS ((int)(sizeof(sock_vars) / sizeof(sock_vars[0])))
+
+/* The suite may run bound to one CPU (a small container): defaults then differ. */
+static int runner_has_one_cpu(void)
+{
+    cpu_set_t set;
+
+    return sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) == 1;
+}
+
+static int clear_env(void **state)
+{
+    int i;
+
+    (void)state;
+    for (i = 0; i < NSOCK_VARS; i++)
+        unsetenv(sock_vars[i].name);
+    last_warn[0] = '\0';
+    return 0;
+}
+
+static void test_every_variable_has_a_row(void **state)
+{
+    int i;
+
+    (void)state;
+    assert_int_equal(NSOCK_VARS, FERRY_SOCK_CFG_COUNT);
+    for (i = 0; i < NSOCK_VARS; i++)
+        assert_int_equal(sock_vars[i].id, i);
+}
+
+/* The default line after streams and threads (which depend on the CPUs the runner has). */
+#define DEFAULT_REST " chunk=65536..1048576(default) sndbuf=-1(default) rcvbuf=-1(default) " \
+                     "spin=0us(derived) inject_delay=0us(default) speed=-1Mbps(default) "     \
+                     "inline_max=32768(default) assist_max=-1(default) "                      \
+                     "notsent_lowat=0(default) zerocopy=0/65536(default) "                    \
+                     "solo_max=65536(default) gpu_staging=0(default) epoll=0(default) "      \
+                     "socket_timeout=30s(default)"
+
+static void test_defaults(void **state)
+{
+    ferry_sock_config_t cfg;
+    char line[2048];
+    int one_cpu = runner_has_one_cpu();
+
+    (void)state;
+    assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.socket_nthreads, 0);
+    assert_int_equal(cfg.nsocks_perthread, 0);
+    if (one_cpu) { /* test_one_cpu covers what a one-CPU process derives. */
+        assert_int_equal(cfg.streams, 1);
+        assert_int_equal(cfg.threads, 0);
+    } else {
+        assert_int_equal(cfg.streams, 4);
+        assert_int_equal(cfg.threads, 4);
+        assert_int_equal(cfg.src[FERRY_SOCK_CFG_STREAMS], FERRY_CFG_DEFAULT);
+    }
+    assert_int_equal(cfg.src[FERRY_SOCK_CFG_THREADS], FERRY_CFG_DERIVED);
+    assert_int_equal(cfg.chunk_min, 64 << 10);
+    assert_int_equal(cfg.chunk_max, 1 << 20);
+    assert_int_equal(cfg.sndbuf, -1);
+    assert_int_equal(cfg.rcvbuf, -1);
+    assert_int_equal(cfg.spin_us, 0); /* -1 (auto) derives 0. */
+    assert_int_equal(cfg.src[FERRY_SOCK_CFG_SPIN_US], FERRY_CFG_DERIVED);
+    assert_int_equal(cfg.inject_delay_us, 0);
+    assert_int_equal(cfg.speed_mbps, -1);
+    assert_int_equal(cfg.inline_max, 32 << 10);
+    assert_int_equal(cfg.notsent_lowat, 0);
+    assert_true(cfg.assist_max == -1); /* Follows inline_max. */
+    assert_int_equal(cfg.zerocopy, 0);
+    assert_int_equal(cfg.zerocopy_min, 64 << 10);
+    assert_int_equal(cfg.solo_max, 64 << 10);
+    assert_int_equal(cfg.gpu_staging, 0);
+    assert_int_equal(cfg.epoll, 0);
+    assert_int_equal(cfg.socket_timeout_s, 30);
+    line[0] = '\0';
+    ferry_sock_config_format(&cfg, line, sizeof(line));
+    assert_string_equal(line, one_cpu ? " streams=1(derived) threads=0(derived)" DEFAULT_REST
+                                      : " streams=4(default) threads=4(derived)" DEFAULT_REST);
+}
+
+/* The backend's words go after what the line already holds (the core's), space first. */
+static void test_format_appends(void **state)
+{
+    ferry_sock_config_t cfg;
+    char line[2048] = "backend=socket(env)";
+
+    (void)state;
+    assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
+    ferry_sock_config_format(&cfg, line, sizeof(line));
+    assert_non_null(strstr(line, "backend=socket(env) streams="));
+    assert_non_null(strstr(line, " socket_timeout=30s(default)"));
+    /* A full buffer stays a terminated string. */
+    memset(line, 'x', 40);
+    line[40] = '\0';
+    ferry_sock_config_format(&cfg, line, 48);
+    assert_int_equal(strlen(line), 47);
+}
+
+/* Each variable alone from the environment: its value, its source, the line's words. */
+static void test_env_value_and_source_each(void **state)
+{
+    ferry_sock_config_t cfg;
+    char line[2048];
+    int i;
+
+    (void)state;
+    for (i = 0; i < NSOCK_VARS; i++) {
+        const sock_var_case_t *c = &sock_vars[i];
+
+        clear_env(NULL);
+        setenv(c->name, c->good, 1);
+        assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
+        assert_int_equal(cfg.src[c->id], FERRY_CFG_ENV);
+        line[0] = '\0';
+        ferry_sock_config_format(&cfg, line, sizeof(line));
+        if (strstr(line, c->shown) == NULL)
+            fail_msg("%s=%s: the line lacks '%s': %s", c->name, c->good, c->shown, line);
+    }
+}
+
+static void test_env_values_together(void **state)
+{
+    ferry_sock_config_t cfg;
+    char line[2048];
+
+    (void)state;
+    setenv("NCCL_FERRY_ASSIST_MAX", "16K", 1);
+    setenv("NCCL_FERRY_CHUNK_SIZE", "2M", 1);
+    setenv("NCCL_SOCKET_MIN_TASKSIZE", "128KiB", 1);
+    setenv("NCCL_FERRY_SOLO_MAX", "0", 1);
+    setenv("NCCL_FERRY_SOCKET_TIMEOUT_S", "0", 1);
+    setenv("NCCL_FERRY_ZEROCOPY", "1", 1);
+    setenv("NCCL_FERRY_ZEROCOPY_MIN", "8K", 1);
+    setenv("NCCL_FERRY_STREAMS", "3", 1);
+    setenv("NCCL_FERRY_THREADS", "2", 1);
+    assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.socket_timeout_s, 0);
+    assert_int_equal(cfg.src[FERRY_SOCK_CFG_SOCKET_TIMEOUT_S], FERRY_CFG_ENV);
+    assert_int_equal(cfg.solo_max, 0);
+    assert_int_equal(cfg.chunk_max, 2 << 20);
+    assert_int_equal(cfg.chunk_min, 128 << 10);
+    assert_true(cfg.assist_max == 16 << 10);
+    assert_int_equal(cfg.zerocopy, 1);
+    assert_int_equal(cfg.zerocopy_min, 8 << 10);
+    line[0] = '\0';
+    ferry_sock_config_format(&cfg, line, sizeof(line));
+    assert_string_equal(line, " streams=3(env) threads=2(env) chunk=131072..2097152(env) "
+                              "sndbuf=-1(default) rcvbuf=-1(default) spin=0us(derived) "
+                              "inject_delay=0us(default) speed=-1Mbps(default) "
+                              "inline_max=32768(default) assist_max=16384(env) "
+                              "notsent_lowat=0(default) zerocopy=1/8192(env) solo_max=0(env) "
+                              "gpu_staging=0(default) epoll=0(default) socket_timeout=0s(env)");
+    setenv("NCCL_FERRY_SOCKET_TIMEOUT_S", "3600", 1);
+    assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.socket_timeout_s, 3600);
+}
+
+/* NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD is honoured, product capped at 64. */
+static void test_nccl_threads_times_socks(void **state)
+{
+    ferry_sock_config_t cfg;
+
+    (void)state;
+    setenv("NCCL_SOCKET_NTHREADS", "2", 1);
+    setenv("NCCL_NSOCKS_PERTHREAD", "3", 1);
+    assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.streams, 6);
+    assert_int_equal(cfg.threads, 2);
+    assert_int_equal(cfg.src[FERRY_SOCK_CFG_STREAMS], FERRY_CFG_DERIVED);
+
+    setenv("NCCL_SOCKET_NTHREADS", "16", 1);
+    setenv("NCCL_NSOCKS_PERTHREAD", "8", 1);
+    assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.streams, 64);
+    assert_int_equal(cfg.threads, 16);
+
+    /*
+     * Only NSOCKS set: NCCL would ignore it; ferry uses its default thread
+     * count (none on a one-CPU runner, test_one_cpu).
+     */
+    unsetenv("NCCL_SOCKET_NTHREADS");
+    setenv("NCCL_NSOCKS_PERTHREAD", "2", 1);
+    assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.streams, 8);
+    assert_int_equal(cfg.threads, runner_has_one_cpu() ? 0 : 4);
+
+    /* ferry's own variables win over NCCL's. */
+    setenv("NCCL_FERRY_STREAMS", "5", 1);
+    setenv("NCCL_FERRY_THREADS", "2", 1);
+    assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.streams, 5);
+    assert_int_equal(cfg.threads, 2);
+}
+
+static void test_threads_never_exceed_streams(void **state)
+{
+    ferry_sock_config_t cfg;
+
+    (void)state;
+    setenv("NCCL_FERRY_STREAMS", "2", 1);
+    setenv("NCCL_FERRY_THREADS", "8", 1);
+    assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.streams, 2);
+    assert_int_equal(cfg.threads, 2);
+}
+
+/*
+ * A process bound to one CPU: no helper threads, and one stream unless the
+ * user asked for more (NCCL's thread polls every stream on every call).
+ */
+static void test_one_cpu(void **state)
+{
+    ferry_sock_config_t cfg;
+    cpu_set_t all, one;
+
+    (void)state;
+    assert_int_equal(sched_getaffinity(0, sizeof(all), &all), 0);
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu() >= 0 ? sched_getcpu() : 0, &one);
+    assert_int_equal(sched_setaffinity(0, sizeof(one), &one), 0);
+    assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.threads, 0);
+    assert_int_equal(cfg.src[FERRY_SOCK_CFG_THREADS], FERRY_CFG_DERIVED);
+    assert_int_equal(cfg.streams, 1);
+    assert_int_equal(cfg.src[FERRY_SOCK_CFG_STREAMS], FERRY_CFG_DERIVED);
+    setenv("NCCL_FERRY_STREAMS", "2", 1);
+    assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.threads, 0);
+    assert_int_equal(cfg.streams, 2);
+    /* Helpers asked for anyway: honoured, with a WARN that says what it costs and what to do. */
+    last_warn[0] = '\0';
+    setenv("NCCL_FERRY_THREADS", "2", 1);
+    assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.threads, 2);
+    assert_non_null(strstr(last_warn, "2 helper threads per connection (NCCL_FERRY_THREADS) in a "
+                                      "process bound to one CPU: they take turns with NCCL's own "
+                                      "thread for that CPU (0.75-0.94x measured under mpirun); "
+                                      "unset it, or give each rank more CPUs (mpirun --bind-to "
+                                      "none, or --map-by slot:PE=N)"));
+    unsetenv("NCCL_FERRY_THREADS");
+    last_warn[0] = '\0';
+    assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
+    assert_int_equal(last_warn[0], '\0'); /* The default (no helpers) says nothing. */
+    /* NCCL_SOCKET_NTHREADS asks for helpers: the WARN names it. */
+    unsetenv("NCCL_FERRY_STREAMS");
+    setenv("NCCL_SOCKET_NTHREADS", "2", 1);
+    assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.threads, 2);
+    assert_non_null(strstr(last_warn, "2 helper threads per connection (NCCL_SOCKET_NTHREADS) in "
+                                      "a process bound to one CPU"));
+    unsetenv("NCCL_SOCKET_NTHREADS");
+    last_warn[0] = '\0';
+    /* NCCL_NSOCKS_PERTHREAD alone: its sockets, but no helpers on the lone CPU. */
+    setenv("NCCL_NSOCKS_PERTHREAD", "2", 1);
+    assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.streams, 8);
+    assert_int_equal(cfg.threads, 0);
+    assert_int_equal(last_warn[0], '\0');
+    unsetenv("NCCL_NSOCKS_PERTHREAD");
+    assert_int_equal(sched_setaffinity(0, sizeof(all), &all), 0);
+    if (CPU_COUNT(&all) > 1) {
+        assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
+        assert_int_equal(cfg.streams, 4);
+        assert_true(cfg.threads > 0);
+    }
+}
+
+/* A bad value fails the load with "NAME='value' is not valid: expected HELP; ...". */
+static void expect_bad(const char *name, const char *value, const char *help)
+{
+    char want[1024];
+    size_t n, w;
+    ferry_sock_config_t cfg;
+
+    clear_env(NULL);
+    setenv(name, value, 1);
+    assert_int_equal(ferry_sock_config_load(&cfg), FERRY_ERR_USAGE);
+    snprintf(want, sizeof(want), "%s='%s' is not valid: expected %s; unset it or fix the value",
+             name, value, help);
+    n = strlen(last_warn);
+    w = strlen(want);
+    if (n < w || strcmp(last_warn + n - w, want) != 0)
+        fail_msg("%s=%s: WARN '%s', expected it to end in '%s'", name, value, last_warn, want);
+}
+
+static const char *sock_help(const char *name)
+{
+    int i;
+
+    for (i = 0; i < NSOCK_VARS; i++)
+        if (strcmp(sock_vars[i].name, name) == 0)
+            return sock_vars[i].help;
+    fail_msg("no row for %s", name);
+    return NULL;
+}
+
+static void test_bad_values_warn(void **state)
+{
+    int i;
+
+    (void)state;
+    for (i = 0; i < NSOCK_VARS; i++)
+        expect_bad(sock_vars[i].name, sock_vars[i].bad, sock_vars[i].help);
+    expect_bad("NCCL_FERRY_STREAMS", "65", sock_help("NCCL_FERRY_STREAMS"));
+    expect_bad("NCCL_FERRY_STREAMS", "4x", sock_help("NCCL_FERRY_STREAMS"));
+    expect_bad("NCCL_FERRY_STREAMS", "1000", sock_help("NCCL_FERRY_STREAMS"));
+    expect_bad("NCCL_FERRY_CHUNK_SIZE", "lots", sock_help("NCCL_FERRY_CHUNK_SIZE"));
+    expect_bad("NCCL_FERRY_THREADS", "-1", sock_help("NCCL_FERRY_THREADS"));
+    expect_bad("NCCL_FERRY_ZEROCOPY_MIN", "65M", sock_help("NCCL_FERRY_ZEROCOPY_MIN"));
+    expect_bad("NCCL_FERRY_SOCKET_TIMEOUT_S", "-1", sock_help("NCCL_FERRY_SOCKET_TIMEOUT_S"));
+    expect_bad("NCCL_FERRY_SOCKET_TIMEOUT_S", "30s", sock_help("NCCL_FERRY_SOCKET_TIMEOUT_S"));
+}
+
+/* Each value accepted, the pair contradictory: its own WARN. */
+static void test_chunk_min_above_max(void **state)
+{
+    ferry_sock_config_t cfg;
+
+    (void)state;
+    setenv("NCCL_SOCKET_MIN_TASKSIZE", "4M", 1);
+    setenv("NCCL_FERRY_CHUNK_SIZE", "1M", 1);
+    assert_int_equal(ferry_sock_config_load(&cfg), FERRY_ERR_USAGE);
+    assert_non_null(strstr(last_warn, "NCCL_SOCKET_MIN_TASKSIZE=4194304 is larger than "
+                                      "NCCL_FERRY_CHUNK_SIZE=1048576; make the minimum no "
+                                      "larger than the maximum"));
+    setenv("NCCL_SOCKET_MIN_TASKSIZE", "1M", 1);
+    assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_every_variable_has_a_row, clear_env),
+        cmocka_unit_test_setup(test_defaults, clear_env),
+        cmocka_unit_test_setup(test_format_appends, clear_env),
+        cmocka_unit_test_setup(test_env_value_and_source_each, clear_env),
+        cmocka_unit_test_setup(test_env_values_together, clear_env),
+        cmocka_unit_test_setup(test_nccl_threads_times_socks, clear_env),
+        cmocka_unit_test_setup(test_threads_never_exceed_streams, clear_env),
+        cmocka_unit_test_setup(test_one_cpu, clear_env),
+        cmocka_unit_test_setup(test_bad_values_warn, clear_env),
+        cmocka_unit_test_setup(test_chunk_min_above_max, clear_env),
+    };
+
+    ferry_log_set(capture_log);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
