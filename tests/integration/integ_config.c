@@ -11,7 +11,10 @@
  *   backend-socket   NCCL_FERRY_BACKEND=socket: init and devices work
  *   no-interface     NCCL_SOCKET_IFNAME names no interface: init fails or
  *                    devices() reports 0, so NCCL can fall back
- *   bad-streams      NCCL_FERRY_STREAMS=1000: a WARN names variable and value
+ *   backend-socket   ... and the effective-config line holds the core's variables and
+ *                    then the socket backend's, each with its source
+ *   bad-streams      NCCL_FERRY_STREAMS=1000: the socket backend's init fails with the
+ *                    WARN that names variable, value and what is accepted
  *   one-stream       NCCL_FERRY_STREAMS=1: data still flows, 1 TCP stream
  *   reinit-reload    every comm closed and finalized, then init again in the
  *                    same load (NCCL_NET_PLUGIN_REF_COUNT=1); then dlclose and
@@ -24,6 +27,9 @@
  *                    a receive nobody sends to each get one WARN naming the
  *                    request, its state, the peer and what to check (once per
  *                    stall, again after the comm moved); all complete intact
+ *   ib-socket-vars   (fakeibv) the ib backend never parses the socket backend's
+ *                    variables: a bad NCCL_FERRY_STREAMS does not fail its init,
+ *                    and its config line has the core's and ib's variables only
  *
  *   integ_config [--plugin PATH] [--case NAME]
  */
@@ -120,6 +126,7 @@ static void config_backend_bogus(const char *path)
 static void config_backend_socket(const char *path)
 {
     fit_plugin_t p;
+    char line[4096];
     void *ctx;
     int ndev = 0;
 
@@ -127,6 +134,15 @@ static void config_backend_socket(const char *path)
     ctx = fit_plugin_init(&p, 0x78);
     FIT_NCCL(p.net->devices(&ndev));
     FIT_CHECK(ndev >= 1, "devices() = %d", ndev);
+    /* One line: the core's variables, then the socket backend's (its format_config). */
+    FIT_CHECK(fit_log_find(0, NCCL_LOG_INFO, "socket backend, config backend=socket(env) ",
+                           " stall_warn=60s(default) streams=", " socket_timeout=30s(default)",
+                           line, sizeof(line)) >= 0,
+              "no effective-config line with the core's and then the socket backend's variables");
+    FIT_CHECK(strstr(line, " retry=34x100ms(default) ") != NULL &&
+              strstr(line, " chunk=65536..1048576(default) ") != NULL &&
+              strstr(line, " zerocopy=0/65536(default) ") != NULL,
+              "the effective-config line lacks a variable: %s", line);
     FIT_NCCL(p.net->finalize(ctx));
     fit_log_check_clean("backend=socket");
     config_close(&p);
@@ -365,13 +381,38 @@ static void config_bad_streams(const char *path)
     fit_log_allow_warns(1);
     fit_plugin_open(&p, path);
     rc = p.net->init(&ctx, 0x7a, &cfg, fit_logger, NULL);
-    FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "NCCL_FERRY_STREAMS", "1000", NULL, line,
-                           sizeof(line)) >= 0, "no WARN names NCCL_FERRY_STREAMS=1000");
+    FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "NCCL_FERRY_STREAMS='1000' is not valid: expected "
+                           "TCP streams per connection, 1..64; unset it or fix the value", NULL,
+                           NULL, line, sizeof(line)) >= 0, "no WARN names NCCL_FERRY_STREAMS=1000");
     printf("  init -> %d; WARN: %s\n", (int)rc, line);
-    if (rc == ncclSuccess)
-        FIT_NCCL(p.net->finalize(ctx));
-    else
-        config_finalize_after_failure(&p, ctx);
+    FIT_CHECK(rc != ncclSuccess, "init succeeded with NCCL_FERRY_STREAMS=1000");
+    config_finalize_after_failure(&p, ctx);
+    config_close(&p);
+}
+
+/*
+ * The ib backend: the socket backend's variables are never parsed, so bad
+ * ones neither fail init nor show; the line has the core's and ib's.
+ */
+static void config_ib_socket_vars(const char *path)
+{
+    fit_plugin_t p;
+    char line[4096];
+    void *ctx;
+    int ndev = 0;
+
+    fit_plugin_open(&p, path);
+    ctx = fit_plugin_init(&p, 0x7f);
+    FIT_NCCL(p.net->devices(&ndev));
+    FIT_CHECK(ndev >= 1, "devices() = %d", ndev);
+    FIT_CHECK(fit_log_find(0, NCCL_LOG_INFO, "ib backend, config backend=ib(env) ",
+                           " stall_warn=60s(default) NCCL_IB_HCA=", NULL, line,
+                           sizeof(line)) >= 0,
+              "no effective-config line with the core's and then the ib backend's variables");
+    FIT_CHECK(strstr(line, "streams=") == NULL && strstr(line, "socket_timeout=") == NULL,
+              "the ib backend's config line shows socket variables: %s", line);
+    FIT_NCCL(p.net->finalize(ctx));
+    fit_log_check_clean("ib with bad socket variables");
     config_close(&p);
 }
 
@@ -674,7 +715,8 @@ static const config_case_t config_cases[] = {
                         config_zerocopy_fallback },
     { "lo-speed-set",   { "NCCL_SOCKET_IFNAME=lo", "NCCL_FERRY_SPEED_MBPS=25000" },
                         config_lo_speed_set },
-    { "bad-streams",    { "NCCL_FERRY_STREAMS=1000" },              config_bad_streams },
+    { "bad-streams",    { "NCCL_FERRY_BACKEND=socket", "NCCL_FERRY_STREAMS=1000" },
+                        config_bad_streams },
     { "one-stream",     { "NCCL_FERRY_STREAMS=1", "NCCL_SOCKET_NTHREADS=", "NCCL_NSOCKS_PERTHREAD=" },
                         config_one_stream },
     { "reinit-reload",  { NULL },                                   config_reinit_reload },
@@ -684,6 +726,9 @@ static const config_case_t config_cases[] = {
     { "auto",           { "NCCL_FERRY_BACKEND=auto" },              config_auto_backend },
     /* "ib-" cases need fakeibv: ctest runs each with --case and the ib environment. */
     { "ib-stall-warn",  { "NCCL_FERRY_STALL_WARN_S=1" },            config_ib_stall_warn },
+    { "ib-socket-vars", { "NCCL_FERRY_STREAMS=1000", "NCCL_SOCKET_MIN_TASKSIZE=4M",
+                          "NCCL_FERRY_SOCKET_TIMEOUT_S=30s" },
+                        config_ib_socket_vars },
 };
 
 static int config_run_case(const char *path, const config_case_t *c)
