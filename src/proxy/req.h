@@ -1,19 +1,16 @@
 /*
  * A request (one isend, irecv or iflush) and its counters. The backend cuts
- * the work of a request into parts, in units it names (ring ops `unit`): the
- * socket backend's parts are chunks a lane moves, the ib backend's are work
- * requests on its QPs. The part counters only grow and tell where the
- * request stands:
+ * the work of a request into parts, in units it names (ring ops `unit`:
+ * chunks a stream moves, work requests on a queue pair, ...). The part
+ * counters only grow and tell where the request stands:
  *
- *   posted      parts started (socket send: claimed by a lane; socket recv:
- *               header matched; ib send: WR chain posted after the CTS was
- *               seen; ib recv: receive WR posted and CTS written)
- *   transmitted parts whose bytes left completely (send side; ib: the
- *               signalled completion of the chain was polled)
- *   received    parts whose bytes arrived completely (recv side; ib: the
- *               WRITE_WITH_IMM completion was polled)
+ *   posted      parts started (handed to the transport)
+ *   transmitted parts whose bytes left completely (send side)
+ *   received    parts whose bytes arrived completely (recv side)
  *   done        parts retired; the request is DONE when done == nparts
  *
+ * Each backend documents what starting and moving a part means for it
+ * (socket/sock_lane.c, ib/ib_comm.h).
  * Invariant (ferry_px_req_check): done <= transmitted + received <= posted <= nparts.
  * Several threads may work on one request at once, so counters are atomics
  * bumped with fetch_add; state changes are release stores read with acquire.
@@ -44,7 +41,7 @@ typedef enum ferry_px_req_state {
 typedef enum ferry_px_req_kind {
     FERRY_PX_SEND,
     FERRY_PX_RECV,
-    FERRY_PX_FLUSH /* Makes received data visible to the GPU (ib: a 1-byte RDMA READ). */
+    FERRY_PX_FLUSH /* Makes received data visible to the GPU. */
 } ferry_px_req_kind_t;
 
 /*
@@ -82,7 +79,7 @@ typedef struct ferry_px_req {
     _Atomic uint64_t     start_ns;    /* Its first part started (POSTED -> ACTIVE). */
     _Atomic uint64_t     done_ns;     /* Its last part was retired (-> DONE). */
     ferry_status_t       status;      /* Valid in ERROR; written before the release store. */
-    uint64_t             backend_word; /* The backend's own per-request note (ib: CTS slot). */
+    uint64_t             backend_word; /* The backend's own per-request note. */
     struct ferry_px_ring *ring;       /* Owner, for logs. */
 } ferry_px_req_t;
 
@@ -116,7 +113,7 @@ void ferry_px_req_post(ferry_px_req_t *req, ferry_px_req_kind_t kind, uint32_t s
                        size_t part_size);
 /* One part started: posted++, POSTED -> ACTIVE. */
 void ferry_px_req_part_start(ferry_px_req_t *req);
-/* k parts started at once (a WR chain on each of k QPs). */
+/* k parts started at once. */
 void ferry_px_req_parts_start(ferry_px_req_t *req, uint32_t k);
 /*
  * Receive side, first header of a chunk: record the message size and part
@@ -130,7 +127,7 @@ void ferry_px_req_part_moved(ferry_px_req_t *req);
 void ferry_px_req_part_done(ferry_px_req_t *req);
 /* Both at once, after accounting `bytes` of progress. */
 void ferry_px_req_part_finish(ferry_px_req_t *req, size_t bytes);
-/* k parts moved and retired at once (bulk completion: several CQEs of one poll). */
+/* k parts moved and retired at once (bulk completion: several of one poll). */
 void ferry_px_req_parts_finish(ferry_px_req_t *req, uint32_t k, size_t bytes);
 /* 1 when every part's bytes have moved (completions may still be held back). */
 int ferry_px_req_all_moved(const ferry_px_req_t *req);

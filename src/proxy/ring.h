@@ -4,11 +4,10 @@
  * reqs[s % 32]), posts and reaps them, keeps a sticky failure, warns about
  * requests that stall and shows them in the dump. It knows no transport:
  * the backend fills a ferry_px_ring_ops_t, which gives test() its progress
- * (socket: move a stream; ib: poll the CQ) and supplies every word about
- * the transport in warnings and the dump.
+ * and supplies every word about the transport in warnings and the dump.
  *
- * A backend's comm embeds a ferry_px_ring_t (the socket backend through the
- * stream scheduler, proxy/stream.h, which adds lanes and helper threads).
+ * A backend's comm embeds a ferry_px_ring_t, directly or through the stream
+ * scheduler (proxy/stream.h), which adds lanes and helper threads.
  */
 #ifndef FERRY_PROXY_RING_H
 #define FERRY_PROXY_RING_H
@@ -26,18 +25,18 @@ struct ferry_px_ring;
 
 /* What the ring needs from a backend. Only `unit` and `poll` are required. */
 typedef struct ferry_px_ring_ops {
-    /* What the part counters count, plural, for the dump and warnings ("chunks", "WRs"). */
+    /* What the part counters count, plural, for the dump and warnings. */
     const char *unit;
     /*
      * test() on a request not finished yet: make progress without blocking
-     * (socket: move a stream if NCCL's thread should; ib: poll the CQ).
+     * (move the transport along from NCCL's thread).
      * Returns work done (0: nothing), or a negative ferry_status_t after the
      * backend has failed the ring with ferry_px_ring_fail().
      */
     long (*poll)(struct ferry_px_ring *ring, ferry_px_req_t *req);
     /*
      * Optional: a request is DONE (every byte moved); may test() report it
-     * now? *ready = 0 holds it back (socket: a receive's copy to the GPU),
+     * now? *ready = 0 holds it back (the backend still works on it, e.g. a copy),
      * 1 reports it. Called by the thread that calls test(), on every test of
      * a DONE request until it says 1. A status other than FERRY_OK is
      * test()'s answer.
@@ -50,11 +49,11 @@ typedef struct ferry_px_ring_ops {
      */
     void (*stall_why)(const struct ferry_px_ring *ring, const ferry_px_req_t *req, char *buf,
                       size_t len);
-    /* Optional: a short summary of the transport's state ("streams: 3 idle, 1 blocked"). */
+    /* Optional: a short summary of the transport's state, in the backend's words. */
     void (*state)(const struct ferry_px_ring *ring, char *buf, size_t len);
-    /* Optional: the transport's own dump lines (lanes, threads; QPs, FIFO positions). */
+    /* Optional: the transport's own dump lines. */
     void (*dump)(const struct ferry_px_ring *ring, FILE *out, uint64_t now);
-    /* Optional: a failure was recorded; wake whatever waits (helper threads). */
+    /* Optional: a failure was recorded; wake whatever of the backend waits. */
     void (*failed)(struct ferry_px_ring *ring);
 } ferry_px_ring_ops_t;
 
@@ -93,7 +92,7 @@ typedef struct ferry_px_ring {
     char                  fail_reason[320]; /* Written once, before failed is set. */
     ferry_px_req_kind_t   kind;          /* Send or receive comm. */
     const ferry_px_ring_ops_t *ops;
-    char                  backend[8];    /* "socket", "ib": for logs. */
+    char                  backend[8];    /* The backend's name, for logs. */
     char                  peer[64];      /* Peer address for logs and dump. */
     char                  where[64];     /* Local side for logs ("fakeib0:1"), may be empty. */
     uint32_t              serial;        /* Process-wide comm number (registry), in thread names. */
@@ -145,7 +144,7 @@ void ferry_px_ring_fail(ferry_px_ring_t *ring, ferry_status_t status, const char
     __attribute__((format(printf, 3, 4)));
 void ferry_px_ring_vfail(ferry_px_ring_t *ring, ferry_status_t status, const char *fmt,
                          va_list ap) __attribute__((format(printf, 3, 0)));
-/* "socket recv comm 0x.. #3 peer 1.2.3.4:5" for log lines. */
+/* "<backend> recv comm 0x.. #3 peer 1.2.3.4:5" for log lines. */
 void ferry_px_ring_describe(const ferry_px_ring_t *ring, char *buf, size_t len);
 /* A request's counters in words ("state ACTIVE, WRs posted 2, done 1 of 2, ..."). */
 void ferry_px_ring_req_counters(const ferry_px_ring_t *ring, const ferry_px_req_t *req,

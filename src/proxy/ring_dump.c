@@ -1,7 +1,6 @@
 /*
- * The text of a dump: every live comm, its transport (the backend's lines:
- * lanes and helper threads, or QPs and FIFO positions), finished messages'
- * timeline and in-flight requests. Written for a person looking at a job
+ * The text of a dump: every live comm, the backend's lines about its
+ * transport, finished messages' timeline and in-flight requests. Written for a person looking at a job
  * that seems stuck or slow; every line starts "NET/ferry :".
  */
 #include <inttypes.h>
