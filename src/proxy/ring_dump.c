@@ -1,7 +1,8 @@
 /*
  * The text of a dump: every live comm, the backend's lines about its
- * transport, finished messages' timeline and in-flight requests. Written for a person looking at a job
- * that seems stuck or slow; every line starts "NET/ferry :".
+ * transport, finished messages' timeline and in-flight requests. Written
+ * for a person looking at a job that seems stuck or slow; every line starts
+ * "NET/ferry :".
  */
 #include <inttypes.h>
 #include <stdio.h>
