@@ -169,7 +169,7 @@ void ferry_ib_send_fail_trunc(ferry_ib_send_comm_t *sc)
  */
 static void ferry_ib_send_cts_wait(ferry_ib_send_comm_t *sc, size_t size)
 {
-    uint64_t msg = sc->fifo_head + 1, now;
+    uint64_t msg = sc->fifo_head + 1, now, since;
     char desc[192];
 
     if (sc->base.ring.stall_ns == 0)
@@ -180,17 +180,24 @@ static void ferry_ib_send_cts_wait(ferry_ib_send_comm_t *sc, size_t size)
         sc->cts_wait_ns = now;
         return;
     }
-    if (sc->cts_warned_msg == msg || now - sc->cts_wait_ns < sc->base.ring.stall_ns)
+    /*
+     * One WARN per stall of the comm: the ring's stall WARN may have told it
+     * already, and a message queued behind ones that completed since waits
+     * from their completion.
+     */
+    since = sc->cts_wait_ns > sc->base.ring.moved_ns ? sc->cts_wait_ns : sc->base.ring.moved_ns;
+    if (sc->cts_warned_msg == msg || sc->base.ring.stall_quiet ||
+        now < since + sc->base.ring.stall_ns)
         return;
     sc->cts_warned_msg = msg;
+    sc->base.ring.stall_quiet = 1;
     ferry_px_ring_describe(&sc->base.ring, desc, sizeof(desc));
     FERRY_WARN("%s: isend of message %llu (%zu bytes) has waited %llu s for the receiver's "
                "clear-to-send: the receiver %s has not posted the matching irecv (a slower "
                "rank, or stopped); check that rank's log and whether it is still running. "
                "NCCL_FERRY_DUMP_SIGNAL dumps every comm; NCCL_FERRY_STALL_WARN_S sets this "
                "warning's delay (0: off)", desc, (unsigned long long)sc->fifo_head, size,
-               (unsigned long long)((now - sc->cts_wait_ns) / 1000000000ULL),
-               sc->base.conn.peer);
+               (unsigned long long)((now - since) / 1000000000ULL), sc->base.conn.peer);
 }
 
 /* The receive's buffer this isend goes to: the first unmatched one with its tag. */

@@ -137,10 +137,14 @@ ferry_status_t ferry_px_req_learn(ferry_px_req_t *req, uint64_t msg_size, uint32
     return FERRY_OK;
 }
 
+/*
+ * Bytes alone are not progress for the stall warning (last_ns): the kernel
+ * of a stopped peer still takes a few bytes now and then (zero-window
+ * probes), which kept a frozen receiver's sender quiet for good.
+ */
 void ferry_px_req_progress(ferry_px_req_t *req, size_t bytes)
 {
     atomic_fetch_add_explicit(&req->bytes, bytes, memory_order_relaxed);
-    atomic_store_explicit(&req->last_ns, ferry_px_now_ns(), memory_order_relaxed);
 }
 
 static void ferry_px_req_parts_moved(ferry_px_req_t *req, uint32_t k)
@@ -163,6 +167,7 @@ static void ferry_px_req_parts_done(ferry_px_req_t *req, uint32_t k)
     /* acq_rel: the thread retiring the last part sees every other thread's copy. */
     done = atomic_fetch_add_explicit(&req->done, k, memory_order_acq_rel) + k;
     assert(done <= atomic_load(&req->nparts));
+    atomic_store_explicit(&req->last_ns, ferry_px_now_ns(), memory_order_relaxed);
     if (done == atomic_load_explicit(&req->nparts, memory_order_relaxed)) {
         int expected = FERRY_PX_REQ_ACTIVE;
 

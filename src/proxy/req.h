@@ -74,7 +74,7 @@ typedef struct ferry_px_req {
     _Atomic uint32_t     received;
     _Atomic uint32_t     done;
     _Atomic uint64_t     bytes;       /* Payload bytes moved so far (where the backend sees them). */
-    _Atomic uint64_t     last_ns;     /* Monotonic time of the last progress (dump, stall). */
+    _Atomic uint64_t     last_ns;     /* Monotonic time a part last started or finished (dump, stall). */
     uint64_t             post_ns;     /* Monotonic time of the post (dump). */
     _Atomic uint64_t     start_ns;    /* Its first part started (POSTED -> ACTIVE). */
     _Atomic uint64_t     done_ns;     /* Its last part was retired (-> DONE). */

@@ -196,6 +196,7 @@ static ferry_status_t ferry_px_ring_reap(ferry_px_ring_t *ring, ferry_px_req_t *
         assert(ferry_px_req_check(req));
         ferry_px_ring_time(ring, req);
         ring->stall_quiet = 0; /* The comm moves again: a new stall gets its own WARN. */
+        ring->moved_ns = ferry_px_coarse_ns(); /* Reported now: done_ns may be long past. */
         for (i = 0; i < req->n; i++) {
             uint64_t size = atomic_load_explicit(&req->sub[i].size, memory_order_relaxed);
 

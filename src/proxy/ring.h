@@ -105,6 +105,12 @@ typedef struct ferry_px_ring {
     const char           *hold_hint;
     uint64_t              stall_ns;      /* test() WARNs about a request idle this long; 0 off... */
     int                   stall_quiet;   /* ...once, until a request of the comm completes again. */
+    /*
+     * When test() last reported a request done (test()'s thread writes
+     * it): a request queued behind a stall counts as idle from then,
+     * not from its post, or each one queued during the stall would warn again.
+     */
+    uint64_t              moved_ns;
     struct ferry_px_ring *reg_next, *reg_prev; /* Live-comm registry, under its lock. */
 } ferry_px_ring_t;
 

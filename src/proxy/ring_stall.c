@@ -37,6 +37,8 @@ void ferry_px_ring_check_stall(ferry_px_ring_t *ring, ferry_px_req_t *req)
     if (ring->stall_ns == 0 || ring->stall_quiet)
         return;
     last = atomic_load_explicit(&req->last_ns, memory_order_relaxed);
+    if (ring->moved_ns > last)
+        last = ring->moved_ns; /* Queued behind requests that moved since. */
     /* NCCL calls test() in a tight loop: the cheap clock (seconds are what count here). */
     now = ferry_px_coarse_ns();
     idle = now > last ? now - last : 0;

@@ -98,6 +98,18 @@ int fit_count_threads(const char *prefix, char *names, size_t names_len);
 /* Fails unless no "ferry-" thread is left. */
 void fit_check_no_ferry_threads(const char *when);
 
+/* What a case must give back, counted from /proc/self (harness_leaks.c). */
+typedef struct fit_leaks {
+    int  fds;      /* Entries of /proc/self/fd. */
+    int  threads;  /* Entries of /proc/self/task. */
+    long rss_kb;   /* Resident set (statm). */
+} fit_leaks_t;
+
+long fit_rss_kb(void);
+void fit_leaks_snap(fit_leaks_t *s);
+/* Fails unless fds and threads are back to *before within 5 s (lists what is left). */
+void fit_leaks_check(const fit_leaks_t *before, const char *when);
+
 /* ---- the capturing logger ------------------------------------------------- */
 
 /* Pass as init()'s logFunction. Thread-safe. */
