@@ -26,6 +26,8 @@ typedef enum hostile_kind {
     HOSTILE_SILENT,       /* Connect, send nothing. */
     HOSTILE_HALF_HELLO,   /* First 16 bytes of a valid hello, then nothing. */
     HOSTILE_ORPHAN,       /* A valid hello for lane 0 of a connection whose other lanes never come. */
+    HOSTILE_HUGE_HELLO,   /* Hello, right token, hdr_size 65535 (a length to trust or not). */
+    HOSTILE_TRICKLE,      /* A valid hello, one byte a second (hostile_poll sends them). */
     HOSTILE_KIND_COUNT
 } hostile_kind_t;
 
@@ -36,6 +38,9 @@ typedef struct hostile {
     int            fd;       /* -1 once closed by us. */
     int            dropped;  /* The plugin closed its end (EOF or reset seen). */
     double         t_open;
+    double         t_byte;   /* TRICKLE: when the last byte went. */
+    size_t         sent;     /* TRICKLE: hello bytes sent so far. */
+    unsigned char  hello[32];/* TRICKLE: what it sends. */
     char           src[80];  /* Our end, "ip:port": the plugin's log line should name it. */
 } hostile_t;
 
@@ -68,8 +73,10 @@ void hostile_hello(const ferry_sock_handle_t *h, ferry_sock_hello_t *hello);
 hostile_t *hostile_open_lane(const ferry_sock_handle_t *h, hostile_kind_t kind, int lane,
                              uint64_t conn_id);
 void hostile_open(const ferry_sock_handle_t *h, hostile_kind_t kind);
-/* Notice strangers the plugin closed; returns how many are still open. */
+/* Notice strangers the plugin closed, send trickles their next byte; returns how many are open. */
 int hostile_poll(void);
+/* NCCL_FERRY_BACKEND=ib: a token holder is a real rank there (its failure fails accept). */
+int hostile_backend_ib(void);
 void hostile_close_all(void);
 /* accept() must return NULL while only strangers exist; until_dropped: 1 bad hellos, 2 stalls too. */
 void hostile_pump_accept(const fit_plugin_t *p, void *listen_comm, double seconds,
@@ -91,6 +98,9 @@ void hostile_accept_rounds(hostile_env_t *e, int rounds);
 void hostile_case_strangers(hostile_env_t *e);
 void hostile_case_flood(hostile_env_t *e);
 void hostile_case_burst(hostile_env_t *e);
+void hostile_case_hundreds(hostile_env_t *e);
+void hostile_case_huge(hostile_env_t *e);
+void hostile_case_ib_meta(hostile_env_t *e);
 void hostile_case_wrap(hostile_env_t *e);
 void hostile_case_half_groups(hostile_env_t *e);
 void hostile_case_double_close(hostile_env_t *e);

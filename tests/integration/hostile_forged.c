@@ -1,6 +1,7 @@
 /*
  * Peers that hold the token (they read the handle) and lie after the hello:
- * a chunk header that wraps around, connections that die half open.
+ * a chunk header that wraps around, lengths no receive can hold,
+ * connections that die half open, ib metadata no ferry sends.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +15,7 @@
 #include <sys/socket.h>
 
 #include "hostile.h"
+#include "ib/ib_handle.h"
 
 /*
  * A peer holding the token sends a chunk header whose offset + len wraps
@@ -170,6 +172,172 @@ void hostile_case_half_groups(hostile_env_t *e)
     fit_log_allow_warns(0);
     hostile_real_xfer(e, send_comm, recv_comm, (size_t)1 << 20, 8200,
                       "on the real connection after the expiries");
+    FIT_NCCL(e->plugin.net->closeSend(send_comm));
+    FIT_NCCL(e->plugin.net->closeRecv(recv_comm));
+}
+
+/* One forged chunk header at a posted 8 KiB receive in a patterned arena: the code test() gives. */
+static ncclResult_t hostile_forged_header(hostile_env_t *e, uint64_t conn_id,
+                                          const ferry_sock_chunk_hdr_t *hdr, uint64_t seed)
+{
+    const fit_plugin_t *p = &e->plugin;
+    hostile_t *lanes[FERRY_SOCK_MAX_LANES];
+    size_t arena_len = 3 * WRAP_MSG, size = WRAP_MSG;
+    void *recv_comm, *mh = NULL, *req = NULL, *data;
+    unsigned char *arena;
+    ncclResult_t rc = ncclSuccess;
+    int done = 0, rsize = 0, tag = 5;
+    fit_bound_t b;
+
+    recv_comm = hostile_forge_connection(e, conn_id, lanes);
+    arena = aligned_alloc(4096, arena_len);
+    FIT_CHECK(arena != NULL, "no memory for the arena");
+    fit_fill(arena, arena_len, seed);
+    data = arena + WRAP_MSG;
+    FIT_NCCL(p->net->regMr(recv_comm, arena, arena_len, NCCL_PTR_HOST, &mh));
+    FIT_NCCL(p->net->irecv(recv_comm, 1, &data, &size, &tag, &mh, NULL, &req));
+    FIT_CHECK(req != NULL, "irecv returned no request");
+    hostile_send_all(lanes[0]->fd, hdr, sizeof(*hdr), "forged chunk header");
+    fit_bound_init(&b, "test() of the receive hit by the forged header", 10.0, 100000000L);
+    while (rc == ncclSuccess && !done && fit_bound_try_step(&b))
+        rc = p->net->test(req, &done, &rsize);
+    fit_check_pattern(arena, arena_len, seed, "receive arena around the forged chunk");
+    FIT_CHECK(!done, "test() reported the forged receive done (%d bytes)", rsize);
+    FIT_NCCL(p->net->deregMr(recv_comm, mh));
+    FIT_NCCL(p->net->closeRecv(recv_comm));
+    hostile_close_all();
+    free(arena);
+    return rc;
+}
+
+/*
+ * Lengths a token holder may lie about: a message of 2^62 bytes (more than
+ * any receive: both sides' sizes disagree, ncclInvalidUsage, nothing
+ * allocated for it), and a chunk of 4 GiB - 1 in a message of 8 KiB (a bad
+ * header: ncclRemoteError). The receive's arena stays untouched, and a real
+ * peer connects afterwards.
+ */
+void hostile_case_huge(hostile_env_t *e)
+{
+    ferry_sock_chunk_hdr_t hdr;
+    void *send_comm = NULL, *recv_comm = NULL;
+    char line[4096];
+    ncclResult_t rc;
+
+    memset(&hdr, 0, sizeof(hdr));
+    hdr.nchunks  = 1;
+    hdr.msg_size = (uint64_t)1 << 62;
+    hdr.len      = 65536;
+    hdr.check    = FERRY_SOCK_CHUNK_CHECK(hdr.seq, hdr.len);
+    fit_log_expect("but the posted receive holds only 8192 bytes");
+    fit_log_expect("truncated to a 8192-byte receive");
+    rc = hostile_forged_header(e, 0x4848484811111111ULL, &hdr, 4343);
+    FIT_CHECK(rc == ncclInvalidUsage, "a 2^62-byte message: test() returned %d (%s), expected "
+              "ncclInvalidUsage", (int)rc, fit_result_str(rc));
+    FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "message seq 0 is 4611686018427387904 bytes",
+                           "holds only 8192 bytes", NULL, line, sizeof(line)) >= 0,
+              "no WARN names the 2^62-byte message and the 8192-byte receive");
+    printf("  %s\n", line);
+    fit_pass("a 2^62-byte message header: ncclInvalidUsage, arena untouched");
+
+    hdr.msg_size = WRAP_MSG;
+    hdr.len      = UINT32_MAX;
+    hdr.check    = FERRY_SOCK_CHUNK_CHECK(hdr.seq, hdr.len);
+    fit_log_expect("bad chunk header");
+    fit_log_expect("request seq 0 failed");
+    rc = hostile_forged_header(e, 0x4848484822222222ULL, &hdr, 4444);
+    FIT_CHECK(rc == ncclRemoteError, "a 4 GiB chunk in an 8 KiB message: test() returned %d "
+              "(%s), expected ncclRemoteError", (int)rc, fit_result_str(rc));
+    FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "bad chunk header", "len 4294967295, size 8192",
+                           NULL, line, sizeof(line)) >= 0,
+              "no WARN names the bad header (len 4294967295, size 8192)");
+    printf("  %s\n", line);
+    fit_pass("a 4 GiB chunk header in an 8 KiB message: ncclRemoteError, arena untouched");
+    fit_log_expect_clear();
+
+    hostile_real_connect(e, &send_comm, &recv_comm);
+    hostile_real_xfer(e, send_comm, recv_comm, (size_t)1 << 20, 4545,
+                      "on a real connection after the forged headers");
+    FIT_NCCL(e->plugin.net->closeSend(send_comm));
+    FIT_NCCL(e->plugin.net->closeRecv(recv_comm));
+}
+
+/*
+ * The ib backend's out-of-band handshake from a token holder with metadata
+ * no ferry sends: 65535 QPs, a size field of 65535, an MTU of 99, a device
+ * name without its NUL, an Ethernet port facing an InfiniBand one. A token holder is a rank of this job, so accept()
+ * fails (ncclRemoteError) with a WARN saying what is wrong; nothing is built
+ * from the numbers, and the listener still takes the real peer.
+ */
+void hostile_case_ib_meta(hostile_env_t *e)
+{
+    static const struct {
+        const char *why;    /* In the WARN. */
+        int         field;  /* What to break. */
+    } lies[] = {
+        { "QP count does not match", 0 },
+        { "unsupported wire version", 1 },
+        { "invalid MTU", 2 },
+        { "device name not terminated", 3 },
+        { "another link layer", 4 },
+    };
+    void *send_comm = NULL, *recv_comm = NULL;
+    char line[4096], needle[128];
+    size_t i;
+
+    FIT_CHECK(hostile_backend_ib(), "case ib-meta needs NCCL_FERRY_BACKEND=ib");
+    fit_log_expect("its metadata is unusable");
+    for (i = 0; i < sizeof(lies) / sizeof(lies[0]); i++) {
+        ncclNetDeviceHandle_v11_t *dh = NULL;
+        struct {
+            ferry_sock_hello_t hello;
+            ferry_ib_meta_t    meta;
+        } out;
+        hostile_t *x = &hostiles[nhostiles];
+        void *comm = NULL;
+        ncclResult_t rc = ncclSuccess;
+        fit_bound_t b;
+        int from = fit_log_lines();
+
+        hostile_open(e->h, HOSTILE_SILENT);
+        hostile_hello(e->h, &out.hello);
+        memset(&out.meta, 0, sizeof(out.meta));
+        out.meta.magic = FERRY_IB_MAGIC;
+        out.meta.version = FERRY_IB_WIRE_VERSION;
+        out.meta.size = sizeof(out.meta);
+        out.meta.nqps = 1;
+        out.meta.mtu = 5;        /* IBV_MTU_4096. */
+        out.meta.link_layer = 1; /* IBV_LINK_LAYER_INFINIBAND: fakeibv's default port. */
+        out.meta.qpn[0] = 0x1234;
+        snprintf(out.meta.devname, sizeof(out.meta.devname), "liar");
+        switch (lies[i].field) {
+        case 0: out.meta.nqps = 65535; break;
+        case 1: out.meta.size = 65535; break;
+        case 2: out.meta.mtu = 99; break;
+        case 3: memset(out.meta.devname, 'x', sizeof(out.meta.devname)); break;
+        case 4: out.meta.link_layer = 2; break;
+        }
+        hostile_send_all(x->fd, &out, sizeof(out), "forged ib hello + metadata");
+        fit_bound_init(&b, "accept of forged ib metadata", 10.0, 100000000L);
+        while ((rc = e->plugin.net->accept(e->listen_comm, &comm, &dh)) == ncclSuccess &&
+               comm == NULL && fit_bound_try_step(&b))
+            ;
+        FIT_CHECK(comm == NULL, "accept built a comm from forged metadata (%s)", lies[i].why);
+        FIT_CHECK(rc == ncclRemoteError, "forged metadata (%s): accept returned %d (%s), "
+                  "expected ncclRemoteError", lies[i].why, (int)rc, fit_result_str(rc));
+        snprintf(needle, sizeof(needle), "ib accept from %s", x->src);
+        FIT_CHECK(fit_log_find(from, NCCL_LOG_WARN, needle, lies[i].why, NULL, line,
+                               sizeof(line)) >= 0, "no WARN says '%s' for %s", lies[i].why,
+                  x->src);
+        printf("  %s\n", line);
+    }
+    fit_pass("%zu kinds of forged ib metadata: accept -> ncclRemoteError + WARN, no comm",
+             sizeof(lies) / sizeof(lies[0]));
+    hostile_close_all();
+    fit_log_expect_clear();
+    hostile_real_connect(e, &send_comm, &recv_comm);
+    hostile_real_xfer(e, send_comm, recv_comm, (size_t)1 << 20, 4646,
+                      "on a real connection after the forged metadata");
     FIT_NCCL(e->plugin.net->closeSend(send_comm));
     FIT_NCCL(e->plugin.net->closeRecv(recv_comm));
 }

@@ -32,7 +32,16 @@ const char *const hostile_names[HOSTILE_KIND_COUNT] = {
     [HOSTILE_SILENT]      = "connect, say nothing",
     [HOSTILE_HALF_HELLO]  = "half a hello, stall",
     [HOSTILE_ORPHAN]      = "valid lane 0, no other lanes",
+    [HOSTILE_HUGE_HELLO]  = "right token, hdr_size 65535",
+    [HOSTILE_TRICKLE]     = "valid hello, one byte a second",
 };
+
+int hostile_backend_ib(void)
+{
+    const char *be = getenv("NCCL_FERRY_BACKEND");
+
+    return be != NULL && strcmp(be, "ib") == 0;
+}
 
 
 /* A stall is dropped by the plugin after the hello timeout; bad hellos right away. */
@@ -44,7 +53,7 @@ int hostile_expect_drop(hostile_kind_t k)
 
 int hostile_is_stall(hostile_kind_t k)
 {
-    return k == HOSTILE_SILENT || k == HOSTILE_HALF_HELLO;
+    return k == HOSTILE_SILENT || k == HOSTILE_HALF_HELLO || k == HOSTILE_TRICKLE;
 }
 
 int hostile_connect(const ferry_sock_handle_t *h)
@@ -121,8 +130,9 @@ void hostile_expect_logged(int from)
 void hostile_hello(const ferry_sock_handle_t *h, ferry_sock_hello_t *hello)
 {
     memset(hello, 0, sizeof(*hello));
-    hello->magic    = FERRY_SOCK_MAGIC;
-    hello->version  = FERRY_SOCK_WIRE_VERSION;
+    /* The handle's magic and version are the hello's, for either backend (ib_handle.h). */
+    hello->magic    = h->magic;
+    hello->version  = h->version;
     hello->hdr_size = sizeof(*hello);
     hello->lane     = 0;
     hello->nlanes   = h->nlanes;
@@ -146,6 +156,7 @@ hostile_t *hostile_open_lane(const ferry_sock_handle_t *h, hostile_kind_t kind, 
     x->kind    = kind;
     x->fd      = hostile_connect(h);
     x->dropped = 0;
+    x->sent    = 0;
     x->t_open  = fit_now();
     hostile_name_src(x);
     hostile_hello(h, &hello);
@@ -194,6 +205,16 @@ hostile_t *hostile_open_lane(const ferry_sock_handle_t *h, hostile_kind_t kind, 
         hello.conn_id = conn_id != 0 ? conn_id : 0x0f0f0f0f12345678ULL ^ (uint64_t)nhostiles;
         n = send(x->fd, &hello, sizeof(hello), MSG_NOSIGNAL);
         break;
+    case HOSTILE_HUGE_HELLO:
+        hello.hdr_size = 65535;
+        n = send(x->fd, &hello, sizeof(hello), MSG_NOSIGNAL);
+        break;
+    case HOSTILE_TRICKLE:
+        memcpy(x->hello, &hello, sizeof(x->hello));
+        n = send(x->fd, x->hello, 1, MSG_NOSIGNAL);
+        x->sent = 1;
+        x->t_byte = fit_now();
+        break;
     default:
         break;
     }
@@ -230,6 +251,14 @@ int hostile_poll(void)
         if (n > 0)
             printf("  note: plugin wrote %zd byte(s) to hostile #%d (%s)\n", n, i,
                    hostile_names[x->kind]);
+        if (x->kind == HOSTILE_TRICKLE && x->sent < sizeof(x->hello) &&
+            fit_now() - x->t_byte >= 1.0) {
+            n = send(x->fd, x->hello + x->sent, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n == 1) {
+                x->sent++;
+                x->t_byte = fit_now();
+            }
+        }
         open_++;
     }
     return open_;

@@ -30,7 +30,8 @@ void hostile_case_strangers(hostile_env_t *e)
 
     /* Phase 1: only strangers. */
     for (k = 0; k < HOSTILE_KIND_COUNT; k++)
-        hostile_open(h, (hostile_kind_t)k);
+        if (k != HOSTILE_ORPHAN || !hostile_backend_ib())
+            hostile_open(h, (hostile_kind_t)k);
     hostile_pump_accept(plugin, e->listen_comm, 5.0, 1);
     hostile_expect_dropped(0);
     fit_pass("%d hostile connections: no comm from accept, every bad hello dropped",
@@ -63,7 +64,9 @@ void hostile_case_strangers(hostile_env_t *e)
                 hostile_open(h, HOSTILE_RESET);
                 hostile_open(h, HOSTILE_BAD_MAGIC);
                 hostile_open(h, HOSTILE_SILENT);
-                hostile_open(h, HOSTILE_ORPHAN);
+                if (!hostile_backend_ib())
+                    hostile_open(h, HOSTILE_ORPHAN);
+                hostile_open(h, HOSTILE_TRICKLE);
             }
             if (recv_comm == NULL)
                 FIT_NCCL(plugin->net->accept(e->listen_comm, &recv_comm, &dev_handle));
@@ -212,4 +215,65 @@ void hostile_case_burst(hostile_env_t *e)
         FIT_NCCL(p->net->closeSend(send[k]));
         FIT_NCCL(p->net->closeRecv(recv[k]));
     }
+}
+
+/*
+ * Hundreds of strangers of every kind at once, in batches between accept()
+ * calls (a full listen backlog would make our own blocking connect() wait
+ * for SYN retries), the real peer in the middle of them. The listener's
+ * tables (64 streams / 32 connections) evict their oldest; every stranger
+ * is dropped and named in the log, the real peer's data arrives intact.
+ */
+#define HUNDREDS       300
+#define HUNDREDS_BATCH 25
+
+static const hostile_kind_t hundreds_kinds[] = {
+    HOSTILE_RANDOM, HOSTILE_BAD_MAGIC, HOSTILE_BAD_VERSION, HOSTILE_BAD_TOKEN,
+    HOSTILE_HUGE_HELLO, HOSTILE_SILENT, HOSTILE_HALF_HELLO, HOSTILE_CLOSE, HOSTILE_RESET,
+    HOSTILE_TRICKLE,
+};
+
+static void hostile_open_batch(hostile_env_t *e, int n)
+{
+    int k, nkinds = (int)(sizeof(hundreds_kinds) / sizeof(hundreds_kinds[0]));
+
+    for (k = 0; k < n; k++)
+        hostile_open(e->h, hundreds_kinds[nhostiles % nkinds]);
+    hostile_accept_rounds(e, 2);
+    hostile_poll();
+}
+
+void hostile_case_hundreds(hostile_env_t *e)
+{
+    void *send_comm = NULL, *recv_comm = NULL;
+    int k, lines0, dropped = 0;
+    double t0 = fit_now();
+
+    fit_log_allow_warns(1); /* One WARN (or eviction INFO) per stranger, counted below. */
+    lines0 = fit_log_lines();
+    for (k = 0; k < HUNDREDS / 2; k += HUNDREDS_BATCH)
+        hostile_open_batch(e, HUNDREDS_BATCH);
+    hostile_real_connect(e, &send_comm, &recv_comm);
+    fit_pass("real peer connected behind %d strangers", nhostiles);
+    for (k = HUNDREDS / 2; k < HUNDREDS; k += HUNDREDS_BATCH)
+        hostile_open_batch(e, HUNDREDS_BATCH);
+    printf("  %d strangers opened in %.2f s\n", nhostiles, fit_now() - t0);
+    hostile_real_xfer(e, send_comm, recv_comm, (size_t)4 << 20, 7300,
+                      "on the real connection among hundreds of strangers");
+    hostile_pump_accept(&e->plugin, e->listen_comm, e->hello_timeout + 5.0, 2);
+    hostile_expect_dropped(1);
+    for (k = 0; k < nhostiles; k++)
+        dropped += hostiles[k].fd < 0 || hostiles[k].dropped;
+    hostile_expect_logged(lines0);
+    fit_pass("%d strangers: %d dropped or closed, each named in the log (%d lines, %d WARN) "
+             "within %.1f s", nhostiles, dropped, fit_log_lines() - lines0, fit_log_warns(),
+             fit_now() - t0);
+    printf("HOSTILE case=hundreds strangers=%d dropped=%d seconds=%.2f\n", nhostiles, dropped,
+           fit_now() - t0);
+    hostile_close_all();
+    fit_log_allow_warns(0);
+    hostile_real_xfer(e, send_comm, recv_comm, (size_t)1 << 20, 7400,
+                      "on the real connection after the strangers left");
+    FIT_NCCL(e->plugin.net->closeSend(send_comm));
+    FIT_NCCL(e->plugin.net->closeRecv(recv_comm));
 }

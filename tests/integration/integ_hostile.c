@@ -28,6 +28,20 @@
  *                WARN, without reading freed memory; a new connection works
  *     burst      10 real peers connect to one listener at once (the group
  *                table holds 8): all 10 are accepted, none refused
+ *     hundreds   300 strangers of every kind (random, wrong magic, version or
+ *                token, a 65535-byte hello, silent, half a hello, one byte a
+ *                second, close, reset) in batches around a real peer: each
+ *                dropped and named in the log, the peer's data intact
+ *     huge       a token holder's chunk headers with a 2^62-byte message
+ *                (ncclInvalidUsage) and a 4 GiB chunk (ncclRemoteError):
+ *                WARN, arena untouched, a real peer connects afterwards
+ *     ib-meta    (ib) a token holder's metadata with 65535 QPs, a bad size,
+ *                MTU or device name: accept -> ncclRemoteError + WARN
+ *
+ * Every stranger kind above (strangers) also includes: a hello with
+ * hdr_size 65535, and a valid hello sent one byte a second (dropped at the
+ * hello timeout although bytes keep coming). With NCCL_FERRY_BACKEND=ib the
+ * same bytes go to the ib backend's out-of-band listener, with its magic.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +59,9 @@ static const struct {
     { "half-groups", hostile_case_half_groups },
     { "double-close", hostile_case_double_close },
     { "burst",     hostile_case_burst },
+    { "hundreds",  hostile_case_hundreds },
+    { "huge",      hostile_case_huge },
+    { "ib-meta",   hostile_case_ib_meta },
 };
 
 int main(int argc, char **argv)
