@@ -4,12 +4,14 @@
  * init; the first init parses the configuration and discovers devices, the
  * last finalize tears down what the process-wide part started.
  */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/api.h"
+#include "core/live.h"
 #include "core/backend.h"
 #include "core/config.h"
 #include <stdio.h>
@@ -32,6 +34,12 @@ static const ferry_backend_ops_t *ferry_api_be;
  * table is static.
  */
 static const ferry_backend_ops_t *_Atomic ferry_api_data_be;
+/*
+ * A backend the last finalize left up because comms of it were still open
+ * (ferry_api_left_open): its devices stay, so those comms can still be
+ * closed, and the next init takes it back as it is.
+ */
+static const ferry_backend_ops_t *ferry_api_linger_be;
 
 /* NCCL_FERRY_BACKEND names one: that one, or a clear error when this build has none. */
 static ferry_status_t ferry_api_named_backend(const char *want, const ferry_backend_ops_t **be_p)
@@ -133,8 +141,13 @@ ferry_status_t ferry_api_init(void **ctx_p, uint64_t comm_id, int traffic_class,
     if (c == NULL)
         return FERRY_ERR_NO_MEMORY;
     pthread_mutex_lock(&ferry_api_lock);
-    if (ferry_api_refs == 0)
+    if (ferry_api_refs == 0 && ferry_api_linger_be != NULL) {
+        ferry_api_be = ferry_api_linger_be; /* Still up, with the config it had. */
+        ferry_api_linger_be = NULL;
+        ferry_services_start(&ferry_api_cfg);
+    } else if (ferry_api_refs == 0) {
         status = ferry_api_bring_up();
+    }
     if (status == FERRY_OK)
         ferry_api_refs++;
     pthread_mutex_unlock(&ferry_api_lock);
@@ -147,6 +160,46 @@ ferry_status_t ferry_api_init(void **ctx_p, uint64_t comm_id, int traffic_class,
     c->ctx.traffic_class = traffic_class;
     *ctx_p = c;
     return FERRY_OK;
+}
+
+/*
+ * The last finalize with comms still open (an abort path, or a user who did
+ * not close them): they stay usable for close, which NCCL may call after
+ * finalize, and keep their threads, sockets and the backend's devices until
+ * then (the backend is not shut down: a closeSend after its fini would use
+ * a closed device). The library pins itself (RTLD_NODELETE), so a dlclose
+ * after this cannot unmap code those threads still run; without open comms
+ * a dlclose unloads it as before. Returns 1 if anything was left open.
+ */
+static void ferry_api_pin_library(void)
+{
+    Dl_info info;
+    void *self;
+
+    if (dladdr((void *)ferry_api_pin_library, &info) == 0 || info.dli_fname == NULL)
+        return;
+    /* Another reference that is never dropped; NOLOAD: this very copy, not a new one. */
+    self = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
+    (void)self;
+}
+
+static int ferry_api_left_open(void)
+{
+    size_t nsend = ferry_live_count_kind(FERRY_LIVE_SEND);
+    size_t nrecv = ferry_live_count_kind(FERRY_LIVE_RECV);
+    size_t nlisten = ferry_live_count_kind(FERRY_LIVE_LISTEN);
+    size_t nmr = ferry_live_count_kind(FERRY_LIVE_MR);
+
+    if (nsend + nrecv + nlisten + nmr == 0)
+        return 0;
+    /* INFO: NCCL itself may close comms after the last finalize (integ_config). */
+    FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET,
+               "finalize: the last ferry context is gone with %zu send, %zu recv and %zu listen "
+               "comm(s) and %zu memory handle(s) still open; their threads, sockets and "
+               "devices stay until closeSend/closeRecv/closeListen/deregMr (still valid after "
+               "finalize) or process exit", nsend, nrecv, nlisten, nmr);
+    ferry_api_pin_library();
+    return 1;
 }
 
 ferry_status_t ferry_api_finalize(void *ctx)
@@ -165,7 +218,10 @@ ferry_status_t ferry_api_finalize(void *ctx)
     pthread_mutex_lock(&ferry_api_lock);
     if (--ferry_api_refs == 0 && ferry_api_be != NULL) {
         ferry_services_stop();
-        ferry_api_be->fini();
+        if (ferry_api_left_open())
+            ferry_api_linger_be = ferry_api_be;
+        else
+            ferry_api_be->fini();
         ferry_api_be = NULL;
     }
     pthread_mutex_unlock(&ferry_api_lock);

@@ -154,3 +154,14 @@ size_t ferry_live_count(void)
     pthread_mutex_unlock(&ferry_live_lock);
     return n;
 }
+
+size_t ferry_live_count_kind(ferry_live_kind_t kind)
+{
+    size_t i, n = 0;
+
+    pthread_mutex_lock(&ferry_live_lock);
+    for (i = 0; i < ferry_live_cap; i++)
+        n += ferry_live_slots[i].obj != NULL && ferry_live_slots[i].kind == kind;
+    pthread_mutex_unlock(&ferry_live_lock);
+    return n;
+}

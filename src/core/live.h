@@ -28,5 +28,7 @@ int ferry_live_has(const void *obj, ferry_live_kind_t kind);
 /* Like has, and removes it: of two racing closes exactly one gets 1. */
 int ferry_live_take(const void *obj, ferry_live_kind_t kind);
 size_t ferry_live_count(void);
+/* Live objects of one kind (the last finalize names what was left open). */
+size_t ferry_live_count_kind(ferry_live_kind_t kind);
 
 #endif

@@ -203,6 +203,13 @@ ferry_status_t ferry_sock_connect(ferry_ctx_t *ctx, int dev, void *handle, int t
         status = ferry_sock_stage_create(dev, h, &st);
         if (status != FERRY_OK)
             return status;
+        /* After the handle's checks: a foreign handle is the clearer error. */
+        if (dev < 0 || dev >= ferry_sock_state.ndev) {
+            FERRY_WARN("connect(dev=%d): socket backend has %d device(s) (0..%d)", dev,
+                       ferry_sock_state.ndev, ferry_sock_state.ndev - 1);
+            ferry_sock_stage_free(st, h);
+            return FERRY_ERR_INVALID;
+        }
     } else if (h->stage_cookie != (h->token ^ (uint64_t)(uintptr_t)st)) {
         FERRY_WARN("connect(dev=%d): handle %p holds a stale or foreign connect state; pass the "
                    "handle from the peer's listen unchanged", dev, handle);

@@ -1,0 +1,534 @@
+/*
+ * integ_misuse: NCCL (or a plugin user) calling the ABI wrong, for whichever
+ * backend NCCL_FERRY_BACKEND names. Each case runs in a fresh child process
+ * with its own plugin load, checks the exact code and the WARN of every
+ * refused call, and ends with the fds and threads it started with (ASan
+ * builds: no leak, no use-after-free). The codes are the ones
+ * tests/RELIABILITY.md lists.
+ *
+ *   bad-device        getProperties, listen and connect with device -1 and
+ *                     ndev: ncclInternalError + WARN naming the index
+ *   garbage-handle    connect with a zeroed handle (ncclInvalidUsage) and
+ *                     with random bytes (ncclInternalError): WARN, no crash,
+ *                     no connection
+ *   after-finalize    devices, getProperties, listen and connect after the
+ *                     last finalize, and a second finalize: refused + WARN
+ *   send-larger       a 64 KiB isend into a 16 KiB irecv: the receiver's
+ *                     test gets ncclInvalidUsage and a WARN naming both
+ *                     sizes; the sender's request ends (done or failed, as
+ *                     the backend documents) and the comm stays closable
+ *   too-many          isends with no receive posted: at most 32 requests
+ *                     come back non-NULL (then NULL: retry later); once the
+ *                     receives are posted all complete intact
+ *   n-above-max       irecv with n = maxRecvs + 1 and n = 0: ncclInternalError
+ *                     + WARN naming maxRecvs
+ *   finalize-open     finalize with a listen, send and recv comm and a memory
+ *                     handle open: ncclSuccess + INFO counting them; closing
+ *                     them afterwards works (the backend stayed up for them),
+ *                     and the next init + finalize leave no thread
+ *   finalize-open-dlclose  the same, never closed, then dlclose: the library
+ *                     pinned itself, its threads run on for 2 s, no crash
+ *
+ *   integ_misuse [--plugin PATH] [--case NAME]
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+
+#include "harness.h"
+
+typedef struct mis_env {
+    fit_plugin_t plugin;
+    void        *ctx;
+    const char  *backend;
+} mis_env_t;
+
+static void mis_open(mis_env_t *e, const char *path)
+{
+    memset(e, 0, sizeof(*e));
+    fit_plugin_open(&e->plugin, path);
+    e->ctx = fit_plugin_init(&e->plugin, 0x5151);
+    e->backend = getenv("NCCL_FERRY_BACKEND") != NULL ? getenv("NCCL_FERRY_BACKEND") : "socket";
+}
+
+static void mis_close(mis_env_t *e)
+{
+    if (e->ctx != NULL)
+        FIT_NCCL(e->plugin.net->finalize(e->ctx));
+    fit_plugin_close(&e->plugin);
+    fit_check_no_ferry_threads("after finalize + dlclose");
+}
+
+/* A refused call: exactly code `want`, and a WARN since `from` holding both needles. */
+static void mis_refused(const char *call, ncclResult_t rc, ncclResult_t want, int from,
+                        const char *n1, const char *n2)
+{
+    char line[4096];
+
+    FIT_CHECK(rc == want, "%s returned %d (%s), expected %d (%s)", call, (int)rc,
+              fit_result_str(rc), (int)want, fit_result_str(want));
+    FIT_CHECK(fit_log_find(from, NCCL_LOG_WARN, n1, n2, NULL, line, sizeof(line)) >= 0,
+              "%s: no WARN with '%s'%s%s", call, n1, n2 ? " and " : "", n2 ? n2 : "");
+    printf("  %s -> %s: %s\n", call, fit_result_str(rc), line);
+    printf("MISUSE call=\"%s\" code=%s\n", call, fit_result_str(rc));
+}
+
+static void mis_pair(mis_env_t *e, void **lc_p, void **send_p, void **recv_p)
+{
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+
+    *lc_p = fit_listen(&e->plugin, e->ctx, 0, handle);
+    fit_connect_accept(&e->plugin, e->ctx, 0, handle, *lc_p, send_p, recv_p, NULL);
+}
+
+static void mis_bad_device(mis_env_t *e)
+{
+    const ncclNet_v11_t *n = e->plugin.net;
+    ncclNetDeviceHandle_v11_t *dh = NULL;
+    ncclNetProperties_v11_t props;
+    char handle[NCCL_NET_HANDLE_MAXSIZE], call[96], idx[32];
+    void *comm = NULL;
+    int ndev = 0, bad[2], i, from;
+
+    FIT_NCCL(n->devices(&ndev));
+    bad[0] = -1;
+    bad[1] = ndev;
+    fit_log_expect("device");
+    for (i = 0; i < 2; i++) {
+        snprintf(idx, sizeof(idx), "%d", bad[i]);
+        from = fit_log_lines();
+        snprintf(call, sizeof(call), "getProperties(%d) of %d devices", bad[i], ndev);
+        mis_refused(call, n->getProperties(bad[i], &props), ncclInternalError, from, "device",
+                    idx);
+        from = fit_log_lines();
+        snprintf(call, sizeof(call), "listen(dev %d) of %d devices", bad[i], ndev);
+        mis_refused(call, n->listen(e->ctx, bad[i], handle, &comm), ncclInternalError, from,
+                    "device", idx);
+        FIT_CHECK(comm == NULL, "listen on a bad device gave a comm");
+        /* A real handle, so only the device index is wrong. */
+        {
+            void *lc = fit_listen(&e->plugin, e->ctx, 0, handle);
+
+            from = fit_log_lines();
+            snprintf(call, sizeof(call), "connect(dev %d) of %d devices", bad[i], ndev);
+            mis_refused(call, n->connect(e->ctx, bad[i], handle, &comm, &dh), ncclInternalError,
+                        from, "device", idx);
+            FIT_CHECK(comm == NULL, "connect on a bad device gave a comm");
+            FIT_NCCL(n->closeListen(lc));
+        }
+    }
+    fit_log_expect_clear();
+    fit_pass("device -1 and %d (of %d): getProperties, listen, connect refused", ndev, ndev);
+}
+
+static void mis_garbage_handle(mis_env_t *e)
+{
+    const ncclNet_v11_t *n = e->plugin.net;
+    ncclNetDeviceHandle_v11_t *dh = NULL;
+    unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
+    const char *what[2] = { "connect with a zeroed handle", "connect with a random handle" };
+    /* Zeroed: no ferry magic (a usage error); random: a stale connect state (refused). */
+    const ncclResult_t want[2] = { ncclInvalidUsage, ncclInternalError };
+    void *comm = NULL;
+    size_t k;
+    int i, from;
+
+    fit_log_allow_warns(1);
+    for (i = 0; i < 2; i++) {
+        ncclResult_t rc;
+
+        if (i == 0)
+            memset(handle, 0, sizeof(handle));
+        else
+            for (k = 0; k < sizeof(handle); k++)
+                handle[k] = (unsigned char)(rand() & 0xff);
+        from = fit_log_lines();
+        rc = n->connect(e->ctx, 0, handle, &comm, &dh);
+        FIT_CHECK(comm == NULL, "connect with a %s gave a comm", what[i]);
+        mis_refused(what[i], rc, want[i], from, "handle", NULL);
+    }
+    fit_log_allow_warns(0);
+    fit_pass("connect with a zeroed and a random handle: refused, no connection");
+}
+
+static void mis_after_finalize(mis_env_t *e)
+{
+    const ncclNet_v11_t *n = e->plugin.net;
+    ncclNetDeviceHandle_v11_t *dh = NULL;
+    ncclNetProperties_v11_t props;
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    void *comm = NULL, *stale = e->ctx;
+    int ndev = -1, from;
+
+    FIT_NCCL(n->listen(e->ctx, 0, handle, &comm));
+    FIT_NCCL(n->closeListen(comm));
+    FIT_NCCL(n->finalize(e->ctx));
+    e->ctx = NULL;
+    fit_log_expect("after the last finalize");
+    fit_log_expect("not a live ferry context");
+    from = fit_log_lines();
+    mis_refused("devices after finalize", n->devices(&ndev), ncclInternalError, from,
+                "devices called before a successful init (or after the last finalize)", NULL);
+    FIT_CHECK(ndev == 0, "devices after finalize said %d devices", ndev);
+    from = fit_log_lines();
+    mis_refused("getProperties after finalize", n->getProperties(0, &props), ncclInternalError,
+                from, "getProperties called before a successful init", NULL);
+    from = fit_log_lines();
+    comm = NULL;
+    mis_refused("listen with a finalized ctx", n->listen(stale, 0, handle, &comm),
+                ncclInternalError, from, "listen called before a successful init", NULL);
+    FIT_CHECK(comm == NULL, "listen after finalize gave a comm");
+    from = fit_log_lines();
+    mis_refused("connect with a finalized ctx", n->connect(stale, 0, handle, &comm, &dh),
+                ncclInternalError, from, "connect called before a successful init", NULL);
+    from = fit_log_lines();
+    mis_refused("second finalize", n->finalize(stale), ncclInternalError, from,
+                "not a live ferry context (finalized twice?)", NULL);
+    /* A new init works: the process can start over. */
+    e->ctx = fit_plugin_init(&e->plugin, 0x5252);
+    FIT_NCCL(n->devices(&ndev));
+    FIT_CHECK(ndev > 0, "no device after a new init");
+    fit_log_expect_clear();
+    fit_pass("calls after finalize refused; a new init works");
+}
+
+/* Run one request to its end: its code, done flag and size. */
+static ncclResult_t mis_wait(const fit_plugin_t *p, void *req, double seconds, int *done_p,
+                             int *size_p)
+{
+    fit_bound_t b;
+    ncclResult_t rc = ncclSuccess;
+
+    *done_p = 0;
+    fit_bound_init(&b, "a request's end", seconds, 2000000000L);
+    while (rc == ncclSuccess && !*done_p && fit_bound_try_step(&b))
+        rc = p->net->test(req, done_p, size_p);
+    return rc;
+}
+
+static void mis_send_larger(mis_env_t *e)
+{
+    const ncclNet_v11_t *n = e->plugin.net;
+    size_t ssize = 65536, rsize = 16384;
+    void *lc, *sc, *rc_comm, *smh, *rmh, *sreq = NULL, *rreq = NULL;
+    char *sbuf = malloc(ssize), *rbuf = malloc(rsize * 2), line[4096];
+    int tag = 3, sdone = 0, rdone = 0, ssz = 0, rsz = 0, from;
+    ncclResult_t src = ncclSuccess, rrc = ncclSuccess;
+    fit_bound_t b;
+    void *rdata = rbuf;
+
+    FIT_CHECK(sbuf != NULL && rbuf != NULL, "malloc");
+    mis_pair(e, &lc, &sc, &rc_comm);
+    fit_fill(sbuf, ssize, 77);
+    fit_fill(rbuf, rsize * 2, 78);
+    FIT_NCCL(n->regMr(sc, sbuf, ssize, NCCL_PTR_HOST, &smh));
+    FIT_NCCL(n->regMr(rc_comm, rbuf, rsize * 2, NCCL_PTR_HOST, &rmh));
+    fit_log_allow_warns(1);
+    from = fit_log_lines();
+    FIT_NCCL(n->irecv(rc_comm, 1, &rdata, &rsize, &tag, &rmh, NULL, &rreq));
+    FIT_CHECK(rreq != NULL, "irecv gave no request");
+    fit_bound_init(&b, "isend of the larger message", 10.0, 2000000000L);
+    while (sreq == NULL && src == ncclSuccess && fit_bound_try_step(&b)) {
+        src = n->isend(sc, sbuf, ssize, tag, smh, NULL, &sreq);
+        if (sreq == NULL && src == ncclSuccess)
+            (void)n->test(rreq, &rdone, &rsz); /* ib: the receive's progress writes the CTS. */
+    }
+    FIT_CHECK(src == ncclSuccess && sreq != NULL, "isend: %d (%s), request %p", (int)src,
+              fit_result_str(src), sreq);
+    rrc = rdone ? ncclSuccess : mis_wait(&e->plugin, rreq, 10.0, &rdone, &rsz);
+    FIT_CHECK(rrc == ncclInvalidUsage && !rdone, "receiver: test returned %d (%s), done %d "
+              "(%d bytes), expected ncclInvalidUsage", (int)rrc, fit_result_str(rrc), rdone, rsz);
+    FIT_CHECK(fit_log_find(from, NCCL_LOG_WARN, "65536", "16384", NULL, line,
+                           sizeof(line)) >= 0, "no WARN names both sizes (65536, 16384)");
+    printf("  receiver: %s: %s\n", fit_result_str(rrc), line);
+    printf("MISUSE call=\"test of a 16 KiB irecv hit by a 64 KiB isend (receiver)\" code=%s\n",
+           fit_result_str(rrc));
+    /* Nothing landed: not in the posted 16 KiB, not past it. */
+    fit_check_pattern(rbuf, rsize * 2, 78, "the 16 KiB receive and the 16 KiB after it");
+    src = mis_wait(&e->plugin, sreq, 10.0, &sdone, &ssz);
+    printf("  sender: test -> %s, done %d\n", fit_result_str(src), sdone);
+    printf("MISUSE call=\"test of the 64 KiB isend (sender)\" code=%s done=%d\n",
+           fit_result_str(src), sdone);
+    FIT_CHECK(src == ncclInvalidUsage || (src == ncclSuccess && sdone),
+              "sender: test returned %d (%s), done %d: neither an error nor the end",
+              (int)src, fit_result_str(src), sdone);
+    fit_log_allow_warns(0);
+    FIT_NCCL(n->deregMr(sc, smh));
+    FIT_NCCL(n->deregMr(rc_comm, rmh));
+    FIT_NCCL(n->closeSend(sc));
+    FIT_NCCL(n->closeRecv(rc_comm));
+    FIT_NCCL(n->closeListen(lc));
+    free(sbuf);
+    free(rbuf);
+    fit_pass("64 KiB into 16 KiB: receiver ncclInvalidUsage naming both sizes, sender %s",
+             src == ncclSuccess ? "done" : "ncclInvalidUsage");
+}
+
+/*
+ * NCCL_NET_MAX_REQUESTS (32) per comm: isends with no receive posted. The
+ * ones beyond what the comm holds come back NULL (NCCL retries them), never
+ * an error and never a 33rd request; once the receives are posted every
+ * message arrives intact.
+ */
+#define MIS_MANY   40
+#define MIS_MAXREQ 32
+
+static void mis_too_many(mis_env_t *e)
+{
+    const ncclNet_v11_t *n = e->plugin.net;
+    size_t size = 4096;
+    void *lc, *sc, *rcm, *smh, *rmh, *sreq[MIS_MANY] = { NULL }, *rreq[MIS_MANY] = { NULL };
+    char *sbuf = malloc(size * MIS_MANY), *rbuf = malloc(size * MIS_MANY);
+    int i, nsent = 0, nulls = 0, tag = 4, done, sz;
+    fit_bound_t b;
+
+    FIT_CHECK(sbuf != NULL && rbuf != NULL, "malloc");
+    mis_pair(e, &lc, &sc, &rcm);
+    FIT_NCCL(n->regMr(sc, sbuf, size * MIS_MANY, NCCL_PTR_HOST, &smh));
+    FIT_NCCL(n->regMr(rcm, rbuf, size * MIS_MANY, NCCL_PTR_HOST, &rmh));
+    for (i = 0; i < MIS_MANY; i++)
+        fit_fill(sbuf + (size_t)i * size, size, 500 + (uint64_t)i);
+    memset(rbuf, FIT_POISON, size * MIS_MANY);
+    /* Every isend once, no receive anywhere: how many does the comm take? */
+    for (i = 0; i < MIS_MANY; i++) {
+        FIT_NCCL(n->isend(sc, sbuf + (size_t)i * size, size, tag, smh, NULL, &sreq[nsent]));
+        if (sreq[nsent] != NULL)
+            nsent++;
+        else
+            nulls++;
+    }
+    printf("  %d isends without receives: %d requests, %d NULL (retry later)\n", MIS_MANY,
+           nsent, nulls);
+    printf("MISUSE call=\"%d isends, no receive posted\" code=ncclSuccess requests=%d null=%d\n",
+           MIS_MANY, nsent, nulls);
+    FIT_CHECK(nsent <= MIS_MAXREQ, "%d requests in flight on one comm (at most %d)", nsent,
+              MIS_MAXREQ);
+    FIT_CHECK(nulls >= MIS_MANY - MIS_MAXREQ, "only %d of %d isends were turned away", nulls,
+              MIS_MANY);
+    /* Now the receives, and the rest of the isends as NCCL retries them. */
+    fit_bound_init(&b, "every message after the receives", 30.0, 2000000000L);
+    for (i = 0; i < MIS_MANY; i++) {
+        void *data = rbuf + (size_t)i * size;
+
+        while (rreq[i] == NULL) {
+            FIT_NCCL(n->irecv(rcm, 1, &data, &size, &tag, &rmh, NULL, &rreq[i]));
+            if (rreq[i] == NULL)
+                fit_bound_step(&b);
+        }
+        while (i >= nsent) {
+            FIT_NCCL(n->isend(sc, sbuf + (size_t)nsent * size, size, tag, smh, NULL,
+                              &sreq[nsent]));
+            if (sreq[nsent] != NULL)
+                nsent++;
+            else
+                fit_bound_step(&b);
+        }
+        for (done = 0; !done; fit_bound_step(&b))
+            FIT_NCCL(n->test(sreq[i], &done, &sz));
+        for (done = 0; !done; fit_bound_step(&b))
+            FIT_NCCL(n->test(rreq[i], &done, &sz));
+        FIT_CHECK(sz == (int)size, "message %d: %d bytes, expected %zu", i, sz, size);
+        fit_check_pattern(rbuf + (size_t)i * size, size, 500 + (uint64_t)i, "message");
+    }
+    FIT_NCCL(n->deregMr(sc, smh));
+    FIT_NCCL(n->deregMr(rcm, rmh));
+    FIT_NCCL(n->closeSend(sc));
+    FIT_NCCL(n->closeRecv(rcm));
+    FIT_NCCL(n->closeListen(lc));
+    free(sbuf);
+    free(rbuf);
+    fit_pass("%d isends without receives: %d taken, the rest NULL; then all %d intact",
+             MIS_MANY, MIS_MANY - nulls, MIS_MANY);
+}
+
+static void mis_n_above_max(mis_env_t *e)
+{
+    const ncclNet_v11_t *n = e->plugin.net;
+    ncclNetProperties_v11_t props;
+    void *lc, *sc, *rcm, *mh, *req = NULL, *data[16], *mhs[16];
+    size_t sizes[16];
+    int tags[16], i, from, nrecv;
+    static char buf[4096];
+    char call[96], expect[64];
+
+    FIT_NCCL(n->getProperties(0, &props));
+    nrecv = props.maxRecvs + 1;
+    FIT_CHECK(nrecv <= 16, "maxRecvs %d", props.maxRecvs);
+    mis_pair(e, &lc, &sc, &rcm);
+    FIT_NCCL(n->regMr(rcm, buf, sizeof(buf), NCCL_PTR_HOST, &mh));
+    for (i = 0; i < nrecv; i++) {
+        data[i] = buf + i * 64;
+        sizes[i] = 64;
+        tags[i] = i;
+        mhs[i] = mh;
+    }
+    snprintf(call, sizeof(call), "irecv with n %d (maxRecvs %d)", nrecv, props.maxRecvs);
+    snprintf(expect, sizeof(expect), "%d", nrecv);
+    fit_log_expect("maxRecvs");
+    from = fit_log_lines();
+    mis_refused(call, n->irecv(rcm, nrecv, data, sizes, tags, mhs, NULL, &req),
+                ncclInternalError, from, "maxRecvs", expect);
+    FIT_CHECK(req == NULL, "the refused irecv gave a request");
+    from = fit_log_lines();
+    mis_refused("irecv with n 0", n->irecv(rcm, 0, data, sizes, tags, mhs, NULL, &req),
+                ncclInternalError, from, "maxRecvs", NULL);
+    fit_log_expect_clear();
+    FIT_NCCL(n->deregMr(rcm, mh));
+    FIT_NCCL(n->closeSend(sc));
+    FIT_NCCL(n->closeRecv(rcm));
+    FIT_NCCL(n->closeListen(lc));
+    fit_pass("irecv with n above maxRecvs (%d) and n 0: refused", props.maxRecvs);
+}
+
+/* finalize with a listen, send and recv comm and a memory handle open: WARN, then closable. */
+static void mis_finalize_with_open(mis_env_t *e, void **lc, void **sc, void **rcm, void **mh)
+{
+    const ncclNet_v11_t *n = e->plugin.net;
+    static char buf[4096];
+    char line[4096];
+    ncclResult_t rc;
+    int from;
+
+    mis_pair(e, lc, sc, rcm);
+    FIT_NCCL(n->regMr(*sc, buf, sizeof(buf), NCCL_PTR_HOST, mh));
+    from = fit_log_lines();
+    rc = n->finalize(e->ctx);
+    e->ctx = NULL;
+    FIT_CHECK(rc == ncclSuccess, "finalize with comms open returned %d (%s)", (int)rc,
+              fit_result_str(rc));
+    /* INFO, not WARN: NCCL may close comms after the last finalize. */
+    FIT_CHECK(fit_log_find(from, NCCL_LOG_INFO, "with 1 send, 1 recv and 1 listen comm(s) and 1 "
+                           "memory handle(s) still open", NULL, NULL, line, sizeof(line)) >= 0,
+              "no INFO line counts what finalize left open");
+    printf("  finalize with comms open -> ncclSuccess: %s\n", line);
+    printf("MISUSE call=\"finalize with comms open\" code=ncclSuccess\n");
+}
+
+/* The comms left open at finalize, closed afterwards (NCCL may close after finalize). */
+static void mis_finalize_open(mis_env_t *e)
+{
+    const ncclNet_v11_t *n = e->plugin.net;
+    void *lc, *sc, *rcm, *mh;
+
+    mis_finalize_with_open(e, &lc, &sc, &rcm, &mh);
+    FIT_NCCL(n->deregMr(sc, mh));
+    FIT_NCCL(n->closeSend(sc));
+    FIT_NCCL(n->closeRecv(rcm));
+    FIT_NCCL(n->closeListen(lc));
+    /* The backend stayed up for them; the next init takes it back, its finalize ends it. */
+    e->ctx = fit_plugin_init(&e->plugin, 0x5353);
+    fit_pass("finalize with comms open: ncclSuccess + INFO; they close afterwards; init + "
+             "finalize again leave no thread");
+}
+
+/*
+ * Never closed, then dlclose: the library pinned itself at finalize, so the
+ * comms' helper threads (woken by their timers meanwhile) do not run
+ * unmapped code. Their threads and sockets stay until exit, by design.
+ */
+static void mis_finalize_open_dlclose(mis_env_t *e)
+{
+    void *lc, *sc, *rcm, *mh;
+    char names[512];
+    int n;
+
+    mis_finalize_with_open(e, &lc, &sc, &rcm, &mh);
+    n = fit_count_threads("ferry-", names, sizeof(names));
+    fit_plugin_close(&e->plugin);
+    sleep(2);
+    FIT_CHECK(dlopen(e->plugin.path, RTLD_NOW | RTLD_NOLOAD) != NULL,
+              "the plugin was unmapped by dlclose although comms were left open");
+    printf("  %d ferry thread(s) of the open comms ran 2 s past dlclose; the library stays "
+           "mapped\n", n);
+    fit_pass("finalize with comms open, then dlclose: no crash (library pinned)");
+}
+
+static const struct {
+    const char *name;
+    void      (*run)(mis_env_t *e);
+} mis_cases[] = {
+    { "bad-device",     mis_bad_device },
+    { "garbage-handle", mis_garbage_handle },
+    { "after-finalize", mis_after_finalize },
+    { "send-larger",    mis_send_larger },
+    { "too-many",       mis_too_many },
+    { "n-above-max",    mis_n_above_max },
+    { "finalize-open",  mis_finalize_open },
+    { "finalize-open-dlclose", mis_finalize_open_dlclose },
+};
+#define MIS_NCASES ((int)(sizeof(mis_cases) / sizeof(mis_cases[0])))
+
+static void mis_child(const char *path, int i)
+{
+    fit_leaks_t before;
+    mis_env_t e;
+
+    fit_set_role(mis_cases[i].name);
+    alarm(60);
+    /*
+     * libibverbs stays loaded once opened (as NCCL keeps it), and the
+     * emulator keeps its fabric socket: count after a first connection.
+     */
+    mis_open(&e, path);
+    {
+        void *lc, *sc, *rcm;
+
+        mis_pair(&e, &lc, &sc, &rcm);
+        FIT_NCCL(e.plugin.net->closeSend(sc));
+        FIT_NCCL(e.plugin.net->closeRecv(rcm));
+        FIT_NCCL(e.plugin.net->closeListen(lc));
+    }
+    mis_close(&e);
+    fit_leaks_snap(&before);
+    mis_open(&e, path);
+    mis_cases[i].run(&e);
+    if (mis_cases[i].run == mis_finalize_open_dlclose) {
+        fit_log_check_clean("after the case");
+        fit_child_exit(0); /* Its threads stay by design (above); LSan still checks memory. */
+    }
+    mis_close(&e);
+    fit_log_check_clean("after the case");
+    fit_leaks_check(&before, "after the case");
+    fit_child_exit(0);
+}
+
+int main(int argc, char **argv)
+{
+    const char *path = fit_plugin_path(&argc, argv);
+    const char *only = argc == 3 && strcmp(argv[1], "--case") == 0 ? argv[2] : NULL;
+    int i, ran = 0, failed = 0;
+
+    FIT_CHECK(argc == 1 || only != NULL, "usage: integ_misuse [--plugin PATH] [--case NAME]");
+    fit_set_role("misuse");
+    srand(4711);
+    for (i = 0; i < MIS_NCASES; i++) {
+        int status;
+        pid_t pid;
+
+        if (only != NULL && strcmp(only, mis_cases[i].name) != 0)
+            continue;
+        printf("case %s\n", mis_cases[i].name);
+        fflush(NULL);
+        pid = fork();
+        FIT_CHECK(pid >= 0, "fork: %s", strerror(errno));
+        if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            mis_child(path, i);
+        }
+        FIT_CHECK(waitpid(pid, &status, 0) == pid, "waitpid: %s", strerror(errno));
+        ran++;
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            fprintf(stderr, "FAIL case %s: status 0x%x\n", mis_cases[i].name, status);
+            failed++;
+        }
+    }
+    FIT_CHECK(ran > 0, "no case named %s", only);
+    printf("integ_misuse: %d case(s), %d failed\n", ran, failed);
+    return failed ? 1 : 0;
+}
