@@ -49,8 +49,10 @@ static long ferry_sock_lane_error(ferry_sock_comm_t *c, int li, const char *op, 
                                   const char *what)
 {
     ferry_sock_lane_t *lane = &c->lanes[li];
+    /* The peer or the path to it, not this host: ncclRemoteError (a link taken down, too). */
     ferry_status_t status = err == 0 || err == EPIPE || err == ECONNRESET || err == ETIMEDOUT ||
-                                    err == EHOSTUNREACH
+                                    err == EHOSTUNREACH || err == ENETUNREACH ||
+                                    err == ENETDOWN || err == EHOSTDOWN
                                 ? FERRY_ERR_REMOTE
                                 : FERRY_ERR_IO;
     char desc[160];

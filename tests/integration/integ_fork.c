@@ -192,7 +192,7 @@ static void fork_sweep(const char *path, fit_role_t role, const fork_chan_t *ch)
     fit_xfer_opts_t o = { 0 };
     fit_xfer_result_t r;
     fork_side_env_t e;
-    int nsmall = 0;
+    int nsmall = 0, rep, repeat = getenv("FIT_FORK_REPEAT") ? atoi(getenv("FIT_FORK_REPEAT")) : 1;
 
     while (nsmall < n && sizes[nsmall] <= ((size_t)1 << 20))
         nsmall++;
@@ -212,10 +212,13 @@ static void fork_sweep(const char *path, fit_role_t role, const fork_chan_t *ch)
     o.nmsgs      = n - nsmall;
     o.seed       = 200;
     o.recv_extra = 4096 + 7;
-    fit_xfer_side(&e.plugin, role, e.comm, &o, &r);
-    fit_xfer_expect_ok(&r, "sweep 1 MiB..64 MiB");
-    fit_pass("sweep 1 MiB..64 MiB (receives 4103 B larger): %d messages, %.3f s", r.done[role],
-             r.seconds);
+    /* FIT_FORK_REPEAT=N (integ_netns_flap): the large part N times, so a link can flap meanwhile. */
+    for (rep = 0; rep < repeat; rep++) {
+        fit_xfer_side(&e.plugin, role, e.comm, &o, &r);
+        fit_xfer_expect_ok(&r, "sweep 1 MiB..64 MiB");
+        fit_pass("sweep 1 MiB..64 MiB (receives 4103 B larger): %d messages, %.3f s",
+                 r.done[role], r.seconds);
+    }
     fork_side_finish(&e, role);
 }
 
