@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,6 +99,7 @@ long long ferry_config_parse_size(const char *text)
 {
     char *end;
     long long n;
+    int shift = 0;
 
     if (text == NULL || *text == '\0')
         return -1;
@@ -106,11 +108,15 @@ long long ferry_config_parse_size(const char *text)
     if (errno != 0 || end == text)
         return -1;
     switch (*end) {
-    case 'k': case 'K': n *= 1LL << 10; end++; break;
-    case 'm': case 'M': n *= 1LL << 20; end++; break;
-    case 'g': case 'G': n *= 1LL << 30; end++; break;
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
     default: break;
     }
+    /* "9999999999G" overflowed (undefined; it could wrap into a valid range): refuse it. */
+    if (n > (LLONG_MAX >> shift) || n < -(LLONG_MAX >> shift))
+        return -1;
+    n *= 1LL << shift;
     if (*end == 'i' || *end == 'B')
         end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
     return *end == '\0' ? n : -1;

@@ -31,7 +31,7 @@ static const char *const ferry_ib_acc_step[] = {
     "waiting for the peer's ready byte",
 };
 
-static const char *ferry_ib_hello_check(const ferry_ib_hello_t *hello, uint64_t token)
+const char *ferry_ib_hello_check(const ferry_ib_hello_t *hello, uint64_t token)
 {
     if (hello->magic != FERRY_IB_MAGIC)
         return "wrong magic (not a ferry ib peer)";

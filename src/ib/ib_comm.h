@@ -217,6 +217,15 @@ ferry_status_t ferry_ib_comm_connect_qps(ferry_ib_comm_t *c, const ferry_ib_meta
                                          const char *step);
 /* Handshake done: keep fd for liveness, watch the QPs, register the ring. */
 void ferry_ib_comm_start(ferry_ib_comm_t *c, int fd);
+/* NULL if a connector's hello is acceptable for a listener of token, else why not (tests/fuzz). */
+const char *ferry_ib_hello_check(const ferry_ib_hello_t *hello, uint64_t token);
+/*
+ * The clear-to-send entries e[0..n-1] of message want - 1, whose e[0].idx
+ * already reads want: 1 all n are in, 0 the others still land, -1 an n
+ * (e[0].nreqs, in *nreqs_p) no ferry writes.
+ * isend's parser of the peer's CTS, callable alone for tests/fuzz.
+ */
+int ferry_ib_cts_ready(const ferry_ib_cts_t *e, uint64_t want, int *nreqs_p);
 /* Why metadata is unusable, or NULL. */
 const char *ferry_ib_meta_check(const ferry_ib_meta_t *m, int nqps, int link_layer);
 /* "fakeib0:1" of a comm. */

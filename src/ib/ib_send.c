@@ -200,6 +200,20 @@ static void ferry_ib_send_cts_wait(ferry_ib_send_comm_t *sc, size_t size)
                (unsigned long long)((now - since) / 1000000000ULL), sc->base.conn.peer);
 }
 
+int ferry_ib_cts_ready(const ferry_ib_cts_t *e, uint64_t want, int *nreqs_p)
+{
+    uint32_t n = e[0].nreqs;
+    uint32_t i;
+
+    *nreqs_p = (int)n;
+    if (n < 1 || n > FERRY_IB_MAX_RECVS)
+        return -1;
+    for (i = 1; i < n; i++)
+        if (ferry_ib_load_acquire(&e[i].idx) != want)
+            return 0;
+    return 1;
+}
+
 /* The receive's buffer this isend goes to: the first unmatched one with its tag. */
 static int ferry_ib_send_match(ferry_ib_send_comm_t *sc, const ferry_ib_cts_t *e, int nreqs,
                                int tag, size_t size)
@@ -232,7 +246,7 @@ ferry_status_t ferry_ib_isend(void *send_comm, void *data, size_t size, int tag,
     uint64_t want = sc->fifo_head + 1;
     ferry_px_sub_t sub;
     ferry_px_req_t *req;
-    int failed, nreqs, r, i, q0, nq;
+    int failed, nreqs, r, q0, nq;
     long st;
 
     *request_p = NULL;
@@ -259,17 +273,16 @@ ferry_status_t ferry_ib_isend(void *send_comm, void *data, size_t size, int tag,
         ferry_ib_send_cts_wait(sc, size);
         return FERRY_OK; /* No clear-to-send yet. */
     }
-    nreqs = (int)e[0].nreqs;
-    if (nreqs < 1 || nreqs > FERRY_IB_MAX_RECVS) {
+    st = ferry_ib_cts_ready(e, want, &nreqs);
+    if (st < 0) {
         FERRY_WARN("ib send comm to %s on %s: the peer posted incorrect receive info for "
                    "message %llu (%d buffers); mixed ferry builds?", conn->peer,
                    ferry_ib_comm_where(&sc->base), (unsigned long long)sc->fifo_head, nreqs);
         ferry_px_ring_fail(&sc->base.ring, FERRY_ERR_REMOTE, "bad CTS entry from the peer");
         return FERRY_ERR_REMOTE;
     }
-    for (i = 1; i < nreqs; i++)
-        if (ferry_ib_load_acquire(&e[i].idx) != want)
-            return FERRY_OK; /* The entries of a grouped receive land one by one. */
+    if (st == 0)
+        return FERRY_OK; /* The entries of a grouped receive land one by one. */
     r = ferry_ib_send_match(sc, e, nreqs, tag, size);
     if (r < 0)
         return FERRY_ERR_USAGE;

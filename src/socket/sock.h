@@ -180,6 +180,13 @@ ferry_status_t ferry_sock_accept(void *listen_comm, void **recv_comm_p);
 ferry_status_t ferry_sock_close_listen(void *listen_comm);
 /* 0 if the hello is one of ours for this listener, else a static reason. */
 const char *ferry_sock_hello_check(const ferry_sock_hello_t *hello, uint64_t token, int nlanes);
+/*
+ * 1 if a received chunk header is one a ferry peer can send: its check
+ * word, len <= msg_size, offset + len inside the message (no wrap), at
+ * least one chunk. Whether its message fits the posted receive is the
+ * request's check (ferry_px_req_learn). tests/fuzz calls it alone.
+ */
+int ferry_sock_chunk_hdr_ok(const ferry_sock_chunk_hdr_t *h);
 
 /* sock_comm.c: build a comm from connected streams (takes the fds) and start its threads. */
 ferry_status_t ferry_sock_comm_create(ferry_px_req_kind_t kind, int dev, const int *fds,

@@ -229,6 +229,13 @@ static ssize_t ferry_sock_lane_read(int fd, void *buf, size_t len)
     return -1;
 }
 
+int ferry_sock_chunk_hdr_ok(const ferry_sock_chunk_hdr_t *h)
+{
+    /* offset + len could wrap past 2^64 and pass: compare without adding. */
+    return h->check == FERRY_SOCK_CHUNK_CHECK(h->seq, h->len) && h->len <= h->msg_size &&
+           h->offset <= h->msg_size - h->len && h->nchunks != 0;
+}
+
 /* The header is complete: find its request and check it. 1 matched, 0 parked, <0 failed. */
 static long ferry_sock_recv_lane_match(ferry_sock_comm_t *c, int li)
 {
@@ -238,9 +245,7 @@ static long ferry_sock_recv_lane_match(ferry_sock_comm_t *c, int li)
     ferry_status_t status;
     char what[160], desc[160];
 
-    /* offset + len could wrap past 2^64 and pass: compare without adding. */
-    if (h->check != FERRY_SOCK_CHUNK_CHECK(h->seq, h->len) || h->len > h->msg_size ||
-        h->offset > h->msg_size - h->len || h->nchunks == 0) {
+    if (!ferry_sock_chunk_hdr_ok(h)) {
         snprintf(what, sizeof(what), "bad chunk header (seq %u, offset %llu, len %u, size %llu)",
                  h->seq, (unsigned long long)h->offset, h->len,
                  (unsigned long long)h->msg_size);

@@ -261,6 +261,13 @@ static void test_parse_helpers(void **state)
     assert_int_equal(ferry_config_parse_size("1G"), 1 << 30);
     assert_int_equal(ferry_config_parse_size("1T"), -1);
     assert_int_equal(ferry_config_parse_size(""), -1);
+    /* fuzz_config found these overflowing (UBSan): a multiple that does not fit is refused. */
+    assert_int_equal(ferry_config_parse_size("9999999999G"), -1);
+    assert_int_equal(ferry_config_parse_size("9999999999999M"), -1);
+    assert_int_equal(ferry_config_parse_size("17179869184G"), -1); /* 2^64: wrapped to 0. */
+    assert_int_equal(ferry_config_parse_size("-99999999999999999K"), -1);
+    assert_true(ferry_config_parse_size("8589934591G") == 8589934591LL << 30); /* Largest. */
+    assert_int_equal(ferry_config_parse_size("-1"), -1);
 }
 
 /* NCCL treats a 1-character NCCL_SOCKET_IFNAME as unset. */
