@@ -140,6 +140,11 @@ ferry_status_t ferry_api_init(void **ctx_p, uint64_t comm_id, int traffic_class,
     c = calloc(1, sizeof(*c));
     if (c == NULL)
         return FERRY_ERR_NO_MEMORY;
+    /* Known live by address: a finalized context is freed, its magic cannot be read. */
+    if (ferry_live_add(c, FERRY_LIVE_CTX) != FERRY_OK) {
+        free(c);
+        return FERRY_ERR_NO_MEMORY;
+    }
     pthread_mutex_lock(&ferry_api_lock);
     if (ferry_api_refs == 0 && ferry_api_linger_be != NULL) {
         ferry_api_be = ferry_api_linger_be; /* Still up, with the config it had. */
@@ -152,6 +157,7 @@ ferry_status_t ferry_api_init(void **ctx_p, uint64_t comm_id, int traffic_class,
         ferry_api_refs++;
     pthread_mutex_unlock(&ferry_api_lock);
     if (status != FERRY_OK) {
+        ferry_live_take(c, FERRY_LIVE_CTX);
         free(c);
         return status;
     }
@@ -209,7 +215,8 @@ ferry_status_t ferry_api_finalize(void *ctx)
     /* NULL: NCCL's cleanup after a failed init. Nothing was counted for it. */
     if (c == NULL)
         return FERRY_OK;
-    if (c->magic != FERRY_CTX_MAGIC) {
+    /* Out of the live set first: a second finalize never reads the freed context. */
+    if (!ferry_live_take(c, FERRY_LIVE_CTX)) {
         FERRY_WARN("finalize(%p): not a live ferry context (finalized twice?)", ctx);
         return FERRY_ERR_INVALID;
     }
@@ -270,7 +277,7 @@ static ferry_ctx_t *ferry_api_ctx(void *ctx, const char *op)
 {
     ferry_api_ctx_t *c = ctx;
 
-    if (c == NULL || c->magic != FERRY_CTX_MAGIC) {
+    if (c == NULL || !ferry_live_has(c, FERRY_LIVE_CTX)) {
         FERRY_WARN("%s: context %p is not a live ferry context", op, ctx);
         return NULL;
     }

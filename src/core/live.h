@@ -19,7 +19,8 @@ typedef enum ferry_live_kind {
     FERRY_LIVE_SEND = 1, /* A send comm. */
     FERRY_LIVE_RECV,     /* A receive comm. */
     FERRY_LIVE_LISTEN,   /* A listen comm. */
-    FERRY_LIVE_MR        /* A memory handle. */
+    FERRY_LIVE_MR,       /* A memory handle. */
+    FERRY_LIVE_CTX       /* A context from init (core/api.c), until its finalize. */
 } ferry_live_kind_t;
 
 ferry_status_t ferry_live_add(const void *obj, ferry_live_kind_t kind);

@@ -168,6 +168,20 @@ static void mis_after_finalize(mis_env_t *e)
 
     FIT_NCCL(n->listen(e->ctx, 0, handle, &comm));
     FIT_NCCL(n->closeListen(comm));
+    /* A finalized context while another one lives: refused by address, never read. */
+    {
+        void *other = fit_plugin_init(&e->plugin, 0x5454);
+
+        FIT_NCCL(n->finalize(e->ctx));
+        fit_log_expect("not a live ferry context");
+        from = fit_log_lines();
+        comm = NULL;
+        mis_refused("listen with a finalized ctx (another one live)",
+                    n->listen(stale, 0, handle, &comm), ncclInternalError, from,
+                    "listen: context", "is not a live ferry context");
+        FIT_CHECK(comm == NULL, "listen with a finalized ctx gave a comm");
+        e->ctx = other;
+    }
     FIT_NCCL(n->finalize(e->ctx));
     e->ctx = NULL;
     fit_log_expect("after the last finalize");
