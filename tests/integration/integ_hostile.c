@@ -70,6 +70,7 @@ int main(int argc, char **argv)
     const char *tmo_env = getenv("NCCL_FERRY_HELLO_TIMEOUT_MS");
     const char *which = "strangers";
     char addr[80];
+    fit_leaks_t before;
     hostile_env_t e;
     size_t c;
 
@@ -87,6 +88,25 @@ int main(int argc, char **argv)
     memset(&e, 0, sizeof(e));
     e.hello_timeout = (tmo_env ? atof(tmo_env) : 10000.0) / 1000.0;
     e.h = (const ferry_sock_handle_t *)e.handle;
+    /*
+     * The fds and threads every case must give back, counted after one
+     * connection and back (libibverbs stays loaded by design, with the
+     * emulator's fabric socket).
+     */
+    fit_plugin_open(&e.plugin, path);
+    e.ctx_l = fit_plugin_init(&e.plugin, 0x3332);
+    e.listen_comm = fit_listen(&e.plugin, e.ctx_l, 0, e.handle);
+    {
+        void *sc, *rc;
+
+        fit_connect_accept(&e.plugin, e.ctx_l, 0, e.handle, e.listen_comm, &sc, &rc, NULL);
+        FIT_NCCL(e.plugin.net->closeSend(sc));
+        FIT_NCCL(e.plugin.net->closeRecv(rc));
+    }
+    FIT_NCCL(e.plugin.net->closeListen(e.listen_comm));
+    FIT_NCCL(e.plugin.net->finalize(e.ctx_l));
+    fit_plugin_close(&e.plugin);
+    fit_leaks_snap(&before);
     fit_plugin_open(&e.plugin, path);
     e.ctx_l = fit_plugin_init(&e.plugin, 0x3333);
     e.ctx_c = fit_plugin_init(&e.plugin, 0x4444);
@@ -104,6 +124,8 @@ int main(int argc, char **argv)
     fit_log_check_clean("after finalize");
     fit_plugin_close(&e.plugin);
     fit_check_no_ferry_threads("after finalize + dlclose");
+    /* Every stranger's socket closed on both ends: ours by the case, the plugin's by it. */
+    fit_leaks_check(&before, "after the case");
     printf("integ_hostile %s: all checks passed\n", which);
     return 0;
 }
