@@ -43,6 +43,7 @@ typedef struct ferry_ib_hca {
     char                 name[IBV_SYSFS_NAME_MAX]; /* "mlx5_0", "fakeib0". */
     char                 ibdev_path[IBV_SYSFS_PATH_MAX]; /* sysfs dir of the device. */
     struct ibv_context  *ctx;
+    int                  ctx_cm;             /* ctx is librdmacm's (rdmacm mode): not ours to close. */
     struct ibv_pd       *pd;
     struct ibv_device_attr attr;
     char                 pci_path[PATH_MAX]; /* realpath of <ibdev_path>/device, function 0; "" unknown. */

@@ -93,6 +93,7 @@ typedef struct ferry_ib_conn {
     int              registered;   /* ring is in the registry (returned to NCCL). */
     ferry_ib_watch_t watch;
     char             peer[64];     /* OOB address of the peer, "ip:port". */
+    struct ferry_ib_cm_conn *cm;   /* NCCL_FERRY_IB_CM=rdmacm: the comm's CM ids; NULL in oob mode. */
 } ferry_ib_conn_t;
 
 /* Head of both comm kinds. ring first: requests lead back to the comm. */
@@ -185,6 +186,7 @@ typedef struct ferry_ib_listen_comm {
     char               addr_str[64];
     int                npending;
     ferry_ib_pending_t pending[FERRY_IB_PENDING_MAX]; /* Oldest first. */
+    struct ferry_ib_cm_listen *cm; /* rdmacm mode: the CM listener (fd is -1); NULL in oob mode. */
 } ferry_ib_listen_comm_t;
 
 /* ib_ops.c: the core config given to init (timeouts, retries, stall warning). */
@@ -209,8 +211,15 @@ int ferry_ib_handle_sockaddr(const ferry_ib_handle_t *h, struct sockaddr_storage
                              socklen_t *len_p);
 
 /* ib_qp.c: a comm's verbs resources. */
+struct rdma_cm_id;
+/*
+ * CQ, control block and nqps RC QPs at INIT; with cm_ids (rdmacm mode) QP i
+ * is created on cm_ids[i] with rdma_create_qp, which leaves it to rdma_cm
+ * to bring it up; NULL: ibv_create_qp and INIT here (oob mode).
+ */
 ferry_status_t ferry_ib_comm_create(ferry_px_req_kind_t kind, int devidx, int nqps,
-                                    const char *peer, ferry_ib_comm_t **comm_p);
+                                    const char *peer, struct rdma_cm_id *const *cm_ids,
+                                    ferry_ib_comm_t **comm_p);
 void ferry_ib_comm_destroy(ferry_ib_comm_t *c);
 /* Remote metadata checked, then every QP to RTR and RTS. WARNs naming `step`. */
 ferry_status_t ferry_ib_comm_connect_qps(ferry_ib_comm_t *c, const ferry_ib_meta_t *remote,
@@ -243,6 +252,39 @@ long ferry_ib_poll(ferry_px_ring_t *ring, ferry_px_req_t *req);
 /* Liveness (OOB EOF, port down); cheap unless the coarse clock moved. Negative: ring failed. */
 long ferry_ib_check_peer(ferry_ib_comm_t *c, int pending);
 void ferry_ib_watch_fn(ferry_ib_watch_t *w, const char *what, int fatal);
+
+/* Both connection modes' shared steps (ib_connect.c, ib_accept.c). */
+/* The handle is a ferry ib handle and dev is ours; else WARN and an error. */
+ferry_status_t ferry_ib_handle_check(const ferry_ib_handle_t *h, int dev);
+/* The handle's address as a socket address, and as "ip:port" for logs. */
+ferry_status_t ferry_ib_handle_peer(const ferry_ib_handle_t *h, int dev,
+                                    struct sockaddr_storage *ss, socklen_t *len_p,
+                                    char *peer, size_t peer_len);
+/* The connect stage the handle holds (NULL on the first call), checked against the token. */
+ferry_status_t ferry_ib_handle_stage(ferry_ib_handle_t *h, int dev, void **stage_p);
+void ferry_ib_handle_set_stage(ferry_ib_handle_t *h, void *stage);
+/* TC and SL are the connecting side's choice: NCCL_IB_TC/_SL, else the comm's class, else 0. */
+void ferry_ib_conn_class(ferry_ib_meta_t *m, const ferry_ctx_t *ctx, int traffic_class);
+/* Why a hello cannot be a real peer's (magic, version, token), or NULL. */
+const char *ferry_ib_hello_check(const ferry_ib_hello_t *hello, uint64_t token);
+/* Acceptor: the peer's metadata checked, then the recv comm on devidx with its TC and SL. */
+ferry_status_t ferry_ib_accept_comm(int devidx, const ferry_ib_meta_t *m, const char *peer,
+                                    struct rdma_cm_id *const *cm_ids, ferry_ib_comm_t **comm_p);
+/* Handshake done: start the comm on fd (its liveness) and log it, as NCCL's INFO does. */
+void ferry_ib_connected(ferry_ib_comm_t *c, int fd);
+void ferry_ib_accepted(ferry_ib_comm_t *c, int fd);
+
+/* ib_cm*.c: NCCL_FERRY_IB_CM=rdmacm. */
+ferry_status_t ferry_ib_cm_listen(ferry_ib_listen_comm_t *lc, struct sockaddr_storage *addr,
+                                  socklen_t *len_p);
+void ferry_ib_cm_listen_close(ferry_ib_listen_comm_t *lc);
+ferry_status_t ferry_ib_cm_connect(ferry_ctx_t *ctx, int dev, ferry_ib_handle_t *h,
+                                   int traffic_class, void **send_comm_p);
+ferry_status_t ferry_ib_cm_accept(ferry_ib_listen_comm_t *lc, void **recv_comm_p);
+/* Liveness: the comm's CM events; a DISCONNECTED makes its liveness fd read EOF. */
+void ferry_ib_cm_poll(ferry_ib_comm_t *c);
+/* Disconnect and free the comm's CM ids (its QPs go with them). */
+void ferry_ib_cm_conn_free(ferry_ib_comm_t *c);
 
 /* ib_listen.c, ib_connect.c, ib_accept.c */
 ferry_status_t ferry_ib_listen(ferry_ctx_t *ctx, int dev, void *handle, void **listen_comm_p);

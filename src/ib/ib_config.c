@@ -24,6 +24,10 @@ static const ferry_cfg_choice_t ferry_ib_cfg_ar[] = {
     {"-2", -2}, {"0", 0}, {"1", 1}, {NULL, 0},
 };
 
+static const ferry_cfg_choice_t ferry_ib_cfg_cm[] = {
+    {"oob", FERRY_IB_CM_OOB}, {"rdmacm", FERRY_IB_CM_RDMACM}, {NULL, 0},
+};
+
 /* "addr/len" of either family; the family is known once the address parses. */
 static int ferry_ib_cfg_parse_cidr(const char *text, int *family_p, unsigned char addr[16],
                                    int *prefixlen_p)
@@ -131,6 +135,12 @@ static const ferry_cfg_var_t ferry_ib_cfg_vars[FERRY_IB_CFG_COUNT] = {
     [FERRY_IB_CFG_MERGE_VFS] = {"NCCL_IB_MERGE_VFS", FERRY_CFG_KIND_INT,
         FERRY_IB_CFG_FIELD(merge_vfs), 1, 0, 1,
         "0 or 1 (1: virtual functions report their physical function's PCI path)"},
+    [FERRY_IB_CFG_CM] = {"NCCL_FERRY_IB_CM", FERRY_CFG_KIND_CHOICE, FERRY_IB_CFG_FIELD(cm),
+        FERRY_IB_CM_OOB, 0, 0, "oob (connect out of band over TCP) or rdmacm (librdmacm)",
+        .choices = ferry_ib_cfg_cm},
+    [FERRY_IB_CFG_RDMACM_LIB] = {"NCCL_FERRY_RDMACM_LIB", FERRY_CFG_KIND_TEXT,
+        FERRY_IB_CFG_FIELD(rdmacm_lib), 0, 0, 0, "the path of a librdmacm.so.1, up to 255 "
+        "characters", .unset = "<librdmacm.so.1>"},
 };
 
 ferry_status_t ferry_ib_config_load(ferry_ib_config_t *cfg)

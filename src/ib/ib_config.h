@@ -37,7 +37,13 @@ typedef struct ferry_ib_config {
     int    peer_timeout_s;    /* NCCL_FERRY_IB_PEER_TIMEOUT_S: a dead peer becomes an error this fast; 0 off. */
     ferry_cfg_src_t src[32];  /* Source of each value, indexed as the table in ib_config.c. */
     int    merge_vfs;         /* NCCL_IB_MERGE_VFS, default 1: VFs share their PF's pciPath. */
+    int    cm;                /* NCCL_FERRY_IB_CM: FERRY_IB_CM_OOB (default) or FERRY_IB_CM_RDMACM. */
+    char   rdmacm_lib[256];   /* NCCL_FERRY_RDMACM_LIB: path of librdmacm, "" default. */
 } ferry_ib_config_t;
+
+/* How connections are set up (NCCL_FERRY_IB_CM). */
+#define FERRY_IB_CM_OOB    0 /* Out of band over TCP (ib_connect.c, ib_accept.c). */
+#define FERRY_IB_CM_RDMACM 1 /* librdmacm (ib_cm*.c). */
 
 /* Index of each variable in ib_config.c's table; also indexes ferry_ib_config_t.src. */
 typedef enum ferry_ib_cfg_id {
@@ -65,6 +71,8 @@ typedef enum ferry_ib_cfg_id {
     FERRY_IB_CFG_VERBS_LIB,
     FERRY_IB_CFG_PEER_TIMEOUT_S,
     FERRY_IB_CFG_MERGE_VFS,
+    FERRY_IB_CFG_CM,
+    FERRY_IB_CFG_RDMACM_LIB,
     FERRY_IB_CFG_COUNT
 } ferry_ib_cfg_id_t;
 

@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "ib/ib.h"
 #include "ib/ib_async.h"
+#include "ib/ib_cm.h"
 #include "ib/ib_dev_port.h"
 #include "socket/sock_if.h"
 
@@ -142,6 +143,8 @@ ferry_status_t ferry_ib_init(const ferry_config_t *cfg)
         FERRY_WARN("ib backend: %s", err);
         return status;
     }
+    if (st->cfg.cm == FERRY_IB_CM_RDMACM && (status = ferry_ib_cm_init(&st->cfg)) != FERRY_OK)
+        return status;
     if (ferry_ibv.fork_init() != 0)
         FERRY_WARN("ib backend: ibv_fork_init failed: %s; a fork() in this process may corrupt "
                    "registered memory", strerror(errno));
@@ -177,6 +180,7 @@ void ferry_ib_fini(void)
         ferry_ib_async_stop(&st->hcas[i]);
     for (i = 0; i < st->nhca; i++)
         ferry_ib_hca_close(&st->hcas[i]);
+    ferry_ib_cm_fini();
     /* Device names stay in place: NCCL may keep the pointers getProperties gave it. */
     st->nhca = 0;
     st->ndev = 0;

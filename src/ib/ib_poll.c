@@ -127,6 +127,7 @@ long ferry_ib_check_peer(ferry_ib_comm_t *c, int pending)
                  "needs a reset", conn->dev->hca->name);
         return ferry_ib_fail(c, why);
     }
+    if (conn->cm != NULL) ferry_ib_cm_poll(c); /* rdmacm mode: DISCONNECTED -> oob_fd EOF. */
     if (conn->oob_fd < 0 || ferry_ib_state.cfg.peer_timeout_s <= 0)
         return 0;
     if (conn->gone_ns == 0) {

@@ -730,6 +730,10 @@ FCM_EXPORT int rdma_accept(struct rdma_cm_id *cm_id, struct rdma_conn_param *par
     pthread_mutex_lock(&fcm_lock);
     if (id->state != FCM_REQ_RCVD) {
         rc = EINVAL;
+    } else if (id->peer_gone) {
+        /* Accepted into the void: the REP times out on a fabric; here it fails at once. */
+        id->state = FCM_DONE;
+        fcm_event_push(id, RDMA_CM_EVENT_CONNECT_ERROR, -ETIMEDOUT, NULL, NULL);
     } else {
         fcm_param_keep(id, param);
         if (cm_id->qp != NULL)

@@ -122,6 +122,9 @@ struct fcm_id {
     struct rdma_conn_param param; /* Our connect/accept parameters (private data dropped). */
     struct fcm_msg out;      /* The REQ to send once TCP is up. */
     struct fcm_msg remote;   /* Peer's REQ (passive) or REP (active). */
+    uint8_t rbuf[sizeof(struct fcm_msg)]; /* A message coming in, rlen bytes so far. */
+    size_t rlen;
+    int peer_gone;           /* FCM_REQ_RCVD: the active side closed before we answered. */
     struct fcm_id *listener; /* FCM_WAIT_REQ: the listener it came to. */
     struct fcm_id *next;     /* All ids of the process. */
 };

@@ -88,12 +88,25 @@ int fcm_msg_send(struct fcm_id *id, struct fcm_msg *msg)
     return done == sizeof(*msg) ? 0 : ETIMEDOUT;
 }
 
-/* 1 with a whole message, 0 on EOF or garbage (the connection is done). */
-static int fcm_msg_recv(int fd, struct fcm_msg *msg)
+/*
+ * What came in on id's socket: 1 a whole message in *msg, 0 not yet (the
+ * part is kept: a peer that sends a few bytes and stalls costs nothing),
+ * -1 EOF, an error or garbage (the connection is done).
+ */
+static int fcm_msg_recv(struct fcm_id *id, struct fcm_msg *msg)
 {
-    ssize_t n = recv(fd, msg, sizeof(*msg), MSG_WAITALL);
+    ssize_t n = recv(id->fd, id->rbuf + id->rlen, sizeof(id->rbuf) - id->rlen, MSG_DONTWAIT);
 
-    return n == (ssize_t)sizeof(*msg) && msg->magic == FCM_MAGIC;
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+        return -1;
+    if (n < 0)
+        return 0;
+    id->rlen += (size_t)n;
+    if (id->rlen < sizeof(id->rbuf))
+        return 0;
+    memcpy(msg, id->rbuf, sizeof(*msg));
+    id->rlen = 0;
+    return msg->magic == FCM_MAGIC ? 1 : -1;
 }
 
 int fcm_qp_connect(struct fcm_id *id, const struct fcm_msg *peer, int initiator)
@@ -170,7 +183,7 @@ static void fcm_on_listener(struct fcm_id *l)
     int i;
 
     for (i = 0; i < FCM_ACCEPT_MAX; i++) {
-        int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+        int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         struct fcm_id *w;
 
         if (fd < 0)
@@ -194,7 +207,11 @@ static void fcm_on_req(struct fcm_id *w)
     struct fcm_msg rej;
     int dev, port;
 
-    if (!fcm_msg_recv(w->fd, &w->remote) || w->remote.type != FCM_MSG_REQ) {
+    int rc = fcm_msg_recv(w, &w->remote);
+
+    if (rc == 0)
+        return;
+    if (rc < 0 || w->remote.type != FCM_MSG_REQ) {
         fcm_id_close_fd(w); /* Not a CM peer, or it went away: nothing to report. */
         w->state = FCM_DONE;
         return;
@@ -243,7 +260,6 @@ static void fcm_on_connected(struct fcm_id *id)
         fcm_fail(id, RDMA_CM_EVENT_UNREACHABLE, -err, NULL);
         return;
     }
-    fcntl(id->fd, F_SETFL, fcntl(id->fd, F_GETFL) & ~O_NONBLOCK);
     err = fcm_msg_send(id, &id->out);
     if (err != 0) {
         fcm_fail(id, RDMA_CM_EVENT_UNREACHABLE, -err, NULL);
@@ -278,9 +294,11 @@ static void fcm_reconnect(struct fcm_id *id)
 static void fcm_on_reply(struct fcm_id *id)
 {
     struct fcm_msg rtu;
-    int rc;
+    int rc = fcm_msg_recv(id, &id->remote);
 
-    if (!fcm_msg_recv(id->fd, &id->remote)) {
+    if (rc == 0)
+        return;
+    if (rc < 0) {
         fcm_fail(id, RDMA_CM_EVENT_REJECTED, FCM_REJ_CONSUMER, NULL);
         return;
     }
@@ -310,8 +328,11 @@ static void fcm_on_reply(struct fcm_id *id)
 static void fcm_on_rtu(struct fcm_id *id)
 {
     struct fcm_msg m;
+    int rc = fcm_msg_recv(id, &m);
 
-    if (!fcm_msg_recv(id->fd, &m) || m.type != FCM_MSG_RTU) {
+    if (rc == 0)
+        return;
+    if (rc < 0 || m.type != FCM_MSG_RTU) {
         fcm_fail(id, RDMA_CM_EVENT_CONNECT_ERROR, -ECONNRESET, NULL);
         return;
     }
@@ -323,6 +344,7 @@ static void fcm_on_rtu(struct fcm_id *id)
 static void fcm_on_input(struct fcm_id *id)
 {
     struct fcm_msg m;
+    int rc;
 
     switch (id->state) {
     case FCM_LISTEN: fcm_on_listener(id); break;
@@ -330,12 +352,18 @@ static void fcm_on_input(struct fcm_id *id)
     case FCM_REQ_SENT: fcm_on_reply(id); break;
     case FCM_REP_SENT: fcm_on_rtu(id); break;
     case FCM_REQ_RCVD:
-        /* The active side went away before we answered. */
-        fcm_fail(id, RDMA_CM_EVENT_CONNECT_ERROR, -ECONNRESET, NULL);
+        /* The active side went away before we answered: our answer will find nobody. */
+        if (fcm_msg_recv(id, &m) < 0) {
+            fcm_id_close_fd(id);
+            id->peer_gone = 1;
+        }
         break;
     case FCM_ESTABLISHED:
         /* DREQ, or EOF: the peer's kernel disconnects for a process that exits. */
-        if (fcm_msg_recv(id->fd, &m) && m.type == FCM_MSG_DREQ) {
+        rc = fcm_msg_recv(id, &m);
+        if (rc == 0)
+            break;
+        if (rc > 0 && m.type == FCM_MSG_DREQ) {
             id->state = FCM_DREQ_RCVD;
             fcm_event_push(id, RDMA_CM_EVENT_DISCONNECTED, 0, NULL, NULL);
         } else {
@@ -343,7 +371,8 @@ static void fcm_on_input(struct fcm_id *id)
         }
         break;
     case FCM_DISCONNECTING: /* DREP or EOF. */
-        fcm_fail(id, RDMA_CM_EVENT_DISCONNECTED, 0, NULL);
+        if (fcm_msg_recv(id, &m) != 0)
+            fcm_fail(id, RDMA_CM_EVENT_DISCONNECTED, 0, NULL);
         break;
     case FCM_DREQ_RCVD: /* Reported already; the peer closed. */
         fcm_id_close_fd(id);
