@@ -555,8 +555,7 @@ FCM_EXPORT int rdma_resolve_addr(struct rdma_cm_id *cm_id, struct sockaddr *src_
         return -1;
     }
     memcpy(&id->id.route.addr.dst_storage, dst_addr, fcm_sa_len(dst_addr));
-    if (timeout_ms > 0)
-        id->timeout_ms = timeout_ms > (int)fcm_timeout_ms() ? timeout_ms : (int)fcm_timeout_ms();
+    /* Resolution is instant here; timeout_ms bounds nothing. The CM's own timeout is the knob. */
     if (src_addr != NULL)
         memcpy(&src, src_addr, fcm_sa_len(src_addr));
     else if (id->fd < 0)

@@ -114,7 +114,7 @@ struct fcm_id {
     int dev, port;           /* Index into fcm_devs and port number; -1 before resolve. */
     int backlog;
     int tos;                 /* RDMA_OPTION_ID_TOS. */
-    int timeout_ms;          /* resolve_addr's timeout, for the CM exchange too. */
+    int timeout_ms;          /* FAKEIBV_CM_TIMEOUT_MS: how long the CM waits for an answer. */
     uint64_t deadline_ms;    /* CONNECTING, REQ_SENT, REP_SENT: when it gives up. */
     uint64_t refused_until;  /* CONNECTING: a refused TCP connect is retried until then... */
     uint64_t retry_at_ms;    /* ...next at this time (fd is -1 meanwhile). */

@@ -102,6 +102,9 @@ static int fcm_msg_recv(struct fcm_id *id, struct fcm_msg *msg)
     if (n < 0)
         return 0;
     id->rlen += (size_t)n;
+    /* Not a CM message: the connection is done as soon as its first bytes say so. */
+    if (id->rlen >= sizeof(uint32_t) && *(uint32_t *)(void *)id->rbuf != FCM_MAGIC)
+        return -1;
     if (id->rlen < sizeof(id->rbuf))
         return 0;
     memcpy(msg, id->rbuf, sizeof(*msg));
