@@ -253,8 +253,7 @@ void ferry_ib_cm_conn_free(ferry_ib_comm_t *c)
     c->conn.cm = NULL;
 }
 
-/* The address rdma_cm listens on: the RoCE GID's IPv4 when it has one, else the OOB one. */
-static void ferry_ib_cm_listen_addr(int dev, struct sockaddr_storage *addr, socklen_t *len_p)
+int ferry_ib_cm_dev_addr(int dev, struct sockaddr_storage *addr, socklen_t *len_p)
 {
     const ferry_ib_dev_t *d = &ferry_ib_state.devs[dev];
     static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
@@ -266,7 +265,9 @@ static void ferry_ib_cm_listen_addr(int dev, struct sockaddr_storage *addr, sock
         in->sin_family = AF_INET;
         memcpy(&in->sin_addr, &d->gid.raw[12], 4);
         *len_p = sizeof(*in);
+        return 1;
     }
+    return 0;
 }
 
 ferry_status_t ferry_ib_cm_listen(ferry_ib_listen_comm_t *lc, struct sockaddr_storage *addr,
@@ -278,7 +279,8 @@ ferry_status_t ferry_ib_cm_listen(ferry_ib_listen_comm_t *lc, struct sockaddr_st
     ferry_status_t status;
 
     snprintf(who, sizeof(who), "listen(dev=%d, %s)", lc->dev, ferry_ib_dev_name(lc->dev));
-    ferry_ib_cm_listen_addr(lc->dev, addr, len_p);
+    /* The device's own address, else the OOB one: rdma_cm picks the device from it. */
+    ferry_ib_cm_dev_addr(lc->dev, addr, len_p);
     ferry_ib_addr_str((struct sockaddr *)addr, where, sizeof(where));
     status = ferry_ib_cm_conn_create(who, &cm);
     if (status != FERRY_OK)

@@ -210,10 +210,11 @@ ferry_status_t ferry_ib_cm_accept(ferry_ib_listen_comm_t *lc, void **recv_comm_p
     struct ferry_ib_cm_listen *l = lc->cm;
     uint64_t timeout_ns = (uint64_t)(ferry_ib_core_cfg.hello_timeout_ms > 0
                                          ? ferry_ib_core_cfg.hello_timeout_ms : 10000) * 1000000ULL;
-    uint64_t now = ferry_px_now_ns();
+    uint64_t now;
     int g = 0;
 
     ferry_ib_cm_listen_events(lc);
+    now = ferry_px_now_ns(); /* After the events: groups made there are younger than now. */
     while (g < l->ngroups) {
         ferry_ib_cm_group_t *grp = &l->groups[g];
         ferry_status_t status = FERRY_OK;
@@ -232,7 +233,7 @@ ferry_status_t ferry_ib_cm_accept(ferry_ib_listen_comm_t *lc, void **recv_comm_p
             ferry_ib_cm_group_drop(l, g, FERRY_IB_CM_REJ_SETUP);
             return FERRY_ERR_REMOTE;
         }
-        if (rc == 0 && grp->comm == NULL && now - grp->since_ns > timeout_ns) {
+        if (rc == 0 && grp->comm == NULL && now > grp->since_ns + timeout_ns) {
             FERRY_WARN("ib listener %s (rdmacm): rejected the connection from %s after %d of %d "
                        "requests: stalled (NCCL_FERRY_HELLO_TIMEOUT_MS); still accepting real "
                        "peers", lc->addr_str, grp->peer, grp->nreq, grp->nqps);

@@ -58,6 +58,13 @@ int ferry_ib_cm_id_index(const ferry_ib_cm_conn_t *cm, const struct rdma_cm_id *
 /* The ferry device of the port rdma_cm chose for id, -1 when ferry does not use it. */
 int ferry_ib_cm_devidx(const struct rdma_cm_id *id);
 
+/*
+ * The address of device dev itself when it has one (RoCE: its GID's IPv4),
+ * with port 0: 1, else 0 and *addr untouched. Listen binds to it, connect
+ * resolves from it, so rdma_cm picks the device NCCL asked for.
+ */
+int ferry_ib_cm_dev_addr(int dev, struct sockaddr_storage *addr, socklen_t *len_p);
+
 /* Private data: ours for QP qp of comm c. */
 void ferry_ib_cm_priv_fill(ferry_ib_cm_priv_t *p, const ferry_ib_comm_t *c, int qp,
                            uint64_t token, uint64_t conn_id);

@@ -70,7 +70,9 @@ static ferry_status_t ferry_ib_cm_conn_fail(ferry_ib_cm_stage_t *st,
 static ferry_status_t ferry_ib_cm_stage_create(int dev, ferry_ib_handle_t *h,
                                                ferry_ib_cm_stage_t **stage_p)
 {
-    int nqps = ferry_ib_state.cfg.qps_per_conn, i;
+    int nqps = ferry_ib_state.cfg.qps_per_conn, i, has_src;
+    struct sockaddr_storage src;
+    socklen_t src_len;
     ferry_ib_cm_stage_t *st;
     ferry_status_t status;
     char who[96];
@@ -94,6 +96,7 @@ static ferry_status_t ferry_ib_cm_stage_create(int dev, ferry_ib_handle_t *h,
     st->conn_id = ferry_ib_random64();
     ferry_ib_handle_set_stage(h, st);
     *stage_p = st;
+    has_src = ferry_ib_cm_dev_addr(dev, &src, &src_len);
     for (i = 0; i < st->nqps; i++) {
         struct rdma_cm_id *id;
 
@@ -103,7 +106,8 @@ static ferry_status_t ferry_ib_cm_stage_create(int dev, ferry_ib_handle_t *h,
         }
         st->cm->ids[i] = id;
         st->cm->nids = i + 1;
-        if (ferry_rdmacm.resolve_addr(id, NULL, (struct sockaddr *)&st->addr,
+        if (ferry_rdmacm.resolve_addr(id, has_src ? (struct sockaddr *)&src : NULL,
+                                      (struct sockaddr *)&st->addr,
                                       FERRY_IB_CM_TIMEOUT_MS) != 0) {
             FERRY_WARN("%s (rdmacm): rdma_resolve_addr failed: %s; set NCCL_FERRY_IB_CM=oob",
                        who, strerror(errno));

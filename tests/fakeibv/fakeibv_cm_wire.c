@@ -250,6 +250,8 @@ static void fcm_on_connected(struct fcm_id *id)
     socklen_t len = sizeof(err);
 
     getsockopt(id->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err == ECONNRESET)
+        err = ECONNREFUSED; /* A RST for the SYN: nobody listens (the listener just closed). */
     if (err == ECONNREFUSED && fcm_now_ms() < id->refused_until) {
         fcm_id_close_fd(id);
         id->retry_at_ms = fcm_now_ms() + 10;
