@@ -84,6 +84,12 @@ static void cm_open(fit_plugin_t *p, void **ctx, const char *path)
     *ctx = fit_plugin_init(p, 0x6363);
 }
 
+static void cm_close(fit_plugin_t *p, void *ctx)
+{
+    FIT_NCCL(p->net->finalize(ctx));
+    fit_plugin_close(p);
+}
+
 static void cm_handle_sockaddr(const void *handle, struct sockaddr_in *sin)
 {
     const ferry_ib_handle_t *h = handle;
@@ -216,7 +222,7 @@ static void cm_case_stranger(const char *path)
     FIT_NCCL(p.net->closeListen(lc));
     fit_pass("the real peer connects after the strangers; %d messages 0 B..4 MiB byte for byte",
              o.nmsgs);
-    fit_plugin_close(&p);
+    cm_close(&p, ctx);
 }
 
 /* connect() until it fails (bounded); returns the error. */
@@ -260,7 +266,7 @@ static void cm_case_no_listener(const char *path)
     cm_expect_warn(from, "ib connect to", addr, "RDMA_CM_EVENT_REJECTED (status 8: nobody listens");
     fit_pass("closed listener -> ncclRemoteError in %.2f s + WARN naming the peer and REJECTED",
              took);
-    fit_plugin_close(&p);
+    cm_close(&p, ctx);
 }
 
 static void cm_case_unreachable(const char *path)
@@ -298,7 +304,7 @@ static void cm_case_unreachable(const char *path)
     fit_pass("no answer from the CM -> ncclRemoteError in %.2f s + WARN naming UNREACHABLE",
              took);
     close(hole);
-    fit_plugin_close(&p);
+    cm_close(&p, ctx);
 }
 
 /* An IPv4 address of this host that is not loopback, or 0. */
@@ -347,7 +353,7 @@ static void cm_case_addr_error(const char *path)
     cm_expect_warn(from, addr, "RDMA_CM_EVENT_ADDR_ERROR", "NCCL_FERRY_IB_CM=oob");
     FIT_NCCL(p.net->closeListen(lc));
     fit_pass("no RDMA port for the address -> ncclSystemError + WARN naming ADDR_ERROR");
-    fit_plugin_close(&p);
+    cm_close(&p, ctx);
 }
 
 /* init must fail with a WARN holding both texts. */
