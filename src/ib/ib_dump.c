@@ -87,10 +87,13 @@ void ferry_ib_dump(const ferry_px_ring_t *ring, FILE *out, uint64_t now)
     char words[512];
     int i;
 
-    fprintf(out, "NET/ferry :     ib: peer %s (device %s), local %s, %d data QP(s)%s, OOB socket %s\n",
+    /* In rdmacm mode the liveness socket stands for the rdma_cm connections (ib_cm_conn.h). */
+    fprintf(out, "NET/ferry :     ib: peer %s (device %s), local %s, %d data QP(s)%s, %s %s\n",
             conn->peer, conn->remote.devname, ferry_ib_comm_where(c), conn->nqps,
-            conn->split ? " split" : "",
-            conn->oob_fd < 0 ? "closed" : conn->gone_ns ? "peer gone (EOF)" : "open");
+            conn->split ? " split" : "", conn->cm != NULL ? "rdma_cm connection" : "OOB socket",
+            conn->oob_fd < 0 ? "closed"
+            : conn->gone_ns ? (conn->cm != NULL ? "peer gone (DISCONNECTED)" : "peer gone (EOF)")
+                            : "open");
     for (i = 0; i < conn->nqps; i++)
         fprintf(out, "NET/ferry :     QP %d: 0x%x -> peer 0x%x, state %s\n", i, conn->qps[i]->qp_num,
                 conn->remote.qpn[i], ferry_ib_qp_query(conn, i));
