@@ -114,6 +114,12 @@ static ferry_status_t ferry_ib_accept_build(ferry_ib_listen_comm_t *lc, ferry_ib
     return ferry_ib_comm_connect_qps(c, &p->in.meta, "accept: bringing our QPs to RTS");
 }
 
+uint64_t ferry_ib_hello_timeout_ns(void)
+{
+    return (uint64_t)(ferry_ib_core_cfg.hello_timeout_ms > 0 ? ferry_ib_core_cfg.hello_timeout_ms
+                                                             : 10000) * 1000000ULL;
+}
+
 /*
  * Move one pending connection. Returns FERRY_OK with *drop 0 (keep), 1
  * (stranger dropped, keep serving), or an error (real peer failed).
@@ -121,8 +127,7 @@ static ferry_status_t ferry_ib_accept_build(ferry_ib_listen_comm_t *lc, ferry_ib
 static ferry_status_t ferry_ib_accept_step(ferry_ib_listen_comm_t *lc, ferry_ib_pending_t *p,
                                            uint64_t now, int *drop, int *ready)
 {
-    uint64_t timeout_ns = (uint64_t)(ferry_ib_core_cfg.hello_timeout_ms > 0
-                                         ? ferry_ib_core_cfg.hello_timeout_ms : 10000) * 1000000ULL;
+    uint64_t timeout_ns = ferry_ib_hello_timeout_ns();
     const char *why = NULL;
     ferry_status_t status;
     int rc = 0;

@@ -117,6 +117,19 @@ void ferry_ib_cm_priv_fill(ferry_ib_cm_priv_t *p, const ferry_ib_comm_t *c, int 
     snprintf(p->devname, sizeof(p->devname), "%.15s", l->devname);
 }
 
+void ferry_ib_cm_param(struct rdma_conn_param *param, const ferry_ib_cm_priv_t *p)
+{
+    memset(param, 0, sizeof(*param));
+    param->private_data = p;
+    param->private_data_len = sizeof(*p);
+    /* Read depth 1 each way, as the oob mode gives its QPs (max_rd_atomic, max_dest_rd_atomic). */
+    param->responder_resources = 1;
+    param->initiator_depth = 1;
+    /* NCCL_IB_RETRY_CNT; the REQ carries it, so both QPs get it. RNR: retry forever, as oob. */
+    param->retry_count = (uint8_t)ferry_ib_state.cfg.retry_cnt;
+    param->rnr_retry_count = 7;
+}
+
 const char *ferry_ib_cm_priv_check(const void *pd, int len, uint64_t token,
                                    ferry_ib_cm_priv_t *out)
 {

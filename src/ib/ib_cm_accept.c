@@ -132,12 +132,7 @@ static ferry_status_t ferry_ib_cm_group_accept(ferry_ib_listen_comm_t *lc, ferry
         ferry_ib_cm_priv_t p;
 
         ferry_ib_cm_priv_fill(&p, c, i, grp->priv.token, grp->conn_id);
-        memset(&param, 0, sizeof(param));
-        param.private_data = &p;
-        param.private_data_len = sizeof(p);
-        param.responder_resources = 1;
-        param.initiator_depth = 1;
-        param.rnr_retry_count = 7;
+        ferry_ib_cm_param(&param, &p);
         if (ferry_rdmacm.accept(grp->cm->ids[i], &param) != 0) {
             FERRY_WARN("ib accept from %s (rdmacm) on %s: rdma_accept of data QP %d failed: %s",
                        grp->peer, ferry_ib_comm_where(c), i, strerror(errno));
@@ -208,8 +203,7 @@ static int ferry_ib_cm_group_events(ferry_ib_listen_comm_t *lc, ferry_ib_cm_grou
 ferry_status_t ferry_ib_cm_accept(ferry_ib_listen_comm_t *lc, void **recv_comm_p)
 {
     struct ferry_ib_cm_listen *l = lc->cm;
-    uint64_t timeout_ns = (uint64_t)(ferry_ib_core_cfg.hello_timeout_ms > 0
-                                         ? ferry_ib_core_cfg.hello_timeout_ms : 10000) * 1000000ULL;
+    uint64_t timeout_ns = ferry_ib_hello_timeout_ns();
     uint64_t now;
     int g = 0;
 

@@ -68,6 +68,8 @@ int ferry_ib_cm_dev_addr(int dev, struct sockaddr_storage *addr, socklen_t *len_
 /* Private data: ours for QP qp of comm c. */
 void ferry_ib_cm_priv_fill(ferry_ib_cm_priv_t *p, const ferry_ib_comm_t *c, int qp,
                            uint64_t token, uint64_t conn_id);
+/* rdma_connect/rdma_accept parameters carrying p: read depth, retries as the oob QPs get. */
+void ferry_ib_cm_param(struct rdma_conn_param *param, const ferry_ib_cm_priv_t *p);
 /* Why pd cannot be a real peer's (the hello's rules, then the sizes), or NULL; copies it. */
 const char *ferry_ib_cm_priv_check(const void *pd, int len, uint64_t token,
                                    ferry_ib_cm_priv_t *out);

@@ -147,13 +147,7 @@ static ferry_status_t ferry_ib_cm_stage_connect(ferry_ib_cm_stage_t *st, const f
         ferry_ib_cm_priv_t p;
 
         ferry_ib_cm_priv_fill(&p, c, i, st->token, st->conn_id);
-        memset(&param, 0, sizeof(param));
-        param.private_data = &p;
-        param.private_data_len = sizeof(p);
-        param.responder_resources = 1;
-        param.initiator_depth = 1;
-        param.retry_count = (uint8_t)ferry_ib_state.cfg.retry_cnt;
-        param.rnr_retry_count = 7;
+        ferry_ib_cm_param(&param, &p);
         if (ferry_rdmacm.connect(st->cm->ids[i], &param) != 0) {
             FERRY_WARN("ib connect to %s (rdmacm) from %s: rdma_connect of data QP %d failed: "
                        "%s", st->peer, ferry_ib_comm_where(c), i, strerror(errno));

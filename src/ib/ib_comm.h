@@ -265,6 +265,8 @@ ferry_status_t ferry_ib_handle_stage(ferry_ib_handle_t *h, int dev, void **stage
 void ferry_ib_handle_set_stage(ferry_ib_handle_t *h, void *stage);
 /* TC and SL are the connecting side's choice: NCCL_IB_TC/_SL, else the comm's class, else 0. */
 void ferry_ib_conn_class(ferry_ib_meta_t *m, const ferry_ctx_t *ctx, int traffic_class);
+/* How long an inbound connection may take to show it is a real peer (NCCL_FERRY_HELLO_TIMEOUT_MS). */
+uint64_t ferry_ib_hello_timeout_ns(void);
 /* Why a hello cannot be a real peer's (magic, version, token), or NULL. */
 const char *ferry_ib_hello_check(const ferry_ib_hello_t *hello, uint64_t token);
 /* Acceptor: the peer's metadata checked, then the recv comm on devidx with its TC and SL. */
