@@ -243,8 +243,11 @@ void ferry_ib_cm_poll(ferry_ib_comm_t *c)
         enum rdma_cm_event_type type = ev->event;
 
         ferry_rdmacm.ack_cm_event(ev);
-        /* After ESTABLISHED, every event means the connection is over. */
-        if (type != RDMA_CM_EVENT_ESTABLISHED && cm->live_peer >= 0) {
+        /* Address changes (bond failover) and TIMEWAIT_EXIT leave the connection as it is. */
+        if (type == RDMA_CM_EVENT_ESTABLISHED || type == RDMA_CM_EVENT_ADDR_CHANGE ||
+            type == RDMA_CM_EVENT_TIMEWAIT_EXIT)
+            continue;
+        if (cm->live_peer >= 0) {
             FERRY_INFO(FERRY_LOG_NET, "ib comm with %s on %s (rdmacm): %s", c->conn.peer,
                        ferry_ib_comm_where(c), ferry_rdmacm.event_str(type));
             close(cm->live_peer);
