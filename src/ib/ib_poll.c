@@ -45,6 +45,7 @@ static const char *ferry_ib_wr_what(uint64_t wr_id)
     case FERRY_IB_WR_DATA: return "RDMA write of data";
     case FERRY_IB_WR_CTS:  return "RDMA write of a clear-to-send";
     case FERRY_IB_WR_RECV: return "receive of the peer's WRITE_WITH_IMM";
+    case FERRY_IB_WR_FLUSH: return "1-byte RDMA READ of the GDR flush";
     default:               return "unknown work request";
     }
 }
@@ -60,8 +61,10 @@ static const ferry_px_req_t *ferry_ib_wc_req(ferry_ib_comm_t *c, uint64_t wr_id)
 
         return slot->reqs[0];
     }
-    if (FERRY_IB_WR_KIND(wr_id) == FERRY_IB_WR_RECV)
-        return &c->ring.reqs[seq % FERRY_IB_FIFO_SLOTS];
+    if (FERRY_IB_WR_KIND(wr_id) == FERRY_IB_WR_RECV && c->ring.kind == FERRY_PX_RECV)
+        return ((ferry_ib_recv_comm_t *)c)->fifo_reqs[seq % FERRY_IB_FIFO_SLOTS];
+    if (FERRY_IB_WR_KIND(wr_id) == FERRY_IB_WR_FLUSH && seq < FERRY_MAX_REQUESTS)
+        return &c->ring.reqs[seq];
     return NULL;
 }
 
@@ -88,6 +91,10 @@ static void ferry_ib_wc_error(ferry_ib_comm_t *c, const struct ibv_wc *wc)
                      wc->qp_num);
             ferry_ib_fail(c, desc);
         }
+        return;
+    }
+    if (FERRY_IB_WR_KIND(wc->wr_id) == FERRY_IB_WR_FLUSH && c->ring.kind == FERRY_PX_RECV) {
+        ferry_ib_flush_wc_error((ferry_ib_recv_comm_t *)c, wc); /* ib_flush.c: GPU words. */
         return;
     }
     req = ferry_ib_wc_req(c, wc->wr_id);
