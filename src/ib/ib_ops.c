@@ -2,8 +2,9 @@
  * The ib backend's entry points: the ferry_ib_ops table, the checks every
  * data-path entry makes on its comm and memory handles (a closed comm, the
  * wrong kind, a buffer outside its registration are named in a WARN),
- * memory registration through the device half's MR cache, test(), close,
- * and the ring ops the engine calls back.
+ * memory registration (host, CUDA pointers, DMA-BUF) through the device
+ * half's MR cache, iflush's checks (ib_flush.c flushes), test(), close, and
+ * the ring ops the engine calls back.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
  * directly crashes the test; the bytes move only through fakeibv's CUDA
  * copies, and the test reads them back through the driver.
  *
- *   integ_ib_gpu [--plugin PATH] --mode gdr|cudaflush|noflush|faults|nodriver|peermem
+ *   integ_ib_gpu [--plugin PATH] --mode gdr|cudaflush|noflush|faults|stall|nodriver|peermem
  *
  * gdr:       (NCCL_FERRY_IB_GDR=1) ptrSupport HOST|CUDA|DMABUF and the init line;
  *            GPU->GPU, GPU->host and host->GPU messages 0 B..8 MiB byte for
@@ -27,6 +27,9 @@
  *            GPU memory: ncclSystemError and a WARN naming the buffer, type,
  *            device, errno and what to check; the flush QP losing its link:
  *            the flush's test() -> ncclSystemError with the flush's WARN.
+ * stall:     (NCCL_FERRY_STALL_WARN_S=1, fakeibv's retry timer 2.5 s) a flush READ
+ *            on a dropped flush QP: the stall WARN names the GDR flush, its
+ *            buffer and the flush QP with its READ counts, before the error.
  * nodriver:  no libcuda.so.1, no peer memory: ptrSupport HOST, the init line
  *            says why, regMr(CUDA) is refused saying what to load, host
  *            messages still move. Skipped (77) where a real driver exists.
@@ -596,6 +599,51 @@ static void gg_mode_faults(const char *path)
     fit_plugin_close(&e.plugin);
 }
 
+static void gg_mode_stall(const char *path)
+{
+    gg_env_t e;
+    gg_buf_t sg, rg;
+    void *rdata, *req = NULL;
+    ferry_ib_recv_comm_t *rc_comm;
+    int isize = 65536;
+    uint32_t qpn;
+    ncclResult_t rc;
+    char needle[160], counts[128];
+
+    gg_open(&e, path, 1);
+    gg_buf_open(&e.plugin, &sg, e.send_comm, 1, GG_SLOT);
+    gg_buf_open(&e.plugin, &rg, e.recv_comm, 1, GG_SLOT);
+    gg_one(&e, &sg, &rg, 65536, 800, "GPU->GPU before the stall");
+    rc_comm = e.recv_comm; /* Same build: the comm's layout (ib/ib_comm.h). */
+    qpn = rc_comm->flush.qp->qp_num;
+    FIT_CHECK(gg_inject(rc_comm->base.conn.dev->hca->ctx, FAKEIBV_FAULT_QP_DROP, qpn, 0, 1, 0) == 0,
+              "inject QP_DROP");
+    fit_log_allow_warns(1);
+    rdata = gg_addr(&rg, 0);
+    FIT_NCCL(e.plugin.net->iflush(e.recv_comm, 1, &rdata, &isize, &rg.mh, &req));
+    FIT_CHECK(req != NULL, "iflush returned no request");
+    rc = gg_wait(&e, req, NULL, "stalled flush");
+    FIT_CHECK(rc == ncclSystemError, "the stalled flush ended with %d (%s)", (int)rc,
+              fit_result_str(rc));
+    snprintf(needle, sizeof(needle), "GDR flush 1: its 1-byte RDMA READ from %p on flush QP 0x%x "
+             "(connected to itself) has not completed", rdata, qpn);
+    snprintf(counts, sizeof(counts), "GDR flush QP 0x%x (to itself): READs posted 2, completed 1",
+             qpn);
+    FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "has made no progress for 1 s", needle, counts, NULL,
+                           0) >= 0, "no stall WARN naming the flush, its buffer and its QP");
+    FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "has made no progress", "recv request seq 2",
+                           NULL, NULL, 0) >= 0, "the stall WARN does not name the request");
+    fit_pass("a flush READ that does not complete: the stall WARN names the GDR flush, its "
+             "buffer and the flush QP's READ counts; then ncclSystemError");
+    gg_close_comms(&e);
+    FIT_NCCL(e.plugin.net->deregMr(e.send_comm, sg.mh));
+    FIT_NCCL(e.plugin.net->deregMr(e.recv_comm, rg.mh));
+    gg_buf_free(&sg);
+    gg_buf_free(&rg);
+    FIT_NCCL(e.plugin.net->finalize(e.ctx));
+    fit_plugin_close(&e.plugin);
+}
+
 static void gg_mode_nodriver(const char *path)
 {
     static char buf[65536];
@@ -691,11 +739,13 @@ int main(int argc, char **argv)
         gg_mode_noflush(path);
     else if (strcmp(mode, "faults") == 0)
         gg_mode_faults(path);
+    else if (strcmp(mode, "stall") == 0)
+        gg_mode_stall(path);
     else if (strcmp(mode, "nodriver") == 0)
         gg_mode_nodriver(path);
     else if (strcmp(mode, "peermem") == 0)
         gg_mode_peermem(path);
     else
-        FIT_FAIL("unknown --mode %s (gdr|cudaflush|noflush|faults|nodriver|peermem)", mode);
+        FIT_FAIL("unknown --mode %s (gdr|cudaflush|noflush|faults|stall|nodriver|peermem)", mode);
     return 0;
 }
