@@ -190,7 +190,10 @@ static ferry_px_req_t *ferry_ib_flush_post_req(ferry_ib_recv_comm_t *rc, void *b
     return req;
 }
 
-/* The CUDA driver's flush needs a current context: NCCL's thread has one, else the buffer's device's. */
+/*
+ * The CUDA driver's flush needs a current context: NCCL's thread has one,
+ * else the primary context of the buffer's device is made current.
+ */
 static ferry_cu_result_t ferry_ib_flush_cuda_ctx(void *buf, const char **call_p)
 {
     ferry_cu_ctx_t ctx = NULL;
@@ -375,6 +378,8 @@ void ferry_ib_flush_wc_error(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc)
     const ferry_ib_mh_t *mh = req != NULL ? req->sub[0].mem : NULL;
     char desc[192];
 
+    if (atomic_load(&rc->base.ring.failed) != 0)
+        return; /* The comm failed already (one WARN said why); later flushes only follow. */
     ferry_px_ring_describe(&rc->base.ring, desc, sizeof(desc));
     FERRY_WARN("%s: the GDR flush (1-byte RDMA READ from %p, %zu bytes, %s, into host word %p "
                "on flush QP 0x%x, device %s) failed: %s (%d), vendor_err 0x%x; the NIC cannot "

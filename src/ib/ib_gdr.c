@@ -82,9 +82,10 @@ void ferry_ib_gdr_probe(ferry_ib_state_t *st)
         st->gdr = 1;
         snprintf(st->gdr_why, sizeof(st->gdr_why), "peer memory: %.320s", file);
     } else {
-        snprintf(st->gdr_why, sizeof(st->gdr_why), "no peer-memory module (none of %.255s/{%s,%s,%s} "
-                 "exists): load nvidia-peermem (modprobe nvidia-peermem), or set "
-                 "NCCL_FERRY_IB_GDR=1 where GPUDirect RDMA works without it", root,
+        snprintf(st->gdr_why, sizeof(st->gdr_why),
+                 "no peer-memory module (none of %.255s/{%s,%s,%s} exists): load "
+                 "nvidia-peermem (modprobe nvidia-peermem), or set NCCL_FERRY_IB_GDR=1 where "
+                 "GPUDirect RDMA works without it", root,
                  ferry_ib_gdr_files[0], ferry_ib_gdr_files[1], ferry_ib_gdr_files[2]);
     }
     for (i = 0; i < st->nhca; i++) {

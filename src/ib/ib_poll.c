@@ -83,6 +83,11 @@ static void ferry_ib_wc_error(ferry_ib_comm_t *c, const struct ibv_wc *wc)
     const ferry_px_req_t *req;
     char desc[192], words[256] = "none";
 
+    if (FERRY_IB_WR_KIND(wc->wr_id) == FERRY_IB_WR_FLUSH && c->ring.kind == FERRY_PX_RECV) {
+        /* The flush QP is the comm's own, to itself: its errors get ib_flush.c's GPU words. */
+        ferry_ib_flush_wc_error((ferry_ib_recv_comm_t *)c, wc);
+        return;
+    }
     if (wc->status == IBV_WC_WR_FLUSH_ERR) {
         /* A consequence of what moved the QP to ERR: one WARN per comm, not one per flush. */
         if (atomic_load(&c->ring.failed) == 0) {
@@ -91,10 +96,6 @@ static void ferry_ib_wc_error(ferry_ib_comm_t *c, const struct ibv_wc *wc)
                      wc->qp_num);
             ferry_ib_fail(c, desc);
         }
-        return;
-    }
-    if (FERRY_IB_WR_KIND(wc->wr_id) == FERRY_IB_WR_FLUSH && c->ring.kind == FERRY_PX_RECV) {
-        ferry_ib_flush_wc_error((ferry_ib_recv_comm_t *)c, wc); /* ib_flush.c: GPU words. */
         return;
     }
     req = ferry_ib_wc_req(c, wc->wr_id);
