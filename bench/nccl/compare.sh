@@ -115,7 +115,8 @@ if [ "$GDR" = 1 ]; then
   FNB_VARIANT_ENV[ferry-ib-gdr-cuda]=NCCL_FERRY_BACKEND=ib,NCCL_FERRY_IB_GDR=1,NCCL_FERRY_IB_FLUSH=cuda
   FNB_VARIANT_ENV[ferry-ib-host]=NCCL_FERRY_BACKEND=ib,NCCL_NET_GDR_LEVEL=LOC
   # A variant naming NCCL_NET_PLUGIN gets NCCL_NET=ferry first; the later NCCL_NET=IB wins in env.
-  FNB_VARIANT_ENV[nccl-ib-gdr]=NCCL_NET_PLUGIN=none,NCCL_NET=IB
+  # NCCL_GIN_TYPE=2 as for nccl-ib: NCCL 2.28.9's GIN probe crashes without an mlx5 device.
+  FNB_VARIANT_ENV[nccl-ib-gdr]=NCCL_NET_PLUGIN=none,NCCL_NET=IB,NCCL_GIN_TYPE=2
   CONFIGS=(ferry-ib-gdr ferry-ib-gdr-cuda ferry-ib-host "${VARIANTS[@]}")
   [ "$GDR_NCCL_IB" = 1 ] && CONFIGS+=(nccl-ib-gdr)
   FNB_SUMMARY_CONFIGS=ferry-ib-gdr,ferry-ib-gdr-cuda,ferry-ib-host
