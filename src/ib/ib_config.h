@@ -37,7 +37,16 @@ typedef struct ferry_ib_config {
     int    peer_timeout_s;    /* NCCL_FERRY_IB_PEER_TIMEOUT_S: a dead peer becomes an error this fast; 0 off. */
     ferry_cfg_src_t src[32];  /* Source of each value, indexed as the table in ib_config.c. */
     int    merge_vfs;         /* NCCL_IB_MERGE_VFS, default 1: VFs share their PF's pciPath. */
+    /* GPU memory (ib_gdr.c, ib_flush.c). */
+    int    gdr;               /* NCCL_FERRY_IB_GDR: -1 auto (peer-memory module), 0 off, 1 on. */
+    int    flush;             /* NCCL_FERRY_IB_FLUSH: FERRY_IB_FLUSH_READ or _CUDA. */
+    int    force_flush;       /* NCCL_FERRY_IB_FORCE_FLUSH: the forceFlush property, default 0. */
+    char   sysfs_root[256];   /* NCCL_FERRY_IB_SYSFS_ROOT: where the peer-memory files are; "" /sys. */
 } ferry_ib_config_t;
+
+/* NCCL_FERRY_IB_FLUSH: how iflush makes GPU receives visible. */
+#define FERRY_IB_FLUSH_READ 0 /* A 1-byte RDMA READ on a QP connected to itself (NCCL's). */
+#define FERRY_IB_FLUSH_CUDA 1 /* cuFlushGPUDirectRDMAWrites. */
 
 /* Index of each variable in ib_config.c's table; also indexes ferry_ib_config_t.src. */
 typedef enum ferry_ib_cfg_id {
@@ -65,6 +74,11 @@ typedef enum ferry_ib_cfg_id {
     FERRY_IB_CFG_VERBS_LIB,
     FERRY_IB_CFG_PEER_TIMEOUT_S,
     FERRY_IB_CFG_MERGE_VFS,
+    /* GPU memory. */
+    FERRY_IB_CFG_GDR,
+    FERRY_IB_CFG_FLUSH,
+    FERRY_IB_CFG_FORCE_FLUSH,
+    FERRY_IB_CFG_SYSFS_ROOT,
     FERRY_IB_CFG_COUNT
 } ferry_ib_cfg_id_t;
 

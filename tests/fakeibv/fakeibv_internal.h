@@ -291,6 +291,8 @@ struct fakeibv_qp {
     uint8_t *wr_stage_inl;
     uint32_t wr_nstage;
     int wr_err;
+    /* Requests this QP transmitted, by kind (fakeibv_qp_stats); atomics, any thread. */
+    uint64_t stat_writes, stat_writes_imm, stat_reads, stat_sends, stat_read_bytes;
 };
 
 static inline struct fakeibv_qp *fakeibv_qp(struct ibv_qp *qp)
