@@ -19,7 +19,11 @@ fnb_config_env() {
     ferry) echo "NCCL_NET_PLUGIN=$FNB_PLUGIN NCCL_NET=ferry" ;;
     # ferry's ib backend and NCCL's own IB, both over fakeibv (compare.sh --ib).
     ferry-ib) echo "NCCL_NET_PLUGIN=$FNB_PLUGIN NCCL_NET=ferry NCCL_FERRY_BACKEND=ib" ;;
-    nccl-ib) echo "NCCL_NET_PLUGIN=none NCCL_NET=IB" ;;
+    # NCCL_GIN_TYPE=2: with no mlx5 device (fakeibv, or any other provider) NCCL 2.28.9's
+    # GIN probe leaves its "not chosen yet" sentinel (ncclGin_t*)-1 in place and calls
+    # through it at init (src/plugin/net.cc): SIGSEGV. Naming the proxy GIN type skips
+    # that probe; 2.28.3 has no GIN and ignores the variable.
+    nccl-ib) echo "NCCL_NET_PLUGIN=none NCCL_NET=IB NCCL_GIN_TYPE=2" ;;
     socket-default) echo "NCCL_NET_PLUGIN=none NCCL_NET=Socket" ;;
     socket-1x1) echo "NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_SOCKET_NTHREADS=1 NCCL_NSOCKS_PERTHREAD=1" ;;
     socket-2x2) echo "NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_SOCKET_NTHREADS=2 NCCL_NSOCKS_PERTHREAD=2" ;;

@@ -210,6 +210,13 @@ struct fakeibv_cq {
 struct fakeibv_cq *fakeibv_cq_create(struct ibv_context *context, int cqe, void *cq_context,
                                      struct ibv_comp_channel *channel, int comp_vector);
 int fakeibv_cq_pop_locked(struct fakeibv_cq *cq, struct ibv_wc *wc);
+/* True when the CQ looks empty, read without the lock (a consumer spinning on an
+ * empty CQ must not hold the lock the "device" needs to deliver the next CQE). */
+static inline int fakeibv_cq_looks_empty(struct fakeibv_cq *cq)
+{
+    return __atomic_load_n(&cq->head, __ATOMIC_ACQUIRE) ==
+           __atomic_load_n(&cq->tail, __ATOMIC_RELAXED);
+}
 struct ibv_cq_ex *fakeibv_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_attr_ex *a);
 void fakeibv_cq_push(struct fakeibv_cq *cq, const struct ibv_wc *wc);
 int fakeibv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
