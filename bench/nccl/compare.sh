@@ -82,8 +82,9 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-PROOF_OPTS=(-b 4K -e 256M -f 4 -n 10 -w 2 --iter-bytes 256M -T 150)
-CMP_OPTS=(-n 1000 -w 10 --iter-bytes "$ITER_BYTES" -T 90)
+# FNB_PROOF_TIMEOUT_S / FNB_CMP_TIMEOUT_S: what one proof / comparison run may take.
+PROOF_OPTS=(-b 4K -e 256M -f 4 -n 10 -w 2 --iter-bytes 256M -T "${FNB_PROOF_TIMEOUT_S:-150}")
+CMP_OPTS=(-n 1000 -w 10 --iter-bytes "$ITER_BYTES" -T "${FNB_CMP_TIMEOUT_S:-90}")
 if [ "$QUICK" = 1 ]; then
   NCCL_SEL=${NCCL_SEL:-system}
   REPS_MIN=1; REPS_MAX=1

@@ -46,6 +46,7 @@ struct fakeibv_config {
     int debug;                  /* FAKEIBV_DEBUG: log level 0..2 on stderr. */
     int dmabuf;                 /* FAKEIBV_DMABUF: ibv_reg_dmabuf_mr supported. */
     int cuda;                   /* FAKEIBV_CUDA: try libcuda for device pointers. */
+    int cuda_own_ctx;           /* FAKEIBV_CUDA_CTX: copy in a context of our own (1) or the primary one. */
     int one_copy;               /* FAKEIBV_ONE_COPY: offer/accept descriptor mode. */
     uint64_t one_copy_min;      /* FAKEIBV_ONE_COPY_MIN: smallest WR sent as a descriptor. */
     const char *sysfs_root;     /* FAKEIBV_SYSFS_ROOT (absolute); NULL: per-process default. */
@@ -150,7 +151,7 @@ struct fakeibv_mr {
     uint64_t iova;                /* Address peers and SGEs name; usually == addr. */
     int access;                   /* ibv_access_flags given at registration. */
     int is_cuda;                  /* Device memory: move it with fakeibv_cuda_*(). */
-    void *cu_ctx;                 /* CUcontext to make current before copying. */
+    void *cu_ctx;                 /* Its device (fakeibv_cuda.c) when is_cuda. */
     uint32_t slot;                /* Index in the key table. */
 };
 
@@ -182,9 +183,9 @@ int fakeibv_mem_pvm(const struct fakeibv_mr *mr, uint64_t addr, size_t len, int 
 
 /* ---- CUDA (fakeibv_cuda.c) -------------------------------------------- */
 
-int fakeibv_cuda_is_device_ptr(uint64_t addr, void **cu_ctx_p);
-int fakeibv_cuda_htod(void *cu_ctx, uint64_t dst, const void *src, size_t len);
-int fakeibv_cuda_dtoh(void *cu_ctx, void *dst, uint64_t src, size_t len);
+int fakeibv_cuda_is_device_ptr(uint64_t addr, void **cu_dev_p);
+int fakeibv_cuda_htod(void *cu_dev, uint64_t dst, const void *src, size_t len);
+int fakeibv_cuda_dtoh(void *cu_dev, void *dst, uint64_t src, size_t len);
 
 /* ---- CQ and completion channel (fakeibv_cq.c) ------------------------- */
 
