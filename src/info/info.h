@@ -30,7 +30,7 @@
 typedef struct ferry_info_plugin {
     void       *dl;
     char        requested[512];  /* --plugin, NCCL_NET_PLUGIN, or the default "ferry". */
-    char        path[1024];      /* What was loaded (the linker's full path). */
+    char        path[4096];      /* What was loaded: the linker's path, links resolved. */
     char        tried[FERRY_INFO_MAX_TRIED][FERRY_INFO_LINE]; /* "name: dlerror" per failure. */
     int         ntried;
     int         versions[8];     /* ncclNetPlugin_vN found, newest first. */

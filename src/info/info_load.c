@@ -7,8 +7,10 @@
  * the installed plugin without LD_LIBRARY_PATH.
  */
 #include <dlfcn.h>
+#include <limits.h>
 #include <link.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -23,6 +25,7 @@ static int ferry_info_try(ferry_info_plugin_t *p, const char *name)
 {
     void *dl = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     struct link_map *map = NULL;
+    char resolved[PATH_MAX];
 
     if (dl == NULL) {
         if (p->ntried < FERRY_INFO_MAX_TRIED) {
@@ -33,10 +36,12 @@ static int ferry_info_try(ferry_info_plugin_t *p, const char *name)
         return -1;
     }
     p->dl = dl;
-    if (dlinfo(dl, RTLD_DI_LINKMAP, &map) == 0 && map != NULL && map->l_name[0] != '\0')
-        snprintf(p->path, sizeof(p->path), "%s", map->l_name);
-    else
+    if (dlinfo(dl, RTLD_DI_LINKMAP, &map) != 0 || map == NULL || map->l_name[0] == '\0')
         snprintf(p->path, sizeof(p->path), "%s", name);
+    else if (realpath(map->l_name, resolved) != NULL)
+        snprintf(p->path, sizeof(p->path), "%s", resolved);
+    else
+        snprintf(p->path, sizeof(p->path), "%s", map->l_name);
     return 0;
 }
 
