@@ -34,7 +34,8 @@ typedef struct ferry_nccl_prof_ev {
 /* One lock: only taken while profiling, twice per request. */
 static pthread_mutex_t ferry_nccl_prof_lock = PTHREAD_MUTEX_INITIALIZER;
 static ferry_nccl_prof_ev_t *ferry_nccl_prof_table[FERRY_NCCL_PROF_BUCKETS];
-static atomic_int ferry_nccl_prof_said;
+/* -1 until the first init with a callback decides; then 0 (off) or 1 (on). */
+static atomic_int ferry_nccl_prof_on = -1;
 
 static unsigned ferry_nccl_prof_bucket(const void *request)
 {
@@ -74,12 +75,16 @@ void ferry_nccl_prof_init(ncclProfilerCallback_t fn)
 
     if (fn == NULL)
         return;
-    on = ferry_nccl_prof_wanted(why, sizeof(why));
+    /* Decided (and said) at the first init that brings a callback; later inits follow it. */
+    on = atomic_load(&ferry_nccl_prof_on);
+    if (on < 0) {
+        on = ferry_nccl_prof_wanted(why, sizeof(why));
+        if (atomic_exchange(&ferry_nccl_prof_on, on) < 0)
+            FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET, "NCCL profiler net events %s (%s)",
+                       on ? "on" : "off", why);
+    }
     if (on)
         atomic_store(&ferry_nccl_prof_fn, fn);
-    if (atomic_exchange(&ferry_nccl_prof_said, 1) == 0)
-        FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET, "NCCL profiler net events %s (%s)",
-                   on ? "on" : "off", why);
 }
 
 static void ferry_nccl_prof_fill(ferry_nccl_prof_descr_t *d, const ferry_px_req_t *req, int send,

@@ -3,7 +3,7 @@
  * or _v11 in one process, with a fake profiler callback in place of
  * NCCL's (it records every call; Start hands out its record as eHandle).
  *
- *   integ_profiler [--plugin PATH] --abi v10|v11 --expect on|off
+ *   integ_profiler [--plugin PATH] --abi v10|v11 --expect on|off [--warn TEXT]
  *
  * on: every isend/irecv buffer given a phandle gets exactly one Start
  * (with that phandle, pluginId SOCK|1 or IB|1 by backend, a descriptor whose
@@ -14,6 +14,7 @@
  * callback did not open. Grouped receives (maxRecvs > 1: ib) get one event
  * per buffer. off (a callback given, no reason to profile): no call at all.
  * Either way every byte arrives intact and the INFO line says on or off.
+ * --warn TEXT: a WARN containing TEXT must be logged (a bad NCCL_FERRY_PROFILER).
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -352,7 +353,7 @@ static void pr_check_events(const char *backend)
 
 int main(int argc, char **argv)
 {
-    const char *path = fit_plugin_path(&argc, argv), *abi = "v11", *expect = "on";
+    const char *path = fit_plugin_path(&argc, argv), *abi = "v11", *expect = "on", *warn = NULL;
     const char *backend = getenv("NCCL_FERRY_BACKEND");
     fit_plugin_t p;
     pr_net_t n = {.fp = &p};
@@ -366,7 +367,11 @@ int main(int argc, char **argv)
             abi = argv[i + 1];
         else if (strcmp(argv[i], "--expect") == 0)
             expect = argv[i + 1];
+        else if (strcmp(argv[i], "--warn") == 0)
+            warn = argv[i + 1];
     }
+    if (warn != NULL)
+        fit_log_expect(warn);
     FIT_CHECK(backend != NULL, "NCCL_FERRY_BACKEND (socket or ib) is not set");
     fit_set_role("profiler");
     fit_plugin_open(&p, path);
@@ -384,6 +389,8 @@ int main(int argc, char **argv)
         FIT_NCCL(p.net->getProperties(0, &props11));
         max_recvs = props11.maxRecvs;
     }
+    FIT_CHECK(warn == NULL || fit_log_find(0, NCCL_LOG_WARN, warn, NULL, NULL, NULL, 0) >= 0,
+              "no WARN saying '%s'", warn);
     FIT_CHECK(fit_log_find(0, NCCL_LOG_INFO, "NCCL profiler net events",
                            strcmp(expect, "on") == 0 ? "events on (" : "events off (", NULL, NULL,
                            0) >= 0,
