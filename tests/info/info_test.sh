@@ -14,6 +14,9 @@
 #   broken   NCCL_FERRY_BACKEND=ib without a verbs library: exit 1, the
 #            reason from the plugin's WARN, NOT healthy
 #   noplugin --plugin naming nothing: exit 1, every name tried
+#   hang     every completion held back 1 s (NCCL_FERRY_INJECT_DELAY_US) and
+#            --timeout 3: the run is killed and reported, exit 1
+#   usage    a bad --backend: exit 2 with the accepted values
 set -u
 case_name=$1
 info=$2
@@ -124,6 +127,18 @@ noplugin)
     has "FAIL: cannot load the plugin 'ferry-nothere' (ferry-nothere: cannot open shared object file"
     has "libnccl-net-ferry-nothere.so: cannot open shared object file"
     has "pass --plugin /path/to/libnccl-net-ferry.so"
+    ;;
+hang)
+    start=$SECONDS
+    run 1 --backend socket --timeout 3
+    has "verdict:   FAIL: the socket backend's run did not finish in 3 s (killed)"
+    grep -qx "NOT healthy" "$out" || fail "not reported NOT healthy"
+    [ $((SECONDS - start)) -lt 30 ] || fail "took $((SECONDS - start)) s to give up"
+    ;;
+usage)
+    run 2 --backend bogus
+    has "ferry-info: --backend bogus: expected auto, socket, ib or all"
+    has "usage: ferry-info"
     ;;
 *)
     echo "unknown case $case_name"
