@@ -6,7 +6,8 @@
 #   ${bindir}/ferry-info             the health check (docs/ferry-info.md)
 #   ${docdir}/                       README, LICENSE, docs/*.md
 #
-# `cpack -G DEB` in the build tree makes ferry-nccl-net_<version>_<arch>.deb.
+# `cpack -G DEB` in the build tree (or `cmake --build build --target package`)
+# makes ferry-nccl-net_<version>_<arch>.deb.
 # libibverbs and libcuda are dlopened at run time, so the package needs
 # neither: the ib backend's libraries are Recommends, the CUDA driver a Suggests.
 
@@ -30,6 +31,10 @@ install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/README.md ${CMAKE_CURRENT_SOURCE_DIR}/
               ${FERRY_DOCS}
         DESTINATION ${CMAKE_INSTALL_DOCDIR})
 
+# The `package` target's generator (CPack's own default would be tarballs).
+if(NOT CPACK_GENERATOR)
+  set(CPACK_GENERATOR DEB)
+endif()
 set(CPACK_PACKAGE_NAME ferry-nccl-net)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_VENDOR "ferry")
