@@ -8,8 +8,10 @@
 #
 # `cpack -G DEB` in the build tree (or `cmake --build build --target package`)
 # makes ferry-nccl-net_<version>_<arch>.deb.
-# libibverbs and libcuda are dlopened at run time, so the package needs
-# neither: the ib backend's libraries are Recommends, the CUDA driver a Suggests.
+# libibverbs, librdmacm and libcuda are only ever dlopened, so the package
+# needs none of them: the ib backend's verbs libraries are Recommends,
+# librdmacm (the ib backend's rdma_cm connection mode) and the CUDA driver
+# Suggests.
 
 option(FERRY_INSTALL_NCCL_NET_LINK
   "Also install libnccl-net.so -> libnccl-net-ferry.so (NCCL's default plugin name)" OFF)
@@ -51,5 +53,5 @@ set(CPACK_DEBIAN_PACKAGE_SECTION libs)
 # Only libc is linked; everything else is dlopened when a backend needs it.
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "libc6")
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "libibverbs1, ibverbs-providers")
-set(CPACK_DEBIAN_PACKAGE_SUGGESTS "libcuda1, rdma-core")
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "librdmacm1, libcuda1, rdma-core")
 include(CPack)
