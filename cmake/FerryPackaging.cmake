@@ -20,11 +20,12 @@ option(FERRY_INSTALL_NCCL_NET_LINK
 # copies links as links), so it is right under any prefix and DESTDIR.
 if(FERRY_INSTALL_NCCL_NET_LINK)
   set(FERRY_LINK_DIR ${CMAKE_CURRENT_BINARY_DIR}/nccl-net-link)
-  add_custom_command(TARGET nccl-net-ferry POST_BUILD
+  add_custom_command(OUTPUT ${FERRY_LINK_DIR}/libnccl-net.so
     COMMAND ${CMAKE_COMMAND} -E make_directory ${FERRY_LINK_DIR}
     COMMAND ${CMAKE_COMMAND} -E create_symlink $<TARGET_FILE_NAME:nccl-net-ferry>
             ${FERRY_LINK_DIR}/libnccl-net.so
     VERBATIM)
+  add_custom_target(nccl-net-link ALL DEPENDS ${FERRY_LINK_DIR}/libnccl-net.so)
   install(FILES ${FERRY_LINK_DIR}/libnccl-net.so DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endif()
 
