@@ -15,7 +15,7 @@
 #   trace-<backend>/*.json   the example profiler's Chrome traces (chrome://tracing, Perfetto)
 #   summary.txt              per backend: plugin proof, ferry's profiler INFO line, events
 #                            per category, NET events inside a ProxyStep, verdict
-#   timeline-<backend>.png   a few ms of one rank's trace, when python3 has matplotlib
+#   timeline-<backend>.png   2 ms of one rank's trace (bench/nccl/trace_plot.py, gnuplot)
 #   logs/                    build and run logs (NCCL_DEBUG=INFO)
 # Exit status 0 when every backend run's verdict is PASS.
 set -uo pipefail
@@ -51,13 +51,18 @@ unset NCCL_NET NCCL_NET_PLUGIN NCCL_FERRY_BACKEND NCCL_PROFILER_PLUGIN
 FAILED=0
 
 # Counts per category, NET events inside a ProxyStep of the same rank, and a
-# PNG of the busiest few ms (matplotlib optional). Args: trace dir, backend.
+# PNG of 2 ms of one rank's trace (trace_plot.py). Args: trace dir, backend.
 analyze() {
-  python3 - "$1" "$2" "$OUTDIR/timeline-$2.png" <<'PY'
-import glob, json, sys
+  python3 - "$1" "$2" "$OUTDIR/timeline-$2.png" "$(dirname "${BASH_SOURCE[0]}")/trace_plot.py" <<'PY'
+import glob, json, re, sys
 tdir, backend, png = sys.argv[1:4]
 def load(path):
     text = open(path).read().strip()
+    # NCCL's example profiler writes some values unquoted ("datatype": ncclFloat32,
+    # "Stream": 0x55...): quote bare identifiers and hex numbers so JSON can read them.
+    text = re.sub(r'(:\s*)(0x[0-9a-fA-F]+|[A-Za-z_][A-Za-z_0-9]*)(\s*[,}])',
+                  lambda m: m.group(1) + (m.group(2) if m.group(2) in ("true", "false", "null")
+                                          else '"' + m.group(2) + '"') + m.group(3), text)
     try:
         return json.loads(text)
     except ValueError:  # a trace cut short: close the array
@@ -103,30 +108,12 @@ if net:
 want = "NET_IB" if backend == "ib" else "NET_SOCK"
 ok = any(n[1] == want for n in net)
 print("verdict-events: %s (%s events %s)" % ("PASS" if ok else "FAIL", want, "present" if ok else "missing"))
-try:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-except ImportError:
-    print("timeline: skipped (no matplotlib)")
-    sys.exit(0 if ok else 1)
 if net:
-    f0 = net[len(net) // 2][0]
-    t0 = net[len(net) // 2][3]
-    rows = {}
-    for s in spans:
-        if s[0] == f0 and t0 - 1000 <= s[3] <= t0 + 3000:
-            rows.setdefault("%s %s" % (s[1], s[2]), []).append((s[3] - t0, max(s[4] - s[3], 0.5)))
-    fig, ax = plt.subplots(figsize=(12, 0.4 * len(rows) + 1.5))
-    for i, (name, bars) in enumerate(sorted(rows.items())):
-        ax.broken_barh(bars, (i - 0.4, 0.8))
-    ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels(sorted(rows))
-    ax.set_xlabel("us (one rank, around a %s event)" % want)
-    ax.set_title("NCCL example profiler: ferry %s backend requests inside NCCL proxy events" % backend)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    print("timeline: %s" % png)
+    # The picture: gnuplot (trace_plot.py), one rank's trace from its first large net event.
+    import subprocess
+    r = subprocess.run([sys.executable, sys.argv[4], net[0][0], png, "2000"],
+                       capture_output=True, text=True)
+    print("timeline: %s" % (png if r.returncode == 0 else "failed: " + r.stderr.strip()[-200:]))
 sys.exit(0 if ok else 1)
 PY
 }
