@@ -54,19 +54,10 @@ FAILED=0
 # PNG of 2 ms of one rank's trace (trace_plot.py). Args: trace dir, backend.
 analyze() {
   python3 - "$1" "$2" "$OUTDIR/timeline-$2.png" "$(dirname "${BASH_SOURCE[0]}")/trace_plot.py" <<'PY'
-import glob, json, re, sys
+import glob, os, sys
 tdir, backend, png = sys.argv[1:4]
-def load(path):
-    text = open(path).read().strip()
-    # NCCL's example profiler writes some values unquoted ("datatype": ncclFloat32,
-    # "Stream": 0x55...): quote bare identifiers and hex numbers so JSON can read them.
-    text = re.sub(r'(:\s*)(0x[0-9a-fA-F]+|[A-Za-z_][A-Za-z_0-9]*)(\s*[,}])',
-                  lambda m: m.group(1) + (m.group(2) if m.group(2) in ("true", "false", "null")
-                                          else '"' + m.group(2) + '"') + m.group(3), text)
-    try:
-        return json.loads(text)
-    except ValueError:  # a trace cut short: close the array
-        return json.loads(text.rstrip(",\n") + "]")
+sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[4])))
+from trace_plot import load  # reads the example profiler's JSON, unquoted values included
 events, files = [], sorted(glob.glob(tdir + "/*.json"))
 for f in files:
     for e in load(f):

@@ -71,4 +71,5 @@ plot "%s" using 1:2:3:4:5 with boxxyerror palette notitle
 """ % (160 + 28 * len(rows), png, os.path.basename(path), window, ytics, len(rows), window, dat)
         subprocess.run(["gnuplot"], input=gp.encode(), check=True)
 
-main()
+if __name__ == "__main__":
+    main()
