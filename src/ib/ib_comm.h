@@ -63,6 +63,7 @@ static inline void ferry_ib_magic_clear(uint64_t *magic)
 #define FERRY_IB_WR_DATA 1ULL
 #define FERRY_IB_WR_CTS  2ULL
 #define FERRY_IB_WR_RECV 3ULL
+#define FERRY_IB_WR_FLUSH 4ULL /* The GDR flush READ (ib_flush.c); seq: its ring slot. */
 #define FERRY_IB_WR_ID(_kind, _chain, _seq) \
     (((_kind) << 56) | ((uint64_t)(_chain) << 32) | ((uint64_t)(_seq) & 0xffffffffULL))
 #define FERRY_IB_WR_KIND(_id)  ((_id) >> 56)
@@ -70,6 +71,8 @@ static inline void ferry_ib_magic_clear(uint64_t *magic)
 #define FERRY_IB_WR_SEQ(_id)   ((uint32_t)(_id))
 
 #define FERRY_IB_WORD_TRUNC (1ULL << 63)
+#define FERRY_IB_WORD_FLUSH (1ULL << 62) /* recv: the request is a GDR flush (low bits: its number). */
+#define FERRY_IB_WORD_CUDA  (1ULL << 61) /* ...made with cuFlushGPUDirectRDMAWrites. */
 
 /* What both comm kinds share: QPs, CQ, control block, OOB socket. */
 typedef struct ferry_ib_conn {
@@ -138,13 +141,43 @@ typedef struct ferry_ib_send_comm {
     uint64_t               cts_wait_msg, cts_wait_ns, cts_warned_msg;
 } ferry_ib_send_comm_t;
 
+/*
+ * A receive comm's GDR flush (ib_flush.c), made on its first READ flush:
+ * an RC QP connected to itself on the comm's CQ, so its completions come
+ * back through the comm's own poll, and a registered host word the READs
+ * land in. Data-path thread only.
+ */
+typedef struct ferry_ib_flush {
+    struct ibv_qp  *qp;            /* NULL until the first READ flush. */
+    void           *word;          /* Page-aligned; the READs write its first byte. */
+    struct ibv_mr  *word_mr;
+    uint64_t        reads, reads_done; /* READs posted / completed (dump). */
+    uint64_t        cuda;          /* cuFlushGPUDirectRDMAWrites calls (dump). */
+} ferry_ib_flush_t;
+
 typedef struct ferry_ib_recv_comm {
     ferry_ib_comm_t        base;
+    /*
+     * The request of FIFO slot s (message seq with seq % 32 == s). Not
+     * ring.reqs[s]: flushes take ring slots too, so ring and FIFO numbers part.
+     */
+    ferry_px_req_t        *fifo_reqs[FERRY_IB_FIFO_SLOTS];
+    ferry_ib_flush_t       flush;
     ferry_ib_cts_t       (*cts)[FERRY_IB_MAX_RECVS]; /* In ctrl: source of CTS writes. */
     ferry_ib_sizes_slot_t *sizes;      /* In ctrl: the sender writes grouped sizes here. */
     uint64_t               cts_seq;    /* Receives posted (CTS written). */
     uint64_t               imm_done;   /* WRITE_WITH_IMM completions polled (dump). */
 } ferry_ib_recv_comm_t;
+
+/* ib_flush.c: iflush, its completions and errors, its resources and dump words. */
+ferry_status_t ferry_ib_iflush(ferry_ib_recv_comm_t *rc, int n, void **data, int *sizes,
+                               void **mhandles, void **request_p);
+void ferry_ib_flush_completion(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc);
+void ferry_ib_flush_wc_error(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc);
+void ferry_ib_flush_destroy(ferry_ib_recv_comm_t *rc);
+void ferry_ib_flush_words(const ferry_ib_recv_comm_t *rc, char *buf, size_t len);
+void ferry_ib_flush_stall_why(const ferry_ib_recv_comm_t *rc, const ferry_px_req_t *req,
+                              char *buf, size_t len);
 
 /* A registered buffer as NCCL holds it. */
 typedef struct ferry_ib_mh {
@@ -161,6 +194,7 @@ typedef struct ferry_ib_mh {
     uintptr_t       base;          /* What NCCL registered. */
     size_t          size;
     ferry_px_req_kind_t kind;      /* The comm's kind: recv MRs take remote writes. */
+    int             type;          /* FERRY_PTR_HOST, _CUDA or _DMABUF: GPU ones get flushed. */
 } ferry_ib_mh_t;
 
 /* One inbound OOB connection in its handshake (ib_accept.c). */

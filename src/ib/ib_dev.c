@@ -168,6 +168,7 @@ ferry_status_t ferry_ib_init(const ferry_config_t *cfg)
     if (skipped[0] != '\0')
         FERRY_INFO(FERRY_LOG_NET, "ib backend: not using %s", skipped);
     ferry_ib_log_devices(st);
+    ferry_ib_gdr_probe(st);
     return FERRY_OK;
 }
 
@@ -192,17 +193,6 @@ ferry_status_t ferry_ib_devices(int *ndev_p)
     return FERRY_OK;
 }
 
-/*
- * Pointer kinds a device takes. The single place where GPU memory support
- * (FERRY_PTR_CUDA with a peer-memory module, FERRY_PTR_DMABUF from
- * hca->dmabuf) will be added.
- */
-static int ferry_ib_ptr_support(const ferry_ib_dev_t *dev)
-{
-    (void)dev;
-    return FERRY_PTR_HOST;
-}
-
 ferry_status_t ferry_ib_get_properties(int dev, ferry_props_t *props_p)
 {
     const ferry_ib_dev_t *d;
@@ -217,9 +207,9 @@ ferry_status_t ferry_ib_get_properties(int dev, ferry_props_t *props_p)
     props_p->name = d->name;
     props_p->pci_path = d->hca->pci_path[0] ? d->hca->pci_path : NULL;
     props_p->guid = d->guid;
-    props_p->ptr_support = ferry_ib_ptr_support(d);
+    props_p->ptr_support = ferry_ib_gdr_ptr_support(d); /* ib_gdr.c */
     props_p->reg_is_global = 1;
-    props_p->force_flush = 0;
+    props_p->force_flush = ferry_ib_state.cfg.force_flush; /* v9+ carry it. */
     props_p->speed_mbps = d->speed_mbps;
     props_p->port = d->port + ferry_ib_real_port(d);
     props_p->latency_us = 0;

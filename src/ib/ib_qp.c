@@ -227,6 +227,8 @@ void ferry_ib_comm_destroy(ferry_ib_comm_t *c)
         if (conn->qps[i] != NULL && ferry_ibv.destroy_qp(conn->qps[i]) != 0)
             FERRY_WARN("ib comm to %s on %s: ibv_destroy_qp(0x%x) failed: %s", conn->peer,
                        ferry_ib_comm_where(c), conn->qps[i]->qp_num, strerror(errno));
+    if (c->ring.kind == FERRY_PX_RECV)
+        ferry_ib_flush_destroy((ferry_ib_recv_comm_t *)c); /* Its QP is on the CQ. */
     if (conn->cq != NULL && ferry_ibv.destroy_cq(conn->cq) != 0)
         FERRY_WARN("ib comm to %s on %s: ibv_destroy_cq failed: %s", conn->peer,
                    ferry_ib_comm_where(c), strerror(errno));
