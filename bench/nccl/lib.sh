@@ -48,7 +48,7 @@ fnb_outdir() {
 fnb_build_fakeibv() {
   local log=$1 dir=$FNB_BUILD/fakeibv
   if ! cmake -S "$FNB_REPO/tests/fakeibv" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$log" 2>&1 ||
-     ! cmake --build "$dir" -j "$(nproc)" --target fakeibv fakeibv_cm >>"$log" 2>     ! cmake --build "$dir" -j "$(nproc)" --target fakeibv >>"$log" 2>&1; then1; then
+     ! cmake --build "$dir" -j "$(nproc)" --target fakeibv fakeibv_cm >>"$log" 2>&1; then
     cat "$log" >&2
     return 1
   fi
