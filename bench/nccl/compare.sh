@@ -22,7 +22,10 @@
 #      (default 100 s) allows it. A configuration that fails is not retried.
 # --ib compares ferry's ib backend with NCCL's own IB transport, both over
 # tests/fakeibv (built here standalone; host buffers): configurations ferry-ib
-# and nccl-ib, the proof run with NCCL_FERRY_BACKEND=ib.
+# and nccl-ib, the proof run with NCCL_FERRY_BACKEND=ib. fakeibv then offers no
+# DMA-BUF (FAKEIBV_DMABUF=0), as a host without GPUDirect: otherwise both
+# plugins advertise it, NCCL still stages through host memory here (the NIC is
+# not near the GPU), and ferry's tuner stands down for a GPUDirect device.
 # --gdr (implies --ib) puts NCCL's buffers in GPU memory: every run gets
 # FAKEIBV_DMABUF=1 NCCL_NET_GDR_LEVEL=SYS NCCL_NET_FORCE_FLUSH=1 (Hopper skips
 # the flush unless forced) and ferry NCCL_FERRY_IB_GDR=1 (fakeibv has no
@@ -32,8 +35,7 @@
 # init line. Comparison: ferry-ib-gdr (read flush), ferry-ib-gdr-cuda,
 # ferry-ib-host (ferry's ib backend staging through host memory,
 # NCCL_NET_GDR_LEVEL=LOC); --gdr-nccl-ib adds nccl-ib-gdr (NCCL's own IB with
-# GDR on the same fakeibv), off by default: it hangs under fakeibv's GPU mode
-# today (issue 19), and a hung configuration costs its whole timeout.
+# GDR on the same fakeibv), off by default.
 # --iter-bytes B caps a comparison run's iterations at max(5, B/size) (default
 # 256M; more gives large sizes more iterations and steadier medians).
 # --variant adds a ferry configuration with extra variables (e.g.
@@ -106,6 +108,7 @@ if [ "$IB" = 1 ]; then
   WRAP=("$FNB_REPO/tests/fakeibv/test/with_sysfs.sh")
   CONFIGS=(ferry-ib nccl-ib "${VARIANTS[@]}")
   PROOF_ENV=(NCCL_FERRY_BACKEND=ib)
+  export FAKEIBV_DMABUF=0   # host buffers (--gdr turns it back on below)
   export FNB_SUMMARY_CONFIGS=ferry-ib,nccl-ib
 fi
 PROOF_TAGS=("")

@@ -45,6 +45,7 @@ main() {
   if [ "$IB" = 1 ]; then
     fnb_build_fakeibv "$OUTDIR/logs/build-fakeibv-ddp.log" || { fnb_log "fakeibv build failed"; return 2; }
     IB_ENV=(NCCL_FERRY_BACKEND=ib "LD_LIBRARY_PATH=$FNB_FAKEIBV_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+    [ "$GDR" = 1 ] || IB_ENV+=(FAKEIBV_DMABUF=0)   # host buffers: a device without GPUDirect
   fi
   if [ "$GDR" = 1 ]; then
     IB_ENV+=(FAKEIBV_DMABUF=1 NCCL_NET_GDR_LEVEL=SYS NCCL_NET_FORCE_FLUSH=1 NCCL_FERRY_IB_GDR=1
