@@ -15,7 +15,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$(pwd)
 build="$repo/build-bench"
 
-pkgs=(cmake make gcc libc6-dev)
+# rdma-core headers: the ib backend compiles against them (the libraries are dlopened).
+pkgs=(cmake make gcc libc6-dev libibverbs-dev librdmacm-dev)
 missing=()
 for p in "${pkgs[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -3,7 +3,8 @@
 # ferry with NCCL's own Socket transport, for each NCCL build.
 #
 #   bench/nccl/compare.sh [--quick] [--nccl system|torch|both] [--reps N]
-#                         [--budget S] [--sizes LIST] [--no-proof]
+#                         [--budget S] [--sizes LIST] [--no-proof] [--ib]
+#                         [--gdr [--gdr-nccl-ib]]
 #                         [--variant LABEL:VAR=V[,VAR=V...]]... [OUTDIR]
 #
 # Two ranks on GPU 0, each its own NCCL_HOSTID, under MPS, NCCL_SOCKET_IFNAME=lo,
@@ -21,7 +22,20 @@
 #      (default 100 s) allows it. A configuration that fails is not retried.
 # --ib compares ferry's ib backend with NCCL's own IB transport, both over
 # tests/fakeibv (built here standalone; host buffers): configurations ferry-ib
-# and nccl-ib, the proof run with NCCL_FERRY_BACKEND=ib.
+# and nccl-ib, the proof run with NCCL_FERRY_BACKEND=ib. fakeibv then offers no
+# DMA-BUF (FAKEIBV_DMABUF=0), as a host without GPUDirect: otherwise both
+# plugins advertise it, NCCL still stages through host memory here (the NIC is
+# not near the GPU), and ferry's tuner stands down for a GPUDirect device.
+# --gdr (implies --ib) puts NCCL's buffers in GPU memory: every run gets
+# FAKEIBV_DMABUF=1 NCCL_NET_GDR_LEVEL=SYS NCCL_NET_FORCE_FLUSH=1 (Hopper skips
+# the flush unless forced) and ferry NCCL_FERRY_IB_GDR=1 (fakeibv has no
+# peer-memory module to find). Proof runs, one per flush method
+# (NCCL_FERRY_IB_FLUSH=read and =cuda): all five collectives right, every
+# "Channel ... via" line NET/ferry/<dev>/GDRDMA, ferry's "GPUDirect RDMA on"
+# init line. Comparison: ferry-ib-gdr (read flush), ferry-ib-gdr-cuda,
+# ferry-ib-host (ferry's ib backend staging through host memory,
+# NCCL_NET_GDR_LEVEL=LOC); --gdr-nccl-ib adds nccl-ib-gdr (NCCL's own IB with
+# GDR on the same fakeibv), off by default.
 # --iter-bytes B caps a comparison run's iterations at max(5, B/size) (default
 # 256M; more gives large sizes more iterations and steadier medians).
 # --variant adds a ferry configuration with extra variables (e.g.
@@ -42,9 +56,11 @@ BUDGET=100
 SIZES=4K,64K,512K,1M,4M,16M,64M,256M
 OUTDIR_ARG=
 
-usage() { sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,41p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 PROOF=1
 IB=0
+GDR=0
+GDR_NCCL_IB=0
 ITER_BYTES=256M
 VARIANTS=()
 
@@ -57,6 +73,8 @@ while [ $# -gt 0 ]; do
     --sizes) SIZES=$2; shift ;;
     --no-proof) PROOF=0 ;;
     --ib) IB=1 ;;
+    --gdr) IB=1; GDR=1 ;;
+    --gdr-nccl-ib) GDR_NCCL_IB=1 ;;
     --iter-bytes) ITER_BYTES=$2; shift ;;
     --variant) VARIANTS+=("${2%%:*}"); FNB_VARIANT_ENV[${2%%:*}]=${2#*:}; shift ;;
     -h|--help) usage; exit 0 ;;
@@ -66,8 +84,9 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-PROOF_OPTS=(-b 4K -e 256M -f 4 -n 10 -w 2 --iter-bytes 256M -T 150)
-CMP_OPTS=(-n 1000 -w 10 --iter-bytes "$ITER_BYTES" -T 90)
+# FNB_PROOF_TIMEOUT_S / FNB_CMP_TIMEOUT_S: what one proof / comparison run may take.
+PROOF_OPTS=(-b 4K -e 256M -f 4 -n 10 -w 2 --iter-bytes 256M -T "${FNB_PROOF_TIMEOUT_S:-150}")
+CMP_OPTS=(-n 1000 -w 10 --iter-bytes "$ITER_BYTES" -T "${FNB_CMP_TIMEOUT_S:-90}")
 if [ "$QUICK" = 1 ]; then
   NCCL_SEL=${NCCL_SEL:-system}
   REPS_MIN=1; REPS_MAX=1
@@ -89,7 +108,26 @@ if [ "$IB" = 1 ]; then
   WRAP=("$FNB_REPO/tests/fakeibv/test/with_sysfs.sh")
   CONFIGS=(ferry-ib nccl-ib "${VARIANTS[@]}")
   PROOF_ENV=(NCCL_FERRY_BACKEND=ib)
+  export FAKEIBV_DMABUF=0   # host buffers (--gdr turns it back on below)
   export FNB_SUMMARY_CONFIGS=ferry-ib,nccl-ib
+fi
+PROOF_TAGS=("")
+if [ "$GDR" = 1 ]; then
+  # GPU buffers for every run; ferry-ib-host opts out again with NCCL_NET_GDR_LEVEL=LOC.
+  export FAKEIBV_DMABUF=1 NCCL_NET_GDR_LEVEL=SYS NCCL_NET_FORCE_FLUSH=1
+  FNB_VARIANT_ENV[ferry-ib-gdr]=NCCL_FERRY_BACKEND=ib,NCCL_FERRY_IB_GDR=1,NCCL_FERRY_IB_FLUSH=read
+  FNB_VARIANT_ENV[ferry-ib-gdr-cuda]=NCCL_FERRY_BACKEND=ib,NCCL_FERRY_IB_GDR=1,NCCL_FERRY_IB_FLUSH=cuda
+  FNB_VARIANT_ENV[ferry-ib-host]=NCCL_FERRY_BACKEND=ib,NCCL_NET_GDR_LEVEL=LOC
+  # A variant naming NCCL_NET_PLUGIN gets NCCL_NET=ferry first; the later NCCL_NET=IB wins in env.
+  # NCCL_GIN_TYPE=2 as for nccl-ib: NCCL 2.28.9's GIN probe crashes without an mlx5 device.
+  FNB_VARIANT_ENV[nccl-ib-gdr]=NCCL_NET_PLUGIN=none,NCCL_NET=IB,NCCL_GIN_TYPE=2
+  CONFIGS=(ferry-ib-gdr ferry-ib-gdr-cuda ferry-ib-host "${VARIANTS[@]}")
+  [ "$GDR_NCCL_IB" = 1 ] && CONFIGS+=(nccl-ib-gdr)
+  FNB_SUMMARY_CONFIGS=ferry-ib-gdr,ferry-ib-gdr-cuda,ferry-ib-host
+  [ "$GDR_NCCL_IB" = 1 ] && FNB_SUMMARY_CONFIGS+=,nccl-ib-gdr
+  export FNB_SUMMARY_CONFIGS
+  PROOF_ENV=(NCCL_FERRY_BACKEND=ib NCCL_FERRY_IB_GDR=1)
+  PROOF_TAGS=(gdr-read gdr-cuda)
 fi
 
 OUTDIR=$(fnb_outdir "$OUTDIR_ARG") || exit 2
@@ -114,24 +152,51 @@ record_env() {
   } >"$OUTDIR/env.txt"
 }
 
-# proof BUILD: the run that shows NCCL really used ferry, and got every element right.
+# gdr_check LOG: every channel of the run went GPUDirect (NET/ferry/<dev>/GDRDMA),
+# and ferry's init line says GPUDirect RDMA is on. Prints the counts.
+gdr_check() {
+  local log=$1 all gdr on
+  all=$(grep -cE 'Channel .* via ' "$log")
+  gdr=$(grep -cE 'Channel .* via NET/ferry/[0-9]+/GDRDMA' "$log")
+  on=$(grep -c 'ib backend GPU memory: GPUDirect RDMA on' "$log")
+  printf 'channels=%s via-NET/ferry/GDRDMA=%s ferry-gdr-init-lines=%s\n' "$all" "$gdr" "$on"
+  [ "$gdr" -gt 0 ] && [ "$gdr" -eq "$all" ] && [ "$on" -gt 0 ]
+}
+
+# proof BUILD [TAG]: the run that shows NCCL really used ferry, and got every
+# element right. TAG gdr-read / gdr-cuda: with GPU buffers and that flush method.
 proof() {
-  local b=$1 rc counts verdict=PASS
-  local log=$OUTDIR/logs/proof-$b.log
-  fnb_log "proof run, NCCL build '$b'"
+  local b=$1 tag=${2:-} rc counts verdict=PASS name extra=()
+  name=$b${tag:+-$tag}
+  local log=$OUTDIR/logs/proof-$name.log
+  case $tag in
+    gdr-read) extra=(NCCL_FERRY_IB_FLUSH=read) ;;
+    gdr-cuda) extra=(NCCL_FERRY_IB_FLUSH=cuda) ;;
+  esac
+  fnb_log "proof run, NCCL build '$b'${tag:+ ($tag)}"
   env LD_LIBRARY_PATH="$(build_ldpath "$b")" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV \
-      NCCL_NET_PLUGIN="$FNB_PLUGIN" NCCL_NET=ferry "${PROOF_ENV[@]}" \
-      "${WRAP[@]}" "$FNB_BENCH" -N 2 -o all "${PROOF_OPTS[@]}" --label "proof-$b" \
-      --csv "$OUTDIR/proof-$b.csv" >"$log" 2>&1
+      NCCL_NET_PLUGIN="$FNB_PLUGIN" NCCL_NET=ferry "${PROOF_ENV[@]}" "${extra[@]}" \
+      "${WRAP[@]}" "$FNB_BENCH" -N 2 -o all "${PROOF_OPTS[@]}" --label "proof-$name" \
+      --csv "$OUTDIR/proof-$name.csv" >"$log" 2>&1
   rc=$?
   counts=$(fnb_proof_check "$log" ferry)
   if [ $rc -ne 0 ] || ! fnb_proof_check "$log" ferry >/dev/null; then verdict=FAIL; FAILED=1; fi
+  if [ -n "$tag" ]; then
+    counts="$counts; $(gdr_check "$log")"
+    gdr_check "$log" >/dev/null || { verdict=FAIL; FAILED=1; }
+  fi
   {
-    echo "proof $b: $verdict (bench exit $rc; $counts)"
+    echo "proof $name: $verdict (bench exit $rc; $counts)"
     grep -E '^# (NCCL|ferry_nccl_bench|wrong)' "$log"
     fnb_proof_excerpt "$log" | cut -c1-240 | sed 's/^/    /'
-  } >"$OUTDIR/proof-$b.txt"
-  cat "$OUTDIR/proof-$b.txt" >&2
+  } >"$OUTDIR/logs/proof-$name.txt"
+  cat "$OUTDIR/logs/proof-$name.txt" >&2
+  # One proof-<build>.txt per build (summarize.py's section): the flush methods one after the other.
+  if [ "$tag" = "${PROOF_TAGS[0]}" ]; then
+    cp "$OUTDIR/logs/proof-$name.txt" "$OUTDIR/proof-$b.txt"
+  else
+    cat "$OUTDIR/logs/proof-$name.txt" >>"$OUTDIR/proof-$b.txt"
+  fi
 }
 
 # run_one BUILD REP CONFIG: one comparison run; its rows go to raw-BUILD.csv.
@@ -195,7 +260,10 @@ main() {
   fi
   # All proofs first: they are the must-have, the comparison the nice-to-have.
   if [ "$PROOF" = 1 ]; then
-    for b in "${BUILDS[@]}"; do [ -n "$b" ] && proof "$b"; done
+    for b in "${BUILDS[@]}"; do
+      [ -n "$b" ] || continue
+      for t in "${PROOF_TAGS[@]}"; do proof "$b" "$t"; done
+    done
   fi
   for b in "${BUILDS[@]}"; do [ -n "$b" ] && compare "$b"; done
   python3 "$FNB_DIR/summarize.py" "$OUTDIR" || FAILED=1

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # torch_ddp.sh: PyTorch DDP (NCCL backend) over ferry, 2 processes on GPU 0.
 #
-#   bench/nccl/torch_ddp.sh [--ib] [OUTDIR]   (default $OUT, else bench/results/<date>-gpu)
+#   bench/nccl/torch_ddp.sh [--ib|--gdr] [OUTDIR]   (default $OUT, else bench/results/<date>-gpu)
 #
 # --ib: ferry's ib backend over tests/fakeibv (built standalone), host buffers;
 # the log must also show ferry saying it uses the ib backend.
+# --gdr: the same with GPU buffers (fakeibv in GPU mode with DMA-BUF,
+# NCCL_NET_GDR_LEVEL=SYS, NCCL_NET_FORCE_FLUSH=1, NCCL_FERRY_IB_GDR=1); every
+# "Channel ... via" line must then say NET/ferry/<dev>/GDRDMA.
 #
 # Builds the plugin if needed, starts MPS (unless one runs), runs torch_ddp.py
 # with PyTorch's python and NCCL_NET=ferry, and passes only when the script
@@ -15,9 +18,11 @@ set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 IB=0
+GDR=0
 case ${1:-} in
-  -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
   --ib) IB=1; shift ;;
+  --gdr) IB=1; GDR=1; shift ;;
 esac
 OUTDIR=$(fnb_outdir "${1:-}") || exit 2
 PY=${FNB_PYTHON:-/opt/torch/.venv/bin/python3}
@@ -27,6 +32,7 @@ IB_ENV=()
 if [ "$IB" = 1 ]; then
   LOG=$OUTDIR/torch_ddp_ib.log
 fi
+[ "$GDR" = 1 ] && LOG=$OUTDIR/torch_ddp_gdr.log
 
 main() {
   local rc verdict=PASS counts
@@ -39,6 +45,11 @@ main() {
   if [ "$IB" = 1 ]; then
     fnb_build_fakeibv "$OUTDIR/logs/build-fakeibv-ddp.log" || { fnb_log "fakeibv build failed"; return 2; }
     IB_ENV=(NCCL_FERRY_BACKEND=ib "LD_LIBRARY_PATH=$FNB_FAKEIBV_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+    [ "$GDR" = 1 ] || IB_ENV+=(FAKEIBV_DMABUF=0)   # host buffers: a device without GPUDirect
+  fi
+  if [ "$GDR" = 1 ]; then
+    IB_ENV+=(FAKEIBV_DMABUF=1 NCCL_NET_GDR_LEVEL=SYS NCCL_NET_FORCE_FLUSH=1 NCCL_FERRY_IB_GDR=1
+             NCCL_DMABUF_ENABLE=1)
   fi
   fnb_mps_start || return 2
   fnb_log "torch_ddp.py with $PY, plugin $FNB_PLUGIN ${IB_ENV[*]}"
@@ -53,6 +64,10 @@ main() {
     verdict=FAIL
   fi
   if [ "$IB" = 1 ] && ! grep -q 'using the ib backend' "$LOG"; then
+    verdict=FAIL
+  fi
+  if [ "$GDR" = 1 ] && { ! grep -q 'via NET/ferry/[0-9]*/GDRDMA' "$LOG" ||
+                          grep 'Channel .* via NET/ferry' "$LOG" | grep -qv GDRDMA; }; then
     verdict=FAIL
   fi
   {

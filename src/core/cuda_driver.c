@@ -15,8 +15,9 @@ static char ferry_cu_off[256];
 
 static void ferry_cu_load_once(void)
 {
-    static const struct { const char *name; size_t off; } syms[] = {
-#define FERRY_CU_SYM(field, name) {name, offsetof(ferry_cu_api_t, field)}
+    static const struct { const char *name; size_t off; int optional; } syms[] = {
+#define FERRY_CU_SYM(field, name) {name, offsetof(ferry_cu_api_t, field), 0}
+#define FERRY_CU_OPT(field, name) {name, offsetof(ferry_cu_api_t, field), 1}
         FERRY_CU_SYM(init, "cuInit"),
         FERRY_CU_SYM(error_name, "cuGetErrorName"),
         FERRY_CU_SYM(error_string, "cuGetErrorString"),
@@ -36,6 +37,10 @@ static void ferry_cu_load_once(void)
         FERRY_CU_SYM(event_destroy, "cuEventDestroy_v2"),
         FERRY_CU_SYM(event_record, "cuEventRecord"),
         FERRY_CU_SYM(event_query, "cuEventQuery"),
+        FERRY_CU_OPT(device_get_attribute, "cuDeviceGetAttribute"),
+        FERRY_CU_OPT(primary_ctx_retain, "cuDevicePrimaryCtxRetain"),
+        FERRY_CU_OPT(flush_gpudirect_rdma_writes, "cuFlushGPUDirectRDMAWrites"),
+#undef FERRY_CU_OPT
 #undef FERRY_CU_SYM
     };
     void *h;
@@ -51,7 +56,10 @@ static void ferry_cu_load_once(void)
     for (i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
         void *p = dlsym(h, syms[i].name);
 
+        if (p == NULL && syms[i].optional)
+            continue; /* Its user says what is missing when it needs it. */
         if (p == NULL) {
+            memset(&ferry_cu, 0, sizeof(ferry_cu));
             snprintf(ferry_cu_off, sizeof(ferry_cu_off),
                      "libcuda.so.1 has no %s (driver too old?)", syms[i].name);
             dlclose(h);

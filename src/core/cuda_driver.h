@@ -24,6 +24,9 @@ typedef unsigned long long ferry_cu_ptr_t;
 #define FERRY_CU_STREAM_NON_BLOCKING              1
 #define FERRY_CU_EVENT_DISABLE_TIMING             2
 #define FERRY_CU_ERROR_NOT_READY                  600
+#define FERRY_CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 124
+#define FERRY_CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX 0
+#define FERRY_CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER 100
 
 typedef struct ferry_cu_api {
     ferry_cu_result_t (*init)(unsigned);
@@ -45,6 +48,13 @@ typedef struct ferry_cu_api {
     ferry_cu_result_t (*event_destroy)(ferry_cu_event_t);
     ferry_cu_result_t (*event_record)(ferry_cu_event_t, ferry_cu_stream_t);
     ferry_cu_result_t (*event_query)(ferry_cu_event_t);
+    /*
+     * Optional (NULL when the driver lacks them; ferry_cu_load still
+     * succeeds): what the ib backend's GPU path asks beyond the staging calls.
+     */
+    ferry_cu_result_t (*device_get_attribute)(int *, int, ferry_cu_device_t);
+    ferry_cu_result_t (*primary_ctx_retain)(ferry_cu_ctx_t *, ferry_cu_device_t);
+    ferry_cu_result_t (*flush_gpudirect_rdma_writes)(int, int); /* CUDA 11.3+. */
 } ferry_cu_api_t;
 
 /* Filled by ferry_cu_load; all NULL before, and after a failed load. */

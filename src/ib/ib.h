@@ -2,9 +2,10 @@
  * The ib backend's shared internals: devices (one per active port), the
  * process-wide state and the pieces both halves of the backend use. The
  * device half (ib_verbs.c, ib_config.c, ib_dev.c, ib_gid.c, ib_mr.c,
- * ib_async.c) finds ports and registers memory; the connection half
- * (ib_listen.c, ib_connect.c, ib_accept.c, ib_qp.c, ib_send.c, ib_recv.c,
- * ib_poll.c, ib_ops.c, ib_dump.c) builds comms on the request ring
+ * ib_gdr.c, ib_async.c) finds ports, decides which pointer kinds they take
+ * and registers memory; the connection half (ib_listen.c, ib_connect.c,
+ * ib_accept.c, ib_qp.c, ib_send.c, ib_recv.c, ib_flush.c, ib_poll.c,
+ * ib_ops.c, ib_dump.c) builds comms on the request ring
  * (proxy/ring.h) and moves data receiver-driven, as NCCL's own IB does.
  */
 #ifndef FERRY_IB_H
@@ -30,7 +31,8 @@
 typedef struct ferry_ib_mr_entry {
     uintptr_t      addr;  /* Page-aligned start. */
     size_t         len;   /* Page-rounded length. */
-    int            access; /* IBV_ACCESS_* it was registered with. */
+    int            access; /* IBV_ACCESS_* it was registered with (RELAXED_ORDERING aside). */
+    int            relaxed; /* Registered with IBV_ACCESS_RELAXED_ORDERING: not for FORCE_SO. */
     int            refs;
     struct ibv_mr *mr;
 } ferry_ib_mr_entry_t;
@@ -43,6 +45,7 @@ typedef struct ferry_ib_hca {
     char                 name[IBV_SYSFS_NAME_MAX]; /* "mlx5_0", "fakeib0". */
     char                 ibdev_path[IBV_SYSFS_PATH_MAX]; /* sysfs dir of the device. */
     struct ibv_context  *ctx;
+    int                  ctx_cm;             /* ctx is librdmacm's (rdmacm mode): not ours to close. */
     struct ibv_pd       *pd;
     struct ibv_device_attr attr;
     char                 pci_path[PATH_MAX]; /* realpath of <ibdev_path>/device, function 0; "" unknown. */
@@ -83,6 +86,9 @@ typedef struct ferry_ib_state {
     ferry_ib_dev_t    devs[FERRY_IB_MAX_DEVS];
     char              oob_ifname[64];  /* Out-of-band interface (socket layer's rules)... */
     char              oob_addr[64];    /* ...and its address as text. */
+    int               gdr;             /* GPU pointers (NCCL_PTR_CUDA) are registered (ib_gdr.c). */
+    int               cuda_dmabuf;     /* libcuda says its device 0 exports DMA-BUF fds. */
+    char              gdr_why[768];    /* Why gdr is what it is, for logs and errors. */
     struct sockaddr_storage oob_sa;    /* ...and as a socket address (port 0). */
     unsigned          oob_sa_len;
 } ferry_ib_state_t;
@@ -112,6 +118,22 @@ const char *ferry_ib_dev_name(int dev);
  */
 ferry_status_t ferry_ib_mr_get(ferry_ib_hca_t *hca, void *addr, size_t size, int access,
                                int force_so, struct ibv_mr **mr_p, char *err, size_t len);
+/*
+ * What ferry_ib_mr_get_ex registers: a virtual range (fd < 0), or a DMA-BUF
+ * fd's bytes from offset mapped at addr (iova = addr, as NCCL does). gpu
+ * picks the advice of a failure (peer memory, /dev/infiniband).
+ */
+typedef struct ferry_ib_mr_req {
+    void       *addr;
+    size_t      size;
+    int         access;   /* IBV_ACCESS_*. */
+    int         force_so; /* NCCL_NET_MR_FLAG_FORCE_SO: never relaxed ordering. */
+    int         fd;       /* DMA-BUF fd, or -1. */
+    uint64_t    offset;   /* Into the DMA-BUF. */
+    int         gpu;      /* GPU memory (CUDA pointer or DMA-BUF). */
+} ferry_ib_mr_req_t;
+ferry_status_t ferry_ib_mr_get_ex(ferry_ib_hca_t *hca, const ferry_ib_mr_req_t *rq,
+                                  struct ibv_mr **mr_p, char *err, size_t len);
 /* Drop one reference taken by ferry_ib_mr_get; deregisters at 0. */
 void ferry_ib_mr_put(ferry_ib_hca_t *hca, struct ibv_mr *mr);
 
@@ -137,6 +159,16 @@ typedef struct ferry_ib_watch {
 void ferry_ib_watch_add(ferry_ib_watch_t *w);
 /* After it returns, fn is not running and will not be called again for w. */
 void ferry_ib_watch_remove(ferry_ib_watch_t *w);
+
+/*
+ * ib_gdr.c: GPU memory. ferry_ib_gdr_probe (at init, after the devices are
+ * open) decides whether GPU pointers are taken (NCCL_FERRY_IB_GDR, or a
+ * peer-memory module's sysfs file as NCCL looks for them) and whether
+ * libcuda exports DMA-BUF, and logs it; ptr_support is the pointer kinds of
+ * a device from that (NCCL_PTR_HOST always).
+ */
+void ferry_ib_gdr_probe(ferry_ib_state_t *st);
+int ferry_ib_gdr_ptr_support(const ferry_ib_dev_t *dev);
 
 /* The backend's ops table (ib_ops.c). */
 extern const ferry_backend_ops_t ferry_ib_ops;

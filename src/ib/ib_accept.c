@@ -77,29 +77,47 @@ static void ferry_ib_accept_new(ferry_ib_listen_comm_t *lc)
     }
 }
 
-/* The hello and metadata are in: build the recv comm and bring its QPs up. */
-static ferry_status_t ferry_ib_accept_build(ferry_ib_listen_comm_t *lc, ferry_ib_pending_t *p)
+ferry_status_t ferry_ib_accept_comm(int devidx, const ferry_ib_meta_t *m, const char *peer,
+                                    struct rdma_cm_id *const *cm_ids, ferry_ib_comm_t **comm_p)
 {
-    const ferry_ib_meta_t *m = &p->in.meta;
-    const ferry_ib_dev_t *dev = &ferry_ib_state.devs[lc->dev];
-    ferry_ib_comm_t *c;
+    const ferry_ib_dev_t *dev = &ferry_ib_state.devs[devidx];
     const char *why = ferry_ib_meta_check(m, 0, dev->link_layer);
+    ferry_ib_comm_t *c;
     ferry_status_t status;
 
+    *comm_p = NULL;
     if (why != NULL) {
         FERRY_WARN("ib accept from %s on %s (peer device %.64s): its metadata is unusable: %s; "
                    "every rank must load the same ferry build and NCCL_IB_* settings",
-                   p->peer, dev->name, m->devname[63] == '\0' ? m->devname : "?", why);
+                   peer, dev->name, m->devname[63] == '\0' ? m->devname : "?", why);
         return FERRY_ERR_REMOTE;
     }
-    status = ferry_ib_comm_create(FERRY_PX_RECV, lc->dev, m->nqps, p->peer, &c);
+    status = ferry_ib_comm_create(FERRY_PX_RECV, devidx, m->nqps, peer, cm_ids, &c);
     if (status != FERRY_OK)
         return status;
-    p->comm = (ferry_ib_recv_comm_t *)c;
     /* The connecting side chose the traffic class and service level. */
     c->conn.local.tc = m->tc;
     c->conn.local.sl = m->sl;
-    return ferry_ib_comm_connect_qps(c, m, "accept: bringing our QPs to RTS");
+    *comm_p = c;
+    return FERRY_OK;
+}
+
+/* The hello and metadata are in: build the recv comm and bring its QPs up. */
+static ferry_status_t ferry_ib_accept_build(ferry_ib_listen_comm_t *lc, ferry_ib_pending_t *p)
+{
+    ferry_ib_comm_t *c;
+    ferry_status_t status = ferry_ib_accept_comm(lc->dev, &p->in.meta, p->peer, NULL, &c);
+
+    if (status != FERRY_OK)
+        return status;
+    p->comm = (ferry_ib_recv_comm_t *)c;
+    return ferry_ib_comm_connect_qps(c, &p->in.meta, "accept: bringing our QPs to RTS");
+}
+
+uint64_t ferry_ib_hello_timeout_ns(void)
+{
+    return (uint64_t)(ferry_ib_core_cfg.hello_timeout_ms > 0 ? ferry_ib_core_cfg.hello_timeout_ms
+                                                             : 10000) * 1000000ULL;
 }
 
 /*
@@ -109,8 +127,7 @@ static ferry_status_t ferry_ib_accept_build(ferry_ib_listen_comm_t *lc, ferry_ib
 static ferry_status_t ferry_ib_accept_step(ferry_ib_listen_comm_t *lc, ferry_ib_pending_t *p,
                                            uint64_t now, int *drop, int *ready)
 {
-    uint64_t timeout_ns = (uint64_t)(ferry_ib_core_cfg.hello_timeout_ms > 0
-                                         ? ferry_ib_core_cfg.hello_timeout_ms : 10000) * 1000000ULL;
+    uint64_t timeout_ns = ferry_ib_hello_timeout_ns();
     const char *why = NULL;
     ferry_status_t status;
     int rc = 0;
@@ -170,6 +187,15 @@ static ferry_status_t ferry_ib_accept_step(ferry_ib_listen_comm_t *lc, ferry_ib_
     return FERRY_ERR_REMOTE;
 }
 
+void ferry_ib_accepted(ferry_ib_comm_t *c, int fd)
+{
+    ferry_ib_comm_start(c, fd);
+    FERRY_INFO(FERRY_LOG_NET, "ib accepted connection from %s on %s%s: %d QP(s), peer device "
+               "%s, recv comm #%u", c->conn.peer, ferry_ib_comm_where(c),
+               c->conn.cm != NULL ? " (rdmacm)" : "", c->conn.nqps, c->conn.remote.devname,
+               c->ring.serial);
+}
+
 ferry_status_t ferry_ib_accept(void *listen_comm, void **recv_comm_p)
 {
     ferry_ib_listen_comm_t *lc = listen_comm;
@@ -181,6 +207,8 @@ ferry_status_t ferry_ib_accept(void *listen_comm, void **recv_comm_p)
         FERRY_WARN("accept(%p): not a live ferry ib listen comm (already closed?)", listen_comm);
         return FERRY_ERR_INVALID;
     }
+    if (lc->cm != NULL)
+        return ferry_ib_cm_accept(lc, recv_comm_p);
     ferry_ib_accept_new(lc);
     now = ferry_px_now_ns();
     while (i < lc->npending) {
@@ -206,10 +234,7 @@ ferry_status_t ferry_ib_accept(void *listen_comm, void **recv_comm_p)
         p->comm = NULL; /* Both belong to the comm now. */
         p->fd = -1;
         ferry_ib_pending_drop(lc, i);
-        ferry_ib_comm_start(c, fd);
-        FERRY_INFO(FERRY_LOG_NET, "ib accepted connection from %s on %s: %d QP(s), peer "
-                   "device %s, recv comm #%u", c->conn.peer, ferry_ib_comm_where(c),
-                   c->conn.nqps, c->conn.remote.devname, c->ring.serial);
+        ferry_ib_accepted(c, fd);
         *recv_comm_p = c;
         return FERRY_OK;
     }

@@ -63,6 +63,7 @@ static inline void ferry_ib_magic_clear(uint64_t *magic)
 #define FERRY_IB_WR_DATA 1ULL
 #define FERRY_IB_WR_CTS  2ULL
 #define FERRY_IB_WR_RECV 3ULL
+#define FERRY_IB_WR_FLUSH 4ULL /* The GDR flush READ (ib_flush.c); seq: its ring slot. */
 #define FERRY_IB_WR_ID(_kind, _chain, _seq) \
     (((_kind) << 56) | ((uint64_t)(_chain) << 32) | ((uint64_t)(_seq) & 0xffffffffULL))
 #define FERRY_IB_WR_KIND(_id)  ((_id) >> 56)
@@ -70,6 +71,8 @@ static inline void ferry_ib_magic_clear(uint64_t *magic)
 #define FERRY_IB_WR_SEQ(_id)   ((uint32_t)(_id))
 
 #define FERRY_IB_WORD_TRUNC (1ULL << 63)
+#define FERRY_IB_WORD_FLUSH (1ULL << 62) /* recv: the request is a GDR flush (low bits: its number). */
+#define FERRY_IB_WORD_CUDA  (1ULL << 61) /* ...made with cuFlushGPUDirectRDMAWrites. */
 
 /* What both comm kinds share: QPs, CQ, control block, OOB socket. */
 typedef struct ferry_ib_conn {
@@ -93,6 +96,7 @@ typedef struct ferry_ib_conn {
     int              registered;   /* ring is in the registry (returned to NCCL). */
     ferry_ib_watch_t watch;
     char             peer[64];     /* OOB address of the peer, "ip:port". */
+    struct ferry_ib_cm_conn *cm;   /* NCCL_FERRY_IB_CM=rdmacm: the comm's CM ids; NULL in oob mode. */
 } ferry_ib_conn_t;
 
 /* Head of both comm kinds. ring first: requests lead back to the comm. */
@@ -137,13 +141,43 @@ typedef struct ferry_ib_send_comm {
     uint64_t               cts_wait_msg, cts_wait_ns, cts_warned_msg;
 } ferry_ib_send_comm_t;
 
+/*
+ * A receive comm's GDR flush (ib_flush.c), made on its first READ flush:
+ * an RC QP connected to itself on the comm's CQ, so its completions come
+ * back through the comm's own poll, and a registered host word the READs
+ * land in. Data-path thread only.
+ */
+typedef struct ferry_ib_flush {
+    struct ibv_qp  *qp;            /* NULL until the first READ flush. */
+    void           *word;          /* Page-aligned; the READs write its first byte. */
+    struct ibv_mr  *word_mr;
+    uint64_t        reads, reads_done; /* READs posted / completed (dump). */
+    uint64_t        cuda;          /* cuFlushGPUDirectRDMAWrites calls (dump). */
+} ferry_ib_flush_t;
+
 typedef struct ferry_ib_recv_comm {
     ferry_ib_comm_t        base;
+    /*
+     * The request of FIFO slot s (message seq with seq % 32 == s). Not
+     * ring.reqs[s]: flushes take ring slots too, so ring and FIFO numbers part.
+     */
+    ferry_px_req_t        *fifo_reqs[FERRY_IB_FIFO_SLOTS];
+    ferry_ib_flush_t       flush;
     ferry_ib_cts_t       (*cts)[FERRY_IB_MAX_RECVS]; /* In ctrl: source of CTS writes. */
     ferry_ib_sizes_slot_t *sizes;      /* In ctrl: the sender writes grouped sizes here. */
     uint64_t               cts_seq;    /* Receives posted (CTS written). */
     uint64_t               imm_done;   /* WRITE_WITH_IMM completions polled (dump). */
 } ferry_ib_recv_comm_t;
+
+/* ib_flush.c: iflush, its completions and errors, its resources and dump words. */
+ferry_status_t ferry_ib_iflush(ferry_ib_recv_comm_t *rc, int n, void **data, int *sizes,
+                               void **mhandles, void **request_p);
+void ferry_ib_flush_completion(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc);
+void ferry_ib_flush_wc_error(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc);
+void ferry_ib_flush_destroy(ferry_ib_recv_comm_t *rc);
+void ferry_ib_flush_words(const ferry_ib_recv_comm_t *rc, char *buf, size_t len);
+void ferry_ib_flush_stall_why(const ferry_ib_recv_comm_t *rc, const ferry_px_req_t *req,
+                              char *buf, size_t len);
 
 /* A registered buffer as NCCL holds it. */
 typedef struct ferry_ib_mh {
@@ -160,6 +194,7 @@ typedef struct ferry_ib_mh {
     uintptr_t       base;          /* What NCCL registered. */
     size_t          size;
     ferry_px_req_kind_t kind;      /* The comm's kind: recv MRs take remote writes. */
+    int             type;          /* FERRY_PTR_HOST, _CUDA or _DMABUF: GPU ones get flushed. */
 } ferry_ib_mh_t;
 
 /* One inbound OOB connection in its handshake (ib_accept.c). */
@@ -185,6 +220,7 @@ typedef struct ferry_ib_listen_comm {
     char               addr_str[64];
     int                npending;
     ferry_ib_pending_t pending[FERRY_IB_PENDING_MAX]; /* Oldest first. */
+    struct ferry_ib_cm_listen *cm; /* rdmacm mode: the CM listener (fd is -1); NULL in oob mode. */
 } ferry_ib_listen_comm_t;
 
 /* ib_ops.c: the core config given to init (timeouts, retries, stall warning). */
@@ -209,16 +245,21 @@ int ferry_ib_handle_sockaddr(const ferry_ib_handle_t *h, struct sockaddr_storage
                              socklen_t *len_p);
 
 /* ib_qp.c: a comm's verbs resources. */
+struct rdma_cm_id;
+/*
+ * CQ, control block and nqps RC QPs at INIT; with cm_ids (rdmacm mode) QP i
+ * is created on cm_ids[i] with rdma_create_qp, which leaves it to rdma_cm
+ * to bring it up; NULL: ibv_create_qp and INIT here (oob mode).
+ */
 ferry_status_t ferry_ib_comm_create(ferry_px_req_kind_t kind, int devidx, int nqps,
-                                    const char *peer, ferry_ib_comm_t **comm_p);
+                                    const char *peer, struct rdma_cm_id *const *cm_ids,
+                                    ferry_ib_comm_t **comm_p);
 void ferry_ib_comm_destroy(ferry_ib_comm_t *c);
 /* Remote metadata checked, then every QP to RTR and RTS. WARNs naming `step`. */
 ferry_status_t ferry_ib_comm_connect_qps(ferry_ib_comm_t *c, const ferry_ib_meta_t *remote,
                                          const char *step);
 /* Handshake done: keep fd for liveness, watch the QPs, register the ring. */
 void ferry_ib_comm_start(ferry_ib_comm_t *c, int fd);
-/* NULL if a connector's hello is acceptable for a listener of token, else why not (tests/fuzz). */
-const char *ferry_ib_hello_check(const ferry_ib_hello_t *hello, uint64_t token);
 /*
  * The clear-to-send entries e[0..n-1] of message want - 1, whose e[0].idx
  * already reads want: 1 all n are in, 0 the others still land, -1 an n
@@ -252,6 +293,41 @@ long ferry_ib_poll(ferry_px_ring_t *ring, ferry_px_req_t *req);
 /* Liveness (OOB EOF, port down); cheap unless the coarse clock moved. Negative: ring failed. */
 long ferry_ib_check_peer(ferry_ib_comm_t *c, int pending);
 void ferry_ib_watch_fn(ferry_ib_watch_t *w, const char *what, int fatal);
+
+/* Both connection modes' shared steps (ib_connect.c, ib_accept.c). */
+/* The handle is a ferry ib handle and dev is ours; else WARN and an error. */
+ferry_status_t ferry_ib_handle_check(const ferry_ib_handle_t *h, int dev);
+/* The handle's address as a socket address, and as "ip:port" for logs. */
+ferry_status_t ferry_ib_handle_peer(const ferry_ib_handle_t *h, int dev,
+                                    struct sockaddr_storage *ss, socklen_t *len_p,
+                                    char *peer, size_t peer_len);
+/* The connect stage the handle holds (NULL on the first call), checked against the token. */
+ferry_status_t ferry_ib_handle_stage(ferry_ib_handle_t *h, int dev, void **stage_p);
+void ferry_ib_handle_set_stage(ferry_ib_handle_t *h, void *stage);
+/* TC and SL are the connecting side's choice: NCCL_IB_TC/_SL, else the comm's class, else 0. */
+void ferry_ib_conn_class(ferry_ib_meta_t *m, const ferry_ctx_t *ctx, int traffic_class);
+/* How long an inbound connection may take to show it is a real peer (NCCL_FERRY_HELLO_TIMEOUT_MS). */
+uint64_t ferry_ib_hello_timeout_ns(void);
+/* Why a hello cannot be a real peer's (magic, version, token), or NULL. */
+const char *ferry_ib_hello_check(const ferry_ib_hello_t *hello, uint64_t token);
+/* Acceptor: the peer's metadata checked, then the recv comm on devidx with its TC and SL. */
+ferry_status_t ferry_ib_accept_comm(int devidx, const ferry_ib_meta_t *m, const char *peer,
+                                    struct rdma_cm_id *const *cm_ids, ferry_ib_comm_t **comm_p);
+/* Handshake done: start the comm on fd (its liveness) and log it, as NCCL's INFO does. */
+void ferry_ib_connected(ferry_ib_comm_t *c, int fd);
+void ferry_ib_accepted(ferry_ib_comm_t *c, int fd);
+
+/* ib_cm*.c: NCCL_FERRY_IB_CM=rdmacm. */
+ferry_status_t ferry_ib_cm_listen(ferry_ib_listen_comm_t *lc, struct sockaddr_storage *addr,
+                                  socklen_t *len_p);
+void ferry_ib_cm_listen_close(ferry_ib_listen_comm_t *lc);
+ferry_status_t ferry_ib_cm_connect(ferry_ctx_t *ctx, int dev, ferry_ib_handle_t *h,
+                                   int traffic_class, void **send_comm_p);
+ferry_status_t ferry_ib_cm_accept(ferry_ib_listen_comm_t *lc, void **recv_comm_p);
+/* Liveness: the comm's CM events; a DISCONNECTED makes its liveness fd read EOF. */
+void ferry_ib_cm_poll(ferry_ib_comm_t *c);
+/* Disconnect and free the comm's CM ids (its QPs go with them). */
+void ferry_ib_cm_conn_free(ferry_ib_comm_t *c);
 
 /* ib_listen.c, ib_connect.c, ib_accept.c */
 ferry_status_t ferry_ib_listen(ferry_ctx_t *ctx, int dev, void *handle, void **listen_comm_p);

@@ -24,6 +24,10 @@ static const ferry_cfg_choice_t ferry_ib_cfg_ar[] = {
     {"-2", -2}, {"0", 0}, {"1", 1}, {NULL, 0},
 };
 
+static const ferry_cfg_choice_t ferry_ib_cfg_cm[] = {
+    {"oob", FERRY_IB_CM_OOB}, {"rdmacm", FERRY_IB_CM_RDMACM}, {NULL, 0},
+};
+
 /* "addr/len" of either family; the family is known once the address parses. */
 static int ferry_ib_cfg_parse_cidr(const char *text, int *family_p, unsigned char addr[16],
                                    int *prefixlen_p)
@@ -65,6 +69,14 @@ static int ferry_ib_cfg_check_hca(const char *text)
 
     return ferry_ib_hca_filter_parse(text, &filter);
 }
+
+/* GPU memory: NCCL_FERRY_IB_GDR and NCCL_FERRY_IB_FLUSH. */
+static const ferry_cfg_choice_t ferry_ib_cfg_gdr[] = {
+    {"-1", -1}, {"0", 0}, {"1", 1}, {NULL, 0},
+};
+static const ferry_cfg_choice_t ferry_ib_cfg_flush[] = {
+    {"read", FERRY_IB_FLUSH_READ}, {"cuda", FERRY_IB_FLUSH_CUDA}, {NULL, 0},
+};
 
 static const ferry_cfg_var_t ferry_ib_cfg_vars[FERRY_IB_CFG_COUNT] = {
     [FERRY_IB_CFG_HCA] = {"NCCL_IB_HCA", FERRY_CFG_KIND_TEXT, FERRY_IB_CFG_FIELD(hca), 0, 0, 0,
@@ -131,6 +143,27 @@ static const ferry_cfg_var_t ferry_ib_cfg_vars[FERRY_IB_CFG_COUNT] = {
     [FERRY_IB_CFG_MERGE_VFS] = {"NCCL_IB_MERGE_VFS", FERRY_CFG_KIND_INT,
         FERRY_IB_CFG_FIELD(merge_vfs), 1, 0, 1,
         "0 or 1 (1: virtual functions report their physical function's PCI path)"},
+    /* GPU memory (ib_gdr.c, ib_flush.c). */
+    [FERRY_IB_CFG_GDR] = {"NCCL_FERRY_IB_GDR", FERRY_CFG_KIND_CHOICE, FERRY_IB_CFG_FIELD(gdr), -1,
+        0, 0, "-1 (GPU memory when a peer-memory module is loaded), 0 (never) or 1 (always)",
+        .choices = ferry_ib_cfg_gdr},
+    [FERRY_IB_CFG_FLUSH] = {"NCCL_FERRY_IB_FLUSH", FERRY_CFG_KIND_CHOICE,
+        FERRY_IB_CFG_FIELD(flush), FERRY_IB_FLUSH_READ, 0, 0,
+        "read (a 1-byte RDMA READ on a QP connected to itself) or cuda "
+        "(cuFlushGPUDirectRDMAWrites)", .choices = ferry_ib_cfg_flush},
+    [FERRY_IB_CFG_FORCE_FLUSH] = {"NCCL_FERRY_IB_FORCE_FLUSH", FERRY_CFG_KIND_INT,
+        FERRY_IB_CFG_FIELD(force_flush), 0, 0, 1,
+        "0 or 1 (1: the forceFlush property, NCCL flushes every GPU receive)"},
+    [FERRY_IB_CFG_SYSFS_ROOT] = {"NCCL_FERRY_IB_SYSFS_ROOT", FERRY_CFG_KIND_TEXT,
+        FERRY_IB_CFG_FIELD(sysfs_root), 0, 0, 0,
+        "a directory up to 255 characters holding module/ and kernel/mm/ as /sys does",
+        .unset = "</sys>"},
+    [FERRY_IB_CFG_CM] = {"NCCL_FERRY_IB_CM", FERRY_CFG_KIND_CHOICE, FERRY_IB_CFG_FIELD(cm),
+        FERRY_IB_CM_OOB, 0, 0, "oob (connect out of band over TCP) or rdmacm (librdmacm)",
+        .choices = ferry_ib_cfg_cm},
+    [FERRY_IB_CFG_RDMACM_LIB] = {"NCCL_FERRY_RDMACM_LIB", FERRY_CFG_KIND_TEXT,
+        FERRY_IB_CFG_FIELD(rdmacm_lib), 0, 0, 0, "the path of a librdmacm.so.1, up to 255 "
+        "characters", .unset = "<librdmacm.so.1>"},
 };
 
 ferry_status_t ferry_ib_config_load(ferry_ib_config_t *cfg)

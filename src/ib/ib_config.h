@@ -37,7 +37,22 @@ typedef struct ferry_ib_config {
     int    peer_timeout_s;    /* NCCL_FERRY_IB_PEER_TIMEOUT_S: a dead peer becomes an error this fast; 0 off. */
     ferry_cfg_src_t src[32];  /* Source of each value, indexed as the table in ib_config.c. */
     int    merge_vfs;         /* NCCL_IB_MERGE_VFS, default 1: VFs share their PF's pciPath. */
+    /* GPU memory (ib_gdr.c, ib_flush.c). */
+    int    gdr;               /* NCCL_FERRY_IB_GDR: -1 auto (peer-memory module), 0 off, 1 on. */
+    int    flush;             /* NCCL_FERRY_IB_FLUSH: FERRY_IB_FLUSH_READ or _CUDA. */
+    int    force_flush;       /* NCCL_FERRY_IB_FORCE_FLUSH: the forceFlush property, default 0. */
+    char   sysfs_root[256];   /* NCCL_FERRY_IB_SYSFS_ROOT: where the peer-memory files are; "" /sys. */
+    int    cm;                /* NCCL_FERRY_IB_CM: FERRY_IB_CM_OOB (default) or FERRY_IB_CM_RDMACM. */
+    char   rdmacm_lib[256];   /* NCCL_FERRY_RDMACM_LIB: path of librdmacm, "" default. */
 } ferry_ib_config_t;
+
+/* NCCL_FERRY_IB_FLUSH: how iflush makes GPU receives visible. */
+#define FERRY_IB_FLUSH_READ 0 /* A 1-byte RDMA READ on a QP connected to itself (NCCL's). */
+#define FERRY_IB_FLUSH_CUDA 1 /* cuFlushGPUDirectRDMAWrites. */
+
+/* How connections are set up (NCCL_FERRY_IB_CM). */
+#define FERRY_IB_CM_OOB    0 /* Out of band over TCP (ib_connect.c, ib_accept.c). */
+#define FERRY_IB_CM_RDMACM 1 /* librdmacm (ib_cm*.c). */
 
 /* Index of each variable in ib_config.c's table; also indexes ferry_ib_config_t.src. */
 typedef enum ferry_ib_cfg_id {
@@ -65,6 +80,13 @@ typedef enum ferry_ib_cfg_id {
     FERRY_IB_CFG_VERBS_LIB,
     FERRY_IB_CFG_PEER_TIMEOUT_S,
     FERRY_IB_CFG_MERGE_VFS,
+    /* GPU memory. */
+    FERRY_IB_CFG_GDR,
+    FERRY_IB_CFG_FLUSH,
+    FERRY_IB_CFG_FORCE_FLUSH,
+    FERRY_IB_CFG_SYSFS_ROOT,
+    FERRY_IB_CFG_CM,
+    FERRY_IB_CFG_RDMACM_LIB,
     FERRY_IB_CFG_COUNT
 } ferry_ib_cfg_id_t;
 

@@ -59,12 +59,10 @@ static void ferry_ib_stage_free(ferry_ib_conn_stage_t *st, ferry_ib_handle_t *h)
     if (st->fd >= 0)
         close(st->fd);
     free(st);
-    h->stage = NULL;
-    h->stage_cookie = 0;
+    ferry_ib_handle_set_stage(h, NULL);
 }
 
-/* SL and TC are the connecting side's choice: NCCL_IB_SL/_TC, else the comm's class, else 0. */
-static void ferry_ib_conn_class(ferry_ib_meta_t *m, const ferry_ctx_t *ctx, int traffic_class)
+void ferry_ib_conn_class(ferry_ib_meta_t *m, const ferry_ctx_t *ctx, int traffic_class)
 {
     const ferry_ib_config_t *cfg = &ferry_ib_state.cfg;
     int tc = traffic_class >= 0 ? traffic_class : ctx != NULL ? ctx->traffic_class : -1;
@@ -73,14 +71,8 @@ static void ferry_ib_conn_class(ferry_ib_meta_t *m, const ferry_ctx_t *ctx, int 
     m->sl = (uint8_t)(cfg->sl >= 0 ? cfg->sl : 0);
 }
 
-static ferry_status_t ferry_ib_stage_create(const ferry_ctx_t *ctx, int dev, ferry_ib_handle_t *h,
-                                            int traffic_class, ferry_ib_conn_stage_t **stage_p)
+ferry_status_t ferry_ib_handle_check(const ferry_ib_handle_t *h, int dev)
 {
-    int nqps = ferry_ib_state.cfg.qps_per_conn;
-    ferry_ib_conn_stage_t *st;
-    ferry_ib_comm_t *c;
-    ferry_status_t status;
-
     if (h->magic != FERRY_IB_MAGIC || h->version != FERRY_IB_WIRE_VERSION) {
         FERRY_WARN("connect(dev=%d): the handle is not a ferry ib handle (magic 0x%llx, version "
                    "%u); every rank must load the same ferry build with the same "
@@ -91,30 +83,72 @@ static ferry_status_t ferry_ib_stage_create(const ferry_ctx_t *ctx, int dev, fer
         FERRY_WARN("connect(dev=%d): the ib backend has %d device(s)", dev, ferry_ib_state.ndev);
         return FERRY_ERR_INVALID;
     }
-    st = calloc(1, sizeof(*st));
-    if (st == NULL)
-        return FERRY_ERR_NO_MEMORY;
-    st->fd = -1;
-    if (ferry_ib_handle_sockaddr(h, &st->addr, &st->addr_len) != 0) {
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_ib_handle_peer(const ferry_ib_handle_t *h, int dev,
+                                    struct sockaddr_storage *ss, socklen_t *len_p,
+                                    char *peer, size_t peer_len)
+{
+    if (ferry_ib_handle_sockaddr(h, ss, len_p) != 0) {
         FERRY_WARN("connect(dev=%d): the handle's address family %u is not IPv4/IPv6", dev,
                    h->family);
-        free(st);
         return FERRY_ERR_USAGE;
     }
     if (h->family == AF_INET6) {
-        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&st->addr;
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
 
         /* A link-local address means something only with our own interface. */
         if (IN6_IS_ADDR_LINKLOCAL(&in6->sin6_addr))
             in6->sin6_scope_id = if_nametoindex(ferry_ib_state.oob_ifname);
     }
-    ferry_ib_addr_str((struct sockaddr *)&st->addr, st->peer, sizeof(st->peer));
+    ferry_ib_addr_str((struct sockaddr *)ss, peer, peer_len);
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_ib_handle_stage(ferry_ib_handle_t *h, int dev, void **stage_p)
+{
+    *stage_p = h->stage;
+    if (h->stage != NULL && h->stage_cookie != (h->token ^ (uint64_t)(uintptr_t)h->stage)) {
+        FERRY_WARN("connect(dev=%d): handle %p holds a stale or foreign connect state; pass the "
+                   "handle from the peer's listen unchanged", dev, (void *)h);
+        return FERRY_ERR_INVALID;
+    }
+    return FERRY_OK;
+}
+
+void ferry_ib_handle_set_stage(ferry_ib_handle_t *h, void *stage)
+{
+    h->stage = stage;
+    h->stage_cookie = stage != NULL ? h->token ^ (uint64_t)(uintptr_t)stage : 0;
+}
+
+static ferry_status_t ferry_ib_stage_create(const ferry_ctx_t *ctx, int dev, ferry_ib_handle_t *h,
+                                            int traffic_class, ferry_ib_conn_stage_t **stage_p)
+{
+    int nqps = ferry_ib_state.cfg.qps_per_conn;
+    ferry_ib_conn_stage_t *st;
+    ferry_ib_comm_t *c;
+    ferry_status_t status;
+
+    status = ferry_ib_handle_check(h, dev);
+    if (status != FERRY_OK)
+        return status;
+    st = calloc(1, sizeof(*st));
+    if (st == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    st->fd = -1;
+    status = ferry_ib_handle_peer(h, dev, &st->addr, &st->addr_len, st->peer, sizeof(st->peer));
+    if (status != FERRY_OK) {
+        free(st);
+        return status;
+    }
     if (nqps > FERRY_IB_MAX_QPS) {
         FERRY_INFO(FERRY_LOG_NET, "NCCL_IB_QPS_PER_CONNECTION=%d: ferry uses at most %d data "
                    "QPs per connection", nqps, FERRY_IB_MAX_QPS);
         nqps = FERRY_IB_MAX_QPS;
     }
-    status = ferry_ib_comm_create(FERRY_PX_SEND, dev, nqps < 1 ? 1 : nqps, st->peer, &c);
+    status = ferry_ib_comm_create(FERRY_PX_SEND, dev, nqps < 1 ? 1 : nqps, st->peer, NULL, &c);
     if (status != FERRY_OK) {
         free(st);
         return status;
@@ -129,8 +163,7 @@ static ferry_status_t ferry_ib_stage_create(const ferry_ctx_t *ctx, int dev, fer
     st->out.hello.token = h->token;
     st->out.hello.conn_id = ferry_ib_random64();
     st->out.meta = c->conn.local;
-    h->stage = st;
-    h->stage_cookie = h->token ^ (uint64_t)(uintptr_t)st;
+    ferry_ib_handle_set_stage(h, st);
     *stage_p = st;
     return FERRY_OK;
 }
@@ -224,24 +257,34 @@ static ferry_status_t ferry_ib_conn_advance(ferry_ib_conn_stage_t *st, int *done
     return FERRY_ERR_INTERNAL;
 }
 
+void ferry_ib_connected(ferry_ib_comm_t *c, int fd)
+{
+    ferry_ib_comm_start(c, fd);
+    FERRY_INFO(FERRY_LOG_NET, "ib connected to %s from %s%s: %d QP(s), peer device %s, tc %d "
+               "sl %d, send comm #%u", c->conn.peer, ferry_ib_comm_where(c),
+               c->conn.cm != NULL ? " (rdmacm)" : "", c->conn.nqps, c->conn.remote.devname,
+               c->conn.local.tc, c->conn.local.sl, c->ring.serial);
+}
+
 ferry_status_t ferry_ib_connect(ferry_ctx_t *ctx, int dev, void *handle, int traffic_class,
                                 void **send_comm_p)
 {
     ferry_ib_handle_t *h = handle;
-    ferry_ib_conn_stage_t *st = h->stage;
+    ferry_ib_conn_stage_t *st;
     ferry_ib_comm_t *c;
     ferry_status_t status;
     int done, fd;
 
     *send_comm_p = NULL;
+    if (ferry_ib_state.cfg.cm == FERRY_IB_CM_RDMACM)
+        return ferry_ib_cm_connect(ctx, dev, h, traffic_class, send_comm_p);
+    status = ferry_ib_handle_stage(h, dev, (void **)&st);
+    if (status != FERRY_OK)
+        return status;
     if (st == NULL) {
         status = ferry_ib_stage_create(ctx, dev, h, traffic_class, &st);
         if (status != FERRY_OK)
             return status;
-    } else if (h->stage_cookie != (h->token ^ (uint64_t)(uintptr_t)st)) {
-        FERRY_WARN("connect(dev=%d): handle %p holds a stale or foreign connect state; pass the "
-                   "handle from the peer's listen unchanged", dev, handle);
-        return FERRY_ERR_INVALID;
     }
     status = ferry_ib_conn_advance(st, &done);
     if (status != FERRY_OK) {
@@ -255,10 +298,7 @@ ferry_status_t ferry_ib_connect(ferry_ctx_t *ctx, int dev, void *handle, int tra
     st->comm = NULL; /* The comm owns both now. */
     st->fd = -1;
     ferry_ib_stage_free(st, h);
-    ferry_ib_comm_start(c, fd);
-    FERRY_INFO(FERRY_LOG_NET, "ib connected to %s from %s: %d QP(s), peer device %s, tc %d sl "
-               "%d, send comm #%u", c->conn.peer, ferry_ib_comm_where(c), c->conn.nqps,
-               c->conn.remote.devname, c->conn.local.tc, c->conn.local.sl, c->ring.serial);
+    ferry_ib_connected(c, fd);
     *send_comm_p = c;
     return FERRY_OK;
 }

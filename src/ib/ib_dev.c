@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "ib/ib.h"
 #include "ib/ib_async.h"
+#include "ib/ib_cm.h"
 #include "ib/ib_dev_port.h"
 #include "socket/sock_if.h"
 
@@ -142,6 +143,8 @@ ferry_status_t ferry_ib_init(const ferry_config_t *cfg)
         FERRY_WARN("ib backend: %s", err);
         return status;
     }
+    if (st->cfg.cm == FERRY_IB_CM_RDMACM && (status = ferry_ib_cm_init(&st->cfg)) != FERRY_OK)
+        return status;
     if (ferry_ibv.fork_init() != 0)
         FERRY_WARN("ib backend: ibv_fork_init failed: %s; a fork() in this process may corrupt "
                    "registered memory", strerror(errno));
@@ -165,6 +168,7 @@ ferry_status_t ferry_ib_init(const ferry_config_t *cfg)
     if (skipped[0] != '\0')
         FERRY_INFO(FERRY_LOG_NET, "ib backend: not using %s", skipped);
     ferry_ib_log_devices(st);
+    ferry_ib_gdr_probe(st);
     return FERRY_OK;
 }
 
@@ -177,6 +181,7 @@ void ferry_ib_fini(void)
         ferry_ib_async_stop(&st->hcas[i]);
     for (i = 0; i < st->nhca; i++)
         ferry_ib_hca_close(&st->hcas[i]);
+    ferry_ib_cm_fini();
     /* Device names stay in place: NCCL may keep the pointers getProperties gave it. */
     st->nhca = 0;
     st->ndev = 0;
@@ -186,17 +191,6 @@ ferry_status_t ferry_ib_devices(int *ndev_p)
 {
     *ndev_p = ferry_ib_state.ndev;
     return FERRY_OK;
-}
-
-/*
- * Pointer kinds a device takes. The single place where GPU memory support
- * (FERRY_PTR_CUDA with a peer-memory module, FERRY_PTR_DMABUF from
- * hca->dmabuf) will be added.
- */
-static int ferry_ib_ptr_support(const ferry_ib_dev_t *dev)
-{
-    (void)dev;
-    return FERRY_PTR_HOST;
 }
 
 ferry_status_t ferry_ib_get_properties(int dev, ferry_props_t *props_p)
@@ -213,9 +207,9 @@ ferry_status_t ferry_ib_get_properties(int dev, ferry_props_t *props_p)
     props_p->name = d->name;
     props_p->pci_path = d->hca->pci_path[0] ? d->hca->pci_path : NULL;
     props_p->guid = d->guid;
-    props_p->ptr_support = ferry_ib_ptr_support(d);
+    props_p->ptr_support = ferry_ib_gdr_ptr_support(d); /* ib_gdr.c */
     props_p->reg_is_global = 1;
-    props_p->force_flush = 0;
+    props_p->force_flush = ferry_ib_state.cfg.force_flush; /* v9+ carry it. */
     props_p->speed_mbps = d->speed_mbps;
     props_p->port = d->port + ferry_ib_real_port(d);
     props_p->latency_us = 0;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "ib/ib_cm.h"
 #include "ib/ib_dev_port.h"
 #include "ib/ib_gid.h"
 #include "ib/ib_sysfs.h"
@@ -58,7 +59,11 @@ ferry_status_t ferry_ib_hca_open(ferry_ib_hca_t *hca, struct ibv_device *device,
     memset(hca, 0, sizeof(*hca));
     snprintf(hca->name, sizeof(hca->name), "%s", name != NULL ? name : "?");
     snprintf(hca->ibdev_path, sizeof(hca->ibdev_path), "%s", device->ibdev_path);
-    hca->ctx = ferry_ibv.open_device(device);
+    /* rdmacm mode: librdmacm's own context, or its ids' PDs and CQs would not match ours. */
+    hca->ctx = ferry_ib_cm_device_ctx(device);
+    hca->ctx_cm = hca->ctx != NULL;
+    if (hca->ctx == NULL)
+        hca->ctx = ferry_ibv.open_device(device);
     if (hca->ctx == NULL) {
         snprintf(why, len, "ibv_open_device failed: %s", strerror(errno));
         return FERRY_ERR_IO;
@@ -77,7 +82,8 @@ ferry_status_t ferry_ib_hca_open(ferry_ib_hca_t *hca, struct ibv_device *device,
     pthread_mutex_init(&hca->mr_lock, NULL);
     return FERRY_OK;
 err_close:
-    ferry_ibv.close_device(hca->ctx);
+    if (!hca->ctx_cm)
+        ferry_ibv.close_device(hca->ctx);
     hca->ctx = NULL;
     return FERRY_ERR_IO;
 }
@@ -100,7 +106,7 @@ void ferry_ib_hca_close(ferry_ib_hca_t *hca)
     pthread_mutex_destroy(&hca->mr_lock);
     if (ferry_ibv.dealloc_pd(hca->pd) != 0)
         FERRY_WARN("ib %s: ibv_dealloc_pd failed at shutdown: %s", hca->name, strerror(errno));
-    if (ferry_ibv.close_device(hca->ctx) != 0)
+    if (!hca->ctx_cm && ferry_ibv.close_device(hca->ctx) != 0)
         FERRY_WARN("ib %s: ibv_close_device failed at shutdown: %s", hca->name, strerror(errno));
     hca->pd = NULL;
     hca->ctx = NULL;

@@ -35,7 +35,9 @@ void ferry_ib_stall_why(const ferry_px_ring_t *ring, const ferry_px_req_t *req, 
     int state = atomic_load(&req->state);
     unsigned long long msg = (unsigned long long)(req->backend_word & ~FERRY_IB_WORD_TRUNC);
 
-    if (ring->kind == FERRY_PX_SEND && state == FERRY_PX_REQ_POSTED)
+    if (ring->kind == FERRY_PX_RECV && (req->backend_word & FERRY_IB_WORD_FLUSH))
+        ferry_ib_flush_stall_why((const ferry_ib_recv_comm_t *)c, req, buf, len);
+    else if (ring->kind == FERRY_PX_SEND && state == FERRY_PX_REQ_POSTED)
         snprintf(buf, len, "Matched a buffer of the receiver's grouped receive %llu and waits "
                  "for the isends of its other buffers (NCCL posts them; tags must match)", msg);
     else if (ring->kind == FERRY_PX_SEND)
@@ -75,8 +77,11 @@ void ferry_ib_state_words(const ferry_px_ring_t *ring, char *buf, size_t len)
     } else {
         const ferry_ib_recv_comm_t *rc = (const ferry_ib_recv_comm_t *)c;
 
-        snprintf(buf + off, len - off, "; clear-to-sends written %llu, data completions %llu",
-                 (unsigned long long)rc->cts_seq, (unsigned long long)rc->imm_done);
+        off += (size_t)snprintf(buf + off, len - off, "; clear-to-sends written %llu, data "
+                                "completions %llu", (unsigned long long)rc->cts_seq,
+                                (unsigned long long)rc->imm_done);
+        if (off < len)
+            ferry_ib_flush_words(rc, buf + off, len - off);
     }
 }
 
@@ -87,10 +92,13 @@ void ferry_ib_dump(const ferry_px_ring_t *ring, FILE *out, uint64_t now)
     char words[512];
     int i;
 
-    fprintf(out, "NET/ferry :     ib: peer %s (device %s), local %s, %d data QP(s)%s, OOB socket %s\n",
+    /* In rdmacm mode the liveness socket stands for the rdma_cm connections (ib_cm_conn.h). */
+    fprintf(out, "NET/ferry :     ib: peer %s (device %s), local %s, %d data QP(s)%s, %s %s\n",
             conn->peer, conn->remote.devname, ferry_ib_comm_where(c), conn->nqps,
-            conn->split ? " split" : "",
-            conn->oob_fd < 0 ? "closed" : conn->gone_ns ? "peer gone (EOF)" : "open");
+            conn->split ? " split" : "", conn->cm != NULL ? "rdma_cm connection" : "OOB socket",
+            conn->oob_fd < 0 ? "closed"
+            : conn->gone_ns ? (conn->cm != NULL ? "peer gone (DISCONNECTED)" : "peer gone (EOF)")
+                            : "open");
     for (i = 0; i < conn->nqps; i++)
         fprintf(out, "NET/ferry :     QP %d: 0x%x -> peer 0x%x, state %s\n", i, conn->qps[i]->qp_num,
                 conn->remote.qpn[i], ferry_ib_qp_query(conn, i));

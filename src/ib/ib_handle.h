@@ -98,6 +98,35 @@ typedef struct ferry_ib_meta {
 _Static_assert(sizeof(ferry_ib_meta_t) == 192, "metadata is 192 bytes");
 
 /*
+ * NCCL_FERRY_IB_CM=rdmacm: what ferry puts in the connection manager's
+ * private data instead of the OOB hello and metadata. One rdma_cm
+ * connection per data QP; the connector's REQ carries its CTS FIFO, the
+ * acceptor's REP its sizes FIFO. QP numbers come with the CM's own
+ * parameters (param.conn.qp_num), LID/GID/MTU from the route rdma_cm
+ * resolved. 56 bytes: the REQ's limit on an RC id.
+ */
+#define FERRY_IB_CM_MAGIC 0x63626966U /* "fibc" */
+#define FERRY_IB_CM_REJ_STRANGER 1    /* Wrong magic, version or token. */
+#define FERRY_IB_CM_REJ_DEVICE   2    /* rdma_cm chose a port ferry does not use. */
+#define FERRY_IB_CM_REJ_SETUP    3    /* The comm could not be built (see the acceptor's log). */
+typedef struct ferry_ib_cm_priv {
+    uint64_t token;        /* Connector: the listen handle's token; acceptor: echoed. */
+    uint64_t conn_id;      /* Connector's random id: the nqps connections of one comm share it. */
+    uint64_t addr;         /* Connector: its CTS FIFO [32][8]; acceptor: its sizes FIFO [32][8]. */
+    uint32_t magic;        /* FERRY_IB_CM_MAGIC. */
+    uint32_t rkey;         /* Of addr. */
+    uint8_t  version;      /* FERRY_IB_WIRE_VERSION. */
+    uint8_t  qp;           /* The data QP index this connection carries. */
+    uint8_t  nqps;         /* Data QPs of the comm (connector decides). */
+    uint8_t  tc;           /* Traffic class (connector decides). */
+    uint8_t  sl;           /* Service level (connector decides). */
+    uint8_t  reason;       /* In a reject: FERRY_IB_CM_REJ_*; else 0. */
+    uint8_t  reserved[2];
+    char     devname[16];  /* Sender's "dev:port", truncated, NUL-terminated; for logs. */
+} ferry_ib_cm_priv_t;
+_Static_assert(sizeof(ferry_ib_cm_priv_t) == 56, "rdma_cm private data is 56 bytes");
+
+/*
  * One sub-buffer of a posted receive as the receiver RDMA-writes it into
  * the sender's CTS FIFO (NCCL's ncclIbSendFifo). The n entries of a
  * receive go in one write to fifo[seq % 32][0..n-1]; the sender reads an

@@ -2,8 +2,9 @@
  * The ib backend's entry points: the ferry_ib_ops table, the checks every
  * data-path entry makes on its comm and memory handles (a closed comm, the
  * wrong kind, a buffer outside its registration are named in a WARN),
- * memory registration through the device half's MR cache, test(), close,
- * and the ring ops the engine calls back.
+ * memory registration (host, CUDA pointers, DMA-BUF) through the device
+ * half's MR cache, iflush's checks (ib_flush.c flushes), test(), close, and
+ * the ring ops the engine calls back.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,39 +124,57 @@ static ferry_status_t ferry_ib_mh_check(const ferry_ib_comm_t *c, const void *mh
     return FERRY_OK;
 }
 
-static ferry_status_t ferry_ib_reg_mr(void *comm, void *data, size_t size, int type,
-                                      void **mhandle_p)
+static const char *ferry_ib_ptr_words(int type)
+{
+    switch (type) {
+    case FERRY_PTR_HOST:   return "host memory";
+    case FERRY_PTR_CUDA:   return "GPU memory (CUDA pointer)";
+    case FERRY_PTR_DMABUF: return "GPU memory (DMA-BUF)";
+    default:               return "an unknown pointer type";
+    }
+}
+
+/* The comm regMr/regMrDmaBuf name, if it is a live send or receive comm; else WARN and NULL. */
+static ferry_ib_comm_t *ferry_ib_reg_comm(void *comm, const char *fn)
 {
     ferry_ib_comm_t *c = comm;
+
+    if (c != NULL && (c->magic == FERRY_IB_SEND_MAGIC || c->magic == FERRY_IB_RECV_MAGIC))
+        return c;
+    FERRY_WARN("%s(%p): expected a live ferry ib send or receive comm, got %s", fn, comm,
+               c == NULL ? "NULL" : ferry_ib_magic_words(c->magic));
+    return NULL;
+}
+
+/*
+ * Register rq for comm c as pointer kind type and wrap it in a handle.
+ * GPU memory is registered for the peer's writes and for reads (the flush
+ * READs it) whatever the comm's kind, as NCCL's IB registers everything: a
+ * DMA-BUF cannot be registered again later, its fd is closed by then.
+ */
+static ferry_status_t ferry_ib_reg(ferry_ib_comm_t *c, ferry_ib_mr_req_t *rq, int type,
+                                   const char *fn, void **mhandle_p)
+{
+    const char *side = c->ring.kind == FERRY_PX_RECV ? "receive" : "send";
     ferry_ib_mh_t *mh;
     ferry_status_t status;
-    char err[320];
-    int access;
+    char err[1024];
 
-    *mhandle_p = NULL;
-    if (c == NULL || (c->magic != FERRY_IB_SEND_MAGIC && c->magic != FERRY_IB_RECV_MAGIC)) {
-        FERRY_WARN("regMr(%p): expected a live ferry ib send or receive comm, got %s", comm,
-                   c == NULL ? "NULL" : ferry_ib_magic_words(c->magic));
-        return FERRY_ERR_INVALID;
-    }
-    if (type != FERRY_PTR_HOST) {
-        FERRY_WARN("regMr(%p, %zu bytes, type %d) on comm to %s: the ib backend takes host "
-                   "memory only for now (GPU buffers are not supported yet); set "
-                   "NCCL_NET_GDR_LEVEL=LOC or use NCCL_FERRY_BACKEND=socket", data, size, type,
-                   c->conn.peer);
-        return FERRY_ERR_UNSUPPORTED;
-    }
     mh = calloc(1, sizeof(*mh));
     if (mh == NULL)
         return FERRY_ERR_NO_MEMORY;
-    /* Receive buffers take the peer's writes; send buffers are only read by our NIC. */
-    access = c->ring.kind == FERRY_PX_RECV ? IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE : 0;
-    if (size > 0) {
-        status = ferry_ib_mr_get(c->conn.dev->hca, data, size, access, 0, &mh->mr, err,
-                                 sizeof(err));
+    rq->gpu = type != FERRY_PTR_HOST;
+    /* Receive buffers take the peer's writes; host send buffers are only read by our NIC. */
+    if (rq->gpu)
+        rq->access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    else
+        rq->access = c->ring.kind == FERRY_PX_RECV
+                         ? IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE : 0;
+    if (rq->size > 0) {
+        status = ferry_ib_mr_get_ex(c->conn.dev->hca, rq, &mh->mr, err, sizeof(err));
         if (status != FERRY_OK) {
-            FERRY_WARN("regMr(%p, %zu bytes) on %s comm to %s (%s): %s", data, size,
-                       c->ring.kind == FERRY_PX_RECV ? "receive" : "send", c->conn.peer,
+            FERRY_WARN("%s(%p, %zu bytes, %s) on %s comm to %s (device %s): %s", fn, rq->addr,
+                       rq->size, ferry_ib_ptr_words(type), side, c->conn.peer,
                        ferry_ib_comm_where(c), err);
             free(mh);
             return status;
@@ -163,18 +182,49 @@ static ferry_status_t ferry_ib_reg_mr(void *comm, void *data, size_t size, int t
     }
     mh->magic = FERRY_IB_MH_MAGIC;
     mh->hca = c->conn.dev->hca;
-    mh->base = (uintptr_t)data;
-    mh->size = size;
+    mh->base = (uintptr_t)rq->addr;
+    mh->size = rq->size;
     mh->kind = c->ring.kind;
-    mh->mr_remote = c->ring.kind == FERRY_PX_RECV ? mh->mr : NULL;
+    mh->type = type;
+    mh->mr_remote = c->ring.kind == FERRY_PX_RECV || rq->gpu ? mh->mr : NULL;
     if (ferry_live_add(mh, FERRY_LIVE_MR) != FERRY_OK) {
         if (mh->mr != NULL)
             ferry_ib_mr_put(mh->hca, mh->mr);
         free(mh);
         return FERRY_ERR_NO_MEMORY;
     }
+    if (rq->gpu)
+        FERRY_INFO(FERRY_LOG_NET, "%s on %s comm to %s (device %s): %s %p + %zu bytes, lkey "
+                   "0x%x rkey 0x%x", fn, side, c->conn.peer, ferry_ib_comm_where(c),
+                   ferry_ib_ptr_words(type), rq->addr, rq->size,
+                   mh->mr != NULL ? mh->mr->lkey : 0, mh->mr != NULL ? mh->mr->rkey : 0);
     *mhandle_p = mh;
     return FERRY_OK;
+}
+
+static ferry_status_t ferry_ib_reg_mr(void *comm, void *data, size_t size, int type,
+                                      void **mhandle_p)
+{
+    ferry_ib_comm_t *c = ferry_ib_reg_comm(comm, "regMr");
+    ferry_ib_mr_req_t rq = {data, size, 0, 0, -1, 0, 0};
+
+    *mhandle_p = NULL;
+    if (c == NULL)
+        return FERRY_ERR_INVALID;
+    if (type == FERRY_PTR_CUDA && !ferry_ib_state.gdr) {
+        FERRY_WARN("regMr(%p, %zu bytes, GPU memory (CUDA pointer)) on comm to %s (device %s): "
+                   "the ib backend takes no GPU pointers here: %s; or keep NCCL's buffers in "
+                   "host memory (NCCL_NET_GDR_LEVEL=LOC)", data, size, c->conn.peer,
+                   ferry_ib_comm_where(c), ferry_ib_state.gdr_why);
+        return FERRY_ERR_UNSUPPORTED;
+    }
+    if (type != FERRY_PTR_HOST && type != FERRY_PTR_CUDA) {
+        FERRY_WARN("regMr(%p, %zu bytes, type %d) on comm to %s: the ib backend takes "
+                   "NCCL_PTR_HOST (1) or NCCL_PTR_CUDA (2) here; DMA-BUF comes through "
+                   "regMrDmaBuf", data, size, type, c->conn.peer);
+        return FERRY_ERR_INVALID;
+    }
+    return ferry_ib_reg(c, &rq, type, "regMr", mhandle_p);
 }
 
 static ferry_status_t ferry_ib_dereg_mr(void *comm, void *mhandle)
@@ -236,6 +286,36 @@ static ferry_status_t ferry_ib_ops_irecv(void *recv_comm, int n, void **data, si
     return ferry_ib_irecv(recv_comm, n, data, sizes, tags, mhandles, request_p);
 }
 
+static ferry_status_t ferry_ib_ops_iflush(void *recv_comm, int n, void **data, int *sizes,
+                                          void **mhandles, void **request_p)
+{
+    ferry_ib_comm_t *c = ferry_ib_comm_check(recv_comm, FERRY_IB_RECV_MAGIC, "iflush");
+    ferry_status_t status;
+    int i;
+
+    *request_p = NULL;
+    if (c == NULL)
+        return FERRY_ERR_INVALID;
+    if (n < 1 || n > FERRY_IB_MAX_RECVS || sizes == NULL || data == NULL) {
+        FERRY_WARN("iflush on comm from %s: %d buffers%s; the ib backend takes 1..%d with their "
+                   "sizes", c->conn.peer, n, sizes == NULL || data == NULL ? " and no sizes" : "",
+                   FERRY_IB_MAX_RECVS);
+        return FERRY_ERR_INVALID;
+    }
+    for (i = 0; i < n; i++) {
+        if (sizes[i] < 0) {
+            FERRY_WARN("iflush on comm from %s: buffer %d has size %d", c->conn.peer, i,
+                       sizes[i]);
+            return FERRY_ERR_INVALID;
+        }
+        status = ferry_ib_mh_check(c, mhandles != NULL ? mhandles[i] : NULL, data[i],
+                                   (size_t)sizes[i], "iflush");
+        if (status != FERRY_OK)
+            return status;
+    }
+    return ferry_ib_iflush((ferry_ib_recv_comm_t *)c, n, data, sizes, mhandles, request_p);
+}
+
 static ferry_status_t ferry_ib_test(void *request, int *done_p, int *sizes)
 {
     ferry_px_req_t *req = request;
@@ -287,13 +367,33 @@ static ferry_status_t ferry_ib_close_recv(void *recv_comm)
     return ferry_ib_close(recv_comm, FERRY_IB_RECV_MAGIC, "closeRecv");
 }
 
+/* NCCL closes fd right after this returns: the MR is registered now, the fd never kept. */
 static ferry_status_t ferry_ib_reg_mr_dmabuf(void *comm, void *data, size_t size, int type,
                                              uint64_t offset, int fd, void **mhandle_p)
 {
+    ferry_ib_comm_t *c = ferry_ib_reg_comm(comm, "regMrDmaBuf");
+    ferry_ib_mr_req_t rq = {data, size, 0, 0, fd, offset, 1};
+
     *mhandle_p = NULL;
-    FERRY_WARN("regMrDmaBuf(%p, %zu bytes, fd %d): the ib backend takes host memory only for "
-               "now (DMA-BUF GPU buffers are not supported yet)", data, size, fd);
-    return FERRY_ERR_UNSUPPORTED;
+    if (c == NULL)
+        return FERRY_ERR_INVALID;
+    if (!(ferry_ib_gdr_ptr_support(c->conn.dev) & FERRY_PTR_DMABUF)) {
+        FERRY_WARN("regMrDmaBuf(%p, %zu bytes, fd %d, offset %llu) on comm to %s (device %s): "
+                   "the ib backend does not advertise DMA-BUF here (%s); NCCL only calls this "
+                   "when ptrSupport has NCCL_PTR_DMABUF (check NCCL_DMABUF_ENABLE and the "
+                   "init line 'ib backend GPU memory')", data, size, fd,
+                   (unsigned long long)offset, c->conn.peer, ferry_ib_comm_where(c),
+                   !c->conn.dev->hca->dmabuf ? "this HCA refuses dma-buf MRs"
+                   : ferry_ib_state.cfg.gdr == 0 ? "NCCL_FERRY_IB_GDR=0"
+                                                 : "the CUDA driver exports no DMA-BUF");
+        return FERRY_ERR_UNSUPPORTED;
+    }
+    if (fd < 0 || (type != FERRY_PTR_CUDA && type != FERRY_PTR_DMABUF && type != FERRY_PTR_HOST)) {
+        FERRY_WARN("regMrDmaBuf(%p, %zu bytes, type %d, fd %d) on comm to %s: needs a DMA-BUF "
+                   "fd (>= 0) of GPU memory", data, size, type, fd, c->conn.peer);
+        return FERRY_ERR_INVALID;
+    }
+    return ferry_ib_reg(c, &rq, FERRY_PTR_DMABUF, "regMrDmaBuf", mhandle_p);
 }
 
 const ferry_backend_ops_t ferry_ib_ops = {
@@ -313,7 +413,7 @@ const ferry_backend_ops_t ferry_ib_ops = {
     .dereg_mr       = ferry_ib_dereg_mr,
     .isend          = ferry_ib_ops_isend,
     .irecv          = ferry_ib_ops_irecv,
-    .iflush         = ferry_no_iflush,
+    .iflush         = ferry_ib_ops_iflush,
     .test           = ferry_ib_test,
     .close_send     = ferry_ib_close_send,
     .close_recv     = ferry_ib_close_recv,

@@ -45,6 +45,7 @@ static const char *ferry_ib_wr_what(uint64_t wr_id)
     case FERRY_IB_WR_DATA: return "RDMA write of data";
     case FERRY_IB_WR_CTS:  return "RDMA write of a clear-to-send";
     case FERRY_IB_WR_RECV: return "receive of the peer's WRITE_WITH_IMM";
+    case FERRY_IB_WR_FLUSH: return "1-byte RDMA READ of the GDR flush";
     default:               return "unknown work request";
     }
 }
@@ -60,8 +61,10 @@ static const ferry_px_req_t *ferry_ib_wc_req(ferry_ib_comm_t *c, uint64_t wr_id)
 
         return slot->reqs[0];
     }
-    if (FERRY_IB_WR_KIND(wr_id) == FERRY_IB_WR_RECV)
-        return &c->ring.reqs[seq % FERRY_IB_FIFO_SLOTS];
+    if (FERRY_IB_WR_KIND(wr_id) == FERRY_IB_WR_RECV && c->ring.kind == FERRY_PX_RECV)
+        return ((ferry_ib_recv_comm_t *)c)->fifo_reqs[seq % FERRY_IB_FIFO_SLOTS];
+    if (FERRY_IB_WR_KIND(wr_id) == FERRY_IB_WR_FLUSH && seq < FERRY_MAX_REQUESTS)
+        return &c->ring.reqs[seq];
     return NULL;
 }
 
@@ -80,6 +83,11 @@ static void ferry_ib_wc_error(ferry_ib_comm_t *c, const struct ibv_wc *wc)
     const ferry_px_req_t *req;
     char desc[192], words[256] = "none";
 
+    if (FERRY_IB_WR_KIND(wc->wr_id) == FERRY_IB_WR_FLUSH && c->ring.kind == FERRY_PX_RECV) {
+        /* The flush QP is the comm's own, to itself: its errors get ib_flush.c's GPU words. */
+        ferry_ib_flush_wc_error((ferry_ib_recv_comm_t *)c, wc);
+        return;
+    }
     if (wc->status == IBV_WC_WR_FLUSH_ERR) {
         /* A consequence of what moved the QP to ERR: one WARN per comm, not one per flush. */
         if (atomic_load(&c->ring.failed) == 0) {
@@ -127,6 +135,7 @@ long ferry_ib_check_peer(ferry_ib_comm_t *c, int pending)
                  "needs a reset", conn->dev->hca->name);
         return ferry_ib_fail(c, why);
     }
+    if (conn->cm != NULL) ferry_ib_cm_poll(c); /* rdmacm mode: DISCONNECTED -> oob_fd EOF. */
     if (conn->oob_fd < 0 || ferry_ib_state.cfg.peer_timeout_s <= 0)
         return 0;
     if (conn->gone_ns == 0) {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "ib/ib_cm_verbs.h"
 #include "ib/ib_comm.h"
 
 #define FERRY_IB_CTS_BYTES   (sizeof(ferry_ib_cts_t) * FERRY_IB_MAX_RECVS * FERRY_IB_FIFO_SLOTS)
@@ -21,7 +22,8 @@ const char *ferry_ib_comm_where(const ferry_ib_comm_t *c)
     return c->conn.dev != NULL ? c->conn.dev->name : "?";
 }
 
-static ferry_status_t ferry_ib_comm_qp_create(ferry_ib_comm_t *c, int i, char *err, size_t len)
+static ferry_status_t ferry_ib_comm_qp_create(ferry_ib_comm_t *c, int i, struct rdma_cm_id *id,
+                                              char *err, size_t len)
 {
     ferry_ib_conn_t *conn = &c->conn;
     const ferry_ib_config_t *cfg = &ferry_ib_state.cfg;
@@ -43,16 +45,22 @@ static ferry_status_t ferry_ib_comm_qp_create(ferry_ib_comm_t *c, int i, char *e
     ia.cap.max_send_sge = 1;
     ia.cap.max_recv_sge = 1;
     ia.cap.max_inline_data = cfg->use_inline ? sizeof(ferry_ib_cts_t) * FERRY_IB_MAX_RECVS : 0;
-    conn->qps[i] = ferry_ibv.create_qp(conn->dev->hca->pd, &ia);
+    if (id != NULL) /* rdmacm mode: rdma_cm brings it to INIT now and up at connect/accept. */
+        conn->qps[i] = ferry_rdmacm.create_qp(id, conn->dev->hca->pd, &ia) == 0 ? id->qp : NULL;
+    else
+        conn->qps[i] = ferry_ibv.create_qp(conn->dev->hca->pd, &ia);
     if (conn->qps[i] == NULL) {
-        snprintf(err, len, "ibv_create_qp (RC, %u send / %u recv WRs, inline %u) of data QP %d "
+        snprintf(err, len, "%s (RC, %u send / %u recv WRs, inline %u) of data QP %d "
                  "failed: %s; check the device's max_qp / max_qp_wr (ibv_devinfo -v) and "
-                 "NCCL_IB_QPS_PER_CONNECTION", ia.cap.max_send_wr, ia.cap.max_recv_wr,
-                 ia.cap.max_inline_data, i, strerror(errno ? errno : ENOMEM));
+                 "NCCL_IB_QPS_PER_CONNECTION", id != NULL ? "rdma_create_qp" : "ibv_create_qp",
+                 ia.cap.max_send_wr, ia.cap.max_recv_wr, ia.cap.max_inline_data, i,
+                 strerror(errno ? errno : ENOMEM));
         return FERRY_ERR_IO;
     }
     if (i == 0 || ia.cap.max_inline_data < conn->max_inline)
         conn->max_inline = cfg->use_inline ? ia.cap.max_inline_data : 0;
+    if (id != NULL)
+        return FERRY_OK;
     memset(&attr, 0, sizeof(attr));
     attr.qp_state = IBV_QPS_INIT;
     attr.pkey_index = (uint16_t)cfg->pkey;
@@ -115,7 +123,8 @@ static void ferry_ib_comm_local_meta(ferry_ib_comm_t *c)
 }
 
 ferry_status_t ferry_ib_comm_create(ferry_px_req_kind_t kind, int devidx, int nqps,
-                                    const char *peer, ferry_ib_comm_t **comm_p)
+                                    const char *peer, struct rdma_cm_id *const *cm_ids,
+                                    ferry_ib_comm_t **comm_p)
 {
     size_t size = kind == FERRY_PX_SEND ? sizeof(ferry_ib_send_comm_t)
                                         : sizeof(ferry_ib_recv_comm_t);
@@ -178,7 +187,8 @@ ferry_status_t ferry_ib_comm_create(ferry_px_req_kind_t kind, int devidx, int nq
     }
     step = "creating the QPs";
     for (i = 0; i < nqps; i++) {
-        status = ferry_ib_comm_qp_create(c, i, err, sizeof(err));
+        status = ferry_ib_comm_qp_create(c, i, cm_ids != NULL ? cm_ids[i] : NULL, err,
+                                         sizeof(err));
         if (status != FERRY_OK)
             goto err_destroy;
     }
@@ -211,10 +221,14 @@ void ferry_ib_comm_destroy(ferry_ib_comm_t *c)
     if (conn->oob_fd >= 0)
         ferry_ib_oob_bye(conn->oob_fd);
     conn->oob_fd = -1;
+    if (conn->cm != NULL)
+        ferry_ib_cm_conn_free(c); /* Takes the QPs made on its ids with them. */
     for (i = 0; i < FERRY_IB_MAX_QPS; i++)
         if (conn->qps[i] != NULL && ferry_ibv.destroy_qp(conn->qps[i]) != 0)
             FERRY_WARN("ib comm to %s on %s: ibv_destroy_qp(0x%x) failed: %s", conn->peer,
                        ferry_ib_comm_where(c), conn->qps[i]->qp_num, strerror(errno));
+    if (c->ring.kind == FERRY_PX_RECV)
+        ferry_ib_flush_destroy((ferry_ib_recv_comm_t *)c); /* Its QP is on the CQ. */
     if (conn->cq != NULL && ferry_ibv.destroy_cq(conn->cq) != 0)
         FERRY_WARN("ib comm to %s on %s: ibv_destroy_cq failed: %s", conn->peer,
                    ferry_ib_comm_where(c), strerror(errno));

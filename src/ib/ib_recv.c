@@ -83,6 +83,7 @@ ferry_status_t ferry_ib_irecv(void *recv_comm, int n, void **data, size_t *sizes
     if (req == NULL)
         return FERRY_OK; /* 32 in flight: NCCL retries. */
     req->backend_word = seq;
+    rc->fifo_reqs[s] = req;
     for (i = 0; i < nq; i++) {
         struct ibv_recv_wr wr, *bad = NULL;
 
@@ -145,7 +146,13 @@ void ferry_ib_recv_completion(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc)
 
     if (FERRY_IB_WR_KIND(wc->wr_id) == FERRY_IB_WR_CTS)
         return; /* A signalled clear-to-send went out; its SQ slots are free again. */
-    req = &rc->base.ring.reqs[seq % FERRY_IB_FIFO_SLOTS];
+    if (FERRY_IB_WR_KIND(wc->wr_id) == FERRY_IB_WR_FLUSH) {
+        ferry_ib_flush_completion(rc, wc); /* ib_flush.c */
+        return;
+    }
+    req = rc->fifo_reqs[seq % FERRY_IB_FIFO_SLOTS];
+    if (req == NULL) /* Never posted: the slot's free request, for the WARN's words. */
+        req = &rc->base.ring.reqs[seq % FERRY_IB_FIFO_SLOTS];
     if (FERRY_IB_WR_KIND(wc->wr_id) != FERRY_IB_WR_RECV ||
         wc->opcode != IBV_WC_RECV_RDMA_WITH_IMM || (uint32_t)req->backend_word != seq ||
         atomic_load_explicit(&req->state, memory_order_acquire) != FERRY_PX_REQ_ACTIVE) {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "nccl/plugin.h"
+#include "nccl/profiler.h"
 
 /* ferry's internal constants are NCCL's values; the boundary relies on it. */
 _Static_assert(FERRY_PTR_HOST == NCCL_PTR_HOST, "FERRY_PTR_HOST");
@@ -92,18 +93,41 @@ ncclResult_t ferry_nccl_iflush(void *recv_comm, int n, void **data, int *sizes,
     return ferry_nccl_result(ferry_api_iflush(recv_comm, n, data, sizes, mhandles, request_p));
 }
 
+/* test() while profiling: the sizes are needed for the event even when NCCL passes none. */
+static ncclResult_t ferry_nccl_test_profiled(ncclProfilerCallback_t fn, void *request,
+                                             int *done_p, int *sizes)
+{
+    int mine[FERRY_PX_MAX_SUBS];
+    int *out = sizes != NULL ? sizes : mine;
+    ncclResult_t res = ferry_nccl_result(ferry_api_test(request, done_p, out));
+
+    if (res != ncclSuccess)
+        ferry_nccl_prof_stop(fn, request, NULL, res);
+    else if (*done_p)
+        ferry_nccl_prof_stop(fn, request, out, ncclSuccess);
+    return res;
+}
+
 ncclResult_t ferry_nccl_test(void *request, int *done_p, int *sizes)
 {
+    ncclProfilerCallback_t fn = ferry_nccl_prof_get();
+
+    if (fn != NULL)
+        return ferry_nccl_test_profiled(fn, request, done_p, sizes);
     return ferry_nccl_result(ferry_api_test(request, done_p, sizes));
 }
 
 ncclResult_t ferry_nccl_close_send(void *send_comm)
 {
+    if (ferry_nccl_prof_get() != NULL)
+        ferry_nccl_prof_forget(send_comm);
     return ferry_nccl_result(ferry_api_close_send(send_comm));
 }
 
 ncclResult_t ferry_nccl_close_recv(void *recv_comm)
 {
+    if (ferry_nccl_prof_get() != NULL)
+        ferry_nccl_prof_forget(recv_comm);
     return ferry_nccl_result(ferry_api_close_recv(recv_comm));
 }
 
@@ -113,23 +137,33 @@ ncclResult_t ferry_nccl_close_listen(void *listen_comm)
 }
 
 /*
- * ferry emits no profiler events, so the NCCL-owned profiler handles
- * (phandle/phandles, possibly NULL) are not passed on.
+ * The NCCL-owned profiler handles (phandle/phandles, possibly NULL) open
+ * one event per buffer of a request that came back, when events are on
+ * (nccl/profiler.h); otherwise they are not looked at.
  */
 ncclResult_t ferry_nccl_isend(void *send_comm, void *data, size_t size, int tag,
                               void *mhandle, void *phandle, void **request_p)
 {
-    (void)phandle;
-    return ferry_nccl_result(ferry_api_isend(send_comm, data, size, tag, mhandle, request_p));
+    ncclResult_t res = ferry_nccl_result(ferry_api_isend(send_comm, data, size, tag, mhandle,
+                                                         request_p));
+    ncclProfilerCallback_t fn = ferry_nccl_prof_get();
+
+    if (fn != NULL && res == ncclSuccess && *request_p != NULL && phandle != NULL)
+        ferry_nccl_prof_start(fn, send_comm, *request_p, 1, 1, &phandle, &size, &tag);
+    return res;
 }
 
 ncclResult_t ferry_nccl_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
                               void **mhandles, void **phandles, void **request_p)
 {
-    (void)phandles;
     /* *request_p may hold NCCL_NET_OPTIONAL_RECV_COMPLETION; the core always overwrites it. */
-    return ferry_nccl_result(ferry_api_irecv(recv_comm, n, data, sizes, tags, mhandles,
-                                             request_p));
+    ncclResult_t res = ferry_nccl_result(ferry_api_irecv(recv_comm, n, data, sizes, tags,
+                                                         mhandles, request_p));
+    ncclProfilerCallback_t fn = ferry_nccl_prof_get();
+
+    if (fn != NULL && res == ncclSuccess && *request_p != NULL && phandles != NULL)
+        ferry_nccl_prof_start(fn, recv_comm, *request_p, 0, n, phandles, sizes, tags);
+    return res;
 }
 
 ncclResult_t ferry_nccl_listen(void *ctx, int dev, void *handle, void **listen_comm_p)

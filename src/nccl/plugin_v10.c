@@ -2,12 +2,17 @@
  * ncclNetPlugin_v10 (NCCL 2.26-2.27): the process-wide context stands in
  * for v11's per-comm ctx, and the traffic class arrives with each connect.
  */
+#include "nccl/profiler.h"
 #include "nccl/props.h"
 
 static ncclResult_t ferry_nccl_v10_init(ncclDebugLogger_t log_fn, ncclProfilerCallback_t prof_fn)
 {
-    (void)prof_fn; /* ferry emits no profiler events. */
-    return ferry_nccl_legacy_init(log_fn);
+    ncclResult_t res = ferry_nccl_legacy_init(log_fn);
+
+    /* After init: its INFO line goes through NCCL's logger. */
+    if (res == ncclSuccess)
+        ferry_nccl_prof_init(prof_fn);
+    return res;
 }
 
 FERRY_NCCL_DEFINE_GET_PROPERTIES(ferry_nccl_v10_get_properties, ncclNetProperties_v10_t,

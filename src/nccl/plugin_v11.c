@@ -2,6 +2,7 @@
  * ncclNetPlugin_v11: the native ABI of NCCL 2.28-2.29. Per-communicator
  * init/finalize map one-to-one onto ferry_api_init/finalize.
  */
+#include "nccl/profiler.h"
 #include "nccl/props.h"
 
 static ncclResult_t ferry_nccl_v11_init(void **ctx_p, uint64_t comm_id,
@@ -10,8 +11,13 @@ static ncclResult_t ferry_nccl_v11_init(void **ctx_p, uint64_t comm_id,
                                         ncclProfilerCallback_t prof_fn)
 {
     /* config is on NCCL's stack: the value is copied, the pointer not kept. */
-    (void)prof_fn; /* ferry emits no profiler events. */
-    return ferry_nccl_ctx_init(ctx_p, comm_id, FERRY_NCCL_CONFIG_CLASS(config), log_fn);
+    ncclResult_t res = ferry_nccl_ctx_init(ctx_p, comm_id, FERRY_NCCL_CONFIG_CLASS(config),
+                                           log_fn);
+
+    /* After init: its INFO line goes through NCCL's logger. */
+    if (res == ncclSuccess)
+        ferry_nccl_prof_init(prof_fn);
+    return res;
 }
 
 FERRY_NCCL_DEFINE_GET_PROPERTIES(ferry_nccl_v11_get_properties, ncclNetProperties_v11_t,

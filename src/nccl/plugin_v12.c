@@ -2,6 +2,7 @@
  * ncclNetPlugin_v12: the native ABI of NCCL 2.30. The members are v11's;
  * only the properties struct differs (8-entry vProps, railId/planeId).
  */
+#include "nccl/profiler.h"
 #include "nccl/props.h"
 
 static ncclResult_t ferry_nccl_v12_init(void **ctx_p, uint64_t comm_id,
@@ -9,8 +10,14 @@ static ncclResult_t ferry_nccl_v12_init(void **ctx_p, uint64_t comm_id,
                                         ncclDebugLogger_t log_fn,
                                         ncclProfilerCallback_t prof_fn)
 {
-    (void)prof_fn; /* As in v11: no profiler events, config copied by value. */
-    return ferry_nccl_ctx_init(ctx_p, comm_id, FERRY_NCCL_CONFIG_CLASS(config), log_fn);
+    /* As in v11: the config copied by value, the profiler callback kept (nccl/profiler.h). */
+    ncclResult_t res = ferry_nccl_ctx_init(ctx_p, comm_id, FERRY_NCCL_CONFIG_CLASS(config),
+                                           log_fn);
+
+    /* After init: its INFO line goes through NCCL's logger. */
+    if (res == ncclSuccess)
+        ferry_nccl_prof_init(prof_fn);
+    return res;
 }
 
 FERRY_NCCL_DEFINE_GET_PROPERTIES(ferry_nccl_v12_get_properties, ncclNetProperties_v12_t,

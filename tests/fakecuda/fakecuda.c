@@ -12,6 +12,14 @@
  * - copies need a current context and a range inside one allocation.
  * Tests steer faults through fakecuda_* functions (fakecuda.h), found with
  * dlsym in the library the plugin opened.
+ *
+ * It also serves fakeibv's GPU mode in the same process (primary context,
+ * pointer attributes, async copies on non-blocking streams), so a test of
+ * ferry's ib backend on GPU memory has one libcuda.so.1 for both, and the
+ * calls the ib backend's GPU path makes: cuDeviceGetAttribute (DMA-BUF
+ * support, FAKECUDA_DMABUF=0 says none), cuMemGetHandleForAddressRange (a
+ * DMA-BUF fd: a fresh memfd; fakeibv registers DMA-BUFs by address) and
+ * cuFlushGPUDirectRDMAWrites (counted; a fault can be armed).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -71,6 +79,10 @@ FAKECUDA_API CUresult cuEventCreate(void **ev, unsigned flags);
 FAKECUDA_API CUresult cuEventDestroy_v2(void *ev);
 FAKECUDA_API CUresult cuEventRecord(void *ev, void *stream);
 FAKECUDA_API CUresult cuEventQuery(void *ev);
+FAKECUDA_API CUresult cuDeviceGetAttribute(int *value, int attr, CUdevice dev);
+FAKECUDA_API CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr p, size_t size,
+                                                    int type, unsigned long long flags);
+FAKECUDA_API CUresult cuFlushGPUDirectRDMAWrites(int target, int scope);
 
 #define FAKECUDA_ATTR_CONTEXT        1
 #define FAKECUDA_ATTR_MEMORY_TYPE    2
@@ -115,6 +127,8 @@ static _Atomic long fakecuda_fail_after = -1; /* Copies that still succeed; -1: 
 static _Atomic int fakecuda_sticky;            /* A failed copy poisons the context, as on a GPU. */
 static _Atomic int fakecuda_fail_host_alloc;
 static _Atomic int fakecuda_hold;               /* Event queries say "not ready" while set. */
+static _Atomic long fakecuda_flush_calls, fakecuda_dmabuf_calls;
+static _Atomic int fakecuda_flush_fail;          /* The next flush returns this CUresult. */
 
 FAKECUDA_API long fakecuda_copies(void) { return atomic_load(&fakecuda_copies_done); }
 FAKECUDA_API long fakecuda_streams(void) { return atomic_load(&fakecuda_streams_live); }
@@ -127,6 +141,9 @@ FAKECUDA_API void fakecuda_fail_copies_after(long n)
 }
 FAKECUDA_API void fakecuda_fail_next_host_alloc(int on) { atomic_store(&fakecuda_fail_host_alloc, on); }
 FAKECUDA_API void fakecuda_hold_copies(int on) { atomic_store(&fakecuda_hold, on); }
+FAKECUDA_API long fakecuda_flushes(void) { return atomic_load(&fakecuda_flush_calls); }
+FAKECUDA_API long fakecuda_dmabuf_fds(void) { return atomic_load(&fakecuda_dmabuf_calls); }
+FAKECUDA_API void fakecuda_fail_next_flush(int r) { atomic_store(&fakecuda_flush_fail, r); }
 
 FAKECUDA_API CUresult cuInit(unsigned flags)
 {
@@ -583,4 +600,66 @@ FAKECUDA_API CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t len)
         memcpy(dst, a->backing + ((uintptr_t)src - a->dev), len);
     pthread_mutex_unlock(&fakecuda_lock);
     return a != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+#define FAKECUDA_ATTR_DMA_BUF_SUPPORTED       124
+#define FAKECUDA_MEM_RANGE_HANDLE_DMA_BUF_FD  1
+#define FAKECUDA_FLUSH_TARGET_CURRENT_CTX     0
+#define FAKECUDA_FLUSH_TO_OWNER               100
+#define FAKECUDA_FLUSH_TO_ALL_DEVICES         200
+
+/* Only what ferry asks; every other attribute is "not supported" so a new caller is noticed. */
+FAKECUDA_API CUresult cuDeviceGetAttribute(int *value, int attr, CUdevice dev)
+{
+    const char *dmabuf = getenv("FAKECUDA_DMABUF");
+
+    if (!fakecuda_inited)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (attr != FAKECUDA_ATTR_DMA_BUF_SUPPORTED)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    *value = dmabuf == NULL || atoi(dmabuf) != 0;
+    return CUDA_SUCCESS;
+}
+
+/* A DMA-BUF fd for a range inside one allocation: a fresh memfd the caller closes. */
+FAKECUDA_API CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr p, size_t size,
+                                                    int type, unsigned long long flags)
+{
+    fakecuda_alloc_t *a;
+    int fd;
+
+    if (!fakecuda_inited)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (type != FAKECUDA_MEM_RANGE_HANDLE_DMA_BUF_FD || flags != 0 || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fakecuda_lock);
+    a = fakecuda_find((uintptr_t)p, size);
+    pthread_mutex_unlock(&fakecuda_lock);
+    if (a == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    fd = memfd_create("fakecuda-dmabuf", MFD_CLOEXEC);
+    if (fd < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *(int *)handle = fd;
+    atomic_fetch_add(&fakecuda_dmabuf_calls, 1);
+    return CUDA_SUCCESS;
+}
+
+/* Like the driver: needs a current context and the documented target and scope. */
+FAKECUDA_API CUresult cuFlushGPUDirectRDMAWrites(int target, int scope)
+{
+    int fail;
+
+    if (!fakecuda_need_ctx())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (target != FAKECUDA_FLUSH_TARGET_CURRENT_CTX ||
+        (scope != FAKECUDA_FLUSH_TO_OWNER && scope != FAKECUDA_FLUSH_TO_ALL_DEVICES))
+        return CUDA_ERROR_INVALID_VALUE;
+    fail = atomic_exchange(&fakecuda_flush_fail, 0);
+    if (fail != 0)
+        return fail;
+    atomic_fetch_add(&fakecuda_flush_calls, 1);
+    return CUDA_SUCCESS;
 }

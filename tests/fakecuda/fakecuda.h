@@ -20,10 +20,18 @@ void fakecuda_fail_next_host_alloc(int on);
 /* While on, queued copies never complete (a GPU that stopped); off lets them finish. */
 void fakecuda_hold_copies(int on);
 
+/* cuFlushGPUDirectRDMAWrites calls that succeeded; DMA-BUF fds handed out. */
+long fakecuda_flushes(void);
+long fakecuda_dmabuf_fds(void);
+/* The next cuFlushGPUDirectRDMAWrites returns CUresult r (0 disarms). */
+void fakecuda_fail_next_flush(int r);
+
 typedef long (*fakecuda_copies_fn)(void);
 typedef long (*fakecuda_streams_fn)(void);
 typedef void (*fakecuda_fail_copies_after_fn)(long);
 typedef void (*fakecuda_fail_next_host_alloc_fn)(int);
 typedef void (*fakecuda_hold_copies_fn)(int);
+typedef long (*fakecuda_flushes_fn)(void);
+typedef void (*fakecuda_fail_next_flush_fn)(int);
 
 #endif

@@ -58,6 +58,20 @@ struct fakeibv_xfer_stats {
 };
 void fakeibv_xfer_stats(struct fakeibv_xfer_stats *stats);
 
+/*
+ * What one QP of this process transmitted as requester since it was
+ * created (a READ counts at the QP that posted it; a QP connected to itself
+ * is both ends). Returns 0, or ENOENT when no QP has that number.
+ */
+struct fakeibv_qp_stats {
+    uint64_t writes;      /* RDMA WRITE. */
+    uint64_t writes_imm;  /* RDMA WRITE_WITH_IMM. */
+    uint64_t reads;       /* RDMA READ requests... */
+    uint64_t read_bytes;  /* ...and the bytes they asked for. */
+    uint64_t sends;       /* SEND, SEND_WITH_IMM and anything else. */
+};
+int fakeibv_qp_stats(uint32_t qpn, struct fakeibv_qp_stats *stats);
+
 /* Tests only: while on, this process's hellos carry a wrong cookie value,
  * so the peer's probe fails as it would across pid namespaces. */
 void fakeibv_one_copy_break_probe(int on);

@@ -164,6 +164,16 @@ static void fakeibv_config_load(void)
     c->debug = (int)fakeibv_env_long("FAKEIBV_DEBUG", 0, 0, 2);
     c->dmabuf = (int)fakeibv_env_long("FAKEIBV_DMABUF", 1, 0, 1);
     c->cuda = (int)fakeibv_env_long("FAKEIBV_CUDA", 1, 0, 1);
+    {
+        const char *ctx = getenv("FAKEIBV_CUDA_CTX");
+
+        c->cuda_own_ctx = 1;
+        if (ctx != NULL && strcmp(ctx, "primary") == 0)
+            c->cuda_own_ctx = 0;
+        else if (ctx != NULL && *ctx != '\0' && strcmp(ctx, "own") != 0)
+            fprintf(stderr, "fakeibv: FAKEIBV_CUDA_CTX=%s unknown (use own or primary); using own\n",
+                    ctx);
+    }
     c->one_copy = (int)fakeibv_env_long("FAKEIBV_ONE_COPY", 1, 0, 1);
     c->one_copy_min = fakeibv_env_size("FAKEIBV_ONE_COPY_MIN", 64 << 10);
     /* One-copy mode: the peer's responder thread reads this process's

@@ -162,8 +162,8 @@ FAKEIBV_EXPORT int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
     free(cq->ring);
     cq->ring = ring;
     cq->size = (uint32_t)cqe;
-    cq->tail = 0;
-    cq->head = n;
+    __atomic_store_n(&cq->tail, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&cq->head, n, __ATOMIC_RELEASE);
     ibcq->cqe = cqe;
     pthread_mutex_unlock(&cq->lock);
     return 0;
@@ -200,7 +200,8 @@ void fakeibv_cq_push(struct fakeibv_cq *cq, const struct ibv_wc *wc)
         overflow = 1;
     } else {
         cq->ring[cq->head % cq->size] = *wc;
-        cq->head++;
+        /* Published after the entry: fakeibv_poll_cq peeks at head unlocked. */
+        __atomic_store_n(&cq->head, cq->head + 1, __ATOMIC_RELEASE);
         if (cq->armed && cq->cq.channel != NULL) {
             cq->armed = 0;
             notify = 1;
@@ -225,7 +226,7 @@ int fakeibv_cq_pop_locked(struct fakeibv_cq *cq, struct ibv_wc *wc)
     if (cq->tail == cq->head)
         return 0;
     *wc = cq->ring[cq->tail % cq->size];
-    cq->tail++;
+    __atomic_store_n(&cq->tail, cq->tail + 1, __ATOMIC_RELAXED);
     return 1;
 }
 
@@ -236,6 +237,14 @@ int fakeibv_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 
     if (n < 0)
         return -EINVAL;
+    /*
+     * An empty CQ answers without the lock, as a HCA's CQ does (the
+     * consumer reads the CQE ring the device writes; they share no lock).
+     * Consumers spin here; taking the lock every time made the thread that
+     * delivers completions (the "device") sleep on it and wait for a wake.
+     */
+    if (fakeibv_cq_looks_empty(cq))
+        return 0;
     pthread_mutex_lock(&cq->lock);
     while (i < n && fakeibv_cq_pop_locked(cq, &wc[i]))
         i++;

@@ -32,6 +32,8 @@ static int fakeibv_start_poll(struct ibv_cq_ex *cqx, struct ibv_poll_cq_attr *at
 
     if (attr != NULL && attr->comp_mask != 0)
         return EINVAL;
+    if (fakeibv_cq_looks_empty(cq))
+        return ENOENT;
     pthread_mutex_lock(&cq->lock);
     if (!fakeibv_cq_pop_locked(cq, &cq->cur)) {
         /* Empty: the caller must not call end_poll, so unlock here. */

@@ -5,7 +5,12 @@
  * machine without CUDA (dlopen fails -> every MR is host memory). Copies run
  * on a per-thread non-blocking stream and are synchronised on that stream
  * only: the legacy default stream would wait for the consumer's own kernels
- * (NCCL's are waiting for our data), a deadlock.
+ * (NCCL's are waiting for our data), a deadlock. By default they also run in
+ * a context of fakeibv's own per device (FAKEIBV_CUDA_CTX=own), not in the
+ * primary context the application's kernels run in: a copy in that context
+ * can be held behind a kernel that spins until the copy's data arrives (a
+ * real NIC's DMA waits for nothing). FAKEIBV_CUDA_CTX=primary copies in the
+ * primary context.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -37,7 +42,18 @@ static struct {
     fakeibv_CUresult (*stream_destroy)(fakeibv_CUstream);
     fakeibv_CUresult (*htod_async)(fakeibv_CUdeviceptr, const void *, size_t, fakeibv_CUstream);
     fakeibv_CUresult (*dtoh_async)(void *, fakeibv_CUdeviceptr, size_t, fakeibv_CUstream);
+    fakeibv_CUresult (*ctx_create)(fakeibv_CUcontext *, unsigned, fakeibv_CUdevice); /* Optional. */
 } fakeibv_cu;
+
+/* What an MR on device memory copies through: one per device ordinal. */
+#define FAKEIBV_CU_MAX_DEVS 16
+struct fakeibv_cu_dev {
+    fakeibv_CUdevice  dev;
+    fakeibv_CUcontext primary;
+    fakeibv_CUcontext own;    /* Made by the first copying thread (FAKEIBV_CUDA_CTX=own). */
+};
+static struct fakeibv_cu_dev fakeibv_cu_devs[FAKEIBV_CU_MAX_DEVS];
+static pthread_mutex_t fakeibv_cu_devs_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static pthread_once_t fakeibv_cu_once = PTHREAD_ONCE_INIT;
 
@@ -82,6 +98,8 @@ static void fakeibv_cu_load(void)
     fakeibv_cu.dtoh_async = (fakeibv_CUresult (*)(void *, fakeibv_CUdeviceptr, size_t,
                                                   fakeibv_CUstream))
         fakeibv_cu_sym(h, "cuMemcpyDtoHAsync_v2");
+    fakeibv_cu.ctx_create = (fakeibv_CUresult (*)(fakeibv_CUcontext *, unsigned, fakeibv_CUdevice))
+        dlsym(h, "cuCtxCreate_v2");
     if (!fakeibv_cu.init || !fakeibv_cu.pointer_get_attribute || !fakeibv_cu.primary_ctx_retain ||
         !fakeibv_cu.device_get || !fakeibv_cu.ctx_set_current || !fakeibv_cu.stream_create ||
         !fakeibv_cu.stream_sync || !fakeibv_cu.stream_destroy || !fakeibv_cu.htod_async ||
@@ -92,15 +110,16 @@ static void fakeibv_cu_load(void)
         return;
     }
     fakeibv_cu.loaded = 1;
-    FAKEIBV_INFO("libcuda.so.1 loaded: GPU mode on");
+    FAKEIBV_INFO("libcuda.so.1 loaded: GPU mode on, copies in the %s context",
+                 fakeibv_config()->cuda_own_ctx && fakeibv_cu.ctx_create != NULL ? "own" : "primary");
 }
 
 /*
- * Device memory is copied through the device's primary context: NCCL
- * allocates with cuMem* (VMM), whose pointers have no owning context, and
- * the primary context is the one the CUDA runtime uses anyway.
+ * Device memory is reachable from any context of its device (NCCL allocates
+ * with cuMem* (VMM), whose pointers have no owning context); *cu_dev_p names
+ * the device, and the copying thread picks the context (fakeibv_cu_prepare).
  */
-int fakeibv_cuda_is_device_ptr(uint64_t addr, void **cu_ctx_p)
+int fakeibv_cuda_is_device_ptr(uint64_t addr, void **cu_dev_p)
 {
     unsigned int mem_type = 0;
     int ordinal = -1;
@@ -116,14 +135,42 @@ int fakeibv_cuda_is_device_ptr(uint64_t addr, void **cu_ctx_p)
         return 0;
     if (fakeibv_cu.pointer_get_attribute(&ordinal, FAKEIBV_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
                                          addr) != 0 ||
-        fakeibv_cu.device_get(&dev, ordinal) != 0 || fakeibv_cu.primary_ctx_retain(&ctx, dev) != 0) {
+        ordinal < 0 || ordinal >= FAKEIBV_CU_MAX_DEVS || fakeibv_cu.device_get(&dev, ordinal) != 0 ||
+        fakeibv_cu.primary_ctx_retain(&ctx, dev) != 0) {
         FAKEIBV_WARN("device pointer 0x%llx: cannot get its device/primary context; treating "
                      "it as host memory will crash - check the CUDA driver",
                      (unsigned long long)addr);
         return 0;
     }
-    *cu_ctx_p = ctx;
+    pthread_mutex_lock(&fakeibv_cu_devs_lock);
+    fakeibv_cu_devs[ordinal].dev = dev;
+    fakeibv_cu_devs[ordinal].primary = ctx;
+    pthread_mutex_unlock(&fakeibv_cu_devs_lock);
+    *cu_dev_p = &fakeibv_cu_devs[ordinal];
     return 1;
+}
+
+/* The context copies for device d run in, made current on this (a fakeibv) thread. */
+static fakeibv_CUcontext fakeibv_cu_ctx_of(struct fakeibv_cu_dev *d)
+{
+    fakeibv_CUcontext ctx;
+
+    if (!fakeibv_config()->cuda_own_ctx || fakeibv_cu.ctx_create == NULL)
+        return d->primary;
+    pthread_mutex_lock(&fakeibv_cu_devs_lock);
+    if (d->own == NULL) {
+        /* cuCtxCreate makes it current here too: this thread copies next anyway. */
+        if (fakeibv_cu.ctx_create(&ctx, 0, d->dev) == 0) {
+            d->own = ctx;
+        } else {
+            FAKEIBV_WARN("cuCtxCreate on device %d failed; copying in the primary context",
+                         (int)d->dev);
+            d->own = d->primary;
+        }
+    }
+    ctx = d->own;
+    pthread_mutex_unlock(&fakeibv_cu_devs_lock);
+    return ctx;
 }
 
 /* Each transfer thread copies on its own stream; the stream goes away with
@@ -151,9 +198,10 @@ static void fakeibv_cu_key_init(void)
     pthread_key_create(&fakeibv_cu_key, fakeibv_cu_tls_end);
 }
 
-static fakeibv_CUstream fakeibv_cu_prepare(void *cu_ctx)
+static fakeibv_CUstream fakeibv_cu_prepare(void *cu_dev)
 {
     struct fakeibv_cu_tls *t = &fakeibv_cu_tls;
+    fakeibv_CUcontext cu_ctx = fakeibv_cu_ctx_of(cu_dev);
 
     if (fakeibv_cu.ctx_set_current(cu_ctx) != 0)
         return NULL;
@@ -173,9 +221,9 @@ static fakeibv_CUstream fakeibv_cu_prepare(void *cu_ctx)
     return t->stream;
 }
 
-int fakeibv_cuda_htod(void *cu_ctx, uint64_t dst, const void *src, size_t len)
+int fakeibv_cuda_htod(void *cu_dev, uint64_t dst, const void *src, size_t len)
 {
-    fakeibv_CUstream st = fakeibv_cu_prepare(cu_ctx);
+    fakeibv_CUstream st = fakeibv_cu_prepare(cu_dev);
     int r;
 
     if (st == NULL) {
@@ -193,9 +241,9 @@ int fakeibv_cuda_htod(void *cu_ctx, uint64_t dst, const void *src, size_t len)
     return 0;
 }
 
-int fakeibv_cuda_dtoh(void *cu_ctx, void *dst, uint64_t src, size_t len)
+int fakeibv_cuda_dtoh(void *cu_dev, void *dst, uint64_t src, size_t len)
 {
-    fakeibv_CUstream st = fakeibv_cu_prepare(cu_ctx);
+    fakeibv_CUstream st = fakeibv_cu_prepare(cu_dev);
     int r;
 
     if (st == NULL) {

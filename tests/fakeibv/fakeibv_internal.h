@@ -46,6 +46,7 @@ struct fakeibv_config {
     int debug;                  /* FAKEIBV_DEBUG: log level 0..2 on stderr. */
     int dmabuf;                 /* FAKEIBV_DMABUF: ibv_reg_dmabuf_mr supported. */
     int cuda;                   /* FAKEIBV_CUDA: try libcuda for device pointers. */
+    int cuda_own_ctx;           /* FAKEIBV_CUDA_CTX: copy in a context of our own (1) or the primary one. */
     int one_copy;               /* FAKEIBV_ONE_COPY: offer/accept descriptor mode. */
     uint64_t one_copy_min;      /* FAKEIBV_ONE_COPY_MIN: smallest WR sent as a descriptor. */
     const char *sysfs_root;     /* FAKEIBV_SYSFS_ROOT (absolute); NULL: per-process default. */
@@ -150,7 +151,7 @@ struct fakeibv_mr {
     uint64_t iova;                /* Address peers and SGEs name; usually == addr. */
     int access;                   /* ibv_access_flags given at registration. */
     int is_cuda;                  /* Device memory: move it with fakeibv_cuda_*(). */
-    void *cu_ctx;                 /* CUcontext to make current before copying. */
+    void *cu_ctx;                 /* Its device (fakeibv_cuda.c) when is_cuda. */
     uint32_t slot;                /* Index in the key table. */
 };
 
@@ -182,9 +183,9 @@ int fakeibv_mem_pvm(const struct fakeibv_mr *mr, uint64_t addr, size_t len, int 
 
 /* ---- CUDA (fakeibv_cuda.c) -------------------------------------------- */
 
-int fakeibv_cuda_is_device_ptr(uint64_t addr, void **cu_ctx_p);
-int fakeibv_cuda_htod(void *cu_ctx, uint64_t dst, const void *src, size_t len);
-int fakeibv_cuda_dtoh(void *cu_ctx, void *dst, uint64_t src, size_t len);
+int fakeibv_cuda_is_device_ptr(uint64_t addr, void **cu_dev_p);
+int fakeibv_cuda_htod(void *cu_dev, uint64_t dst, const void *src, size_t len);
+int fakeibv_cuda_dtoh(void *cu_dev, void *dst, uint64_t src, size_t len);
 
 /* ---- CQ and completion channel (fakeibv_cq.c) ------------------------- */
 
@@ -210,6 +211,13 @@ struct fakeibv_cq {
 struct fakeibv_cq *fakeibv_cq_create(struct ibv_context *context, int cqe, void *cq_context,
                                      struct ibv_comp_channel *channel, int comp_vector);
 int fakeibv_cq_pop_locked(struct fakeibv_cq *cq, struct ibv_wc *wc);
+/* True when the CQ looks empty, read without the lock (a consumer spinning on an
+ * empty CQ must not hold the lock the "device" needs to deliver the next CQE). */
+static inline int fakeibv_cq_looks_empty(struct fakeibv_cq *cq)
+{
+    return __atomic_load_n(&cq->head, __ATOMIC_ACQUIRE) ==
+           __atomic_load_n(&cq->tail, __ATOMIC_RELAXED);
+}
 struct ibv_cq_ex *fakeibv_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_attr_ex *a);
 void fakeibv_cq_push(struct fakeibv_cq *cq, const struct ibv_wc *wc);
 int fakeibv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
@@ -284,6 +292,8 @@ struct fakeibv_qp {
     uint8_t *wr_stage_inl;
     uint32_t wr_nstage;
     int wr_err;
+    /* Requests this QP transmitted, by kind (fakeibv_qp_stats); atomics, any thread. */
+    uint64_t stat_writes, stat_writes_imm, stat_reads, stat_sends, stat_read_bytes;
 };
 
 static inline struct fakeibv_qp *fakeibv_qp(struct ibv_qp *qp)

@@ -130,6 +130,41 @@ static int fakeibv_desc_build(struct fakeibv_qp *qp, const struct fakeibv_swqe *
     return 1;
 }
 
+/* Per-QP counts for fakeibv_qp_stats: what this QP put on the wire. */
+static void fakeibv_qp_count(struct fakeibv_qp *qp, int opcode, uint32_t len)
+{
+    switch (opcode) {
+    case IBV_WR_RDMA_WRITE:
+        __atomic_add_fetch(&qp->stat_writes, 1, __ATOMIC_RELAXED);
+        break;
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+        __atomic_add_fetch(&qp->stat_writes_imm, 1, __ATOMIC_RELAXED);
+        break;
+    case IBV_WR_RDMA_READ:
+        __atomic_add_fetch(&qp->stat_reads, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&qp->stat_read_bytes, len, __ATOMIC_RELAXED);
+        break;
+    default:
+        __atomic_add_fetch(&qp->stat_sends, 1, __ATOMIC_RELAXED);
+        break;
+    }
+}
+
+FAKEIBV_EXPORT int fakeibv_qp_stats(uint32_t qpn, struct fakeibv_qp_stats *out)
+{
+    struct fakeibv_qp *qp = fakeibv_qp_lookup_get(qpn);
+
+    if (qp == NULL)
+        return ENOENT;
+    out->writes = __atomic_load_n(&qp->stat_writes, __ATOMIC_RELAXED);
+    out->writes_imm = __atomic_load_n(&qp->stat_writes_imm, __ATOMIC_RELAXED);
+    out->reads = __atomic_load_n(&qp->stat_reads, __ATOMIC_RELAXED);
+    out->read_bytes = __atomic_load_n(&qp->stat_read_bytes, __ATOMIC_RELAXED);
+    out->sends = __atomic_load_n(&qp->stat_sends, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&qp->lock);
+    return 0;
+}
+
 /* Returns 0, EFAULT for a local protection error, or an I/O errno. */
 static int fakeibv_transmit(struct fakeibv_qp *qp, int fd, const struct fakeibv_swqe *w,
                             uint64_t seq, uint8_t rnr_retry, int one_copy)
@@ -144,6 +179,8 @@ static int fakeibv_transmit(struct fakeibv_qp *qp, int fd, const struct fakeibv_
     int is_read = w->opcode == IBV_WR_RDMA_READ;
     int access = is_read ? IBV_ACCESS_LOCAL_WRITE : 0;
     int desc = 0, niov = 0;
+
+    fakeibv_qp_count(qp, w->opcode, w->len);
 
     if (one_copy && w->inline_buf == NULL && w->len > 0 &&
         w->len >= fakeibv_config()->one_copy_min) {

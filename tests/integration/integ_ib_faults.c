@@ -174,8 +174,9 @@ static void flt_reg_mr(const char *path)
     FIT_NCCL(e.plugin.net->regMr(e.recv_comm, buf, 65536, NCCL_PTR_HOST, &mh));
     FIT_NCCL(e.plugin.net->deregMr(e.recv_comm, mh));
     rc = e.plugin.net->regMr(e.recv_comm, buf, 65536, NCCL_PTR_CUDA, &mh);
-    FIT_CHECK(rc != ncclSuccess && mh == NULL, "regMr(CUDA) on the host-only ib backend: %d", rc);
-    flt_expect_warn(from, "host memory only", NULL);
+    /* No peer-memory module and no NCCL_FERRY_IB_GDR: GPU pointers are refused, saying why. */
+    FIT_CHECK(rc != ncclSuccess && mh == NULL, "regMr(CUDA) without GPUDirect: %d", rc);
+    flt_expect_warn(from, "takes no GPU pointers here: no peer-memory module", "nvidia-peermem");
     free(buf);
     flt_close(&e);
     fit_pass("regMr: ibv_reg_mr failure -> %s + WARN; the next regMr works", fit_result_str(rc));

@@ -257,6 +257,13 @@ check_side() { # check_side LOG ROLE VETH ADDR
 }
 check_side "$tmp/recv.log" receiver "$veth_r" "$addr_r"
 check_side "$tmp/send.log" sender "$veth_s" "$addr_s"
+# NCCL_FERRY_IB_CM=rdmacm (integ_netns_ib_rdmacm): both sides really connected through rdma_cm.
+if [ "${NCCL_FERRY_IB_CM:-oob}" = rdmacm ]; then
+    grep -q "ib accepted connection from .* (rdmacm)" "$tmp/recv.log" ||
+        failed "receiver: no 'ib accepted connection ... (rdmacm)' INFO line"
+    grep -q "ib connected to .* (rdmacm)" "$tmp/send.log" ||
+        failed "sender: no 'ib connected to ... (rdmacm)' INFO line"
+fi
 if grep -q "unexpected WARN" "$tmp/recv.log" "$tmp/send.log"; then
     failed "a side logged an unexpected WARN (above)"
 fi

@@ -19,6 +19,9 @@ static const char *const vars[] = {
     "NCCL_IB_SPLIT_DATA_ON_QPS", "NCCL_IB_AR_THRESHOLD", "NCCL_IB_ADAPTIVE_ROUTING",
     "NCCL_IB_PCI_RELAXED_ORDERING", "NCCL_IB_RETURN_ASYNC_EVENTS", "NCCL_GDR_FLUSH_DISABLE",
     "NCCL_FERRY_IBVERBS_LIB", "NCCL_FERRY_IB_PEER_TIMEOUT_S", "NCCL_IB_MERGE_VFS",
+    "NCCL_FERRY_IB_GDR", "NCCL_FERRY_IB_FLUSH", "NCCL_FERRY_IB_FORCE_FLUSH",
+    "NCCL_FERRY_IB_SYSFS_ROOT",
+    "NCCL_FERRY_IB_CM", "NCCL_FERRY_RDMACM_LIB",
 };
 
 static int clear_env(void **state)
@@ -83,6 +86,12 @@ static void test_defaults(void **state)
     assert_string_equal(cfg.verbs_lib, "");
     assert_int_equal(cfg.peer_timeout_s, 10);
     assert_int_equal(cfg.merge_vfs, 1);
+    assert_int_equal(cfg.gdr, -1);
+    assert_int_equal(cfg.flush, FERRY_IB_FLUSH_READ);
+    assert_int_equal(cfg.force_flush, 0);
+    assert_string_equal(cfg.sysfs_root, "");
+    assert_int_equal(cfg.cm, FERRY_IB_CM_OOB);
+    assert_string_equal(cfg.rdmacm_lib, "");
     ferry_ib_config_format(&cfg, line, sizeof(line));
     /* Appended to what the line already holds. */
     assert_true(strncmp(line, "config NCCL_IB_HCA=<all>(default) NCCL_IB_DISABLE=0(default) "
@@ -94,6 +103,11 @@ static void test_defaults(void **state)
     assert_non_null(strstr(line, " NCCL_IB_ADAPTIVE_ROUTING=-2(default)"));
     assert_non_null(strstr(line, " NCCL_FERRY_IBVERBS_LIB=<libibverbs.so.1>(default)"));
     assert_non_null(strstr(line, " NCCL_FERRY_IB_PEER_TIMEOUT_S=10(default)"));
+    assert_non_null(strstr(line, " NCCL_FERRY_IB_GDR=-1(default) NCCL_FERRY_IB_FLUSH=read(default) "
+                                 "NCCL_FERRY_IB_FORCE_FLUSH=0(default) "
+                                 "NCCL_FERRY_IB_SYSFS_ROOT=</sys>(default)"));
+    assert_non_null(strstr(line, " NCCL_FERRY_IB_CM=oob(default)"));
+    assert_non_null(strstr(line, " NCCL_FERRY_RDMACM_LIB=<librdmacm.so.1>(default)"));
     assert_int_equal(test_ib_log_count(FERRY_LOG_WARN, NULL), 0);
 }
 
@@ -113,7 +127,19 @@ static void test_env_values_and_sources(void **state)
     setenv("NCCL_IB_ADAPTIVE_ROUTING", "0", 1);
     setenv("NCCL_FERRY_IB_PEER_TIMEOUT_S", "0", 1);
     setenv("NCCL_FERRY_IBVERBS_LIB", "/opt/rdma/lib/libibverbs.so.1", 1);
+    setenv("NCCL_FERRY_IB_GDR", "1", 1);
+    setenv("NCCL_FERRY_IB_FLUSH", "CUDA", 1);
+    setenv("NCCL_FERRY_IB_FORCE_FLUSH", "1", 1);
+    setenv("NCCL_FERRY_IB_SYSFS_ROOT", "/tmp/sys", 1);
+    setenv("NCCL_FERRY_IB_CM", "RDMACM", 1);
+    setenv("NCCL_FERRY_RDMACM_LIB", "/opt/rdma/lib/librdmacm.so.1", 1);
     assert_int_equal(ferry_ib_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.gdr, 1);
+    assert_int_equal(cfg.flush, FERRY_IB_FLUSH_CUDA);
+    assert_int_equal(cfg.force_flush, 1);
+    assert_string_equal(cfg.sysfs_root, "/tmp/sys");
+    assert_int_equal(cfg.cm, FERRY_IB_CM_RDMACM);
+    assert_int_equal(cfg.src[FERRY_IB_CFG_CM], FERRY_CFG_ENV);
     assert_string_equal(cfg.hca, "^=mlx5_1:1,mlx5_3");
     assert_int_equal(cfg.addr_family, AF_INET6);
     assert_int_equal(cfg.qps_per_conn, 128);
@@ -128,6 +154,8 @@ static void test_env_values_and_sources(void **state)
     assert_non_null(strstr(line, " NCCL_IB_ADDR_RANGE=fd00:1::/32(env) "));
     assert_non_null(strstr(line, " NCCL_IB_AR_THRESHOLD=65536(env) "));
     assert_non_null(strstr(line, " NCCL_FERRY_IBVERBS_LIB=/opt/rdma/lib/libibverbs.so.1(env) "));
+    assert_non_null(strstr(line, " NCCL_FERRY_IB_CM=rdmacm(env) "));
+    assert_non_null(strstr(line, " NCCL_FERRY_RDMACM_LIB=/opt/rdma/lib/librdmacm.so.1(env)"));
     /* The range applies to its own family only, as in NCCL. */
     assert_int_equal(ferry_ib_config_addr_range(&cfg, AF_INET6, addr, &plen), 1);
     assert_int_equal(plen, 32);
@@ -160,8 +188,15 @@ static void test_bad_values(void **state)
         {"NCCL_IB_ROCE_VERSION_NUM", "3", "1 or 2 (the RoCE version of the GID chosen)"},
         {"NCCL_IB_RETRY_CNT", "8", "0..7 (QP transport retries)"},
         {"NCCL_IB_DISABLE", "yes", "0 or 1 (1: no ib backend)"},
+        {"NCCL_FERRY_IB_CM", "verbs", "oob (connect out of band over TCP) or rdmacm (librdmacm)"},
         {"NCCL_FERRY_IB_PEER_TIMEOUT_S", "-1", "0..86400 (s without a sign of life from a peer "
                                                "before its comms fail; 0: never)"},
+        {"NCCL_FERRY_IB_GDR", "2", "-1 (GPU memory when a peer-memory module is loaded), 0 "
+                                   "(never) or 1 (always)"},
+        {"NCCL_FERRY_IB_FLUSH", "gdrcopy", "read (a 1-byte RDMA READ on a QP connected to "
+                                           "itself) or cuda (cuFlushGPUDirectRDMAWrites)"},
+        {"NCCL_FERRY_IB_FORCE_FLUSH", "2", "0 or 1 (1: the forceFlush property, NCCL flushes "
+                                           "every GPU receive)"},
     };
     size_t i;
 

@@ -187,6 +187,30 @@ static void test_unmapped_memory_fails(void **state)
         assert_non_null(strstr(err, "ib fakeib0: ibv_reg_mr"));
 }
 
+/* NCCL_NET_MR_FLAG_FORCE_SO: never an MR registered with relaxed ordering. */
+static void test_force_so_gets_a_strict_mr(void **state)
+{
+    struct ibv_mr *relaxed, *strict, *again;
+    char err[512];
+
+    (void)state;
+    assert_true(hca->relaxed_ordering); /* fakeibv has ibv_reg_mr_iova2: auto turns it on. */
+    relaxed = get(buf, 2 * page, LW | RW);
+    assert_true(entry_of(relaxed)->relaxed);
+    assert_int_equal(ferry_ib_mr_get(hca, buf, page, LW | RW, 1, &strict, err, sizeof(err)),
+                     FERRY_OK);
+    assert_ptr_not_equal(strict, relaxed);
+    assert_false(entry_of(strict)->relaxed);
+    /* A second FORCE_SO request inside it shares the strict MR. */
+    assert_int_equal(ferry_ib_mr_get(hca, buf, page, LW | RW, 1, &again, err, sizeof(err)),
+                     FERRY_OK);
+    assert_ptr_equal(again, strict);
+    assert_int_equal(entry_of(strict)->refs, 2);
+    ferry_ib_mr_put(hca, again);
+    ferry_ib_mr_put(hca, strict);
+    ferry_ib_mr_put(hca, relaxed);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -196,6 +220,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_deregistered_at_zero, setup, teardown),
         cmocka_unit_test_setup_teardown(test_injected_failure_explains, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unmapped_memory_fails, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_force_so_gets_a_strict_mr, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
