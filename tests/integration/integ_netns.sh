@@ -15,6 +15,8 @@
 # Exits 77 (ctest SKIP_RETURN_CODE) when not root or when namespaces or veth
 # pairs cannot be created here.
 set -uo pipefail
+# shellcheck source=netns_pair.sh
+source "$(dirname "${BASH_SOURCE[0]}")/netns_pair.sh"
 
 fork_bin=${1:?usage: integ_netns.sh INTEG_FORK_BINARY PLUGIN_PATH}
 plugin=${2:?usage: integ_netns.sh INTEG_FORK_BINARY PLUGIN_PATH}
@@ -53,38 +55,14 @@ cleanup() {
     for pid in "${pids[@]}"; do
         kill -KILL "$pid" 2>/dev/null
     done
-    ip netns del "$ns_r" 2>/dev/null   # Deleting a namespace deletes its veth end too.
-    ip netns del "$ns_s" 2>/dev/null
-    ip link del "$veth_r" 2>/dev/null
+    netns_pair_down
     rm -rf "$tmp"
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-ip netns add "$ns_r" 2>"$tmp/err" || skip "cannot create a network namespace: $(cat "$tmp/err")"
-ip netns add "$ns_s" 2>"$tmp/err" || skip "cannot create a network namespace: $(cat "$tmp/err")"
-ip link add "$veth_r" type veth peer name "$veth_s" 2>"$tmp/err" ||
-    skip "cannot create a veth pair: $(cat "$tmp/err")"
+netns_pair_up
 
-set -e
-ip link set "$veth_r" netns "$ns_r"
-ip link set "$veth_s" netns "$ns_s"
-ip -n "$ns_r" addr add "$addr_r/30" dev "$veth_r"
-ip -n "$ns_s" addr add "$addr_s/30" dev "$veth_s"
-ip -n "$ns_r" link set lo up
-ip -n "$ns_s" link set lo up
-ip -n "$ns_r" link set "$veth_r" up
-ip -n "$ns_s" link set "$veth_s" up
-set +e
-
-# ferry, like NCCL, only uses interfaces that are running: wait for carrier.
-for _ in $(seq 1 50); do
-    if ip -n "$ns_r" link show "$veth_r" | grep -q LOWER_UP &&
-        ip -n "$ns_s" link show "$veth_s" | grep -q LOWER_UP; then
-        break
-    fi
-    sleep 0.1
-done
 echo "namespaces $ns_r ($veth_r $addr_r) <-> $ns_s ($veth_s $addr_s)"
 
 fail=0
