@@ -220,20 +220,22 @@ static void test_injected_delay_and_close(void **state)
     c->defer = calloc((size_t)c->nlanes, sizeof(*c->defer));
     assert_int_equal(ferry_px_req_learn(r, 64, 1), FERRY_OK);
     ferry_px_req_part_start(r);
+    t0 = ferry_px_now_ns();
     ferry_px_stream_chunk_finish(c, 1, r);
     assert_int_equal(atomic_load(&r->received), 1);
     assert_int_equal(atomic_load(&r->done), 0);
     assert_true(ferry_px_req_all_moved(r));
-    assert_true(ferry_px_stream_defer_next_ns(c, 1) > 0);
+    /* Queued (UINT64_MAX: nothing deferred); it may already be due on a slow machine. */
+    assert_true(ferry_px_stream_defer_next_ns(c, 1) != UINT64_MAX);
     ferry_px_ring_fail(&c->ring, FERRY_ERR_REMOTE, "peer closed");
-    t0 = ferry_px_now_ns();
     while (!done && spins++ < 1000000) {
         ferry_px_stream_progress_lane(c, 1, 0);
         assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
     }
     assert_int_equal(done, 1);
     assert_int_equal(size, 64);
-    assert_true(ferry_px_now_ns() - t0 >= 1000000); /* Held back about 2 ms, at least 1. */
+    /* Never reported before it was due: 2 ms after the chunk finished, however slow the host. */
+    assert_true(ferry_px_now_ns() - t0 >= 2000000);
     free(c->defer);
     free(c);
 }
