@@ -9,8 +9,8 @@
  *   received    parts whose bytes arrived completely (recv side)
  *   done        parts retired; the request is DONE when done == nparts
  *
- * Each backend documents what starting and moving a part means for it
- * (socket/sock_lane.c, ib/ib_comm.h).
+ * Each backend documents, beside its ring ops, what starting and moving a
+ * part means for it.
  * Invariant (ferry_px_req_check): done <= transmitted + received <= posted <= nparts.
  * Several threads may work on one request at once, so counters are atomics
  * bumped with fetch_add; state changes are release stores read with acquire.

@@ -38,28 +38,7 @@ command -v ip >/dev/null 2>&1 || skip "the ip command (iproute2) is not installe
 ip netns list >/dev/null 2>&1 || skip "'ip netns' is not available"
 command -v timeout >/dev/null 2>&1 || skip "timeout (coreutils) is not installed"
 
-# Unique per run: several runs (or ctest -j) may share the machine.
-tag="$$$((RANDOM % 100))"
-ns_r="ferry-it-${tag}-r"
-ns_s="ferry-it-${tag}-s"
-veth_r="fr${tag}"      # Interface names are at most 15 characters.
-veth_s="fs${tag}"
-net3=$((RANDOM % 250 + 1))
-addr_r="10.213.${net3}.1"
-addr_s="10.213.${net3}.2"
-tmp=$(mktemp -d /tmp/ferry-netns.XXXXXX)
-pids=()
-
-cleanup() {
-    local pid
-    for pid in "${pids[@]}"; do
-        kill -KILL "$pid" 2>/dev/null
-    done
-    netns_pair_down
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+netns_pair_setup it fr fs 213 netns
 
 netns_pair_up
 

@@ -39,27 +39,7 @@ command -v ip >/dev/null 2>&1 || skip "the ip command (iproute2) is not installe
 ip netns list >/dev/null 2>&1 || skip "'ip netns' is not available"
 command -v timeout >/dev/null 2>&1 || skip "timeout (coreutils) is not installed"
 
-tag="$$$((RANDOM % 100))"
-ns_r="ferry-fl-${tag}-r"
-ns_s="ferry-fl-${tag}-s"
-veth_r="gr${tag}"
-veth_s="gs${tag}"
-net3=$((RANDOM % 250 + 1))
-addr_r="10.214.${net3}.1"
-addr_s="10.214.${net3}.2"
-tmp=$(mktemp -d /tmp/ferry-flap.XXXXXX)
-pids=()
-
-cleanup() {
-    local pid
-    for pid in "${pids[@]}"; do
-        kill -KILL "$pid" 2>/dev/null
-    done
-    netns_pair_down
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+netns_pair_setup fl gr gs 214 flap
 
 netns_pair_up
 

@@ -59,39 +59,9 @@ if [ ! -e "$libdir/libibverbs.so.1" ]; then
     exit 1
 fi
 
-# Unique per run: several runs (or ctest -j) may share the machine.
-tag="$$$((RANDOM % 100))"
-ns_r="ferry-ib-${tag}-r"
-ns_s="ferry-ib-${tag}-s"
-veth_r="ir${tag}"      # Interface names are at most 15 characters.
-veth_s="is${tag}"
-net3=$((RANDOM % 250 + 1))
-addr_r="10.214.${net3}.1"
-addr_s="10.214.${net3}.2"
-# Short and under /tmp whatever TMPDIR is: FAKEIBV_FABRIC_DIR takes 70 characters at most.
-tmp=$(mktemp -d /tmp/ferry-nsib.XXXXXX)
+netns_pair_setup ib ir is 214 nsib
 fabric="$tmp/fabric"
 mkdir "$fabric"
-pids=()     # timeout(1) processes, each leading its own process group.
-helpers=()  # Plain children, in this script's group.
-
-# shellcheck disable=SC2317 # run by the EXIT trap.
-cleanup() {
-    local pid
-    # Each side runs under timeout(1), which leads its own process group: kill
-    # the group, so an interrupted run leaves no integ_fork behind.
-    for pid in "${pids[@]}"; do
-        kill -KILL -- "-$pid" 2>/dev/null
-        kill -KILL "$pid" 2>/dev/null
-    done
-    for pid in "${helpers[@]}"; do
-        kill -KILL "$pid" 2>/dev/null
-    done
-    netns_pair_down
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
 
 netns_pair_up
 

@@ -1,10 +1,50 @@
 # shellcheck shell=bash
 # Two network namespaces joined by a veth pair, as two hosts: sourced by the
-# integ_netns*.sh tests. The caller sets ns_r ns_s veth_r veth_s addr_r
-# addr_s tmp and defines skip(); netns_pair_up makes the pair (or skips the
-# test, exit 77, when this host cannot) and waits for carrier (ferry, like
-# NCCL, only uses interfaces that are running; 5 s at most), netns_pair_down
-# removes it (deleting a namespace deletes its veth end too).
+# integ_netns*.sh tests, which define skip(). netns_pair_setup names the pair
+# and a temp dir, unique per run (several runs or ctest -j may share the
+# machine), and installs the cleanup; netns_pair_up makes the pair (or skips
+# the test, exit 77, when this host cannot) and waits for carrier (ferry,
+# like NCCL, only uses interfaces that are running; 5 s at most);
+# netns_pair_down removes it (deleting a namespace deletes its veth end too).
+
+# netns_pair_setup NAME VETH_R VETH_S OCTET TMPNAME: sets ns_r ns_s veth_r veth_s
+# (interface names are at most 15 characters), addr_r addr_s (10.OCTET.x.1/.2),
+# tmp (short and under /tmp whatever TMPDIR is: FAKEIBV_FABRIC_DIR takes 70
+# characters at most), and empty pids (processes run under timeout(1), each
+# leading its own process group) and helpers (plain children); net3, the
+# third octet, for addresses of its own (IPv6 in integ_netns.sh).
+netns_pair_setup() {
+    local tag
+    tag="$$$((RANDOM % 100))"
+    ns_r="ferry-$1-${tag}-r"
+    ns_s="ferry-$1-${tag}-s"
+    veth_r="$2${tag}"
+    veth_s="$3${tag}"
+    net3=$((RANDOM % 250 + 1))
+    addr_r="10.$4.${net3}.1"
+    addr_s="10.$4.${net3}.2"
+    tmp=$(mktemp -d "/tmp/ferry-$5.XXXXXX")
+    pids=()
+    helpers=()
+    trap netns_pair_cleanup EXIT
+    trap 'exit 1' INT TERM
+}
+
+# shellcheck disable=SC2317 # run by the EXIT trap.
+netns_pair_cleanup() {
+    local pid
+    # A side under timeout(1) leads its own process group: kill the group, so an
+    # interrupted run leaves no integ_fork behind.
+    for pid in "${pids[@]}"; do
+        kill -KILL -- "-$pid" 2>/dev/null
+        kill -KILL "$pid" 2>/dev/null
+    done
+    for pid in "${helpers[@]}"; do
+        kill -KILL "$pid" 2>/dev/null
+    done
+    netns_pair_down
+    rm -rf "$tmp"
+}
 
 netns_pair_up() {
     ip netns add "$ns_r" 2>"$tmp/err" || skip "cannot create a network namespace: $(cat "$tmp/err")"

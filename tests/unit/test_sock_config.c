@@ -14,26 +14,10 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "test_config_util.h"
+
 #include "core/log.h"
 #include "socket/sock_config.h"
-
-/* The last WARN ferry logged, to check messages by content. */
-static char last_warn[1024];
-__attribute__((format(printf, 5, 6)))
-static void capture_log(int level, unsigned long flags, const char *file, int line,
-                        const char *fmt, ...)
-{
-    va_list ap;
-
-    (void)flags;
-    (void)file;
-    (void)line;
-    if (level != FERRY_LOG_WARN)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(last_warn, sizeof(last_warn), fmt, ap);
-    va_end(ap);
-}
 
 /*
  * One row per variable of the socket backend's table: a value from the
@@ -370,19 +354,12 @@ static void test_one_cpu(void **state)
 /* A bad value fails the load with "NAME='value' is not valid: expected HELP; ...". */
 static void expect_bad(const char *name, const char *value, const char *help)
 {
-    char want[1024];
-    size_t n, w;
     ferry_sock_config_t cfg;
 
     clear_env(NULL);
     setenv(name, value, 1);
     assert_int_equal(ferry_sock_config_load(&cfg), FERRY_ERR_USAGE);
-    snprintf(want, sizeof(want), "%s='%s' is not valid: expected %s; unset it or fix the value",
-             name, value, help);
-    n = strlen(last_warn);
-    w = strlen(want);
-    if (n < w || strcmp(last_warn + n - w, want) != 0)
-        fail_msg("%s=%s: WARN '%s', expected it to end in '%s'", name, value, last_warn, want);
+    expect_bad_warn(name, value, help);
 }
 
 static const char *sock_help(const char *name)
