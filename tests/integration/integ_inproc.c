@@ -246,7 +246,8 @@ static void inproc_parallel(const fit_plugin_t *p, void *ctx_a, void *ctx_b)
 static void inproc_close_busy(const fit_plugin_t *p, void *ctx_l, void *ctx_c)
 {
     size_t len = (size_t)8 << 20, cap = len;
-    char *buf = malloc(len * 2);
+    /* The send buffer, then one buffer per receive: two receives never share bytes, as in NCCL. */
+    char *buf = malloc(len * 5);
     void *smh = NULL, *rmh = NULL, *req;
     inproc_pair_t pr;
     int i, tag = 1, posted = 0;
@@ -254,9 +255,9 @@ static void inproc_close_busy(const fit_plugin_t *p, void *ctx_l, void *ctx_c)
     FIT_CHECK(buf != NULL, "malloc");
     inproc_pair_open(p, ctx_l, ctx_c, &pr, NULL);
     FIT_NCCL(p->net->regMr(pr.send_comm, buf, len, NCCL_PTR_HOST, &smh));
-    FIT_NCCL(p->net->regMr(pr.recv_comm, buf + len, len, NCCL_PTR_HOST, &rmh));
+    FIT_NCCL(p->net->regMr(pr.recv_comm, buf + len, len * 4, NCCL_PTR_HOST, &rmh));
     for (i = 0; i < 4; i++) {
-        void *data = buf + len;
+        void *data = buf + len * (size_t)(1 + i);
 
         req = NULL;
         FIT_NCCL(p->net->irecv(pr.recv_comm, 1, &data, &cap, &tag, &rmh, NULL, &req));
