@@ -132,8 +132,12 @@ static int count_threads(int *fake)
 
         if (e->d_name[0] == '.')
             continue;
-        n++;
         comm = slurp("/proc/self/task/%s/comm", e->d_name);
+        /* No comm to read: the thread exited between readdir and here (a QP
+         * thread on its way out); it is not running any more. */
+        if (comm[0] == '\0')
+            continue;
+        n++;
         if (strncmp(comm, "fakeibv-", 8) == 0)
             (*fake)++;
         else if (atoi(e->d_name) != (int)getpid())
