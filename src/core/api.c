@@ -299,6 +299,26 @@ ferry_status_t ferry_api_get_properties(int dev, ferry_props_t *props_p)
     return be != NULL ? be->get_properties(dev, props_p) : FERRY_ERR_INVALID;
 }
 
+ferry_status_t ferry_api_make_vdevice(int *dev_p, int ndevs, const int *devs)
+{
+    const ferry_backend_ops_t *be = ferry_api_backend("makeVDevice");
+
+    if (be == NULL)
+        return FERRY_ERR_INVALID;
+    if (dev_p == NULL || devs == NULL || ndevs < 1 || ndevs > FERRY_MAX_VDEV_MEMBERS) {
+        FERRY_WARN("makeVDevice: %d device(s) to merge%s; ferry merges 1..%d", ndevs,
+                   dev_p == NULL || devs == NULL ? " and a NULL argument" : "",
+                   FERRY_MAX_VDEV_MEMBERS);
+        return FERRY_ERR_INVALID;
+    }
+    if (be->make_vdevice == NULL) {
+        FERRY_WARN("makeVDevice: the %s backend merges no devices; NCCL then uses each device "
+                   "on its own (NCCL_NET_MERGE_LEVEL=LOC silences this)", be->name);
+        return FERRY_ERR_UNSUPPORTED;
+    }
+    return be->make_vdevice(dev_p, ndevs, devs);
+}
+
 ferry_status_t ferry_api_listen(void *ctx, int dev, void *handle, void **listen_comm_p)
 {
     const ferry_backend_ops_t *be = ferry_api_backend("listen");

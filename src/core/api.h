@@ -44,7 +44,12 @@ typedef struct ferry_props {
     size_t      max_p2p_bytes;
     size_t      max_coll_bytes;
     int         max_multi_request_size;
+    int         vdevs_n;       /* Members of a virtual device (makeVDevice); 0: a physical one. */
+    int         vdevs[8];      /* Their device numbers (NCCL's vProps.devs). */
 } ferry_props_t;
+
+/* Members a virtual device can merge (NCCL_NET_MAX_DEVS_PER_NIC up to v11). */
+#define FERRY_MAX_VDEV_MEMBERS 4
 
 /* Per-communicator init (v11 semantics). traffic_class -1 means undefined. */
 ferry_status_t ferry_api_init(void **ctx_p, uint64_t comm_id, int traffic_class,
@@ -53,6 +58,8 @@ ferry_status_t ferry_api_init(void **ctx_p, uint64_t comm_id, int traffic_class,
 ferry_status_t ferry_api_finalize(void *ctx);
 ferry_status_t ferry_api_devices(int *ndev_p);
 ferry_status_t ferry_api_get_properties(int dev, ferry_props_t *props_p);
+/* NCCL's makeVDevice: merge devs[0..ndevs-1] into a new device, its number in *dev_p. */
+ferry_status_t ferry_api_make_vdevice(int *dev_p, int ndevs, const int *devs);
 
 ferry_status_t ferry_api_listen(void *ctx, int dev, void *handle, void **listen_comm_p);
 /* traffic_class -1: use the one given to init for ctx. */

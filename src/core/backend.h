@@ -3,8 +3,8 @@
  * through it, so tests can plug in a fake backend and the core never branches
  * on which backend runs. Which backends a build has is said above the core,
  * in src/backends.c (ferry_backends). NCCL's members are in NCCL order and
- * none is NULL (optional behaviour points at ferry_no_* below); usable and
- * format_config may be NULL.
+ * none is NULL (optional behaviour points at ferry_no_* below); usable,
+ * format_config and make_vdevice may be NULL.
  */
 #ifndef FERRY_CORE_BACKEND_H
 #define FERRY_CORE_BACKEND_H
@@ -38,6 +38,8 @@ typedef struct ferry_backend_ops {
     void (*fini)(void);
     ferry_status_t (*devices)(int *ndev_p);
     ferry_status_t (*get_properties)(int dev, ferry_props_t *props_p);
+    /* Merge ndevs devices into one (NCCL's makeVDevice); NULL: the backend merges none. */
+    ferry_status_t (*make_vdevice)(int *dev_p, int ndevs, const int *devs);
     ferry_status_t (*listen)(ferry_ctx_t *ctx, int dev, void *handle, void **listen_comm_p);
     ferry_status_t (*connect)(ferry_ctx_t *ctx, int dev, void *handle, int traffic_class,
                               void **send_comm_p);

@@ -26,6 +26,8 @@
 
 #define FERRY_IB_MAX_HCAS 32 /* Physical devices (NCCL's MAX_IB_DEVS). */
 #define FERRY_IB_MAX_DEVS 64 /* Ports in use. */
+#define FERRY_IB_MAX_MEMBERS FERRY_MAX_VDEV_MEMBERS /* Ports one virtual device merges. */
+#define FERRY_IB_MAX_VDEVS (FERRY_IB_MAX_DEVS + 32) /* Ports, then merged devices. */
 
 /* One registered range of an HCA's MR cache (ib_mr.c). */
 typedef struct ferry_ib_mr_entry {
@@ -77,6 +79,17 @@ typedef struct ferry_ib_dev {
     _Atomic int     port_down;   /* PORT_ERR seen and no PORT_ACTIVE since. */
 } ferry_ib_dev_t;
 
+/*
+ * A device as NCCL numbers it: devices 0..ndev-1 are the ports themselves
+ * (one member each); makeVDevice appends merged ones. A comm on a merged
+ * device has QPs on every member and stripes each message over them.
+ */
+typedef struct ferry_ib_vdev {
+    int  ndevs;
+    int  devs[FERRY_IB_MAX_MEMBERS]; /* Members: indices into ferry_ib_state.devs. */
+    char name[FERRY_IB_MAX_MEMBERS * (IBV_SYSFS_NAME_MAX + 8)]; /* "mlx5_0:1+mlx5_1:1". */
+} ferry_ib_vdev_t;
+
 /* Process-wide state: written by init (under api.c's lock), then read-only except atomics. */
 typedef struct ferry_ib_state {
     ferry_ib_config_t cfg;
@@ -84,6 +97,8 @@ typedef struct ferry_ib_state {
     ferry_ib_hca_t    hcas[FERRY_IB_MAX_HCAS];
     int               ndev;
     ferry_ib_dev_t    devs[FERRY_IB_MAX_DEVS];
+    _Atomic int       nvdev;           /* Devices NCCL sees: ndev ports, then merged ones. */
+    ferry_ib_vdev_t   vdevs[FERRY_IB_MAX_VDEVS];
     char              oob_ifname[64];  /* Out-of-band interface (socket layer's rules)... */
     char              oob_addr[64];    /* ...and its address as text. */
     int               gdr;             /* GPU pointers (NCCL_PTR_CUDA) are registered (ib_gdr.c). */
@@ -106,8 +121,18 @@ ferry_status_t ferry_ib_get_properties(int dev, ferry_props_t *props_p);
  * reason in why. Leaves nothing loaded or open behind when it says 0.
  */
 int ferry_ib_usable(const ferry_config_t *cfg, char *why, size_t len);
-/* "mlx5_0:1" of a device, for logs; "?" when out of range. */
+/* "mlx5_0:1" (or "mlx5_0:1+mlx5_1:1") of a device NCCL numbers, for logs; "?" out of range. */
 const char *ferry_ib_dev_name(int dev);
+
+/* ib_vdev.c: devices as NCCL numbers them (ports, then merged ones). */
+/* One single-member device per port, after the ports are found. */
+void ferry_ib_vdev_init(ferry_ib_state_t *st);
+/* makeVDevice: NCCL_IB_MERGE_NICS, members of one link layer, at most 4. */
+ferry_status_t ferry_ib_make_vdevice(int *dev_p, int ndevs, const int *devs);
+/* The device NCCL calls dev, or NULL (with a WARN naming fn) when there is none. */
+const ferry_ib_vdev_t *ferry_ib_vdev_get(int dev, const char *fn);
+/* getProperties of a merged device: its first member's, speeds summed, the rest narrowed. */
+void ferry_ib_vdev_props(const ferry_ib_vdev_t *v, ferry_props_t *props_p);
 
 /* ib_mr.c: the per-HCA registration cache, reference counted over page-rounded ranges. */
 /*

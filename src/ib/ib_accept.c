@@ -160,7 +160,7 @@ static ferry_status_t ferry_ib_accept_step(ferry_ib_listen_comm_t *lc, ferry_ib_
         rc = ferry_ib_oob_recv(p->fd, &p->ready, 1, &p->got);
         if (rc == 1 && p->ready != FERRY_IB_OOB_READY) {
             FERRY_WARN("ib accept from %s on %s: %s: got byte 0x%02x instead of the ready "
-                       "byte; mixed ferry builds?", p->peer, ferry_ib_state.devs[lc->dev].name,
+                       "byte; mixed ferry builds?", p->peer, ferry_ib_dev_name(lc->dev),
                        ferry_ib_acc_step[p->state], p->ready);
             return FERRY_ERR_REMOTE;
         }
@@ -182,7 +182,7 @@ static ferry_status_t ferry_ib_accept_step(ferry_ib_listen_comm_t *lc, ferry_ib_
         return FERRY_OK;
     }
     FERRY_WARN("ib accept from %s on %s failed while %s: %s; the connecting rank probably "
-               "exited or failed (check its log)", p->peer, ferry_ib_state.devs[lc->dev].name,
+               "exited or failed (check its log)", p->peer, ferry_ib_dev_name(lc->dev),
                ferry_ib_acc_step[p->state], why);
     return FERRY_ERR_REMOTE;
 }

@@ -107,7 +107,7 @@ void ferry_ib_cm_priv_fill(ferry_ib_cm_priv_t *p, const ferry_ib_comm_t *c, int 
     p->token = token;
     p->conn_id = conn_id;
     p->addr = c->ring.kind == FERRY_PX_SEND ? l->fifo_addr : l->sizes_addr;
-    p->rkey = c->ring.kind == FERRY_PX_SEND ? l->fifo_rkey : l->sizes_rkey;
+    p->rkey = l->ports[0].ctrl_rkey; /* rdmacm mode: devices of one port only. */
     p->magic = FERRY_IB_CM_MAGIC;
     p->version = FERRY_IB_WIRE_VERSION;
     p->qp = (uint8_t)qp;
@@ -165,19 +165,18 @@ void ferry_ib_cm_meta(ferry_ib_meta_t *m, const ferry_ib_cm_priv_t *p, const uin
     m->version = FERRY_IB_WIRE_VERSION;
     m->size = sizeof(*m);
     m->nqps = (uint16_t)nqps;
+    m->nmembers = 1;
     /* Port, link, MTU and GID are the route's: rdma_cm set the QPs up with them. */
-    m->port = (uint8_t)dev->port;
-    m->link_layer = (uint8_t)dev->link_layer;
-    m->mtu = (uint8_t)dev->port_attr.active_mtu;
+    m->ports[0].port = (uint8_t)dev->port;
+    m->ports[0].link_layer = (uint8_t)dev->link_layer;
+    m->ports[0].mtu = (uint8_t)dev->port_attr.active_mtu;
+    m->ports[0].ctrl_rkey = p->rkey;
     m->tc = p->tc;
     m->sl = p->sl;
-    if (ours == FERRY_PX_RECV) {
+    if (ours == FERRY_PX_RECV)
         m->fifo_addr = p->addr;
-        m->fifo_rkey = p->rkey;
-    } else {
+    else
         m->sizes_addr = p->addr;
-        m->sizes_rkey = p->rkey;
-    }
     snprintf(m->devname, sizeof(m->devname), "%s", p->devname);
     for (i = 0; i < nqps && i < FERRY_IB_MAX_QPS; i++)
         m->qpn[i] = qpn[i];

@@ -70,34 +70,77 @@ static inline void ferry_ib_magic_clear(uint64_t *magic)
 #define FERRY_IB_WR_CHAIN(_id) ((int)(((_id) >> 32) & 0xff))
 #define FERRY_IB_WR_SEQ(_id)   ((uint32_t)(_id))
 
+/* imm_data on a merged device: message (low 24 bits) and chain, so duplicates are seen. */
+#define FERRY_IB_IMM_CHAIN(_seq, _chain) ((((uint32_t)(_seq) & 0xffffffU) << 8) | (uint32_t)(_chain))
+#define FERRY_IB_IMM_SEQ(_imm)   ((_imm) >> 8)
+#define FERRY_IB_IMM_J(_imm)     ((int)((_imm) & 0xff))
+/* Receives a merged device's QP keeps posted: every chain of every slot could land on it. */
+#define FERRY_IB_RQ_DEPTH (FERRY_IB_FIFO_SLOTS * FERRY_IB_MAX_QPS)
+
 #define FERRY_IB_WORD_TRUNC (1ULL << 63)
 #define FERRY_IB_WORD_FLUSH (1ULL << 62) /* recv: the request is a GDR flush (low bits: its number). */
 #define FERRY_IB_WORD_CUDA  (1ULL << 61) /* ...made with cuFlushGPUDirectRDMAWrites. */
 
-/* What both comm kinds share: QPs, CQ, control block, OOB socket. */
-typedef struct ferry_ib_conn {
+/*
+ * One port of a comm's device (a member; a device that is one port has one).
+ * Its QPs are the comm's data QPs i with i % nmem == its index.
+ */
+typedef struct ferry_ib_member {
     ferry_ib_dev_t  *dev;
-    int              devidx;
-    struct ibv_cq   *cq;
+    struct ibv_cq   *cq;           /* On the member's HCA: its QPs complete here. */
+    struct ibv_mr   *ctrl_mr;      /* The control block, registered on the member's HCA. */
+    ferry_ib_watch_t watch;        /* Its QPs and port, on its HCA's async thread. */
+    int              watching;
+    int              down;         /* Failed for this comm: nothing new is posted on it. */
+    uint64_t         bytes;        /* send: payload bytes posted on it. */
+    uint64_t         chains;       /* Chains completed through it (send: acked; recv: landed). */
+    uint64_t         moved;        /* Chains (send) or clear-to-sends (recv) moved off it. */
+    _Atomic int      async_down;   /* The async thread saw a fatal event on its QPs... */
+    char             async_why[160]; /* ...this one (written before async_down is set). */
+} ferry_ib_member_t;
+
+/* What both comm kinds share: members, QPs, control block, OOB socket. */
+typedef struct ferry_ib_conn {
+    ferry_ib_dev_t  *dev;          /* Member 0's port: logs, the GDR flush. */
+    int              devidx;       /* The device as NCCL numbers it (ferry_ib_state.vdevs). */
+    int              nmem;         /* Members of our device. */
+    ferry_ib_member_t mem[FERRY_IB_MAX_MEMBERS];
     int              nqps;
     struct ibv_qp   *qps[FERRY_IB_MAX_QPS];
+    int              nchains;      /* QP chains per message: max(members on each side), or nqps split. */
+    /*
+     * Either side's device is merged: every QP keeps receives posted (a
+     * chain may land on any QP after a failover), imm_data names message
+     * and chain, sizes always come through the sizes FIFO, and a failed
+     * member's work moves to the others instead of failing the comm.
+     */
+    int              multi;
+    int              ndown;        /* Members down. */
+    int              cts_qp;       /* recv: the QP that carries the clear-to-sends (multi). */
     uint32_t         max_inline;   /* What the QPs got (0: NCCL_IB_USE_INLINE off). */
     int              split;        /* NCCL_IB_SPLIT_DATA_ON_QPS. */
     void            *ctrl;         /* Page-aligned: send: CTS FIFO + sizes source; recv: sizes FIFO + CTS source. */
     size_t           ctrl_len;
-    struct ibv_mr   *ctrl_mr;
     ferry_ib_meta_t  local;        /* What we told the peer... */
     ferry_ib_meta_t  remote;       /* ...and what it told us. */
     int              oob_fd;       /* Kept open: EOF = peer gone. -1 when off or closed. */
     uint64_t         check_ns;     /* Next liveness look (coarse clock). */
     uint64_t         gone_ns;      /* When EOF was seen; 0 while the peer is there. */
     int              bye;          /* The peer closed its comm normally (FERRY_IB_OOB_BYE). */
-    int              watching;     /* watch is in the async thread's list. */
     int              registered;   /* ring is in the registry (returned to NCCL). */
-    ferry_ib_watch_t watch;
     char             peer[64];     /* OOB address of the peer, "ip:port". */
     struct ferry_ib_cm_conn *cm;   /* NCCL_FERRY_IB_CM=rdmacm: the comm's CM ids; NULL in oob mode. */
 } ferry_ib_conn_t;
+
+/* Our member, and the peer's, that data QP q connects. */
+static inline int ferry_ib_qp_mem(const ferry_ib_conn_t *conn, int q)
+{
+    return q % conn->nmem;
+}
+static inline int ferry_ib_qp_rmem(const ferry_ib_conn_t *conn, int q)
+{
+    return q % (conn->remote.nmembers > 0 ? conn->remote.nmembers : 1);
+}
 
 /* Head of both comm kinds. ring first: requests lead back to the comm. */
 typedef struct ferry_ib_comm {
@@ -113,6 +156,8 @@ typedef struct ferry_ib_send_slot {
     int             chains;        /* QP chains posted for it... */
     int             outstanding;   /* ...whose completion is not polled yet. */
     uint32_t        trunc;         /* Buffers whose isend did not fit (bit i). */
+    uint32_t        chains_done;   /* Chains whose completion was polled (bit j). */
+    uint8_t         chain_qp[FERRY_IB_MAX_QPS]; /* The QP chain j was last posted on. */
     ferry_px_req_t *reqs[FERRY_IB_MAX_RECVS]; /* Request of buffer i. */
     uint64_t        fifo_seq;
 } ferry_ib_send_slot_t;
@@ -167,6 +212,7 @@ typedef struct ferry_ib_recv_comm {
     ferry_ib_sizes_slot_t *sizes;      /* In ctrl: the sender writes grouped sizes here. */
     uint64_t               cts_seq;    /* Receives posted (CTS written). */
     uint64_t               imm_done;   /* WRITE_WITH_IMM completions polled (dump). */
+    uint32_t               chains_seen[FERRY_IB_FIFO_SLOTS]; /* multi: chains landed (bit j) per slot. */
 } ferry_ib_recv_comm_t;
 
 /* ib_flush.c: iflush, its completions and errors, its resources and dump words. */
@@ -182,15 +228,17 @@ void ferry_ib_flush_stall_why(const ferry_ib_recv_comm_t *rc, const ferry_px_req
 /* A registered buffer as NCCL holds it. */
 typedef struct ferry_ib_mh {
     uint64_t        magic;         /* FERRY_IB_MH_MAGIC. */
-    struct ibv_mr  *mr;            /* What our NIC reads (send) or the peer writes (recv). */
+    int             devidx;        /* The device (as NCCL numbers it) of the comm it was made on. */
+    int             nmem;          /* Its members: one MR each, [m] on member m's HCA. */
+    struct ibv_mr  *mr[FERRY_IB_MAX_MEMBERS]; /* What our NIC reads (send) or the peer writes (recv). */
     /*
-     * The MR the peer may write into: mr for a buffer registered on a receive
+     * The MRs the peer may write into: mr for a buffer registered on a receive
      * comm; for one registered on a send comm, NULL until a receive uses the
      * handle (regIsGlobal: NCCL may register once and use the handle on every
      * comm of the device), then registered with remote write on that first use.
      */
-    struct ibv_mr  *mr_remote;
-    ferry_ib_hca_t *hca;
+    struct ibv_mr  *mr_remote[FERRY_IB_MAX_MEMBERS];
+    ferry_ib_hca_t *hca[FERRY_IB_MAX_MEMBERS];
     uintptr_t       base;          /* What NCCL registered. */
     size_t          size;
     ferry_px_req_kind_t kind;      /* The comm's kind: recv MRs take remote writes. */
@@ -280,13 +328,37 @@ ferry_status_t ferry_ib_irecv(void *recv_comm, int n, void **data, size_t *sizes
 void ferry_ib_send_completion(ferry_ib_send_comm_t *sc, const struct ibv_wc *wc);
 void ferry_ib_send_fail_trunc(ferry_ib_send_comm_t *sc);
 void ferry_ib_recv_completion(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc);
-/* Which data QPs message fifo_seq uses: first index and count. */
+/* Failover: chains (send) or clear-to-sends (recv) in flight on member m, posted again on the
+ * others. Returns the requests moved, or -1 when the comm failed. */
+int ferry_ib_send_move(ferry_ib_send_comm_t *sc, int m);
+int ferry_ib_recv_move(ferry_ib_recv_comm_t *rc, int m);
+/* A merged device's receive comm: FERRY_IB_RQ_DEPTH receives on each QP of member m (-1: all). */
+ferry_status_t ferry_ib_recv_pool_fill(ferry_ib_recv_comm_t *rc, int m);
+/* The index of the data QP with this number, or -1. */
+int ferry_ib_qp_index(const ferry_ib_conn_t *conn, uint32_t qp_num);
+/*
+ * Which data QPs message fifo_seq uses: chains j = 0..count-1 on QPs
+ * (first + j) % nqps, so consecutive chains alternate members.
+ */
 static inline void ferry_ib_msg_qps(const ferry_ib_conn_t *conn, uint64_t fifo_seq,
                                     int *first_p, int *count_p)
 {
-    *first_p = conn->split ? 0 : (int)(fifo_seq % (uint64_t)conn->nqps);
-    *count_p = conn->split ? conn->nqps : 1;
+    *count_p = conn->split ? conn->nqps : conn->nchains;
+    *first_p = conn->split ? 0
+                           : (int)((fifo_seq * (uint64_t)conn->nchains) % (uint64_t)conn->nqps);
 }
+/* The QP of chain j: its planned one, or (multi) the next whose member is up. */
+int ferry_ib_chain_qp(const ferry_ib_conn_t *conn, int first, int j);
+/*
+ * Member m of c failed (why: what was seen): no new work goes to it; one
+ * WARN the first time. When no member is left the comm fails.
+ * Returns 0, or the ring's error when the comm failed.
+ */
+long ferry_ib_member_down(ferry_ib_comm_t *c, int m, const char *why);
+/* A completion error on a merged device's QP (what: the WR in words): its member fails over. */
+void ferry_ib_wc_failover(ferry_ib_comm_t *c, const struct ibv_wc *wc, const char *what);
+/* Ports down, fatal device or async QP events: their members fail (the comm, when not merged). */
+long ferry_ib_members_check(ferry_ib_comm_t *c);
 
 /* ib_poll.c */
 long ferry_ib_poll(ferry_px_ring_t *ring, ferry_px_req_t *req);

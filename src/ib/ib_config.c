@@ -143,6 +143,9 @@ static const ferry_cfg_var_t ferry_ib_cfg_vars[FERRY_IB_CFG_COUNT] = {
     [FERRY_IB_CFG_MERGE_VFS] = {"NCCL_IB_MERGE_VFS", FERRY_CFG_KIND_INT,
         FERRY_IB_CFG_FIELD(merge_vfs), 1, 0, 1,
         "0 or 1 (1: virtual functions report their physical function's PCI path)"},
+    [FERRY_IB_CFG_MERGE_NICS] = {"NCCL_IB_MERGE_NICS", FERRY_CFG_KIND_INT,
+        FERRY_IB_CFG_FIELD(merge_nics), 1, 0, 1,
+        "0 or 1 (1: NCCL may merge ports into one device that stripes over them)"},
     /* GPU memory (ib_gdr.c, ib_flush.c). */
     [FERRY_IB_CFG_GDR] = {"NCCL_FERRY_IB_GDR", FERRY_CFG_KIND_CHOICE, FERRY_IB_CFG_FIELD(gdr), -1,
         0, 0, "-1 (GPU memory when a peer-memory module is loaded), 0 (never) or 1 (always)",

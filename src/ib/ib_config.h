@@ -37,6 +37,7 @@ typedef struct ferry_ib_config {
     int    peer_timeout_s;    /* NCCL_FERRY_IB_PEER_TIMEOUT_S: a dead peer becomes an error this fast; 0 off. */
     ferry_cfg_src_t src[32];  /* Source of each value, indexed as the table in ib_config.c. */
     int    merge_vfs;         /* NCCL_IB_MERGE_VFS, default 1: VFs share their PF's pciPath. */
+    int    merge_nics;        /* NCCL_IB_MERGE_NICS, default 1: makeVDevice merges ports. */
     /* GPU memory (ib_gdr.c, ib_flush.c). */
     int    gdr;               /* NCCL_FERRY_IB_GDR: -1 auto (peer-memory module), 0 off, 1 on. */
     int    flush;             /* NCCL_FERRY_IB_FLUSH: FERRY_IB_FLUSH_READ or _CUDA. */
@@ -80,6 +81,7 @@ typedef enum ferry_ib_cfg_id {
     FERRY_IB_CFG_VERBS_LIB,
     FERRY_IB_CFG_PEER_TIMEOUT_S,
     FERRY_IB_CFG_MERGE_VFS,
+    FERRY_IB_CFG_MERGE_NICS,
     /* GPU memory. */
     FERRY_IB_CFG_GDR,
     FERRY_IB_CFG_FLUSH,

@@ -79,10 +79,8 @@ ferry_status_t ferry_ib_handle_check(const ferry_ib_handle_t *h, int dev)
                    "NCCL_FERRY_BACKEND", dev, (unsigned long long)h->magic, h->version);
         return FERRY_ERR_USAGE;
     }
-    if (dev < 0 || dev >= ferry_ib_state.ndev) {
-        FERRY_WARN("connect(dev=%d): the ib backend has %d device(s)", dev, ferry_ib_state.ndev);
+    if (ferry_ib_vdev_get(dev, "connect") == NULL)
         return FERRY_ERR_INVALID;
-    }
     return FERRY_OK;
 }
 

@@ -167,6 +167,7 @@ ferry_status_t ferry_ib_init(const ferry_config_t *cfg)
     }
     if (skipped[0] != '\0')
         FERRY_INFO(FERRY_LOG_NET, "ib backend: not using %s", skipped);
+    ferry_ib_vdev_init(st);
     ferry_ib_log_devices(st);
     ferry_ib_gdr_probe(st);
     return FERRY_OK;
@@ -185,24 +186,23 @@ void ferry_ib_fini(void)
     /* Device names stay in place: NCCL may keep the pointers getProperties gave it. */
     st->nhca = 0;
     st->ndev = 0;
+    atomic_store_explicit(&st->nvdev, 0, memory_order_release);
 }
 
 ferry_status_t ferry_ib_devices(int *ndev_p)
 {
-    *ndev_p = ferry_ib_state.ndev;
+    *ndev_p = atomic_load_explicit(&ferry_ib_state.nvdev, memory_order_acquire);
     return FERRY_OK;
 }
 
 ferry_status_t ferry_ib_get_properties(int dev, ferry_props_t *props_p)
 {
+    const ferry_ib_vdev_t *v = ferry_ib_vdev_get(dev, "getProperties");
     const ferry_ib_dev_t *d;
 
-    if (dev < 0 || dev >= ferry_ib_state.ndev) {
-        FERRY_WARN("getProperties(dev=%d): ib backend has %d device(s) (0..%d)", dev,
-                   ferry_ib_state.ndev, ferry_ib_state.ndev - 1);
+    if (v == NULL)
         return FERRY_ERR_INVALID;
-    }
-    d = &ferry_ib_state.devs[dev];
+    d = &ferry_ib_state.devs[v->devs[0]];
     memset(props_p, 0, sizeof(*props_p));
     props_p->name = d->name;
     props_p->pci_path = d->hca->pci_path[0] ? d->hca->pci_path : NULL;
@@ -218,10 +218,14 @@ ferry_status_t ferry_ib_get_properties(int dev, ferry_props_t *props_p)
     props_p->max_p2p_bytes = (size_t)1 << 40;    /* NCCL_MAX_NET_SIZE_BYTES. */
     props_p->max_coll_bytes = (size_t)512 << 20; /* MAX_COLLNET_SIZE. */
     props_p->max_multi_request_size = 1;
+    if (dev >= ferry_ib_state.ndev)
+        ferry_ib_vdev_props(v, props_p); /* ib_vdev.c */
     return FERRY_OK;
 }
 
 const char *ferry_ib_dev_name(int dev)
 {
-    return dev >= 0 && dev < ferry_ib_state.ndev ? ferry_ib_state.devs[dev].name : "?";
+    int n = atomic_load_explicit(&ferry_ib_state.nvdev, memory_order_acquire);
+
+    return dev >= 0 && dev < n ? ferry_ib_state.vdevs[dev].name : "?";
 }

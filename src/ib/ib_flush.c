@@ -106,8 +106,8 @@ static ferry_status_t ferry_ib_flush_setup(ferry_ib_recv_comm_t *rc)
         goto err_free;
     step = "ibv_create_qp (RC, 32 send WRs)";
     memset(&ia, 0, sizeof(ia));
-    ia.send_cq = conn->cq;
-    ia.recv_cq = conn->cq;
+    ia.send_cq = conn->mem[0].cq;
+    ia.recv_cq = conn->mem[0].cq;
     ia.qp_type = IBV_QPT_RC;
     ia.cap.max_send_wr = FERRY_MAX_REQUESTS;
     ia.cap.max_recv_wr = 1;
@@ -296,7 +296,7 @@ static ferry_status_t ferry_ib_flush_read(ferry_ib_recv_comm_t *rc, void *buf, s
     wr.num_sge = 1;
     wr.send_flags = IBV_SEND_SIGNALED;
     wr.wr.rdma.remote_addr = (uint64_t)(uintptr_t)buf;
-    wr.wr.rdma.rkey = mh->mr->rkey;
+    wr.wr.rdma.rkey = mh->mr[0]->rkey;
     err = ibv_post_send(f->qp, &wr, &bad);
     if (err != 0) {
         FERRY_WARN("iflush on recv comm #%u from %s (device %s): ibv_post_send of the 1-byte "
@@ -326,7 +326,7 @@ ferry_status_t ferry_ib_iflush(ferry_ib_recv_comm_t *rc, int n, void **data, int
     for (i = n - 1; i >= 0 && last < 0; i--) {
         const ferry_ib_mh_t *m = mhandles != NULL ? mhandles[i] : NULL;
 
-        if (sizes[i] > 0 && m != NULL && m->type != FERRY_PTR_HOST && m->mr != NULL) {
+        if (sizes[i] > 0 && m != NULL && m->type != FERRY_PTR_HOST && m->mr[0] != NULL) {
             last = i;
             mh = m;
         }

@@ -27,7 +27,7 @@
 #include "core/api.h"
 
 #define FERRY_IB_MAGIC        0x62692d7972726566ULL /* "ferry-ib" */
-#define FERRY_IB_WIRE_VERSION 1
+#define FERRY_IB_WIRE_VERSION 2
 /* Data QPs per connection (NCCL_IB_QPS_PER_CONNECTION is capped here: one watch holds them). */
 #define FERRY_IB_MAX_QPS      16
 /* Sub-buffers of one receive (NCCL's maxRecvs). */
@@ -72,30 +72,42 @@ typedef struct ferry_ib_hello {
 } ferry_ib_hello_t;
 _Static_assert(sizeof(ferry_ib_hello_t) == 32, "hello is 32 bytes");
 
-/* What each side tells the other about its port, QPs and FIFOs. */
-typedef struct ferry_ib_meta {
-    uint64_t magic;        /* FERRY_IB_MAGIC. */
-    uint16_t version;      /* FERRY_IB_WIRE_VERSION. */
-    uint16_t size;         /* sizeof(ferry_ib_meta_t). */
-    uint16_t nqps;         /* Data QPs (connector decides; acceptor echoes). */
+/* One port of a side's device, as the other side needs it to reach it. */
+typedef struct ferry_ib_meta_port {
     uint16_t lid;          /* Port LID (0 on RoCE). */
     uint8_t  port;         /* Port number on the HCA. */
     uint8_t  link_layer;   /* IBV_LINK_LAYER_INFINIBAND or _ETHERNET. */
     uint8_t  mtu;          /* enum ibv_mtu: the port's active_mtu. */
     uint8_t  gid_index;    /* Our GID index (sgid_index in our GRH). */
+    uint8_t  ar;           /* Adaptive routing on this port's device (informational). */
+    uint8_t  reserved;
+    uint32_t ctrl_rkey;    /* Key of our FIFO block on this port's HCA (fifo_addr / sizes_addr). */
+    uint32_t reserved2;
+    uint8_t  gid[16];      /* Our GID at gid_index. */
+} ferry_ib_meta_port_t;
+_Static_assert(sizeof(ferry_ib_meta_port_t) == 32, "a port's metadata is 32 bytes");
+
+/*
+ * What each side tells the other about its device, QPs and FIFOs. A merged
+ * device has several ports (members); data QP i sits on our member
+ * i % nmembers and reaches the peer's member i % (its nmembers).
+ */
+typedef struct ferry_ib_meta {
+    uint64_t magic;        /* FERRY_IB_MAGIC. */
+    uint16_t version;      /* FERRY_IB_WIRE_VERSION. */
+    uint16_t size;         /* sizeof(ferry_ib_meta_t). */
+    uint16_t nqps;         /* Data QPs (connector decides; acceptor echoes). */
+    uint16_t nmembers;     /* Ports of our device, 1..FERRY_IB_MAX_MEMBERS. */
     uint8_t  tc;           /* Traffic class (connector decides; acceptor uses it). */
     uint8_t  sl;           /* Service level (same). */
-    uint8_t  ar;           /* Adaptive routing on the sender's device (informational). */
-    uint8_t  reserved;
-    uint8_t  gid[16];      /* Our GID at gid_index. */
+    uint8_t  reserved[6];
     uint64_t fifo_addr;    /* Connector: its CTS FIFO [32][8] of ferry_ib_cts_t. Acceptor: 0. */
     uint64_t sizes_addr;   /* Acceptor: its sizes FIFO [32][8] of uint32_t. Connector: 0. */
-    uint32_t fifo_rkey;
-    uint32_t sizes_rkey;
-    char     devname[64];  /* "fakeib0:1", for logs. */
+    char     devname[64];  /* "fakeib0:1" or "fakeib0:1+fakeib0:2", for logs. */
     uint32_t qpn[FERRY_IB_MAX_QPS]; /* QP numbers, data QP i at [i]. */
+    ferry_ib_meta_port_t ports[4]; /* Member m of our device at [m]. */
 } ferry_ib_meta_t;
-_Static_assert(sizeof(ferry_ib_meta_t) == 192, "metadata is 192 bytes");
+_Static_assert(sizeof(ferry_ib_meta_t) == 296, "metadata is 296 bytes");
 
 /*
  * NCCL_FERRY_IB_CM=rdmacm: what ferry puts in the connection manager's
@@ -135,12 +147,11 @@ _Static_assert(sizeof(ferry_ib_cm_priv_t) == 56, "rdma_cm private data is 56 byt
 typedef struct ferry_ib_cts {
     uint64_t addr;         /* Receive buffer at the receiver. */
     uint64_t size;         /* Its capacity. */
-    uint32_t rkey;
+    uint32_t rkeys[4];     /* Its key on each member of the receiver's device. */
     uint32_t nreqs;        /* n of the receive, the same in each entry. */
     int32_t  tag;
-    uint32_t reserved;
     uint64_t idx;          /* Receive number + 1; 0 never valid. */
-    uint8_t  pad[24];
+    uint8_t  pad[16];
 } __attribute__((aligned(32))) ferry_ib_cts_t;
 _Static_assert(sizeof(ferry_ib_cts_t) == 64, "CTS entry is 64 bytes");
 

@@ -59,10 +59,8 @@ ferry_status_t ferry_ib_listen(ferry_ctx_t *ctx, int dev, void *handle, void **l
     ferry_status_t status;
 
     *listen_comm_p = NULL;
-    if (dev < 0 || dev >= ferry_ib_state.ndev) {
-        FERRY_WARN("listen(dev=%d): the ib backend has %d device(s)", dev, ferry_ib_state.ndev);
+    if (ferry_ib_vdev_get(dev, "listen") == NULL)
         return FERRY_ERR_INVALID;
-    }
     lc = calloc(1, sizeof(*lc));
     if (lc == NULL)
         return FERRY_ERR_NO_MEMORY;

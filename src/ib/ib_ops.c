@@ -55,24 +55,31 @@ static const char *ferry_ib_magic_words(uint64_t magic)
 
 /*
  * A handle registered on a send comm (local access only) is used for a
- * receive: register its range for remote writes now, once (regIsGlobal lets
- * NCCL share handles between comms of a device).
+ * receive: register its range for remote writes now, once per member
+ * (regIsGlobal lets NCCL share handles between comms of a device).
  */
 static ferry_status_t ferry_ib_mh_allow_remote(const ferry_ib_comm_t *c, ferry_ib_mh_t *mh,
                                                const char *fn)
 {
     char err[320];
     ferry_status_t status;
+    int m;
 
-    status = ferry_ib_mr_get(mh->hca, (void *)mh->base, mh->size,
-                             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, 0, &mh->mr_remote,
-                             err, sizeof(err));
-    if (status != FERRY_OK) {
-        FERRY_WARN("%s on comm to %s (%s): buffer %p + %zu bytes was registered on a send comm; "
-                   "registering it for the peer's writes failed: %s", fn, c->conn.peer,
-                   ferry_ib_comm_where(c), (void *)mh->base, mh->size, err);
-        mh->mr_remote = NULL;
-        return status;
+    for (m = 0; m < mh->nmem; m++) {
+        status = ferry_ib_mr_get(mh->hca[m], (void *)mh->base, mh->size,
+                                 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, 0,
+                                 &mh->mr_remote[m], err, sizeof(err));
+        if (status != FERRY_OK) {
+            FERRY_WARN("%s on comm to %s (%s): buffer %p + %zu bytes was registered on a send "
+                       "comm; registering it for the peer's writes on %s failed: %s", fn,
+                       c->conn.peer, ferry_ib_comm_where(c), (void *)mh->base, mh->size,
+                       c->conn.mem[m].dev->name, err);
+            while (m-- > 0) {
+                ferry_ib_mr_put(mh->hca[m], mh->mr_remote[m]);
+                mh->mr_remote[m] = NULL;
+            }
+            return status;
+        }
     }
     FERRY_INFO(FERRY_LOG_NET, "%s on comm to %s: buffer %p + %zu bytes, registered on a send "
                "comm, now also takes the peer's writes", fn, c->conn.peer, (void *)mh->base,
@@ -113,15 +120,28 @@ static ferry_status_t ferry_ib_mh_check(const ferry_ib_comm_t *c, const void *mh
                    "%p + %zu bytes", fn, c->conn.peer, data, size, (void *)mh->base, mh->size);
         return FERRY_ERR_INVALID;
     }
-    if (mh->hca != c->conn.dev->hca) {
+    if (mh->devidx != c->conn.devidx) {
         FERRY_WARN("%s on comm to %s: buffer %p was registered on another device (%s), this "
-                   "comm runs on %s", fn, c->conn.peer, data, mh->hca->name,
+                   "comm runs on %s", fn, c->conn.peer, data, ferry_ib_dev_name(mh->devidx),
                    ferry_ib_comm_where(c));
         return FERRY_ERR_INVALID;
     }
-    if (c->ring.kind == FERRY_PX_RECV && mh->mr_remote == NULL && mh->size > 0)
+    if (c->ring.kind == FERRY_PX_RECV && mh->mr_remote[0] == NULL && mh->size > 0)
         return ferry_ib_mh_allow_remote(c, (ferry_ib_mh_t *)mhandle, fn);
     return FERRY_OK;
+}
+
+/* Drop every reference mh holds. */
+static void ferry_ib_mh_put(ferry_ib_mh_t *mh)
+{
+    int m;
+
+    for (m = 0; m < mh->nmem; m++) {
+        if (mh->mr_remote[m] != NULL && mh->mr_remote[m] != mh->mr[m])
+            ferry_ib_mr_put(mh->hca[m], mh->mr_remote[m]);
+        if (mh->mr[m] != NULL)
+            ferry_ib_mr_put(mh->hca[m], mh->mr[m]);
+    }
 }
 
 static const char *ferry_ib_ptr_words(int type)
@@ -157,8 +177,9 @@ static ferry_status_t ferry_ib_reg(ferry_ib_comm_t *c, ferry_ib_mr_req_t *rq, in
 {
     const char *side = c->ring.kind == FERRY_PX_RECV ? "receive" : "send";
     ferry_ib_mh_t *mh;
-    ferry_status_t status;
+    ferry_status_t status = FERRY_OK;
     char err[1024];
+    int m;
 
     mh = calloc(1, sizeof(*mh));
     if (mh == NULL)
@@ -170,26 +191,30 @@ static ferry_status_t ferry_ib_reg(ferry_ib_comm_t *c, ferry_ib_mr_req_t *rq, in
     else
         rq->access = c->ring.kind == FERRY_PX_RECV
                          ? IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE : 0;
-    if (rq->size > 0) {
-        status = ferry_ib_mr_get_ex(c->conn.dev->hca, rq, &mh->mr, err, sizeof(err));
+    mh->nmem = c->conn.nmem;
+    for (m = 0; m < mh->nmem; m++) {
+        mh->hca[m] = c->conn.mem[m].dev->hca;
+        if (rq->size == 0)
+            continue;
+        status = ferry_ib_mr_get_ex(mh->hca[m], rq, &mh->mr[m], err, sizeof(err));
         if (status != FERRY_OK) {
             FERRY_WARN("%s(%p, %zu bytes, %s) on %s comm to %s (device %s): %s", fn, rq->addr,
                        rq->size, ferry_ib_ptr_words(type), side, c->conn.peer,
-                       ferry_ib_comm_where(c), err);
+                       c->conn.mem[m].dev->name, err);
+            ferry_ib_mh_put(mh);
             free(mh);
             return status;
         }
+        mh->mr_remote[m] = c->ring.kind == FERRY_PX_RECV || rq->gpu ? mh->mr[m] : NULL;
     }
     mh->magic = FERRY_IB_MH_MAGIC;
-    mh->hca = c->conn.dev->hca;
+    mh->devidx = c->conn.devidx;
     mh->base = (uintptr_t)rq->addr;
     mh->size = rq->size;
     mh->kind = c->ring.kind;
     mh->type = type;
-    mh->mr_remote = c->ring.kind == FERRY_PX_RECV || rq->gpu ? mh->mr : NULL;
     if (ferry_live_add(mh, FERRY_LIVE_MR) != FERRY_OK) {
-        if (mh->mr != NULL)
-            ferry_ib_mr_put(mh->hca, mh->mr);
+        ferry_ib_mh_put(mh);
         free(mh);
         return FERRY_ERR_NO_MEMORY;
     }
@@ -197,7 +222,7 @@ static ferry_status_t ferry_ib_reg(ferry_ib_comm_t *c, ferry_ib_mr_req_t *rq, in
         FERRY_INFO(FERRY_LOG_NET, "%s on %s comm to %s (device %s): %s %p + %zu bytes, lkey "
                    "0x%x rkey 0x%x", fn, side, c->conn.peer, ferry_ib_comm_where(c),
                    ferry_ib_ptr_words(type), rq->addr, rq->size,
-                   mh->mr != NULL ? mh->mr->lkey : 0, mh->mr != NULL ? mh->mr->rkey : 0);
+                   mh->mr[0] != NULL ? mh->mr[0]->lkey : 0, mh->mr[0] != NULL ? mh->mr[0]->rkey : 0);
     *mhandle_p = mh;
     return FERRY_OK;
 }
@@ -238,10 +263,7 @@ static ferry_status_t ferry_ib_dereg_mr(void *comm, void *mhandle)
                    "twice?)", comm, mhandle);
         return FERRY_ERR_INVALID;
     }
-    if (mh->mr_remote != NULL && mh->mr_remote != mh->mr)
-        ferry_ib_mr_put(mh->hca, mh->mr_remote);
-    if (mh->mr != NULL)
-        ferry_ib_mr_put(mh->hca, mh->mr);
+    ferry_ib_mh_put(mh);
     ferry_ib_magic_clear(&mh->magic);
     free(mh);
     return FERRY_OK;

@@ -7,6 +7,7 @@
  * within about a millisecond of coarse clock plus a short grace).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -37,6 +38,19 @@ static const char *ferry_ib_wc_hint(enum ibv_wc_status status)
     default:
         return "see the verbs status; ibv_devinfo and the port counters show the NIC's view";
     }
+}
+
+/*
+ * The path through a port is gone (no answer, QP in error): another port
+ * may still reach the peer. Access and length errors are the request's own
+ * and would fail on every port.
+ */
+static int ferry_ib_wc_path_lost(enum ibv_wc_status status)
+{
+    return status == IBV_WC_RETRY_EXC_ERR || status == IBV_WC_WR_FLUSH_ERR ||
+           status == IBV_WC_RNR_RETRY_EXC_ERR || status == IBV_WC_FATAL_ERR ||
+           status == IBV_WC_RESP_TIMEOUT_ERR || status == IBV_WC_REM_ABORT_ERR ||
+           status == IBV_WC_GENERAL_ERR;
 }
 
 static const char *ferry_ib_wr_what(uint64_t wr_id)
@@ -88,6 +102,10 @@ static void ferry_ib_wc_error(ferry_ib_comm_t *c, const struct ibv_wc *wc)
         ferry_ib_flush_wc_error((ferry_ib_recv_comm_t *)c, wc);
         return;
     }
+    if (c->conn.multi && ferry_ib_wc_path_lost(wc->status)) {
+        ferry_ib_wc_failover(c, wc, ferry_ib_wr_what(wc->wr_id)); /* ib_failover.c */
+        return;
+    }
     if (wc->status == IBV_WC_WR_FLUSH_ERR) {
         /* A consequence of what moved the QP to ERR: one WARN per comm, not one per flush. */
         if (atomic_load(&c->ring.failed) == 0) {
@@ -125,16 +143,8 @@ long ferry_ib_check_peer(ferry_ib_comm_t *c, int pending)
     conn->check_ns = now + 1000000ULL;
     if (atomic_load_explicit(&c->ring.failed, memory_order_acquire) != 0)
         return atomic_load(&c->ring.failed);
-    if (atomic_load_explicit(&conn->dev->port_down, memory_order_relaxed)) {
-        snprintf(why, sizeof(why), "port %s went down (PORT_ERR); check the cable, the switch "
-                 "and ibv_devinfo", conn->dev->name);
-        return ferry_ib_fail(c, why);
-    }
-    if (atomic_load_explicit(&conn->dev->hca->fatal, memory_order_relaxed)) {
-        snprintf(why, sizeof(why), "device %s reported a fatal error (DEVICE_FATAL); the HCA "
-                 "needs a reset", conn->dev->hca->name);
-        return ferry_ib_fail(c, why);
-    }
+    if (ferry_ib_members_check(c) < 0) /* ib_failover.c: ports down, fatal events. */
+        return atomic_load(&c->ring.failed);
     if (conn->cm != NULL) ferry_ib_cm_poll(c); /* rdmacm mode: DISCONNECTED -> oob_fd EOF. */
     if (conn->oob_fd < 0 || ferry_ib_state.cfg.peer_timeout_s <= 0)
         return 0;
@@ -162,27 +172,30 @@ long ferry_ib_poll(ferry_px_ring_t *ring, ferry_px_req_t *req)
 {
     ferry_ib_comm_t *c = (ferry_ib_comm_t *)ring;
     struct ibv_wc wcs[FERRY_IB_POLL_BATCH];
-    int n, i, failed;
+    int n, i, m, failed, total = 0;
     long st;
 
     if (ring->kind == FERRY_PX_SEND && ((ferry_ib_send_comm_t *)c)->ntrunc > 0)
         ferry_ib_send_fail_trunc((ferry_ib_send_comm_t *)c);
-    n = ibv_poll_cq(c->conn.cq, FERRY_IB_POLL_BATCH, wcs);
-    if (n < 0)
-        return ferry_ib_fail(c, "ibv_poll_cq failed (the CQ is broken)");
-    for (i = 0; i < n; i++) {
-        if (wcs[i].status != IBV_WC_SUCCESS)
-            ferry_ib_wc_error(c, &wcs[i]);
-        else if (ring->kind == FERRY_PX_SEND)
-            ferry_ib_send_completion((ferry_ib_send_comm_t *)c, &wcs[i]);
-        else
-            ferry_ib_recv_completion((ferry_ib_recv_comm_t *)c, &wcs[i]);
+    for (m = 0; m < c->conn.nmem; m++) {
+        n = ibv_poll_cq(c->conn.mem[m].cq, FERRY_IB_POLL_BATCH, wcs);
+        if (n < 0)
+            return ferry_ib_fail(c, "ibv_poll_cq failed (the CQ is broken)");
+        for (i = 0; i < n; i++) {
+            if (wcs[i].status != IBV_WC_SUCCESS)
+                ferry_ib_wc_error(c, &wcs[i]);
+            else if (ring->kind == FERRY_PX_SEND)
+                ferry_ib_send_completion((ferry_ib_send_comm_t *)c, &wcs[i]);
+            else
+                ferry_ib_recv_completion((ferry_ib_recv_comm_t *)c, &wcs[i]);
+        }
+        total += n;
     }
     failed = atomic_load_explicit(&ring->failed, memory_order_acquire);
     if (failed != 0)
         return failed;
-    if (n > 0)
-        return n;
+    if (total > 0)
+        return total;
     st = ferry_ib_check_peer(c, req != NULL);
     return st < 0 ? st : 0;
 }
@@ -190,12 +203,22 @@ long ferry_ib_poll(ferry_px_ring_t *ring, ferry_px_req_t *req)
 void ferry_ib_watch_fn(ferry_ib_watch_t *w, const char *what, int fatal)
 {
     ferry_ib_comm_t *c = w->arg;
-    char why[192];
+    ferry_ib_member_t *mem = (ferry_ib_member_t *)(void *)((char *)w -
+                                                          offsetof(ferry_ib_member_t, watch));
+    char why[160];
 
     if (!fatal && !atomic_load(&w->dev->port_down))
         return;
     if (atomic_load(&c->ring.failed) != 0)
         return;
     snprintf(why, sizeof(why), "async event on %s: %s", w->dev->name, what);
+    if (c->conn.multi) {
+        /* The data path fails the member over (ib_failover.c); this thread only tells it. */
+        if (fatal && !atomic_load(&mem->async_down)) {
+            snprintf(mem->async_why, sizeof(mem->async_why), "%s", why);
+            atomic_store_explicit(&mem->async_down, 1, memory_order_release);
+        }
+        return;
+    }
     ferry_ib_fail(c, why);
 }

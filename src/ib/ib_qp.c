@@ -19,25 +19,27 @@
 
 const char *ferry_ib_comm_where(const ferry_ib_comm_t *c)
 {
-    return c->conn.dev != NULL ? c->conn.dev->name : "?";
+    return c->ring.where[0] != '\0' ? c->ring.where : "?";
 }
 
 static ferry_status_t ferry_ib_comm_qp_create(ferry_ib_comm_t *c, int i, struct rdma_cm_id *id,
                                               char *err, size_t len)
 {
     ferry_ib_conn_t *conn = &c->conn;
+    const ferry_ib_member_t *mem = &conn->mem[ferry_ib_qp_mem(conn, i)];
     const ferry_ib_config_t *cfg = &ferry_ib_state.cfg;
-    const struct ibv_device_attr *da = &conn->dev->hca->attr;
+    const struct ibv_device_attr *da = &mem->dev->hca->attr;
     struct ibv_qp_init_attr ia;
     struct ibv_qp_attr attr;
     int rc;
 
     memset(&ia, 0, sizeof(ia));
-    ia.send_cq = conn->cq;
-    ia.recv_cq = conn->cq;
+    ia.send_cq = mem->cq;
+    ia.recv_cq = mem->cq;
     ia.qp_type = IBV_QPT_RC;
     ia.cap.max_send_wr = 2 * FERRY_IB_FIFO_SLOTS * FERRY_IB_MAX_RECVS;
-    ia.cap.max_recv_wr = FERRY_IB_FIFO_SLOTS * FERRY_IB_MAX_RECVS;
+    /* A merged device's QPs keep FERRY_IB_RQ_DEPTH receives posted (ib_recv.c). */
+    ia.cap.max_recv_wr = 2 * FERRY_IB_FIFO_SLOTS * FERRY_IB_MAX_RECVS;
     if (da->max_qp_wr > 0 && ia.cap.max_send_wr > (uint32_t)da->max_qp_wr)
         ia.cap.max_send_wr = (uint32_t)da->max_qp_wr;
     if (da->max_qp_wr > 0 && ia.cap.max_recv_wr > (uint32_t)da->max_qp_wr)
@@ -46,9 +48,9 @@ static ferry_status_t ferry_ib_comm_qp_create(ferry_ib_comm_t *c, int i, struct 
     ia.cap.max_recv_sge = 1;
     ia.cap.max_inline_data = cfg->use_inline ? sizeof(ferry_ib_cts_t) * FERRY_IB_MAX_RECVS : 0;
     if (id != NULL) /* rdmacm mode: rdma_cm brings it to INIT now and up at connect/accept. */
-        conn->qps[i] = ferry_rdmacm.create_qp(id, conn->dev->hca->pd, &ia) == 0 ? id->qp : NULL;
+        conn->qps[i] = ferry_rdmacm.create_qp(id, mem->dev->hca->pd, &ia) == 0 ? id->qp : NULL;
     else
-        conn->qps[i] = ferry_ibv.create_qp(conn->dev->hca->pd, &ia);
+        conn->qps[i] = ferry_ibv.create_qp(mem->dev->hca->pd, &ia);
     if (conn->qps[i] == NULL) {
         snprintf(err, len, "%s (RC, %u send / %u recv WRs, inline %u) of data QP %d "
                  "failed: %s; check the device's max_qp / max_qp_wr (ibv_devinfo -v) and "
@@ -64,13 +66,13 @@ static ferry_status_t ferry_ib_comm_qp_create(ferry_ib_comm_t *c, int i, struct 
     memset(&attr, 0, sizeof(attr));
     attr.qp_state = IBV_QPS_INIT;
     attr.pkey_index = (uint16_t)cfg->pkey;
-    attr.port_num = (uint8_t)conn->dev->port;
+    attr.port_num = (uint8_t)mem->dev->port;
     attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
     rc = ferry_ibv.modify_qp(conn->qps[i], &attr,
                              IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
     if (rc != 0) {
-        snprintf(err, len, "ibv_modify_qp(INIT, pkey index %d, port %d) of QP 0x%x failed: %s; "
-                 "check NCCL_IB_PKEY", cfg->pkey, conn->dev->port, conn->qps[i]->qp_num,
+        snprintf(err, len, "ibv_modify_qp(INIT, pkey index %d, port %s) of QP 0x%x failed: %s; "
+                 "check NCCL_IB_PKEY", cfg->pkey, mem->dev->name, conn->qps[i]->qp_num,
                  strerror(rc > 0 ? rc : errno));
         return FERRY_ERR_IO;
     }
@@ -89,14 +91,12 @@ static void ferry_ib_comm_layout(ferry_ib_comm_t *c)
         sc->ar = c->conn.dev->ar;
         sc->ar_threshold = ferry_ib_state.cfg.ar_threshold;
         c->conn.local.fifo_addr = (uint64_t)(uintptr_t)sc->fifo;
-        c->conn.local.fifo_rkey = c->conn.ctrl_mr->rkey;
     } else {
         ferry_ib_recv_comm_t *rc = (ferry_ib_recv_comm_t *)c;
 
         rc->cts = (ferry_ib_cts_t (*)[FERRY_IB_MAX_RECVS])ctrl;
         rc->sizes = (ferry_ib_sizes_slot_t *)(ctrl + FERRY_IB_CTS_BYTES);
         c->conn.local.sizes_addr = (uint64_t)(uintptr_t)rc->sizes;
-        c->conn.local.sizes_rkey = c->conn.ctrl_mr->rkey;
     }
 }
 
@@ -110,16 +110,50 @@ static void ferry_ib_comm_local_meta(ferry_ib_comm_t *c)
     m->version = FERRY_IB_WIRE_VERSION;
     m->size = sizeof(*m);
     m->nqps = (uint16_t)conn->nqps;
-    m->lid = conn->dev->port_attr.lid;
-    m->port = (uint8_t)conn->dev->port;
-    m->link_layer = (uint8_t)conn->dev->link_layer;
-    m->mtu = (uint8_t)conn->dev->port_attr.active_mtu;
-    m->gid_index = (uint8_t)conn->dev->gid_index;
-    m->ar = (uint8_t)conn->dev->ar;
-    memcpy(m->gid, conn->dev->gid.raw, sizeof(m->gid));
-    snprintf(m->devname, sizeof(m->devname), "%.63s", conn->dev->name);
+    m->nmembers = (uint16_t)conn->nmem;
+    for (i = 0; i < conn->nmem; i++) {
+        const ferry_ib_dev_t *d = conn->mem[i].dev;
+        ferry_ib_meta_port_t *p = &m->ports[i];
+
+        p->lid = d->port_attr.lid;
+        p->port = (uint8_t)d->port;
+        p->link_layer = (uint8_t)d->link_layer;
+        p->mtu = (uint8_t)d->port_attr.active_mtu;
+        p->gid_index = (uint8_t)d->gid_index;
+        p->ar = (uint8_t)d->ar;
+        p->ctrl_rkey = conn->mem[i].ctrl_mr->rkey;
+        memcpy(p->gid, d->gid.raw, sizeof(p->gid));
+    }
+    snprintf(m->devname, sizeof(m->devname), "%.63s", ferry_ib_dev_name(conn->devidx));
     for (i = 0; i < conn->nqps; i++)
         m->qpn[i] = conn->qps[i]->qp_num;
+}
+
+/* Member m's control-block registration and CQ. */
+static ferry_status_t ferry_ib_member_open(ferry_ib_comm_t *c, int m, int nqps, char *err,
+                                           size_t len)
+{
+    ferry_ib_member_t *mem = &c->conn.mem[m];
+    ferry_status_t status;
+    int cqe;
+
+    status = ferry_ib_mr_get(mem->dev->hca, c->conn.ctrl, c->conn.ctrl_len,
+                             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, 1, &mem->ctrl_mr,
+                             err, len);
+    if (status != FERRY_OK)
+        return status;
+    /* Every QP's work could end up on one member's CQ after failovers. */
+    cqe = 2 * FERRY_IB_FIFO_SLOTS * FERRY_IB_MAX_RECVS * 2 * nqps + 64;
+    if (mem->dev->hca->attr.max_cqe > 0 && cqe > mem->dev->hca->attr.max_cqe)
+        cqe = mem->dev->hca->attr.max_cqe;
+    mem->cq = ferry_ibv.create_cq(mem->dev->hca->ctx, cqe, NULL, NULL, 0);
+    if (mem->cq == NULL) {
+        snprintf(err, len, "ibv_create_cq(%d entries) on %s failed: %s; check the device's "
+                 "max_cqe and the locked-memory limit (ulimit -l)", cqe, mem->dev->name,
+                 strerror(errno ? errno : ENOMEM));
+        return FERRY_ERR_IO;
+    }
+    return FERRY_OK;
 }
 
 ferry_status_t ferry_ib_comm_create(ferry_px_req_kind_t kind, int devidx, int nqps,
@@ -128,22 +162,35 @@ ferry_status_t ferry_ib_comm_create(ferry_px_req_kind_t kind, int devidx, int nq
 {
     size_t size = kind == FERRY_PX_SEND ? sizeof(ferry_ib_send_comm_t)
                                         : sizeof(ferry_ib_recv_comm_t);
-    ferry_ib_dev_t *dev = &ferry_ib_state.devs[devidx];
+    const ferry_ib_vdev_t *v = &ferry_ib_state.vdevs[devidx];
     const char *side = kind == FERRY_PX_SEND ? "connect to" : "accept from";
     const char *step = "allocating the comm";
     ferry_status_t status = FERRY_ERR_NO_MEMORY;
     char err[320] = "out of memory";
     ferry_ib_comm_t *c;
-    int i, cqe;
+    int i;
 
     *comm_p = NULL;
+    if (nqps < v->ndevs) {
+        snprintf(err, sizeof(err), "%d data QP(s) cannot cover the %d ports of %s (the peer's "
+                 "device has fewer ports: merge the same ports on every rank)", nqps, v->ndevs,
+                 v->name);
+        status = FERRY_ERR_REMOTE;
+        step = "spreading QPs over the ports";
+        c = NULL;
+        goto err_warn;
+    }
     c = calloc(1, size);
     if (c == NULL)
         goto err_warn;
     c->magic = kind == FERRY_PX_SEND ? FERRY_IB_SEND_MAGIC : FERRY_IB_RECV_MAGIC;
-    c->conn.dev = dev;
     c->conn.devidx = devidx;
+    c->conn.nmem = v->ndevs;
+    for (i = 0; i < v->ndevs; i++)
+        c->conn.mem[i].dev = &ferry_ib_state.devs[v->devs[i]];
+    c->conn.dev = c->conn.mem[0].dev;
     c->conn.nqps = nqps;
+    c->conn.nchains = 1;
     c->conn.split = ferry_ib_state.cfg.split_data_on_qps;
     c->conn.oob_fd = -1;
     snprintf(c->conn.peer, sizeof(c->conn.peer), "%s", peer);
@@ -155,7 +202,7 @@ ferry_status_t ferry_ib_comm_create(ferry_px_req_kind_t kind, int devidx, int nq
         c = NULL;
         goto err_warn;
     }
-    snprintf(c->ring.where, sizeof(c->ring.where), "%.63s", dev->name);
+    snprintf(c->ring.where, sizeof(c->ring.where), "%.63s", v->name);
     c->ring.stall_ns = (uint64_t)ferry_ib_core_cfg.stall_warn_s * 1000000000ULL;
 
     step = "registering the FIFO";
@@ -166,25 +213,13 @@ ferry_status_t ferry_ib_comm_create(ferry_px_req_kind_t kind, int devidx, int nq
         goto err_destroy;
     }
     memset(c->conn.ctrl, 0, c->conn.ctrl_len);
-    status = ferry_ib_mr_get(dev->hca, c->conn.ctrl, c->conn.ctrl_len,
-                             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, 1,
-                             &c->conn.ctrl_mr, err, sizeof(err));
-    if (status != FERRY_OK)
-        goto err_destroy;
-    ferry_ib_comm_layout(c);
-
-    step = "creating the CQ";
-    cqe = 2 * FERRY_IB_FIFO_SLOTS * FERRY_IB_MAX_RECVS * nqps + 64;
-    if (dev->hca->attr.max_cqe > 0 && cqe > dev->hca->attr.max_cqe)
-        cqe = dev->hca->attr.max_cqe;
-    c->conn.cq = ferry_ibv.create_cq(dev->hca->ctx, cqe, NULL, NULL, 0);
-    if (c->conn.cq == NULL) {
-        snprintf(err, sizeof(err), "ibv_create_cq(%d entries) failed: %s; check the device's "
-                 "max_cqe and the locked-memory limit (ulimit -l)", cqe,
-                 strerror(errno ? errno : ENOMEM));
-        status = FERRY_ERR_IO;
-        goto err_destroy;
+    step = "registering the FIFO and creating the CQ";
+    for (i = 0; i < c->conn.nmem; i++) {
+        status = ferry_ib_member_open(c, i, nqps, err, sizeof(err));
+        if (status != FERRY_OK)
+            goto err_destroy;
     }
+    ferry_ib_comm_layout(c);
     step = "creating the QPs";
     for (i = 0; i < nqps; i++) {
         status = ferry_ib_comm_qp_create(c, i, cm_ids != NULL ? cm_ids[i] : NULL, err,
@@ -200,7 +235,7 @@ ferry_status_t ferry_ib_comm_create(ferry_px_req_kind_t kind, int devidx, int nq
 err_destroy:
     ferry_ib_comm_destroy(c);
 err_warn:
-    FERRY_WARN("ib %s %s on %s: %s failed: %s", side, peer, dev->name, step, err);
+    FERRY_WARN("ib %s %s on %s: %s failed: %s", side, peer, v->name, step, err);
     return status;
 }
 
@@ -212,9 +247,11 @@ void ferry_ib_comm_destroy(ferry_ib_comm_t *c)
     if (c == NULL)
         return;
     conn = &c->conn;
-    if (conn->watching)
-        ferry_ib_watch_remove(&conn->watch);
-    conn->watching = 0;
+    for (i = 0; i < conn->nmem; i++) {
+        if (conn->mem[i].watching)
+            ferry_ib_watch_remove(&conn->mem[i].watch);
+        conn->mem[i].watching = 0;
+    }
     if (conn->registered)
         ferry_px_ring_unregister(&c->ring);
     conn->registered = 0;
@@ -228,12 +265,16 @@ void ferry_ib_comm_destroy(ferry_ib_comm_t *c)
             FERRY_WARN("ib comm to %s on %s: ibv_destroy_qp(0x%x) failed: %s", conn->peer,
                        ferry_ib_comm_where(c), conn->qps[i]->qp_num, strerror(errno));
     if (c->ring.kind == FERRY_PX_RECV)
-        ferry_ib_flush_destroy((ferry_ib_recv_comm_t *)c); /* Its QP is on the CQ. */
-    if (conn->cq != NULL && ferry_ibv.destroy_cq(conn->cq) != 0)
-        FERRY_WARN("ib comm to %s on %s: ibv_destroy_cq failed: %s", conn->peer,
-                   ferry_ib_comm_where(c), strerror(errno));
-    if (conn->ctrl_mr != NULL)
-        ferry_ib_mr_put(conn->dev->hca, conn->ctrl_mr);
+        ferry_ib_flush_destroy((ferry_ib_recv_comm_t *)c); /* Its QP is on member 0's CQ. */
+    for (i = 0; i < conn->nmem; i++) {
+        ferry_ib_member_t *mem = &conn->mem[i];
+
+        if (mem->cq != NULL && ferry_ibv.destroy_cq(mem->cq) != 0)
+            FERRY_WARN("ib comm to %s on %s: ibv_destroy_cq failed: %s", conn->peer,
+                       mem->dev->name, strerror(errno));
+        if (mem->ctrl_mr != NULL)
+            ferry_ib_mr_put(mem->dev->hca, mem->ctrl_mr);
+    }
     free(conn->ctrl);
     ferry_px_ring_fini(&c->ring);
     ferry_ib_magic_clear(&c->magic);
@@ -250,10 +291,14 @@ const char *ferry_ib_meta_check(const ferry_ib_meta_t *m, int nqps, int link_lay
         return "unsupported wire version (mixed ferry builds?)";
     if (m->nqps < 1 || m->nqps > FERRY_IB_MAX_QPS || (nqps > 0 && m->nqps != nqps))
         return "QP count does not match (NCCL_IB_QPS_PER_CONNECTION differs between ranks?)";
-    if (m->link_layer != link_layer)
-        return "the peer's port has another link layer (InfiniBand vs RoCE)";
-    if (m->mtu < IBV_MTU_256 || m->mtu > IBV_MTU_4096)
-        return "invalid MTU";
+    if (m->nmembers < 1 || m->nmembers > FERRY_IB_MAX_MEMBERS || m->nmembers > m->nqps)
+        return "invalid port count";
+    for (i = 0; i < m->nmembers; i++) {
+        if (m->ports[i].link_layer != link_layer)
+            return "the peer's port has another link layer (InfiniBand vs RoCE)";
+        if (m->ports[i].mtu < IBV_MTU_256 || m->ports[i].mtu > IBV_MTU_4096)
+            return "invalid MTU";
+    }
     for (i = 0; i < m->nqps; i++)
         if (m->qpn[i] == 0 || m->qpn[i] > 0xffffff)
             return "invalid QP number";
@@ -265,13 +310,14 @@ const char *ferry_ib_meta_check(const ferry_ib_meta_t *m, int nqps, int link_lay
 static int ferry_ib_comm_qp_rtr(ferry_ib_comm_t *c, int i, int tc, int sl)
 {
     const ferry_ib_conn_t *conn = &c->conn;
-    const ferry_ib_meta_t *r = &conn->remote, *l = &conn->local;
+    const ferry_ib_meta_port_t *r = &conn->remote.ports[ferry_ib_qp_rmem(conn, i)];
+    const ferry_ib_meta_port_t *l = &conn->local.ports[ferry_ib_qp_mem(conn, i)];
     struct ibv_qp_attr attr;
 
     memset(&attr, 0, sizeof(attr));
     attr.qp_state = IBV_QPS_RTR;
     attr.path_mtu = (enum ibv_mtu)(l->mtu < r->mtu ? l->mtu : r->mtu);
-    attr.dest_qp_num = r->qpn[i];
+    attr.dest_qp_num = conn->remote.qpn[i];
     attr.rq_psn = 0;
     attr.max_dest_rd_atomic = 1;
     attr.min_rnr_timer = 12;
@@ -315,7 +361,7 @@ ferry_status_t ferry_ib_comm_connect_qps(ferry_ib_comm_t *c, const ferry_ib_meta
     ferry_ib_conn_t *conn = &c->conn;
     const ferry_ib_config_t *cfg = &ferry_ib_state.cfg;
     const char *why = ferry_ib_meta_check(remote, conn->nqps, conn->dev->link_layer);
-    int i, rc, tc, sl;
+    int i, rc, tc, sl, rmem;
 
     if (why != NULL) {
         FERRY_WARN("ib comm with %s on %s: %s: the peer's metadata is unusable: %s; every rank "
@@ -324,6 +370,12 @@ ferry_status_t ferry_ib_comm_connect_qps(ferry_ib_comm_t *c, const ferry_ib_meta
         return FERRY_ERR_REMOTE;
     }
     conn->remote = *remote;
+    /* Each message touches every member of the larger device (NCCL's nDataQps). */
+    rmem = remote->nmembers;
+    conn->nchains = conn->nmem > rmem ? conn->nmem : rmem;
+    if (conn->nchains > conn->nqps)
+        conn->nchains = conn->nqps;
+    conn->multi = conn->nmem > 1 || rmem > 1;
     tc = conn->local.tc;
     sl = conn->local.sl;
     if (c->ring.kind == FERRY_PX_RECV && cfg->fifo_tc >= 0)
@@ -337,37 +389,46 @@ ferry_status_t ferry_ib_comm_connect_qps(ferry_ib_comm_t *c, const ferry_ib_meta
             rc = ferry_ib_comm_qp_rts(c, i);
         }
         if (rc != 0) {
-            FERRY_WARN("ib comm with %s on %s: %s: ibv_modify_qp(%s) of QP 0x%x (peer QP 0x%x, "
-                       "peer %s lid %u, mtu %d/%d, tc %d sl %d) failed: %s; check that both "
-                       "ports are up and can reach each other (ibv_devinfo; RoCE: "
+            FERRY_WARN("ib comm with %s on %s: %s: ibv_modify_qp(%s) of QP 0x%x on %s (peer QP "
+                       "0x%x, peer %s port %d lid %u, mtu %d/%d, tc %d sl %d) failed: %s; check "
+                       "that both ports are up and can reach each other (ibv_devinfo; RoCE: "
                        "NCCL_IB_GID_INDEX)", conn->peer, ferry_ib_comm_where(c), step, to,
-                       conn->qps[i]->qp_num, remote->qpn[i], remote->devname,
-                       (unsigned)remote->lid, conn->local.mtu, remote->mtu, tc, sl,
+                       conn->qps[i]->qp_num, conn->mem[ferry_ib_qp_mem(conn, i)].dev->name,
+                       remote->qpn[i], remote->devname, ferry_ib_qp_rmem(conn, i),
+                       (unsigned)remote->ports[ferry_ib_qp_rmem(conn, i)].lid,
+                       conn->local.ports[ferry_ib_qp_mem(conn, i)].mtu,
+                       remote->ports[ferry_ib_qp_rmem(conn, i)].mtu, tc, sl,
                        strerror(rc > 0 ? rc : errno));
             return FERRY_ERR_IO;
         }
     }
+    /* A merged device's chains may land on any QP: every QP keeps receives posted. */
+    if (c->ring.kind == FERRY_PX_RECV && conn->multi)
+        return ferry_ib_recv_pool_fill((ferry_ib_recv_comm_t *)c, -1);
     return FERRY_OK;
 }
 
 void ferry_ib_comm_start(ferry_ib_comm_t *c, int fd)
 {
     ferry_ib_conn_t *conn = &c->conn;
-    int i;
+    int i, m;
 
     conn->oob_fd = fd;
     ferry_ib_oob_tune(fd, ferry_ib_state.cfg.peer_timeout_s);
     conn->check_ns = ferry_px_coarse_ns();
-    memset(&conn->watch, 0, sizeof(conn->watch));
-    conn->watch.dev = conn->dev;
-    conn->watch.cq = conn->cq;
-    for (i = 0; i < conn->nqps && i < FERRY_IB_WATCH_QPS; i++)
-        conn->watch.qpn[i] = conn->qps[i]->qp_num;
-    conn->watch.nqp = i;
-    conn->watch.fn = ferry_ib_watch_fn;
-    conn->watch.arg = c;
-    ferry_ib_watch_add(&conn->watch);
-    conn->watching = 1;
+    for (m = 0; m < conn->nmem; m++) {
+        ferry_ib_member_t *mem = &conn->mem[m];
+
+        memset(&mem->watch, 0, sizeof(mem->watch));
+        mem->watch.dev = mem->dev;
+        mem->watch.cq = mem->cq;
+        for (i = m; i < conn->nqps && mem->watch.nqp < FERRY_IB_WATCH_QPS; i += conn->nmem)
+            mem->watch.qpn[mem->watch.nqp++] = conn->qps[i]->qp_num;
+        mem->watch.fn = ferry_ib_watch_fn;
+        mem->watch.arg = c;
+        ferry_ib_watch_add(&mem->watch);
+        mem->watching = 1;
+    }
     ferry_px_ring_register(&c->ring);
     conn->registered = 1;
     /* From here NCCL holds it: close and the other ends-of-life find it in the live set. */

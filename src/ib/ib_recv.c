@@ -23,11 +23,12 @@ static ferry_status_t ferry_ib_recv_post_fail(ferry_ib_recv_comm_t *rc, const ch
     return FERRY_ERR_REMOTE;
 }
 
-/* Write the n CTS entries of receive seq into the sender's FIFO. */
+/* Write the n CTS entries of receive seq into the sender's FIFO, on the CTS QP. */
 static ferry_status_t ferry_ib_recv_post_cts(ferry_ib_recv_comm_t *rc, uint64_t seq, int n)
 {
     ferry_ib_conn_t *conn = &rc->base.conn;
     uint32_t s = (uint32_t)(seq % FERRY_IB_FIFO_SLOTS);
+    int q = conn->cts_qp;
     struct ibv_send_wr wr, *bad = NULL;
     struct ibv_sge sge;
     int err;
@@ -35,24 +36,73 @@ static ferry_status_t ferry_ib_recv_post_cts(ferry_ib_recv_comm_t *rc, uint64_t 
     memset(&wr, 0, sizeof(wr));
     sge.addr = (uint64_t)(uintptr_t)rc->cts[s];
     sge.length = (uint32_t)(sizeof(ferry_ib_cts_t) * (size_t)n);
-    sge.lkey = conn->ctrl_mr->lkey;
-    wr.wr_id = FERRY_IB_WR_ID(FERRY_IB_WR_CTS, 0, seq);
+    sge.lkey = conn->mem[ferry_ib_qp_mem(conn, q)].ctrl_mr->lkey;
+    wr.wr_id = FERRY_IB_WR_ID(FERRY_IB_WR_CTS, q, seq);
     wr.opcode = IBV_WR_RDMA_WRITE;
     wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.wr.rdma.remote_addr = conn->remote.fifo_addr +
                              (uint64_t)s * FERRY_IB_MAX_RECVS * sizeof(ferry_ib_cts_t);
-    wr.wr.rdma.rkey = conn->remote.fifo_rkey;
+    wr.wr.rdma.rkey = conn->remote.ports[ferry_ib_qp_rmem(conn, q)].ctrl_rkey;
     if (sge.length <= conn->max_inline)
         wr.send_flags |= IBV_SEND_INLINE;
     /* Unsignalled WQEs hold their SQ slots until a later signalled one completes. */
     if (seq % FERRY_IB_CTS_SIGNAL == 0)
         wr.send_flags |= IBV_SEND_SIGNALED;
-    err = ibv_post_send(conn->qps[0], &wr, &bad);
+    err = ibv_post_send(conn->qps[q], &wr, &bad);
     if (err != 0)
         return ferry_ib_recv_post_fail(rc, "ibv_post_send of the clear-to-send",
-                                       conn->qps[0]->qp_num, err);
+                                       conn->qps[q]->qp_num, err);
     return FERRY_OK;
+}
+
+ferry_status_t ferry_ib_recv_pool_fill(ferry_ib_recv_comm_t *rc, int m)
+{
+    ferry_ib_conn_t *conn = &rc->base.conn;
+    struct ibv_recv_wr wr, *bad = NULL;
+    int q, k, err;
+
+    for (q = 0; q < conn->nqps; q++) {
+        if (m >= 0 && ferry_ib_qp_mem(conn, q) != m)
+            continue;
+        memset(&wr, 0, sizeof(wr));
+        wr.wr_id = FERRY_IB_WR_ID(FERRY_IB_WR_RECV, q, 0);
+        for (k = 0; k < FERRY_IB_RQ_DEPTH; k++) {
+            err = ibv_post_recv(conn->qps[q], &wr, &bad);
+            if (err != 0)
+                return ferry_ib_recv_post_fail(rc, "ibv_post_recv (keeping receives posted)",
+                                               conn->qps[q]->qp_num, err);
+        }
+    }
+    return FERRY_OK;
+}
+
+int ferry_ib_recv_move(ferry_ib_recv_comm_t *rc, int m)
+{
+    ferry_ib_conn_t *conn = &rc->base.conn;
+    uint64_t seq = rc->cts_seq > FERRY_IB_FIFO_SLOTS ? rc->cts_seq - FERRY_IB_FIFO_SLOTS : 0;
+    int moved = 0;
+
+    if (ferry_ib_qp_mem(conn, conn->cts_qp) != m)
+        return 0;
+    conn->cts_qp = ferry_ib_chain_qp(conn, conn->cts_qp, 0);
+    /*
+     * Clear-to-sends that went out on the failed port may be lost: write every
+     * one still waiting for data again (the same bytes; the sender reads an
+     * entry once), ahead of any new one on the same QP.
+     */
+    for (; seq < rc->cts_seq; seq++) {
+        ferry_px_req_t *req = rc->fifo_reqs[seq % FERRY_IB_FIFO_SLOTS];
+
+        if (req == NULL || req->backend_word != seq ||
+            atomic_load_explicit(&req->state, memory_order_acquire) != FERRY_PX_REQ_ACTIVE)
+            continue;
+        if (ferry_ib_recv_post_cts(rc, seq, req->n) != FERRY_OK)
+            return -1;
+        moved++;
+        conn->mem[m].moved++;
+    }
+    return moved;
 }
 
 ferry_status_t ferry_ib_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
@@ -65,7 +115,7 @@ ferry_status_t ferry_ib_irecv(void *recv_comm, int n, void **data, size_t *sizes
     uint32_t s = (uint32_t)(seq % FERRY_IB_FIFO_SLOTS);
     ferry_px_req_t *req;
     ferry_status_t status;
-    int failed, i, q0, nq, err;
+    int failed, i, m, q0, nq, err;
 
     *request_p = NULL;
     failed = atomic_load_explicit(&rc->base.ring.failed, memory_order_acquire);
@@ -84,14 +134,16 @@ ferry_status_t ferry_ib_irecv(void *recv_comm, int n, void **data, size_t *sizes
         return FERRY_OK; /* 32 in flight: NCCL retries. */
     req->backend_word = seq;
     rc->fifo_reqs[s] = req;
-    for (i = 0; i < nq; i++) {
+    rc->chains_seen[s] = 0;
+    for (i = 0; i < nq && !conn->multi; i++) {
         struct ibv_recv_wr wr, *bad = NULL;
 
         memset(&wr, 0, sizeof(wr));
         wr.wr_id = FERRY_IB_WR_ID(FERRY_IB_WR_RECV, i, seq);
-        err = ibv_post_recv(conn->qps[q0 + i], &wr, &bad);
+        err = ibv_post_recv(conn->qps[(q0 + i) % conn->nqps], &wr, &bad);
         if (err != 0)
-            return ferry_ib_recv_post_fail(rc, "ibv_post_recv", conn->qps[q0 + i]->qp_num, err);
+            return ferry_ib_recv_post_fail(rc, "ibv_post_recv",
+                                           conn->qps[(q0 + i) % conn->nqps]->qp_num, err);
     }
     for (i = 0; i < n; i++) {
         ferry_ib_cts_t *e = &rc->cts[s][i];
@@ -99,7 +151,8 @@ ferry_status_t ferry_ib_irecv(void *recv_comm, int n, void **data, size_t *sizes
 
         e->addr = (uint64_t)(uintptr_t)data[i];
         e->size = sizes[i];
-        e->rkey = mh != NULL && mh->mr_remote != NULL ? mh->mr_remote->rkey : 0;
+        for (m = 0; m < conn->nmem; m++)
+            e->rkeys[m] = mh != NULL && mh->mr_remote[m] != NULL ? mh->mr_remote[m]->rkey : 0;
         e->nreqs = (uint32_t)n;
         e->tag = subs[i].tag;
         e->idx = seq + 1;
@@ -121,7 +174,7 @@ static void ferry_ib_recv_finish(ferry_ib_recv_comm_t *rc, ferry_px_req_t *req, 
     int i;
 
     for (i = 0; i < req->n; i++) {
-        uint64_t got = req->n == 1 ? imm : sizes[i];
+        uint64_t got = req->n == 1 && !rc->base.conn.multi ? imm : sizes[i];
 
         if (got > req->sub[i].capacity) {
             FERRY_WARN("ib recv comm from %s on %s: message %llu buffer %d (tag %d): the peer "
@@ -139,6 +192,58 @@ static void ferry_ib_recv_finish(ferry_ib_recv_comm_t *rc, ferry_px_req_t *req, 
     ferry_px_req_parts_finish(req, 1, total);
 }
 
+/*
+ * A merged device's WRITE_WITH_IMM: imm_data names message and chain, the
+ * receive it consumed is put back, and a chain that lands twice (sent again
+ * after a failover) counts once.
+ */
+static void ferry_ib_recv_chain(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc)
+{
+    ferry_ib_conn_t *conn = &rc->base.conn;
+    uint32_t imm = ntohl(wc->imm_data), slot = FERRY_IB_IMM_SEQ(imm) % FERRY_IB_FIFO_SLOTS;
+    int q = FERRY_IB_WR_CHAIN(wc->wr_id), j = FERRY_IB_IMM_J(imm), err;
+    ferry_px_req_t *req = rc->fifo_reqs[slot];
+    struct ibv_recv_wr wr, *bad = NULL;
+    uint32_t nparts;
+
+    if (q < conn->nqps && !conn->mem[ferry_ib_qp_mem(conn, q)].down) {
+        memset(&wr, 0, sizeof(wr));
+        wr.wr_id = wc->wr_id;
+        err = ibv_post_recv(conn->qps[q], &wr, &bad);
+        if (err != 0) {
+            ferry_ib_recv_post_fail(rc, "ibv_post_recv (keeping receives posted)",
+                                    conn->qps[q]->qp_num, err);
+            return;
+        }
+    }
+    if (req == NULL || ((uint32_t)req->backend_word & 0xffffffU) != FERRY_IB_IMM_SEQ(imm) ||
+        atomic_load_explicit(&req->state, memory_order_acquire) != FERRY_PX_REQ_ACTIVE) {
+        uint32_t behind = ((uint32_t)rc->cts_seq - FERRY_IB_IMM_SEQ(imm)) & 0xffffffU;
+
+        /* A second copy of a chain of a message already reported (sent again after a failover). */
+        if (behind > 0 && behind <= 2 * FERRY_IB_FIFO_SLOTS)
+            return;
+        FERRY_WARN("ib recv comm from %s: completion for message %u chain %d on QP 0x%x, which "
+                   "no posted receive expects; a ferry bug or a peer of another build",
+                   conn->peer, FERRY_IB_IMM_SEQ(imm), j, wc->qp_num);
+        ferry_px_ring_fail(&rc->base.ring, FERRY_ERR_REMOTE, "unexpected completion imm 0x%x",
+                           imm);
+        return;
+    }
+    nparts = atomic_load_explicit(&req->nparts, memory_order_relaxed);
+    if ((uint32_t)j >= nparts || (rc->chains_seen[slot] >> j) & 1)
+        return; /* Landed twice: once on the failed port, once where it was moved. */
+    rc->chains_seen[slot] |= 1U << j;
+    rc->imm_done++;
+    if (q < conn->nqps)
+        conn->mem[ferry_ib_qp_mem(conn, q)].chains++;
+    if (atomic_load_explicit(&req->done, memory_order_relaxed) + 1 < nparts) {
+        ferry_px_req_parts_finish(req, 1, 0);
+        return;
+    }
+    ferry_ib_recv_finish(rc, req, 0);
+}
+
 void ferry_ib_recv_completion(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc)
 {
     uint32_t seq = FERRY_IB_WR_SEQ(wc->wr_id);
@@ -148,6 +253,11 @@ void ferry_ib_recv_completion(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc)
         return; /* A signalled clear-to-send went out; its SQ slots are free again. */
     if (FERRY_IB_WR_KIND(wc->wr_id) == FERRY_IB_WR_FLUSH) {
         ferry_ib_flush_completion(rc, wc); /* ib_flush.c */
+        return;
+    }
+    if (rc->base.conn.multi && FERRY_IB_WR_KIND(wc->wr_id) == FERRY_IB_WR_RECV &&
+        wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+        ferry_ib_recv_chain(rc, wc);
         return;
     }
     req = rc->fifo_reqs[seq % FERRY_IB_FIFO_SLOTS];

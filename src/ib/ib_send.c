@@ -38,81 +38,133 @@ static inline size_t ferry_ib_slot_len(const ferry_ib_send_slot_t *slot, int i)
     return (slot->trunc >> i) & 1 ? 0 : slot->reqs[i]->sub[0].capacity;
 }
 
-/* Post the WR chain of every QP the message uses. */
-static ferry_status_t ferry_ib_send_post(ferry_ib_send_comm_t *sc, ferry_ib_send_slot_t *slot)
+/*
+ * Post chain j of the slot's message on data QP q: the WRITEs of each
+ * buffer's part j, ending in one signalled WRITE_WITH_IMM (the last data
+ * WRITE itself, or, for grouped receives and on merged devices, a write of
+ * the sizes array). On a merged device imm_data names message and chain, so
+ * a chain that lands twice after a failover is counted once.
+ */
+static int ferry_ib_send_chain(ferry_ib_send_comm_t *sc, ferry_ib_send_slot_t *slot, int j,
+                               int q, int nq)
 {
     ferry_ib_conn_t *conn = &sc->base.conn;
     uint64_t seq = slot->fifo_seq;
     uint32_t s = (uint32_t)(seq % FERRY_IB_FIFO_SLOTS);
     struct ibv_send_wr wrs[FERRY_IB_MAX_RECVS + 1], *bad = NULL;
     struct ibv_sge sges[FERRY_IB_MAX_RECVS + 1];
-    int n = slot->nreqs, q0, nq, i, j, k, rc;
-    size_t size0 = slot->reqs[0]->sub[0].capacity;
+    int n = slot->nreqs, m = ferry_ib_qp_mem(conn, q), rm = ferry_ib_qp_rmem(conn, q), i, k;
+    size_t size0 = slot->reqs[0]->sub[0].capacity, bytes = 0;
 
-    ferry_ib_msg_qps(conn, seq, &q0, &nq);
-    for (i = 0; i < n && n > 1; i++)
+    memset(wrs, 0, sizeof(wrs));
+    for (i = 0, k = 0; i < n; i++) {
+        ferry_px_req_t *req = slot->reqs[i];
+        const ferry_ib_mh_t *mh = req->sub[0].mem;
+        size_t off, len = ferry_ib_chain_part(ferry_ib_slot_len(slot, i), nq, j, &off);
+
+        if (len == 0)
+            continue;
+        sges[k].addr = (uint64_t)(uintptr_t)(req->sub[0].buf + off);
+        sges[k].length = (uint32_t)len;
+        sges[k].lkey = mh->mr[m]->lkey;
+        wrs[k].opcode = IBV_WR_RDMA_WRITE;
+        wrs[k].sg_list = &sges[k];
+        wrs[k].num_sge = 1;
+        wrs[k].wr.rdma.remote_addr = req->sub[0].raddr + off;
+        wrs[k].wr.rdma.rkey = req->sub[0].rkey[rm];
+        bytes += len;
+        k++;
+    }
+    if (n > 1 || conn->multi) {
+        /* The sizes array, into the receiver's sizes FIFO; its completion ends the chain. */
+        sges[k].addr = (uint64_t)(uintptr_t)sc->sizes_src[s];
+        sges[k].length = (uint32_t)(sizeof(uint32_t) * (size_t)n);
+        sges[k].lkey = conn->mem[m].ctrl_mr->lkey;
+        wrs[k].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+        wrs[k].sg_list = &sges[k];
+        wrs[k].num_sge = 1;
+        wrs[k].wr.rdma.remote_addr = conn->remote.sizes_addr +
+                                     (uint64_t)s * sizeof(ferry_ib_sizes_slot_t);
+        wrs[k].wr.rdma.rkey = conn->remote.ports[rm].ctrl_rkey;
+        wrs[k].imm_data = htonl(conn->multi ? FERRY_IB_IMM_CHAIN(seq, j) : (uint32_t)seq);
+        k++;
+    } else if (k == 0 || (sc->ar && size0 > sc->ar_threshold)) {
+        /* Nothing for this QP, or adaptive routing: a 0-byte WRITE_WITH_IMM completes it. */
+        wrs[k].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+        wrs[k].num_sge = 0;
+        wrs[k].wr.rdma.remote_addr = slot->reqs[0]->sub[0].raddr;
+        wrs[k].wr.rdma.rkey = slot->reqs[0]->sub[0].rkey[rm];
+        wrs[k].imm_data = htonl((uint32_t)size0);
+        k++;
+    } else {
+        wrs[k - 1].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+        wrs[k - 1].imm_data = htonl((uint32_t)size0);
+    }
+    /* Every WR carries the id: an error completes the failing WR, signalled or not. */
+    for (i = 0; i < k; i++) {
+        wrs[i].wr_id = FERRY_IB_WR_ID(FERRY_IB_WR_DATA, j, seq);
+        wrs[i].next = i + 1 < k ? &wrs[i + 1] : NULL;
+    }
+    wrs[k - 1].send_flags = IBV_SEND_SIGNALED;
+    i = ibv_post_send(conn->qps[q], wrs, &bad);
+    if (i != 0) {
+        FERRY_WARN("ib send comm to %s on %s: ibv_post_send of message %llu chain %d (%d WRs) "
+                   "on QP 0x%x (%s) failed: %s; the QP may be in the error state (an earlier "
+                   "failure) or its send queue is full", conn->peer,
+                   ferry_ib_comm_where(&sc->base), (unsigned long long)seq, j, k,
+                   conn->qps[q]->qp_num, conn->mem[m].dev->name, strerror(i));
+        return i;
+    }
+    slot->chain_qp[j] = (uint8_t)q;
+    conn->mem[m].bytes += bytes;
+    return 0;
+}
+
+/*
+ * Post chain j on the QP planned for it, or, on a merged device, on the
+ * next QP whose port is up, moving on when a post fails there.
+ */
+static ferry_status_t ferry_ib_send_chain_any(ferry_ib_send_comm_t *sc,
+                                              ferry_ib_send_slot_t *slot, int j, int q, int nq)
+{
+    ferry_ib_comm_t *c = &sc->base;
+    int err, tries;
+    char why[160];
+
+    for (tries = 0; tries <= c->conn.nmem; tries++) {
+        q = ferry_ib_chain_qp(&c->conn, q, 0);
+        if (q < 0)
+            break;
+        err = ferry_ib_send_chain(sc, slot, j, q, nq);
+        if (err == 0)
+            return FERRY_OK;
+        if (!c->conn.multi)
+            break;
+        snprintf(why, sizeof(why), "ibv_post_send on QP 0x%x failed: %s",
+                 c->conn.qps[q]->qp_num, strerror(err));
+        if (ferry_ib_member_down(c, ferry_ib_qp_mem(&c->conn, q), why) < 0)
+            return FERRY_ERR_REMOTE;
+    }
+    ferry_px_ring_fail(&c->ring, FERRY_ERR_REMOTE, "ibv_post_send of message %llu failed on "
+                       "every port", (unsigned long long)slot->fifo_seq);
+    return FERRY_ERR_REMOTE;
+}
+
+/* Post the WR chains of the message: one per QP it uses. */
+static ferry_status_t ferry_ib_send_post(ferry_ib_send_comm_t *sc, ferry_ib_send_slot_t *slot)
+{
+    ferry_ib_conn_t *conn = &sc->base.conn;
+    uint32_t s = (uint32_t)(slot->fifo_seq % FERRY_IB_FIFO_SLOTS);
+    int n = slot->nreqs, q0, nq, i, j;
+    ferry_status_t status;
+
+    ferry_ib_msg_qps(conn, slot->fifo_seq, &q0, &nq);
+    for (i = 0; i < n && (n > 1 || conn->multi); i++)
         sc->sizes_src[s][i] = (uint32_t)slot->reqs[i]->sub[0].capacity;
     for (j = 0; j < nq; j++) {
-        memset(wrs, 0, sizeof(wrs));
-        for (i = 0, k = 0; i < n; i++) {
-            ferry_px_req_t *req = slot->reqs[i];
-            const ferry_ib_mh_t *mh = req->sub[0].mem;
-            size_t off, len = ferry_ib_chain_part(ferry_ib_slot_len(slot, i), nq, j, &off);
-
-            if (len == 0)
-                continue;
-            sges[k].addr = (uint64_t)(uintptr_t)(req->sub[0].buf + off);
-            sges[k].length = (uint32_t)len;
-            sges[k].lkey = mh->mr->lkey;
-            wrs[k].opcode = IBV_WR_RDMA_WRITE;
-            wrs[k].sg_list = &sges[k];
-            wrs[k].num_sge = 1;
-            wrs[k].wr.rdma.remote_addr = req->sub[0].raddr + off;
-            wrs[k].wr.rdma.rkey = req->sub[0].rkey[0];
-            k++;
-        }
-        if (n > 1) {
-            /* The sizes array, into the receiver's sizes FIFO; its completion ends the chain. */
-            sges[k].addr = (uint64_t)(uintptr_t)sc->sizes_src[s];
-            sges[k].length = (uint32_t)(sizeof(uint32_t) * (size_t)n);
-            sges[k].lkey = conn->ctrl_mr->lkey;
-            wrs[k].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-            wrs[k].sg_list = &sges[k];
-            wrs[k].num_sge = 1;
-            wrs[k].wr.rdma.remote_addr = conn->remote.sizes_addr +
-                                         (uint64_t)s * sizeof(ferry_ib_sizes_slot_t);
-            wrs[k].wr.rdma.rkey = conn->remote.sizes_rkey;
-            wrs[k].imm_data = htonl((uint32_t)seq);
-            k++;
-        } else if (k == 0 || (sc->ar && size0 > sc->ar_threshold)) {
-            /* Nothing for this QP, or adaptive routing: a 0-byte WRITE_WITH_IMM completes it. */
-            wrs[k].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-            wrs[k].num_sge = 0;
-            wrs[k].wr.rdma.remote_addr = slot->reqs[0]->sub[0].raddr;
-            wrs[k].wr.rdma.rkey = slot->reqs[0]->sub[0].rkey[0];
-            wrs[k].imm_data = htonl((uint32_t)size0);
-            k++;
-        } else {
-            wrs[k - 1].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-            wrs[k - 1].imm_data = htonl((uint32_t)size0);
-        }
-        /* Every WR carries the id: an error completes the failing WR, signalled or not. */
-        for (i = 0; i < k; i++) {
-            wrs[i].wr_id = FERRY_IB_WR_ID(FERRY_IB_WR_DATA, j, seq);
-            wrs[i].next = i + 1 < k ? &wrs[i + 1] : NULL;
-        }
-        wrs[k - 1].send_flags = IBV_SEND_SIGNALED;
-        rc = ibv_post_send(conn->qps[q0 + j], wrs, &bad);
-        if (rc != 0) {
-            FERRY_WARN("ib send comm to %s on %s: ibv_post_send of message %llu (%d WRs) on QP "
-                       "0x%x failed: %s; the QP may be in the error state (an earlier failure) "
-                       "or its send queue is full", conn->peer, ferry_ib_comm_where(&sc->base),
-                       (unsigned long long)seq, k, conn->qps[q0 + j]->qp_num, strerror(rc));
-            ferry_px_ring_fail(&sc->base.ring, FERRY_ERR_REMOTE,
-                               "ibv_post_send on QP 0x%x failed: %s", conn->qps[q0 + j]->qp_num,
-                               strerror(rc));
-            return FERRY_ERR_REMOTE;
-        }
+        status = ferry_ib_send_chain_any(sc, slot, j, (q0 + j) % conn->nqps, nq);
+        if (status != FERRY_OK)
+            return status;
         slot->chains++;
         slot->outstanding++;
         sc->chains_posted++;
@@ -122,23 +174,57 @@ static ferry_status_t ferry_ib_send_post(ferry_ib_send_comm_t *sc, ferry_ib_send
     return FERRY_OK;
 }
 
+int ferry_ib_send_move(ferry_ib_send_comm_t *sc, int m)
+{
+    ferry_ib_conn_t *conn = &sc->base.conn;
+    int s, j, q0, nq, moved = 0, here;
+
+    for (s = 0; s < FERRY_IB_FIFO_SLOTS; s++) {
+        ferry_ib_send_slot_t *slot = &sc->slots[s];
+
+        if (slot->outstanding == 0)
+            continue;
+        ferry_ib_msg_qps(conn, slot->fifo_seq, &q0, &nq);
+        for (j = 0, here = 0; j < nq; j++) {
+            if ((slot->chains_done >> j) & 1 || ferry_ib_qp_mem(conn, slot->chain_qp[j]) != m)
+                continue;
+            if (ferry_ib_send_chain_any(sc, slot, j, slot->chain_qp[j], nq) != FERRY_OK)
+                return -1;
+            here = 1;
+            conn->mem[m].moved++;
+        }
+        moved += here;
+    }
+    return moved;
+}
+
 void ferry_ib_send_completion(ferry_ib_send_comm_t *sc, const struct ibv_wc *wc)
 {
     uint32_t seq = FERRY_IB_WR_SEQ(wc->wr_id);
     ferry_ib_send_slot_t *slot = &sc->slots[seq % FERRY_IB_FIFO_SLOTS];
+    ferry_ib_conn_t *conn = &sc->base.conn;
     int i, nq, q0, j = FERRY_IB_WR_CHAIN(wc->wr_id);
 
     if (FERRY_IB_WR_KIND(wc->wr_id) != FERRY_IB_WR_DATA || slot->outstanding == 0 ||
-        (uint32_t)slot->fifo_seq != seq) {
+        (uint32_t)slot->fifo_seq != seq || j >= FERRY_IB_MAX_QPS) {
+        if (conn->multi && FERRY_IB_WR_KIND(wc->wr_id) == FERRY_IB_WR_DATA)
+            return; /* A chain moved off a failed port completed there too: counted once. */
         FERRY_WARN("ib send comm to %s: unexpected completion wr_id 0x%llx on QP 0x%x (slot "
-                   "holds message %llu, %d chain(s) outstanding); a ferry bug", sc->base.conn.peer,
+                   "holds message %llu, %d chain(s) outstanding); a ferry bug", conn->peer,
                    (unsigned long long)wc->wr_id, wc->qp_num,
                    (unsigned long long)slot->fifo_seq, slot->outstanding);
         ferry_px_ring_fail(&sc->base.ring, FERRY_ERR_INTERNAL, "unexpected completion 0x%llx",
                            (unsigned long long)wc->wr_id);
         return;
     }
-    ferry_ib_msg_qps(&sc->base.conn, slot->fifo_seq, &q0, &nq);
+    if (conn->multi) {
+        /* Only the completion of the QP the chain now lives on counts. */
+        if ((slot->chains_done >> j) & 1 || conn->qps[slot->chain_qp[j]]->qp_num != wc->qp_num)
+            return;
+        slot->chains_done |= 1U << j;
+    }
+    conn->mem[ferry_ib_qp_mem(conn, slot->chain_qp[j])].chains++;
+    ferry_ib_msg_qps(conn, slot->fifo_seq, &q0, &nq);
     for (i = 0; i < slot->nreqs; i++) {
         size_t off, len = ferry_ib_chain_part(ferry_ib_slot_len(slot, i), nq, j, &off);
 
@@ -297,7 +383,7 @@ ferry_status_t ferry_ib_isend(void *send_comm, void *data, size_t size, int tag,
         return FERRY_OK; /* 32 in flight. */
     atomic_store_explicit(&req->sub[0].size, size, memory_order_relaxed);
     req->sub[0].raddr = e[r].addr;
-    req->sub[0].rkey[0] = e[r].rkey;
+    memcpy(req->sub[0].rkey, e[r].rkeys, sizeof(req->sub[0].rkey));
     req->backend_word = sc->fifo_head;
     if (slot->matched == 0) {
         slot->nreqs = nreqs;

@@ -27,7 +27,9 @@ static ncclResult_t ferry_nccl_v10_connect(int dev, ncclNetCommConfig_v10_t *con
                                                FERRY_NCCL_CONFIG_CLASS(config), send_comm_p));
 }
 
-/* No finalize or setNetAttr in v10; makeVDevice NULL as in plugin_v11.c. */
+FERRY_NCCL_DEFINE_MAKE_VDEVICE(ferry_nccl_v10_make_vdevice, ncclNetVDeviceProps_v10_t)
+
+/* No finalize or setNetAttr in v10; makeVDevice as in plugin_v11.c. */
 FERRY_NCCL_EXPORT const ncclNet_v10_t ncclNetPlugin_v10 = {
     .name          = FERRY_NCCL_NAME,
     .init          = ferry_nccl_v10_init,
@@ -36,5 +38,5 @@ FERRY_NCCL_EXPORT const ncclNet_v10_t ncclNetPlugin_v10 = {
     .connect       = ferry_nccl_v10_connect,
     FERRY_NCCL_COMMON_MEMBERS,
     FERRY_NCCL_PHANDLE_MEMBERS,
-    .makeVDevice   = NULL,
+    .makeVDevice   = ferry_nccl_v10_make_vdevice,
 };

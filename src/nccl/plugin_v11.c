@@ -23,10 +23,13 @@ static ncclResult_t ferry_nccl_v11_init(void **ctx_p, uint64_t comm_id,
 FERRY_NCCL_DEFINE_GET_PROPERTIES(ferry_nccl_v11_get_properties, ncclNetProperties_v11_t,
                                  FERRY_NCCL_PROPS_FILL_V11)
 
+FERRY_NCCL_DEFINE_MAKE_VDEVICE(ferry_nccl_v11_make_vdevice, ncclNetVDeviceProps_v11_t)
+
 /*
- * makeVDevice is NULL: ferry fuses no NICs, and NCCL then uses physical
- * devices only. setNetAttr is NULL: ferry would ignore the hints, and NULL
- * spares NCCL the call on its progress thread whenever they change.
+ * makeVDevice merges ports into one device (the ib backend; the socket
+ * backend refuses, and NCCL keeps its devices apart). setNetAttr is NULL:
+ * ferry would ignore the hints, and NULL spares NCCL the call on its
+ * progress thread whenever they change.
  */
 FERRY_NCCL_EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {
     .name          = FERRY_NCCL_NAME,
@@ -35,6 +38,6 @@ FERRY_NCCL_EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {
     FERRY_NCCL_COMMON_MEMBERS,
     FERRY_NCCL_PHANDLE_MEMBERS,
     FERRY_NCCL_CTX_MEMBERS,
-    .makeVDevice   = NULL,
+    .makeVDevice   = ferry_nccl_v11_make_vdevice,
     .setNetAttr    = NULL,
 };

@@ -23,7 +23,9 @@ static ncclResult_t ferry_nccl_v12_init(void **ctx_p, uint64_t comm_id,
 FERRY_NCCL_DEFINE_GET_PROPERTIES(ferry_nccl_v12_get_properties, ncclNetProperties_v12_t,
                                  FERRY_NCCL_PROPS_FILL_V12)
 
-/* makeVDevice and setNetAttr are NULL for the reasons given in plugin_v11.c. */
+FERRY_NCCL_DEFINE_MAKE_VDEVICE(ferry_nccl_v12_make_vdevice, ncclNetVDeviceProps_v12_t)
+
+/* makeVDevice and setNetAttr as in plugin_v11.c. */
 FERRY_NCCL_EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {
     .name          = FERRY_NCCL_NAME,
     .init          = ferry_nccl_v12_init,
@@ -31,6 +33,6 @@ FERRY_NCCL_EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {
     FERRY_NCCL_COMMON_MEMBERS,
     FERRY_NCCL_PHANDLE_MEMBERS,
     FERRY_NCCL_CTX_MEMBERS,
-    .makeVDevice   = NULL,
+    .makeVDevice   = ferry_nccl_v12_make_vdevice,
     .setNetAttr    = NULL,
 };

@@ -19,7 +19,9 @@ static ncclResult_t ferry_nccl_v9_irecv(void *recv_comm, int n, void **data, siz
     return ferry_nccl_irecv(recv_comm, n, data, sizes, tags, mhandles, NULL, request_p);
 }
 
-/* makeVDevice NULL as in plugin_v11.c. */
+FERRY_NCCL_DEFINE_MAKE_VDEVICE(ferry_nccl_v9_make_vdevice, ncclNetVDeviceProps_v9_t)
+
+/* makeVDevice as in plugin_v11.c. */
 FERRY_NCCL_EXPORT const ncclNet_v9_t ncclNetPlugin_v9 = {
     .name          = FERRY_NCCL_NAME,
     .init          = ferry_nccl_legacy_init,
@@ -29,5 +31,5 @@ FERRY_NCCL_EXPORT const ncclNet_v9_t ncclNetPlugin_v9 = {
     .isend         = ferry_nccl_v9_isend,
     .irecv         = ferry_nccl_v9_irecv,
     FERRY_NCCL_COMMON_MEMBERS,
-    .makeVDevice   = NULL,
+    .makeVDevice   = ferry_nccl_v9_make_vdevice,
 };

@@ -28,13 +28,19 @@
         (_dst)->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION;       \
     } while (0)
 
-/* Plus the v9 fields. ferry has no vNICs: every device is {1, {dev}}. */
+/* Plus the v9 fields. A physical device is {1, {dev}}; a merged one lists its members. */
 #define FERRY_NCCL_PROPS_FILL_V9(_dst, _src, _dev)                        \
     do {                                                                  \
-        FERRY_NCCL_PROPS_FILL_V8(_dst, _src, _dev);                             \
+        FERRY_NCCL_PROPS_FILL_V8(_dst, _src, _dev);                       \
         (_dst)->forceFlush    = (_src)->force_flush;                      \
         (_dst)->vProps.ndevs   = 1;                                       \
         (_dst)->vProps.devs[0] = (_dev);                                  \
+        if ((_src)->vdevs_n > 0) {                                        \
+            (_dst)->vProps.ndevs = (_src)->vdevs_n;                       \
+            for (int _m = 0; _m < (_src)->vdevs_n &&                      \
+                             _m < FERRY_MAX_VDEV_MEMBERS; _m++)           \
+                (_dst)->vProps.devs[_m] = (_src)->vdevs[_m];              \
+        }                                                                 \
         (_dst)->maxP2pBytes   = (_src)->max_p2p_bytes;                    \
         (_dst)->maxCollBytes  = (_src)->max_coll_bytes;                   \
     } while (0)
@@ -73,6 +79,17 @@
         if (res == ncclSuccess)                                                  \
             _fill(props, &fp, dev);                                              \
         return res;                                                              \
+    }
+
+/*
+ * Defines `static ncclResult_t _fn(int *d, _type *props)`, the makeVDevice
+ * of one version (v9..v12 differ only in the length of props->devs).
+ */
+#define FERRY_NCCL_DEFINE_MAKE_VDEVICE(_fn, _type)                                   \
+    static ncclResult_t _fn(int *d, _type *props)                                    \
+    {                                                                                \
+        return ferry_nccl_result(ferry_api_make_vdevice(                             \
+            d, props != NULL ? props->ndevs : 0, props != NULL ? props->devs : NULL)); \
     }
 
 #endif

@@ -306,16 +306,17 @@ void hostile_case_ib_meta(hostile_env_t *e)
         out.meta.version = FERRY_IB_WIRE_VERSION;
         out.meta.size = sizeof(out.meta);
         out.meta.nqps = 1;
-        out.meta.mtu = 5;        /* IBV_MTU_4096. */
-        out.meta.link_layer = 1; /* IBV_LINK_LAYER_INFINIBAND: fakeibv's default port. */
+        out.meta.nmembers = 1;
+        out.meta.ports[0].mtu = 5;        /* IBV_MTU_4096. */
+        out.meta.ports[0].link_layer = 1; /* IBV_LINK_LAYER_INFINIBAND: fakeibv's default port. */
         out.meta.qpn[0] = 0x1234;
         snprintf(out.meta.devname, sizeof(out.meta.devname), "liar");
         switch (lies[i].field) {
         case 0: out.meta.nqps = 65535; break;
         case 1: out.meta.size = 65535; break;
-        case 2: out.meta.mtu = 99; break;
+        case 2: out.meta.ports[0].mtu = 99; break;
         case 3: memset(out.meta.devname, 'x', sizeof(out.meta.devname)); break;
-        case 4: out.meta.link_layer = 2; break;
+        case 4: out.meta.ports[0].link_layer = 2; break;
         }
         hostile_send_all(x->fd, &out, sizeof(out), "forged ib hello + metadata");
         fit_bound_init(&b, "accept of forged ib metadata", 10.0, 100000000L);

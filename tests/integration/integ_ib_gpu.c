@@ -404,9 +404,9 @@ static void gg_mode_gdr(const char *path)
     close(fd);
     a = rg.mh;
     d = rd.mh;
-    FIT_CHECK(d != NULL && d->type == NCCL_PTR_DMABUF && d->mr == a->mr,
+    FIT_CHECK(d != NULL && d->type == NCCL_PTR_DMABUF && d->mr[0] == a->mr[0],
               "the DMA-BUF registration of the CUDA-registered range shares its MR (%p vs %p)",
-              d != NULL ? (void *)d->mr : NULL, (void *)a->mr);
+              d != NULL ? (void *)d->mr[0] : NULL, (void *)a->mr[0]);
     FIT_NCCL(e.plugin.net->deregMr(e.recv_comm, rg.mh)); /* The DMA-BUF handle keeps the MR. */
     rg.mh = rd.mh;
     gg_one(&e, &sh, &rg, (1 << 20) + 5, 400, "host->GPU (DMA-BUF)");
@@ -414,7 +414,7 @@ static void gg_mode_gdr(const char *path)
     /* A second CUDA registration of a range inside the first hits the cache. */
     rg2 = rg;
     FIT_NCCL(e.plugin.net->regMr(e.recv_comm, gg_addr(&rg, 8192), 65536, NCCL_PTR_CUDA, &rg2.mh));
-    FIT_CHECK(((ferry_ib_mh_t *)rg2.mh)->mr == d->mr, "a CUDA range inside a registered one got "
+    FIT_CHECK(((ferry_ib_mh_t *)rg2.mh)->mr[0] == d->mr[0], "a CUDA range inside a registered one got "
               "an MR of its own");
     fit_pass("regMrDmaBuf (fd closed at once) receives and flushes; one MR per range in the "
              "cache across CUDA and DMA-BUF registrations");

@@ -155,7 +155,7 @@ static void test_properties(void **state)
     assert_true(ferry_ib_state.devs[3].guid == attr.sys_image_guid);
     assert_true(ferry_ib_state.devs[0].guid != attr.sys_image_guid);
     assert_int_equal(ferry_ib_get_properties(4, &p), FERRY_ERR_INVALID);
-    assert_int_equal(test_ib_log_count(FERRY_LOG_WARN, "getProperties(dev=4): ib backend has 4 "
+    assert_int_equal(test_ib_log_count(FERRY_LOG_WARN, "getProperties(dev=4): the ib backend has 4 "
                                                        "device(s) (0..3)"), 1);
     /* The GID choice is logged with its reason. */
     assert_int_equal(test_ib_log_count(FERRY_LOG_INFO, "ib fakeib1:2: GID index 0 fe80::"), 1);
