@@ -80,7 +80,7 @@ static void ferry_ib_accept_new(ferry_ib_listen_comm_t *lc)
 ferry_status_t ferry_ib_accept_comm(int devidx, const ferry_ib_meta_t *m, const char *peer,
                                     struct rdma_cm_id *const *cm_ids, ferry_ib_comm_t **comm_p)
 {
-    const ferry_ib_dev_t *dev = &ferry_ib_state.devs[devidx];
+    const ferry_ib_dev_t *dev = &ferry_ib_state.devs[ferry_ib_state.vdevs[devidx].devs[0]];
     const char *why = ferry_ib_meta_check(m, 0, dev->link_layer);
     ferry_ib_comm_t *c;
     ferry_status_t status;
@@ -89,7 +89,8 @@ ferry_status_t ferry_ib_accept_comm(int devidx, const ferry_ib_meta_t *m, const 
     if (why != NULL) {
         FERRY_WARN("ib accept from %s on %s (peer device %.64s): its metadata is unusable: %s; "
                    "every rank must load the same ferry build and NCCL_IB_* settings",
-                   peer, dev->name, m->devname[63] == '\0' ? m->devname : "?", why);
+                   peer, ferry_ib_dev_name(devidx), m->devname[63] == '\0' ? m->devname : "?",
+                   why);
         return FERRY_ERR_REMOTE;
     }
     status = ferry_ib_comm_create(FERRY_PX_RECV, devidx, m->nqps, peer, cm_ids, &c);

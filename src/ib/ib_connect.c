@@ -124,7 +124,7 @@ void ferry_ib_handle_set_stage(ferry_ib_handle_t *h, void *stage)
 static ferry_status_t ferry_ib_stage_create(const ferry_ctx_t *ctx, int dev, ferry_ib_handle_t *h,
                                             int traffic_class, ferry_ib_conn_stage_t **stage_p)
 {
-    int nqps = ferry_ib_state.cfg.qps_per_conn;
+    int nqps;
     ferry_ib_conn_stage_t *st;
     ferry_ib_comm_t *c;
     ferry_status_t status;
@@ -132,6 +132,8 @@ static ferry_status_t ferry_ib_stage_create(const ferry_ctx_t *ctx, int dev, fer
     status = ferry_ib_handle_check(h, dev);
     if (status != FERRY_OK)
         return status;
+    /* NCCL_IB_QPS_PER_CONNECTION on each port of the device, as NCCL's IB. */
+    nqps = ferry_ib_state.cfg.qps_per_conn * ferry_ib_state.vdevs[dev].ndevs;
     st = calloc(1, sizeof(*st));
     if (st == NULL)
         return FERRY_ERR_NO_MEMORY;
@@ -142,8 +144,9 @@ static ferry_status_t ferry_ib_stage_create(const ferry_ctx_t *ctx, int dev, fer
         return status;
     }
     if (nqps > FERRY_IB_MAX_QPS) {
-        FERRY_INFO(FERRY_LOG_NET, "NCCL_IB_QPS_PER_CONNECTION=%d: ferry uses at most %d data "
-                   "QPs per connection", nqps, FERRY_IB_MAX_QPS);
+        FERRY_INFO(FERRY_LOG_NET, "NCCL_IB_QPS_PER_CONNECTION=%d on %d port(s): ferry uses at "
+                   "most %d data QPs per connection", ferry_ib_state.cfg.qps_per_conn,
+                   ferry_ib_state.vdevs[dev].ndevs, FERRY_IB_MAX_QPS);
         nqps = FERRY_IB_MAX_QPS;
     }
     status = ferry_ib_comm_create(FERRY_PX_SEND, dev, nqps < 1 ? 1 : nqps, st->peer, NULL, &c);

@@ -427,6 +427,7 @@ const ferry_backend_ops_t ferry_ib_ops = {
     .fini           = ferry_ib_fini,
     .devices        = ferry_ib_devices,
     .get_properties = ferry_ib_get_properties,
+    .make_vdevice   = ferry_ib_make_vdevice,
     .listen         = ferry_ib_listen,
     .connect        = ferry_ib_connect,
     .accept         = ferry_ib_accept,

@@ -80,6 +80,13 @@ ferry_status_t ferry_ib_make_vdevice(int *dev_p, int ndevs, const int *devs)
     for (i = 0; i < ndevs && off < sizeof(list); i++)
         off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%d", i ? "," : "", devs[i]);
     refuse = ferry_ib_vdev_refuse(ndevs, devs, why, sizeof(why));
+    /* NCCL asks again at every communicator's init: the same ports give the same device. */
+    for (i = 0; refuse == NULL && i < n; i++)
+        if (st->vdevs[i].ndevs == ndevs &&
+            memcmp(st->vdevs[i].devs, devs, sizeof(int) * (size_t)ndevs) == 0) {
+            *dev_p = i;
+            return FERRY_OK;
+        }
     if (refuse == NULL && n >= FERRY_IB_MAX_VDEVS) {
         snprintf(why, sizeof(why), "%d devices exist already, the most ferry numbers", n);
         refuse = why;

@@ -485,6 +485,27 @@ void fit_check_no_ferry_threads(const char *when)
 
 /* ---- connection helpers --------------------------------------------------- */
 
+int fit_device(const fit_plugin_t *p)
+{
+    const char *merge = getenv("FIT_MERGE"); /* "0+1" */
+    ncclNetVDeviceProps_v11_t vp;
+    char *end;
+    int d = -1;
+
+    if (merge == NULL || merge[0] == '\0')
+        return 0;
+    memset(&vp, 0, sizeof(vp));
+    while (*merge != '\0' && vp.ndevs < NCCL_NET_MAX_DEVS_PER_NIC) {
+        vp.devs[vp.ndevs++] = (int)strtol(merge, &end, 10);
+        FIT_CHECK(end != merge, "FIT_MERGE='%s': devices joined by '+'", merge);
+        merge = *end == '+' ? end + 1 : end;
+    }
+    FIT_CHECK(p->net->makeVDevice != NULL, "the plugin has no makeVDevice");
+    FIT_NCCL(p->net->makeVDevice(&d, &vp));
+    FIT_CHECK(d >= 0, "makeVDevice gave device %d", d);
+    return d;
+}
+
 void *fit_listen(const fit_plugin_t *p, void *ctx, int dev, void *handle)
 {
     void *listen_comm = NULL;

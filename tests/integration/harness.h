@@ -144,6 +144,11 @@ void fit_log_dump_tail(int n);
 #define FIT_CONNECT_ITERS   20000000L
 
 /* listen(); fails on error or a NULL listenComm. handle must hold 128 bytes. */
+/*
+ * The device a test runs on: 0, or with FIT_MERGE="0+1" the device the
+ * plugin's makeVDevice makes of those (after init; the same each call).
+ */
+int fit_device(const fit_plugin_t *p);
 void *fit_listen(const fit_plugin_t *p, void *ctx, int dev, void *handle);
 /*
  * In one process: alternate connect() and accept() (each may return a NULL

@@ -67,6 +67,38 @@ static void inproc_check_props(const fit_plugin_t *p, int ndev)
                   "NCCL_SOCKET_IFNAME=lo gave %d device(s), first '%s'", ndev, props.name);
 }
 
+/*
+ * FIT_MERGE: the merged device lists its members in vProps, is named after
+ * them, is as fast as they are together, and counts among the devices.
+ */
+static void inproc_check_merged(const fit_plugin_t *p, int ndev_phys)
+{
+    ncclNetProperties_v11_t props, mp;
+    int d = fit_device(p), ndev = 0, speed = 0, i;
+
+    FIT_CHECK(d == ndev_phys, "the merged device is %d, expected %d (after the ports)", d,
+              ndev_phys);
+    FIT_CHECK(fit_device(p) == d, "merging the same ports again made another device");
+    FIT_NCCL(p->net->devices(&ndev));
+    FIT_CHECK(ndev == ndev_phys + 1, "devices() = %d after one merge of %d ports", ndev,
+              ndev_phys);
+    memset(&props, 0, sizeof(props));
+    FIT_NCCL(p->net->getProperties(d, &props));
+    FIT_CHECK(props.vProps.ndevs >= 2 && strchr(props.name, '+') != NULL,
+              "merged device %d: vProps.ndevs %d, name %s", d, props.vProps.ndevs, props.name);
+    for (i = 0; i < props.vProps.ndevs; i++) {
+        memset(&mp, 0, sizeof(mp));
+        FIT_NCCL(p->net->getProperties(props.vProps.devs[i], &mp));
+        FIT_CHECK(strstr(props.name, mp.name) != NULL, "merged name %s lacks member %s",
+                  props.name, mp.name);
+        speed += mp.speed;
+    }
+    FIT_CHECK(props.speed == speed, "merged speed %d Mbps, members sum to %d", props.speed,
+              speed);
+    printf("  merged dev %d: %s, %d ports, %d Mbps\n", d, props.name, props.vProps.ndevs,
+           props.speed);
+}
+
 /* listen on ctx_l, connect from ctx_c; accept before any connect must not return a comm. */
 static void inproc_pair_open(const fit_plugin_t *p, void *ctx_l, void *ctx_c, inproc_pair_t *pr,
                              long *nulls_p)
@@ -76,7 +108,7 @@ static void inproc_pair_open(const fit_plugin_t *p, void *ctx_l, void *ctx_c, in
     char addr[80];
 
     memset(pr, 0, sizeof(*pr));
-    pr->listen_comm = fit_listen(p, ctx_l, 0, pr->handle);
+    pr->listen_comm = fit_listen(p, ctx_l, fit_device(p), pr->handle);
     pr->port        = fit_handle_port(pr->handle);
     fit_handle_addr(pr->handle, addr, sizeof(addr));
     FIT_CHECK(pr->port != 0, "listen handle carries port 0");
@@ -84,8 +116,8 @@ static void inproc_pair_open(const fit_plugin_t *p, void *ctx_l, void *ctx_c, in
               "with NCCL_SOCKET_IFNAME=lo the handle should name loopback, it names %s", addr);
     FIT_NCCL(p->net->accept(pr->listen_comm, &early, &dev_handle));
     FIT_CHECK(early == NULL, "accept returned a comm before anybody connected");
-    fit_connect_accept(p, ctx_c, 0, pr->handle, pr->listen_comm, &pr->send_comm, &pr->recv_comm,
-                       nulls_p);
+    fit_connect_accept(p, ctx_c, fit_device(p), pr->handle, pr->listen_comm, &pr->send_comm,
+                       &pr->recv_comm, nulls_p);
     /* NCCL closes the listen comm right after accept; the connection must not care. */
     FIT_NCCL(p->net->closeListen(pr->listen_comm));
     pr->listen_comm = NULL;
@@ -347,6 +379,10 @@ int main(int argc, char **argv)
     FIT_CHECK(ndev >= 1, "devices() reported %d", ndev);
     inproc_check_props(&plugin, ndev);
     fit_pass("2 x init, devices = %d, getProperties sane", ndev);
+    if (getenv("FIT_MERGE") != NULL) {
+        inproc_check_merged(&plugin, ndev);
+        fit_pass("makeVDevice(%s): merged device listed, named and sped up", getenv("FIT_MERGE"));
+    }
 
     inproc_pair_open(&plugin, ctx_a, ctx_b, &pair, &nulls);
     fit_pass("listen/connect/accept (%ld NULL returns before both comms were ready)", nulls);
