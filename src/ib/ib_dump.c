@@ -99,8 +99,18 @@ void ferry_ib_dump(const ferry_px_ring_t *ring, FILE *out, uint64_t now)
             conn->oob_fd < 0 ? "closed"
             : conn->gone_ns ? (conn->cm != NULL ? "peer gone (DISCONNECTED)" : "peer gone (EOF)")
                             : "open");
+    for (i = 0; i < conn->nmem; i++) {
+        const ferry_ib_member_t *mem = &conn->mem[i];
+
+        fprintf(out, "NET/ferry :     port %d %s: %s, %s for this comm; %llu bytes sent, %llu "
+                "chains completed, %llu moved off it\n", i, mem->dev->name,
+                atomic_load(&mem->dev->port_down) ? "DOWN" : "ACTIVE",
+                mem->down ? "failed" : "in use", (unsigned long long)mem->bytes,
+                (unsigned long long)mem->chains, (unsigned long long)mem->moved);
+    }
     for (i = 0; i < conn->nqps; i++)
-        fprintf(out, "NET/ferry :     QP %d: 0x%x -> peer 0x%x, state %s\n", i, conn->qps[i]->qp_num,
+        fprintf(out, "NET/ferry :     QP %d: 0x%x on %s -> peer 0x%x, state %s\n", i,
+                conn->qps[i]->qp_num, conn->mem[ferry_ib_qp_mem(conn, i)].dev->name,
                 conn->remote.qpn[i], ferry_ib_qp_query(conn, i));
     ferry_ib_state_words(ring, words, sizeof(words));
     fprintf(out, "NET/ferry :     %s\n", words);

@@ -177,6 +177,9 @@ long ferry_ib_poll(ferry_px_ring_t *ring, ferry_px_req_t *req)
 
     if (ring->kind == FERRY_PX_SEND && ((ferry_ib_send_comm_t *)c)->ntrunc > 0)
         ferry_ib_send_fail_trunc((ferry_ib_send_comm_t *)c);
+    /* A merged device looks at its ports every time: a failover must not wait for a lull. */
+    if (c->conn.multi && ferry_ib_members_check(c) < 0)
+        return atomic_load(&ring->failed);
     for (m = 0; m < c->conn.nmem; m++) {
         n = ibv_poll_cq(c->conn.mem[m].cq, FERRY_IB_POLL_BATCH, wcs);
         if (n < 0)

@@ -1,0 +1,295 @@
+/*
+ * integ_ib_multirail: a merged device (makeVDevice of every port fakeibv
+ * shows; FAKEIBV_NDEV x FAKEIBV_NPORTS from the environment) in one process.
+ *
+ *   spread     64 x 4 MiB, byte for byte; every port carried a fair share of
+ *              the bytes (the comm's per-port counters, and fakeibv's own
+ *              port counters when it has them)
+ *   failover   a stream of 64 MiB messages; after message 4 one port goes
+ *              down (PORT_ERR): every message arrives once and intact, each
+ *              comm WARNs once naming the port, the peer and the requests
+ *              moved, and the rest of the stream runs on the other ports
+ *   all-down   every port goes down with a message in flight: both sides get
+ *              ncclRemoteError within seconds, the WARN says no port is left
+ *
+ *   integ_ib_multirail [--plugin PATH] [--case NAME]
+ *
+ * White-box where fakeibv needs an object or the counters are read: the
+ * plugin's comm layout (ib/ib_comm.h, same build), as integ_ib_faults.
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fakeibv.h"
+#include "harness.h"
+#include "ib/ib_comm.h"
+
+typedef int (*mr_inject_fn)(struct ibv_context *, enum fakeibv_fault_kind, uint32_t, unsigned,
+                            unsigned, int);
+
+typedef struct mr_env {
+    fit_plugin_t  plugin;
+    void         *ctx;
+    int           dev;
+    mr_inject_fn  inject;
+    void         *send_comm, *recv_comm;
+    int           down_after; /* failover: message after which the port goes down. */
+    int           downed;
+} mr_env_t;
+
+static void mr_open(mr_env_t *e, const char *path)
+{
+    void *h;
+
+    memset(e, 0, sizeof(*e));
+    fit_plugin_open(&e->plugin, path);
+    e->ctx = fit_plugin_init(&e->plugin, 0x4d52);
+    e->dev = fit_device(&e->plugin);
+    FIT_CHECK(e->dev > 0, "FIT_MERGE must name the ports to merge (got device %d)", e->dev);
+    h = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
+    FIT_CHECK(h != NULL, "libibverbs.so.1 is not loaded by the plugin: %s", dlerror());
+    e->inject = (mr_inject_fn)dlvsym(h, "fakeibv_inject", "FAKEIBV_1.0");
+    FIT_CHECK(e->inject != NULL, "the loaded libibverbs.so.1 is not fakeibv (no fakeibv_inject)");
+}
+
+static void mr_pair(mr_env_t *e)
+{
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    void *lc = fit_listen(&e->plugin, e->ctx, e->dev, handle);
+
+    fit_connect_accept(&e->plugin, e->ctx, e->dev, handle, lc, &e->send_comm, &e->recv_comm,
+                       NULL);
+    FIT_NCCL(e->plugin.net->closeListen(lc));
+}
+
+static void mr_close(mr_env_t *e)
+{
+    FIT_NCCL(e->plugin.net->closeSend(e->send_comm));
+    FIT_NCCL(e->plugin.net->closeRecv(e->recv_comm));
+    FIT_NCCL(e->plugin.net->finalize(e->ctx));
+    fit_plugin_close(&e->plugin);
+}
+
+static const ferry_ib_conn_t *mr_conn(void *comm)
+{
+    return &((const ferry_ib_comm_t *)comm)->conn; /* Same build: the plugin's layout. */
+}
+
+static void mr_port(mr_env_t *e, int m, enum fakeibv_fault_kind kind)
+{
+    const ferry_ib_member_t *mem = &mr_conn(e->send_comm)->mem[m];
+
+    FIT_CHECK(e->inject(mem->dev->hca->ctx, kind, (uint32_t)mem->dev->port, 0, 0, 0) == 0,
+              "fakeibv_inject(%s, port %d)", mem->dev->name, mem->dev->port);
+}
+
+static void mr_run(mr_env_t *e, const size_t *sizes, int n, int depth, const char *what,
+                   void (*on_done)(fit_role_t, int, void *))
+{
+    fit_xfer_opts_t o = { 0 };
+    fit_xfer_result_t r;
+
+    o.sizes = sizes;
+    o.nmsgs = n;
+    o.depth = depth;
+    o.seed = 0x5eed;
+    o.seconds = 120.0;
+    o.tag = 3;
+    o.on_done = on_done;
+    o.on_done_arg = e;
+    fit_xfer_inproc(&e->plugin, e->send_comm, e->recv_comm, &o, &r);
+    fit_xfer_expect_ok(&r, what);
+    FIT_CHECK(r.done[FIT_SEND] == n && r.done[FIT_RECV] == n, "%s: %d/%d messages done", what,
+              r.done[FIT_SEND], r.done[FIT_RECV]);
+    printf("  %s: %d messages in %.2f s\n", what, n, r.seconds);
+}
+
+static void mr_spread(const char *path)
+{
+    static size_t sizes[64];
+    const ferry_ib_conn_t *sconn, *rconn;
+    uint64_t total = 0;
+    int i, m;
+    mr_env_t e;
+
+    for (i = 0; i < 64; i++)
+        sizes[i] = ((size_t)4 << 20) - (size_t)(i % 3) * 4096 - (size_t)i; /* Unaligned too. */
+    for (i = 0; i < 64; i++)
+        total += sizes[i];
+    mr_open(&e, path);
+    mr_pair(&e);
+    sconn = mr_conn(e.send_comm);
+    rconn = mr_conn(e.recv_comm);
+    FIT_CHECK(sconn->nmem >= 2 && sconn->multi && rconn->multi,
+              "the comms run on %d port(s), multi %d/%d", sconn->nmem, sconn->multi,
+              rconn->multi);
+    mr_run(&e, sizes, 64, 8, "64 x 4 MiB over the merged device", NULL);
+    for (m = 0; m < sconn->nmem; m++) {
+        printf("  port %s: %llu bytes sent, %llu/%llu chains (send/recv)\n",
+               sconn->mem[m].dev->name, (unsigned long long)sconn->mem[m].bytes,
+               (unsigned long long)sconn->mem[m].chains,
+               (unsigned long long)rconn->mem[m].chains);
+        /* Each message is striped over every port: a fair share each, within 10 %. */
+        FIT_CHECK(sconn->mem[m].bytes * 10 >= total * 9 / (uint64_t)sconn->nmem,
+                  "port %s carried %llu of %llu bytes", sconn->mem[m].dev->name,
+                  (unsigned long long)sconn->mem[m].bytes, (unsigned long long)total);
+        FIT_CHECK(rconn->mem[m].chains >= 64 * 9 / 10,
+                  "port %s: the receiver saw %llu chains land", rconn->mem[m].dev->name,
+                  (unsigned long long)rconn->mem[m].chains);
+    }
+    fit_log_check_clean("spread");
+    fit_pass("64 x 4 MiB byte for byte, every one of %d ports carried its share", sconn->nmem);
+    mr_close(&e);
+}
+
+static void mr_down_after(fit_role_t role, int i, void *arg)
+{
+    mr_env_t *e = arg;
+
+    if (role == FIT_RECV && i == e->down_after && !e->downed) {
+        e->downed = 1;
+        mr_port(e, 1, FAKEIBV_FAULT_PORT_ERR);
+        printf("  port %s down after message %d\n", mr_conn(e->send_comm)->mem[1].dev->name, i);
+    }
+}
+
+static void mr_failover(const char *path)
+{
+    static size_t sizes[16];
+    const ferry_ib_conn_t *sconn, *rconn;
+    char needle[160], line[4096];
+    uint64_t bytes_at_end;
+    int i, from, at, n;
+    mr_env_t e;
+
+    for (i = 0; i < 16; i++)
+        sizes[i] = (size_t)64 << 20;
+    mr_open(&e, path);
+    mr_pair(&e);
+    sconn = mr_conn(e.send_comm);
+    rconn = mr_conn(e.recv_comm);
+    e.down_after = 4;
+    snprintf(needle, sizeof(needle), "port %s failed for this comm", sconn->mem[1].dev->name);
+    fit_log_expect(needle);
+    fit_log_expect("async event port error"); /* The device thread's own WARN. */
+    from = fit_log_lines();
+    mr_run(&e, sizes, 16, 4, "16 x 64 MiB, one port down after message 4", mr_down_after);
+    FIT_CHECK(e.downed, "the port was never taken down");
+    FIT_CHECK(sconn->mem[1].down && rconn->mem[1].down && !sconn->mem[0].down,
+              "after the port went down: send comm port states %d/%d, recv comm %d/%d",
+              sconn->mem[0].down, sconn->mem[1].down, rconn->mem[0].down, rconn->mem[1].down);
+    /* One WARN per comm, naming the port, the peer and the requests moved. */
+    for (n = 0, at = from; (at = fit_log_find(at, NCCL_LOG_WARN, needle, NULL, NULL, line,
+                                               sizeof(line))) >= 0; at++, n++) {
+        FIT_CHECK(strstr(line, "127.0.0.1") != NULL && strstr(line, "moved to") != NULL &&
+                  strstr(line, sconn->mem[0].dev->name) != NULL,
+                  "the WARN names the peer, the requests moved and the port left: %s", line);
+        printf("  WARN: %.400s\n", line);
+    }
+    FIT_CHECK(n == 2, "%d WARNs name the failed port (one per comm expected)", n);
+    /* The rest of the stream ran on the port left: 8 more messages, none through the dead one. */
+    bytes_at_end = sconn->mem[1].bytes;
+    mr_run(&e, sizes, 8, 4, "8 x 64 MiB more on the port left", NULL);
+    FIT_CHECK(sconn->mem[1].bytes == bytes_at_end, "the failed port carried %llu more bytes",
+              (unsigned long long)(sconn->mem[1].bytes - bytes_at_end));
+    mr_port(&e, 1, FAKEIBV_FAULT_PORT_ACTIVE);
+    fit_log_expect_clear();
+    fit_log_check_clean("failover");
+    fit_pass("a port down mid-stream: 24 x 64 MiB arrived once and intact, one WARN per comm, "
+             "%llu chains moved", (unsigned long long)sconn->mem[1].moved);
+    mr_close(&e);
+}
+
+static ncclResult_t mr_wait(mr_env_t *e, void *req, double seconds, double *took)
+{
+    double t0 = fit_now();
+    fit_bound_t b;
+    int done = 0, sz;
+    ncclResult_t rc;
+
+    fit_bound_init(&b, "test", seconds, 2000000000L);
+    while ((rc = e->plugin.net->test(req, &done, &sz)) == ncclSuccess && !done)
+        fit_bound_step(&b);
+    *took = fit_now() - t0;
+    return rc;
+}
+
+static void mr_all_down(const char *path)
+{
+    size_t size = (size_t)64 << 20;
+    char *sbuf = aligned_alloc(4096, size), *rbuf = aligned_alloc(4096, size);
+    void *smh = NULL, *rmh = NULL, *sreq = NULL, *rreq = NULL, *data;
+    const ferry_ib_conn_t *sconn;
+    ncclResult_t rc;
+    double took;
+    int tag = 3, m, from;
+    fit_bound_t b;
+    mr_env_t e;
+
+    FIT_CHECK(sbuf != NULL && rbuf != NULL, "malloc");
+    fit_graveyard_add(rbuf); /* The plugin may still write into it when the comms fail. */
+    memset(sbuf, 7, size);
+    mr_open(&e, path);
+    mr_pair(&e);
+    sconn = mr_conn(e.send_comm);
+    FIT_NCCL(e.plugin.net->regMr(e.send_comm, sbuf, size, NCCL_PTR_HOST, &smh));
+    FIT_NCCL(e.plugin.net->regMr(e.recv_comm, rbuf, size, NCCL_PTR_HOST, &rmh));
+    fit_log_expect("failed for this comm");
+    fit_log_expect("still up");
+    fit_log_expect("async event port error");
+    from = fit_log_lines();
+    data = rbuf;
+    FIT_NCCL(e.plugin.net->irecv(e.recv_comm, 1, &data, &size, &tag, &rmh, NULL, &rreq));
+    FIT_CHECK(rreq != NULL, "irecv returned no request");
+    for (m = 0; m < sconn->nmem; m++)
+        mr_port(&e, m, FAKEIBV_FAULT_PORT_ERR);
+    fit_bound_init(&b, "isend", 10.0, 100000000L);
+    while ((rc = e.plugin.net->isend(e.send_comm, sbuf, size, tag, smh, NULL, &sreq)) ==
+               ncclSuccess && sreq == NULL)
+        fit_bound_step(&b);
+    if (rc == ncclSuccess)
+        rc = mr_wait(&e, sreq, 20.0, &took);
+    FIT_CHECK(rc == ncclRemoteError, "send with every port down: %d (%s)", rc,
+              fit_result_str(rc));
+    rc = mr_wait(&e, rreq, 20.0, &took);
+    FIT_CHECK(rc == ncclRemoteError, "receive with every port down: %d (%s)", rc,
+              fit_result_str(rc));
+    FIT_CHECK(fit_log_find(from, NCCL_LOG_WARN, "it was the last of", "ports", "ncclRemoteError",
+                           NULL, 0) >= 0, "no WARN says the last port is gone");
+    for (m = 0; m < sconn->nmem; m++)
+        mr_port(&e, m, FAKEIBV_FAULT_PORT_ACTIVE);
+    FIT_NCCL(e.plugin.net->deregMr(e.send_comm, smh));
+    FIT_NCCL(e.plugin.net->deregMr(e.recv_comm, rmh));
+    fit_log_expect_clear();
+    fit_pass("every port down: both sides ncclRemoteError (receive after %.2f s)", took);
+    mr_close(&e);
+    free(sbuf);
+}
+
+int main(int argc, char **argv)
+{
+    const char *path = fit_plugin_path(&argc, argv);
+    const char *only = NULL;
+    int i;
+
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--case") == 0 && i + 1 < argc)
+            only = argv[++i];
+        else
+            FIT_FAIL("usage: integ_ib_multirail [--plugin PATH] [--case NAME] (got '%s')",
+                     argv[i]);
+    }
+    fit_set_role("multirail");
+    setenv("NCCL_SOCKET_IFNAME", "=lo", 0);
+    if (only == NULL || strcmp(only, "spread") == 0)
+        mr_spread(path);
+    if (only == NULL || strcmp(only, "failover") == 0)
+        mr_failover(path);
+    if (only == NULL || strcmp(only, "all-down") == 0)
+        mr_all_down(path);
+    fit_check_no_ferry_threads("after the last case");
+    printf("integ_ib_multirail: all cases passed\n");
+    return 0;
+}
