@@ -440,7 +440,35 @@ void *fit_plugin_init(const fit_plugin_t *p, uint64_t comm_id)
     return ctx;
 }
 
-int fit_count_threads(const char *prefix, char *names, size_t names_len)
+/* PF_EXITING (linux/sched.h), in field 9 of /proc/PID/task/TID/stat: the thread is in do_exit. */
+#define FIT_PF_EXITING 0x4u
+
+/* 1 if thread tid is in the kernel's exit path, 0 if not, -1 if it is gone. */
+static int fit_thread_exiting(const char *tid, char *state_p)
+{
+    char path[300], buf[1024], *p;
+    unsigned flags = 0;
+    FILE *f;
+    int ok;
+
+    snprintf(path, sizeof(path), "/proc/self/task/%s/stat", tid);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    p = fgets(buf, sizeof(buf), f);
+    fclose(f);
+    /* "tid (comm) state ppid pgrp session tty tpgid flags ...": comm may hold spaces. */
+    p = p != NULL ? strrchr(buf, ')') : NULL;
+    ok = p != NULL && sscanf(p + 1, " %c %*d %*d %*d %*d %*d %u", state_p, &flags) == 2;
+    FIT_CHECK(ok, "cannot parse %s: %s", path, buf);
+    return (flags & FIT_PF_EXITING) != 0;
+}
+
+/*
+ * Threads named prefix*. With exiting_p, also how many of them are already
+ * in the kernel's exit path, and names says "comm[tid state, exiting]".
+ */
+static int fit_scan_threads(const char *prefix, int *exiting_p, char *names, size_t names_len)
 {
     DIR *d = opendir("/proc/self/task");
     struct dirent *e;
@@ -450,8 +478,12 @@ int fit_count_threads(const char *prefix, char *names, size_t names_len)
     FIT_CHECK(d != NULL, "opendir /proc/self/task: %s", strerror(errno));
     if (names != NULL && names_len > 0)
         names[0] = '\0';
+    if (exiting_p != NULL)
+        *exiting_p = 0;
     while ((e = readdir(d)) != NULL) {
-        char path[300], comm[64] = "";
+        char path[300], comm[64] = "", what[340];
+        char state = '?';
+        int exiting = 0;
         FILE *f;
 
         if (e->d_name[0] == '.')
@@ -466,21 +498,55 @@ int fit_count_threads(const char *prefix, char *names, size_t names_len)
         comm[strcspn(comm, "\n")] = '\0';
         if (strncmp(comm, prefix, strlen(prefix)) != 0)
             continue;
+        if (exiting_p != NULL) {
+            exiting = fit_thread_exiting(e->d_name, &state);
+            if (exiting < 0)
+                continue; /* Gone between the two reads. */
+            *exiting_p += exiting;
+            snprintf(what, sizeof(what), "%s[%s %c%s]", comm, e->d_name, state,
+                     exiting ? ", exiting" : "");
+        } else {
+            snprintf(what, sizeof(what), "%s", comm);
+        }
         count++;
-        if (names != NULL && used + strlen(comm) + 2 < names_len)
+        if (names != NULL && used + strlen(what) + 2 < names_len)
             used += (size_t)snprintf(names + used, names_len - used, "%s%s",
-                                     used ? " " : "", comm);
+                                     used ? " " : "", what);
     }
     closedir(d);
     return count;
 }
 
+int fit_count_threads(const char *prefix, char *names, size_t names_len)
+{
+    return fit_scan_threads(prefix, NULL, names, names_len);
+}
+
+/*
+ * No ferry-* thread may run once finalize (and dlclose) returned. A thread
+ * ferry joined can still be listed for a moment: the kernel clears its tid,
+ * which ends pthread_join, in exit_mm, before exit_notify takes it off
+ * /proc/self/task; on two busy cores that moment can last. Such a thread
+ * has PF_EXITING set and runs no more of ferry's code, so it gets up to
+ * 2 s to go. A ferry-* thread not in exit was never stopped: it fails at once.
+ */
 void fit_check_no_ferry_threads(const char *when)
 {
     char names[1024];
-    int n = fit_count_threads("ferry-", names, sizeof(names));
+    fit_bound_t b;
+    int n, exiting;
 
-    FIT_CHECK(n == 0, "%s: %d ferry-* thread(s) still alive: %s", when, n, names);
+    fit_bound_init(&b, "ferry-* threads to finish exiting", 2.0, 100000L);
+    for (;;) {
+        n = fit_scan_threads("ferry-", &exiting, names, sizeof(names));
+        FIT_CHECK(n == exiting, "%s: %d ferry-* thread(s) still alive, %d of them not exiting: %s",
+                  when, n, n - exiting, names);
+        if (n == 0)
+            return;
+        FIT_CHECK(fit_bound_try_step(&b), "%s: %d joined ferry-* thread(s) still in the kernel's "
+                  "exit path after 2 s: %s", when, n, names);
+        usleep(1000);
+    }
 }
 
 /* ---- connection helpers --------------------------------------------------- */

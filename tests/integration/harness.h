@@ -95,7 +95,7 @@ void *fit_plugin_init(const fit_plugin_t *p, uint64_t comm_id);
 
 /* Threads of this process whose name starts with prefix (/proc/self/task/N/comm). */
 int fit_count_threads(const char *prefix, char *names, size_t names_len);
-/* Fails unless no "ferry-" thread is left. */
+/* Fails unless no "ferry-" thread is left (one already in exit gets 2 s to go). */
 void fit_check_no_ferry_threads(const char *when);
 
 /* What a case must give back, counted from /proc/self (harness_leaks.c). */
