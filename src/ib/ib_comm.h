@@ -66,6 +66,10 @@ static inline void ferry_ib_magic_clear(uint64_t *magic)
 #define FERRY_IB_WR_FLUSH 4ULL /* The GDR flush READ (ib_flush.c); seq: its ring slot. */
 #define FERRY_IB_WR_ID(_kind, _chain, _seq) \
     (((_kind) << 56) | ((uint64_t)(_chain) << 32) | ((uint64_t)(_seq) & 0xffffffffULL))
+/* ...and, on a merged device, the epoch of the member whose QP carries it (bits 40-47). */
+#define FERRY_IB_WR_ID_EP(_kind, _chain, _seq, _epoch) \
+    (FERRY_IB_WR_ID(_kind, _chain, _seq) | ((uint64_t)(_epoch) << 40))
+#define FERRY_IB_WR_EPOCH(_id) ((uint8_t)((_id) >> 40))
 #define FERRY_IB_WR_KIND(_id)  ((_id) >> 56)
 #define FERRY_IB_WR_CHAIN(_id) ((int)(((_id) >> 32) & 0xff))
 #define FERRY_IB_WR_SEQ(_id)   ((uint32_t)(_id))
@@ -97,6 +101,12 @@ typedef struct ferry_ib_member {
     uint64_t         moved;        /* Chains (send) or clear-to-sends (recv) moved off it. */
     _Atomic int      async_down;   /* The async thread saw a fatal event on its QPs... */
     char             async_why[160]; /* ...this one (written before async_down is set). */
+    uint8_t          epoch;        /* In every WR's id; bumped when it comes back, so errors of
+                                    * WRs from before the failure are known stale. */
+    uint8_t          join_n;       /* send: number of the last rejoin asked (ib_rejoin.c). */
+    int              joining;      /* send: a rejoin was asked, its answer is not in yet. */
+    uint64_t         join_ns;      /* send: when a rejoin may be asked (again). */
+    uint64_t         rejoins;      /* Times it came back into use. */
 } ferry_ib_member_t;
 
 /* What both comm kinds share: members, QPs, control block, OOB socket. */
@@ -127,6 +137,9 @@ typedef struct ferry_ib_conn {
     uint64_t         check_ns;     /* Next liveness look (coarse clock). */
     uint64_t         gone_ns;      /* When EOF was seen; 0 while the peer is there. */
     int              bye;          /* The peer closed its comm normally (FERRY_IB_OOB_BYE). */
+    uint8_t          oob_in[4];    /* A message from the peer being read (ib_rejoin.c). */
+    int              oob_in_len;
+    uint64_t         oob_check_ns; /* Next read of the OOB socket while a port is down. */
     int              registered;   /* ring is in the registry (returned to NCCL). */
     char             peer[64];     /* OOB address of the peer, "ip:port". */
     struct ferry_ib_cm_conn *cm;   /* NCCL_FERRY_IB_CM=rdmacm: the comm's CM ids; NULL in oob mode. */
@@ -359,6 +372,18 @@ long ferry_ib_member_down(ferry_ib_comm_t *c, int m, const char *why);
 void ferry_ib_wc_failover(ferry_ib_comm_t *c, const struct ibv_wc *wc, const char *what);
 /* Ports down, fatal device or async QP events: their members fail (the comm, when not merged). */
 long ferry_ib_members_check(ferry_ib_comm_t *c);
+/*
+ * ib_rejoin.c: a failed member whose port is ACTIVE again comes back. The
+ * send comm asks over the OOB socket (FERRY_IB_OOB_JOIN, its QPs reset to
+ * INIT); the receive comm resets its QPs to RTS, posts its receives and
+ * answers (FERRY_IB_OOB_JOINED); the send comm then brings its QPs up.
+ */
+void ferry_ib_rejoin_poll(ferry_ib_comm_t *c);
+/* Bytes read from the OOB socket: BYE, and the rejoin messages. */
+void ferry_ib_oob_input(ferry_ib_comm_t *c, const uint8_t *buf, size_t n);
+/* ib_qp.c: member m's QPs to RESET then INIT; from INIT to RTR and RTS. */
+ferry_status_t ferry_ib_member_qps_reset(ferry_ib_comm_t *c, int m);
+ferry_status_t ferry_ib_member_qps_up(ferry_ib_comm_t *c, int m);
 
 /* ib_poll.c */
 long ferry_ib_poll(ferry_px_ring_t *ring, ferry_px_req_t *req);

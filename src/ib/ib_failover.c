@@ -9,8 +9,10 @@
  * peer and how many requests moved; the comm fails with ncclRemoteError
  * only when no member is left.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "core/log.h"
 #include "ib/ib_comm.h"
@@ -90,12 +92,33 @@ void ferry_ib_wc_failover(ferry_ib_comm_t *c, const struct ibv_wc *wc, const cha
     int q = ferry_ib_qp_index(conn, wc->qp_num);
     char why[256];
 
-    if (q < 0 || conn->mem[ferry_ib_qp_mem(conn, q)].down)
+    /* Down already, or an error of a WR posted before the port came back: nothing new. */
+    if (q < 0 || conn->mem[ferry_ib_qp_mem(conn, q)].down ||
+        FERRY_IB_WR_EPOCH(wc->wr_id) != conn->mem[ferry_ib_qp_mem(conn, q)].epoch)
         return;
     snprintf(why, sizeof(why), "completion with status %s (%d) for the %s of message %u on QP "
              "0x%x", ferry_ibv.wc_status_str(wc->status), (int)wc->status, what,
              FERRY_IB_WR_SEQ(wc->wr_id), wc->qp_num);
     ferry_ib_member_down(c, ferry_ib_qp_mem(conn, q), why);
+}
+
+/* While a port is down: the peer's rejoin messages, read every millisecond at most. */
+static void ferry_ib_members_oob(ferry_ib_comm_t *c)
+{
+    ferry_ib_conn_t *conn = &c->conn;
+    uint64_t now = ferry_px_coarse_ns();
+    uint8_t buf[64];
+    ssize_t n;
+
+    if (conn->oob_fd < 0 || conn->gone_ns != 0 || now < conn->oob_check_ns)
+        return;
+    conn->oob_check_ns = now + 1000000ULL;
+    ferry_ib_rejoin_poll(c); /* ib_rejoin.c */
+    n = recv(conn->oob_fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n > 0)
+        ferry_ib_oob_input(c, buf, (size_t)n);
+    else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+        conn->gone_ns = now; /* ferry_ib_check_peer decides what that means. */
 }
 
 long ferry_ib_members_check(ferry_ib_comm_t *c)
@@ -105,6 +128,8 @@ long ferry_ib_members_check(ferry_ib_comm_t *c)
     long st;
     int m;
 
+    if (conn->ndown > 0)
+        ferry_ib_members_oob(c);
     for (m = 0; m < conn->nmem; m++) {
         ferry_ib_member_t *mem = &conn->mem[m];
 

@@ -37,6 +37,9 @@
 
 #define FERRY_IB_OOB_READY    0x52 /* 'R': connector's QPs are at RTS. */
 #define FERRY_IB_OOB_BYE      0x42 /* 'B': a normal close, sent just before the socket closes. */
+/* Merged devices: a failed port is ACTIVE again (ib_rejoin.c). */
+#define FERRY_IB_OOB_JOIN     0x4a /* 'J' member n: send comm, its QPs of member at INIT. */
+#define FERRY_IB_OOB_JOINED   0x4b /* 'K' member n ok: recv comm, its QPs at RTS (ok 1) or not. */
 
 /*
  * The 128-byte handle. Its first 48 bytes have the socket handle's layout

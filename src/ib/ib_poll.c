@@ -135,7 +135,8 @@ long ferry_ib_check_peer(ferry_ib_comm_t *c, int pending)
 {
     ferry_ib_conn_t *conn = &c->conn;
     uint64_t now = ferry_px_coarse_ns();
-    char why[320], buf[16];
+    char why[320];
+    uint8_t buf[64];
     ssize_t n;
 
     if (now < conn->check_ns)
@@ -146,15 +147,18 @@ long ferry_ib_check_peer(ferry_ib_comm_t *c, int pending)
     if (ferry_ib_members_check(c) < 0) /* ib_failover.c: ports down, fatal events. */
         return atomic_load(&c->ring.failed);
     if (conn->cm != NULL) ferry_ib_cm_poll(c); /* rdmacm mode: DISCONNECTED -> oob_fd EOF. */
-    if (conn->oob_fd < 0 || ferry_ib_state.cfg.peer_timeout_s <= 0)
+    /* A merged device reads it anyway: the peer's rejoin messages come on it. */
+    if (conn->oob_fd < 0 || (ferry_ib_state.cfg.peer_timeout_s <= 0 && !conn->multi))
         return 0;
     if (conn->gone_ns == 0) {
         n = recv(conn->oob_fd, buf, sizeof(buf), MSG_DONTWAIT);
-        if (n > 0 && memchr(buf, FERRY_IB_OOB_BYE, (size_t)n) != NULL)
-            conn->bye = 1;
+        if (n > 0)
+            ferry_ib_oob_input(c, buf, (size_t)n); /* ib_rejoin.c: BYE, rejoin messages. */
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
             conn->gone_ns = now;
     }
+    if (ferry_ib_state.cfg.peer_timeout_s <= 0)
+        return 0;
     /* Completions already on their way still land: fail only once they had their chance. */
     if (conn->gone_ns == 0 || !pending || now - conn->gone_ns < FERRY_IB_PEER_GRACE_NS)
         return 0;

@@ -22,6 +22,31 @@ const char *ferry_ib_comm_where(const ferry_ib_comm_t *c)
     return c->ring.where[0] != '\0' ? c->ring.where : "?";
 }
 
+/* QP i from RESET to INIT on its member's port. */
+static ferry_status_t ferry_ib_qp_init(ferry_ib_comm_t *c, int i, char *err, size_t len)
+{
+    ferry_ib_conn_t *conn = &c->conn;
+    const ferry_ib_member_t *mem = &conn->mem[ferry_ib_qp_mem(conn, i)];
+    const ferry_ib_config_t *cfg = &ferry_ib_state.cfg;
+    struct ibv_qp_attr attr;
+    int rc;
+
+    memset(&attr, 0, sizeof(attr));
+    attr.qp_state = IBV_QPS_INIT;
+    attr.pkey_index = (uint16_t)cfg->pkey;
+    attr.port_num = (uint8_t)mem->dev->port;
+    attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    rc = ferry_ibv.modify_qp(conn->qps[i], &attr,
+                             IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+    if (rc != 0) {
+        snprintf(err, len, "ibv_modify_qp(INIT, pkey index %d, port %s) of QP 0x%x failed: %s; "
+                 "check NCCL_IB_PKEY", cfg->pkey, mem->dev->name, conn->qps[i]->qp_num,
+                 strerror(rc > 0 ? rc : errno));
+        return FERRY_ERR_IO;
+    }
+    return FERRY_OK;
+}
+
 static ferry_status_t ferry_ib_comm_qp_create(ferry_ib_comm_t *c, int i, struct rdma_cm_id *id,
                                               char *err, size_t len)
 {
@@ -30,8 +55,6 @@ static ferry_status_t ferry_ib_comm_qp_create(ferry_ib_comm_t *c, int i, struct 
     const ferry_ib_config_t *cfg = &ferry_ib_state.cfg;
     const struct ibv_device_attr *da = &mem->dev->hca->attr;
     struct ibv_qp_init_attr ia;
-    struct ibv_qp_attr attr;
-    int rc;
 
     memset(&ia, 0, sizeof(ia));
     ia.send_cq = mem->cq;
@@ -63,20 +86,7 @@ static ferry_status_t ferry_ib_comm_qp_create(ferry_ib_comm_t *c, int i, struct 
         conn->max_inline = cfg->use_inline ? ia.cap.max_inline_data : 0;
     if (id != NULL)
         return FERRY_OK;
-    memset(&attr, 0, sizeof(attr));
-    attr.qp_state = IBV_QPS_INIT;
-    attr.pkey_index = (uint16_t)cfg->pkey;
-    attr.port_num = (uint8_t)mem->dev->port;
-    attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-    rc = ferry_ibv.modify_qp(conn->qps[i], &attr,
-                             IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-    if (rc != 0) {
-        snprintf(err, len, "ibv_modify_qp(INIT, pkey index %d, port %s) of QP 0x%x failed: %s; "
-                 "check NCCL_IB_PKEY", cfg->pkey, mem->dev->name, conn->qps[i]->qp_num,
-                 strerror(rc > 0 ? rc : errno));
-        return FERRY_ERR_IO;
-    }
-    return FERRY_OK;
+    return ferry_ib_qp_init(c, i, err, len);
 }
 
 static void ferry_ib_comm_layout(ferry_ib_comm_t *c)
@@ -355,34 +365,21 @@ static int ferry_ib_comm_qp_rts(ferry_ib_comm_t *c, int i)
                                IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
-ferry_status_t ferry_ib_comm_connect_qps(ferry_ib_comm_t *c, const ferry_ib_meta_t *remote,
-                                         const char *step)
+/* QPs i with (m < 0 or member m) from INIT to RTR and RTS; WARNs naming step. */
+static ferry_status_t ferry_ib_qps_up(ferry_ib_comm_t *c, int m, const char *step)
 {
     ferry_ib_conn_t *conn = &c->conn;
+    const ferry_ib_meta_t *remote = &conn->remote;
     const ferry_ib_config_t *cfg = &ferry_ib_state.cfg;
-    const char *why = ferry_ib_meta_check(remote, conn->nqps, conn->dev->link_layer);
-    int i, rc, tc, sl, rmem;
+    int i, rc, tc = conn->local.tc, sl = conn->local.sl;
 
-    if (why != NULL) {
-        FERRY_WARN("ib comm with %s on %s: %s: the peer's metadata is unusable: %s; every rank "
-                   "must load the same ferry build and the same NCCL_IB_* settings",
-                   conn->peer, ferry_ib_comm_where(c), step, why);
-        return FERRY_ERR_REMOTE;
-    }
-    conn->remote = *remote;
-    /* Each message touches every member of the larger device (NCCL's nDataQps). */
-    rmem = remote->nmembers;
-    conn->nchains = conn->nmem > rmem ? conn->nmem : rmem;
-    if (conn->nchains > conn->nqps)
-        conn->nchains = conn->nqps;
-    conn->multi = conn->nmem > 1 || rmem > 1;
-    tc = conn->local.tc;
-    sl = conn->local.sl;
     if (c->ring.kind == FERRY_PX_RECV && cfg->fifo_tc >= 0)
         tc = cfg->fifo_tc; /* The receiver's QPs carry the CTS writes. */
     for (i = 0; i < conn->nqps; i++) {
         const char *to = "RTR";
 
+        if (m >= 0 && ferry_ib_qp_mem(conn, i) != m)
+            continue;
         rc = ferry_ib_comm_qp_rtr(c, i, tc, sl);
         if (rc == 0) {
             to = "RTS";
@@ -402,10 +399,70 @@ ferry_status_t ferry_ib_comm_connect_qps(ferry_ib_comm_t *c, const ferry_ib_meta
             return FERRY_ERR_IO;
         }
     }
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_ib_comm_connect_qps(ferry_ib_comm_t *c, const ferry_ib_meta_t *remote,
+                                         const char *step)
+{
+    ferry_ib_conn_t *conn = &c->conn;
+    const char *why = ferry_ib_meta_check(remote, conn->nqps, conn->dev->link_layer);
+    ferry_status_t status;
+    int rmem;
+
+    if (why != NULL) {
+        FERRY_WARN("ib comm with %s on %s: %s: the peer's metadata is unusable: %s; every rank "
+                   "must load the same ferry build and the same NCCL_IB_* settings",
+                   conn->peer, ferry_ib_comm_where(c), step, why);
+        return FERRY_ERR_REMOTE;
+    }
+    conn->remote = *remote;
+    /* Each message touches every member of the larger device (NCCL's nDataQps). */
+    rmem = remote->nmembers;
+    conn->nchains = conn->nmem > rmem ? conn->nmem : rmem;
+    if (conn->nchains > conn->nqps)
+        conn->nchains = conn->nqps;
+    conn->multi = conn->nmem > 1 || rmem > 1;
+    status = ferry_ib_qps_up(c, -1, step);
+    if (status != FERRY_OK)
+        return status;
     /* A merged device's chains may land on any QP: every QP keeps receives posted. */
     if (c->ring.kind == FERRY_PX_RECV && conn->multi)
         return ferry_ib_recv_pool_fill((ferry_ib_recv_comm_t *)c, -1);
     return FERRY_OK;
+}
+
+ferry_status_t ferry_ib_member_qps_reset(ferry_ib_comm_t *c, int m)
+{
+    ferry_ib_conn_t *conn = &c->conn;
+    struct ibv_qp_attr attr;
+    char err[320];
+    int i, rc;
+
+    conn->mem[m].epoch++; /* WRs from before are gone; their errors in the CQ are stale. */
+    for (i = m; i < conn->nqps; i += conn->nmem) {
+        memset(&attr, 0, sizeof(attr));
+        attr.qp_state = IBV_QPS_RESET;
+        rc = ferry_ibv.modify_qp(conn->qps[i], &attr, IBV_QP_STATE);
+        if (rc != 0) {
+            FERRY_WARN("ib comm with %s on %s: bringing port %s back: ibv_modify_qp(RESET) of "
+                       "QP 0x%x failed: %s", conn->peer, ferry_ib_comm_where(c),
+                       conn->mem[m].dev->name, conn->qps[i]->qp_num,
+                       strerror(rc > 0 ? rc : errno));
+            return FERRY_ERR_IO;
+        }
+        if (ferry_ib_qp_init(c, i, err, sizeof(err)) != FERRY_OK) {
+            FERRY_WARN("ib comm with %s on %s: bringing port %s back: %s", conn->peer,
+                       ferry_ib_comm_where(c), conn->mem[m].dev->name, err);
+            return FERRY_ERR_IO;
+        }
+    }
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_ib_member_qps_up(ferry_ib_comm_t *c, int m)
+{
+    return ferry_ib_qps_up(c, m, "bringing a port back");
 }
 
 void ferry_ib_comm_start(ferry_ib_comm_t *c, int fd)

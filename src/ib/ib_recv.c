@@ -37,7 +37,7 @@ static ferry_status_t ferry_ib_recv_post_cts(ferry_ib_recv_comm_t *rc, uint64_t 
     sge.addr = (uint64_t)(uintptr_t)rc->cts[s];
     sge.length = (uint32_t)(sizeof(ferry_ib_cts_t) * (size_t)n);
     sge.lkey = conn->mem[ferry_ib_qp_mem(conn, q)].ctrl_mr->lkey;
-    wr.wr_id = FERRY_IB_WR_ID(FERRY_IB_WR_CTS, q, seq);
+    wr.wr_id = FERRY_IB_WR_ID_EP(FERRY_IB_WR_CTS, q, seq, conn->mem[ferry_ib_qp_mem(conn, q)].epoch);
     wr.opcode = IBV_WR_RDMA_WRITE;
     wr.sg_list = &sge;
     wr.num_sge = 1;
@@ -66,7 +66,8 @@ ferry_status_t ferry_ib_recv_pool_fill(ferry_ib_recv_comm_t *rc, int m)
         if (m >= 0 && ferry_ib_qp_mem(conn, q) != m)
             continue;
         memset(&wr, 0, sizeof(wr));
-        wr.wr_id = FERRY_IB_WR_ID(FERRY_IB_WR_RECV, q, 0);
+        wr.wr_id = FERRY_IB_WR_ID_EP(FERRY_IB_WR_RECV, q, 0,
+                                     conn->mem[ferry_ib_qp_mem(conn, q)].epoch);
         for (k = 0; k < FERRY_IB_RQ_DEPTH; k++) {
             err = ibv_post_recv(conn->qps[q], &wr, &bad);
             if (err != 0)
@@ -208,7 +209,8 @@ static void ferry_ib_recv_chain(ferry_ib_recv_comm_t *rc, const struct ibv_wc *w
 
     if (q < conn->nqps && !conn->mem[ferry_ib_qp_mem(conn, q)].down) {
         memset(&wr, 0, sizeof(wr));
-        wr.wr_id = wc->wr_id;
+        wr.wr_id = FERRY_IB_WR_ID_EP(FERRY_IB_WR_RECV, q, 0,
+                                     conn->mem[ferry_ib_qp_mem(conn, q)].epoch);
         err = ibv_post_recv(conn->qps[q], &wr, &bad);
         if (err != 0) {
             ferry_ib_recv_post_fail(rc, "ibv_post_recv (keeping receives posted)",

@@ -102,7 +102,7 @@ static int ferry_ib_send_chain(ferry_ib_send_comm_t *sc, ferry_ib_send_slot_t *s
     }
     /* Every WR carries the id: an error completes the failing WR, signalled or not. */
     for (i = 0; i < k; i++) {
-        wrs[i].wr_id = FERRY_IB_WR_ID(FERRY_IB_WR_DATA, j, seq);
+        wrs[i].wr_id = FERRY_IB_WR_ID_EP(FERRY_IB_WR_DATA, j, seq, conn->mem[m].epoch);
         wrs[i].next = i + 1 < k ? &wrs[i + 1] : NULL;
     }
     wrs[k - 1].send_flags = IBV_SEND_SIGNALED;

@@ -8,7 +8,9 @@
  *   failover   a stream of 64 MiB messages; after message 4 one port goes
  *              down (PORT_ERR): every message arrives once and intact, each
  *              comm WARNs once naming the port, the peer and the requests
- *              moved, and the rest of the stream runs on the other ports
+ *              moved, and the rest of the stream runs on the other ports;
+ *              then the port comes back (PORT_ACTIVE) and carries its half
+ *              of the next messages again
  *   all-down   every port goes down with a message in flight: both sides get
  *              ncclRemoteError within seconds, the WARN says no port is left
  *
@@ -194,11 +196,29 @@ static void mr_failover(const char *path)
     mr_run(&e, sizes, 8, 4, "8 x 64 MiB more on the port left", NULL);
     FIT_CHECK(sconn->mem[1].bytes == bytes_at_end, "the failed port carried %llu more bytes",
               (unsigned long long)(sconn->mem[1].bytes - bytes_at_end));
-    mr_port(&e, 1, FAKEIBV_FAULT_PORT_ACTIVE);
-    fit_log_expect_clear();
-    fit_log_check_clean("failover");
     fit_pass("a port down mid-stream: 24 x 64 MiB arrived once and intact, one WARN per comm, "
              "%llu chains moved", (unsigned long long)sconn->mem[1].moved);
+
+    /* The port comes back: the comms take it into use again for new messages. */
+    mr_port(&e, 1, FAKEIBV_FAULT_PORT_ACTIVE);
+    from = fit_log_lines();
+    for (i = 0; i < 40 && (sconn->mem[1].down || rconn->mem[1].down); i++)
+        mr_run(&e, sizes + 8, 2, 2, "2 x 64 MiB while the port comes back", NULL);
+    FIT_CHECK(!sconn->mem[1].down && !rconn->mem[1].down,
+              "the port did not come back into use (send comm %d, recv comm %d) after %d "
+              "rounds", sconn->mem[1].down, rconn->mem[1].down, i);
+    FIT_CHECK(fit_log_find(from, NCCL_LOG_INFO, "port", sconn->mem[1].dev->name,
+                           "is back in use", line, sizeof(line)) >= 0,
+              "no INFO says the port is back");
+    printf("  INFO: %.300s\n", line);
+    bytes_at_end = sconn->mem[1].bytes;
+    mr_run(&e, sizes, 8, 4, "8 x 64 MiB with the port back", NULL);
+    FIT_CHECK(sconn->mem[1].bytes - bytes_at_end >= (uint64_t)8 * (32 << 20) * 9 / 10,
+              "the port back in use carried %llu bytes of 8 x 64 MiB",
+              (unsigned long long)(sconn->mem[1].bytes - bytes_at_end));
+    fit_log_expect_clear();
+    fit_log_check_clean("failover");
+    fit_pass("the port back up: in use again on both comms, carrying half of every message");
     mr_close(&e);
 }
 
