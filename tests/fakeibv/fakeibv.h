@@ -21,21 +21,26 @@ enum fakeibv_fault_kind {
     FAKEIBV_FAULT_MODIFY_QP = 3,  /* ibv_modify_qp returns err (NCCL retries ETIMEDOUT). */
     FAKEIBV_FAULT_CREATE_CQ = 4,  /* ibv_create_cq returns NULL. */
     /* Events on a live object; `target` names it, `ctx` is its context. */
-    /* QP `target` loses its link: its streams both ways are cut (the peer
-     * QP sees its own requests go unanswered), outstanding and new sends
-     * end in RETRY_EXC_ERR after the timeout, nothing comes in any more. */
+    /* QP `target`'s requests stop reaching its peer: outstanding and new
+     * sends end in RETRY_EXC_ERR after the timeout. One way only: the
+     * peer's requests to it still arrive until it is in ERR. */
     FAKEIBV_FAULT_QP_DROP = 16,
     FAKEIBV_FAULT_QP_FATAL = 17,  /* QP `target` -> ERR, IBV_EVENT_QP_FATAL raised. */
     /* Port `target` of `ctx`'s device goes DOWN, IBV_EVENT_PORT_ERR raised,
-     * and every QP of this process on that device and port past INIT is
-     * dropped as by QP_DROP; QPs reaching RTR while it is down connect to
+     * and every QP of this process on that device and port past INIT
+     * loses its link as by QP_LINK_DOWN; QPs reaching RTR while it is down connect to
      * nothing (modify_qp succeeds, their sends time out) and streams to
      * the port are dropped unanswered. */
     FAKEIBV_FAULT_PORT_ERR = 18,
     /* Port `target` back to ACTIVE, IBV_EVENT_PORT_ACTIVE: QPs brought to
      * RTR from now on work; the dropped ones stay dropped until RESET. */
     FAKEIBV_FAULT_PORT_ACTIVE = 19,
-    FAKEIBV_FAULT_DEVICE_FATAL = 20 /* IBV_EVENT_DEVICE_FATAL on `ctx`. */
+    FAKEIBV_FAULT_DEVICE_FATAL = 20, /* IBV_EVENT_DEVICE_FATAL on `ctx`. */
+    /* QP `target` loses its link both ways, as a QP on a port that goes
+     * down: its streams in and out are cut (the peer QP's requests go
+     * unanswered and time out too), no new one is accepted until RESET,
+     * outstanding and new sends end in RETRY_EXC_ERR after the timeout. */
+    FAKEIBV_FAULT_QP_LINK_DOWN = 21
 };
 
 /*

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "fakeibv_internal.h"
 
@@ -119,8 +120,19 @@ static int fakeibv_inject_qp(enum fakeibv_fault_kind kind, uint32_t qpn)
     if (qp == NULL)
         return ENOENT;
     if (kind == FAKEIBV_FAULT_QP_DROP) {
-        /* As if the cable to the peer were cut: nothing more goes out or
-         * arrives, on either QP, and the retry timers decide the outcome. */
+        /* Its requests stop reaching the peer (the outbound stream is cut)
+         * and the retry timer decides the outcome; the peer's requests to
+         * it still arrive until it is in ERR. ferry's tests rely on that
+         * one-way loss; QP_LINK_DOWN cuts both ways. */
+        if (qp->out_fd >= 0)
+            shutdown(qp->out_fd, SHUT_RDWR);
+        fakeibv_qp_set_broken_locked(qp);
+        pthread_mutex_unlock(&qp->lock);
+        return 0;
+    }
+    if (kind == FAKEIBV_FAULT_QP_LINK_DOWN) {
+        /* As if the QP's cable were pulled: nothing more goes out or comes
+         * in, on either QP, and the retry timers decide the outcome. */
         fakeibv_qp_link_down_locked(qp);
         pthread_mutex_unlock(&qp->lock);
         return 0;
@@ -181,6 +193,7 @@ FAKEIBV_EXPORT int fakeibv_inject(struct ibv_context *ctx, enum fakeibv_fault_ki
     switch (kind) {
     case FAKEIBV_FAULT_QP_DROP:
     case FAKEIBV_FAULT_QP_FATAL:
+    case FAKEIBV_FAULT_QP_LINK_DOWN:
         return fakeibv_inject_qp(kind, target);
     case FAKEIBV_FAULT_PORT_ERR:
     case FAKEIBV_FAULT_PORT_ACTIVE:

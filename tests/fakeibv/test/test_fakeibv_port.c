@@ -435,9 +435,9 @@ static void test_port_down_then_up(void **state)
     rail_close(&r2);
 }
 
-/* QP_DROP cuts both directions: the dropped QP's sends and its peer's
- * time out. */
-static void test_qp_drop_both_ways(void **state)
+/* QP_LINK_DOWN cuts both directions: the QP's sends and its peer's time
+ * out. QP_DROP cuts one: the peer's requests still get through. */
+static void test_qp_link_down_both_ways(void **state)
 {
     struct rail r;
     struct ibv_wc wc;
@@ -445,7 +445,8 @@ static void test_qp_drop_both_ways(void **state)
     (void)state;
     rail_open(&r, 2);
     rail_roundtrip(&r, 0, 4096, 8);
-    assert_int_equal(fakeibv_inject(NULL, FAKEIBV_FAULT_QP_DROP, r.qp[0]->qp_num, 0, 0, 0), 0);
+    assert_int_equal(fakeibv_inject(NULL, FAKEIBV_FAULT_QP_LINK_DOWN, r.qp[0]->qp_num, 0, 0, 0),
+                     0);
     assert_int_equal(rail_write(&r, 1, 500, 0, 64), 0);
     assert_int_equal(fx_poll(r.cq[1], &wc, 1, 5000), 1);
     assert_int_equal(wc.status, IBV_WC_RETRY_EXC_ERR);
@@ -453,6 +454,16 @@ static void test_qp_drop_both_ways(void **state)
     assert_int_equal(fx_poll(r.cq[0], &wc, 1, 5000), 1);
     assert_int_equal(wc.status, IBV_WC_RETRY_EXC_ERR);
     assert_int_equal(port_state(0, 2), IBV_PORT_ACTIVE);
+    rail_close(&r);
+
+    rail_open(&r, 2);
+    assert_int_equal(fakeibv_inject(NULL, FAKEIBV_FAULT_QP_DROP, r.qp[0]->qp_num, 0, 0, 0), 0);
+    assert_int_equal(rail_write(&r, 1, 502, 0, 64), 0);
+    assert_int_equal(fx_poll(r.cq[1], &wc, 1, 5000), 1);
+    assert_int_equal(wc.status, IBV_WC_SUCCESS);
+    assert_int_equal(rail_write(&r, 0, 503, 0, 64), 0);
+    assert_int_equal(fx_poll(r.cq[0], &wc, 1, 5000), 1);
+    assert_int_equal(wc.status, IBV_WC_RETRY_EXC_ERR);
     rail_close(&r);
 }
 
@@ -590,7 +601,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counters_per_port),
         cmocka_unit_test(test_port_down_then_up),
-        cmocka_unit_test(test_qp_drop_both_ways),
+        cmocka_unit_test(test_qp_link_down_both_ways),
         cmocka_unit_test(test_two_process),
     };
 
