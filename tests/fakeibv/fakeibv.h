@@ -21,11 +21,26 @@ enum fakeibv_fault_kind {
     FAKEIBV_FAULT_MODIFY_QP = 3,  /* ibv_modify_qp returns err (NCCL retries ETIMEDOUT). */
     FAKEIBV_FAULT_CREATE_CQ = 4,  /* ibv_create_cq returns NULL. */
     /* Events on a live object; `target` names it, `ctx` is its context. */
-    FAKEIBV_FAULT_QP_DROP = 16,   /* QP `target` loses its peer: RETRY_EXC_ERR after the timeout. */
+    /* QP `target`'s requests stop reaching its peer: outstanding and new
+     * sends end in RETRY_EXC_ERR after the timeout. One way only: the
+     * peer's requests to it still arrive until it is in ERR. */
+    FAKEIBV_FAULT_QP_DROP = 16,
     FAKEIBV_FAULT_QP_FATAL = 17,  /* QP `target` -> ERR, IBV_EVENT_QP_FATAL raised. */
-    FAKEIBV_FAULT_PORT_ERR = 18,  /* Port `target` goes DOWN, IBV_EVENT_PORT_ERR raised. */
-    FAKEIBV_FAULT_PORT_ACTIVE = 19, /* Port `target` back to ACTIVE, IBV_EVENT_PORT_ACTIVE. */
-    FAKEIBV_FAULT_DEVICE_FATAL = 20 /* IBV_EVENT_DEVICE_FATAL on `ctx`. */
+    /* Port `target` of `ctx`'s device goes DOWN, IBV_EVENT_PORT_ERR raised,
+     * and every QP of this process on that device and port past INIT
+     * loses its link as by QP_LINK_DOWN; QPs reaching RTR while it is down connect to
+     * nothing (modify_qp succeeds, their sends time out) and streams to
+     * the port are dropped unanswered. */
+    FAKEIBV_FAULT_PORT_ERR = 18,
+    /* Port `target` back to ACTIVE, IBV_EVENT_PORT_ACTIVE: QPs brought to
+     * RTR from now on work; the dropped ones stay dropped until RESET. */
+    FAKEIBV_FAULT_PORT_ACTIVE = 19,
+    FAKEIBV_FAULT_DEVICE_FATAL = 20, /* IBV_EVENT_DEVICE_FATAL on `ctx`. */
+    /* QP `target` loses its link both ways, as a QP on a port that goes
+     * down: its streams in and out are cut (the peer QP's requests go
+     * unanswered and time out too), no new one is accepted until RESET,
+     * outstanding and new sends end in RETRY_EXC_ERR after the timeout. */
+    FAKEIBV_FAULT_QP_LINK_DOWN = 21
 };
 
 /*
@@ -71,6 +86,28 @@ struct fakeibv_qp_stats {
     uint64_t sends;       /* SEND, SEND_WITH_IMM and anything else. */
 };
 int fakeibv_qp_stats(uint32_t qpn, struct fakeibv_qp_stats *stats);
+
+/*
+ * Traffic of one port of this process since it started, as a real HCA's
+ * port counters (sysfs ports/<p>/counters/). Data is payload only: the
+ * bytes of WRITE, WRITE_WITH_IMM and SEND requests count where they leave
+ * (requester's port) and arrive (responder's port), READ data where the
+ * response leaves (responder) and arrives (requester); headers are not
+ * counted. Packets: a request or READ response of n bytes is
+ * max(1, ceil(n / path MTU)) packets, every other response (ACK, NAK) one.
+ * A port that is down moves nothing, so its counters stand still.
+ */
+struct fakeibv_port_counters {
+    uint64_t xmit_bytes;    /* Payload bytes sent from this port. */
+    uint64_t rcv_bytes;     /* Payload bytes received on it. */
+    uint64_t xmit_data;     /* xmit_bytes / 4: port_xmit_data's unit (4 octets). */
+    uint64_t rcv_data;      /* rcv_bytes / 4: port_rcv_data. */
+    uint64_t xmit_packets;  /* port_xmit_packets */
+    uint64_t rcv_packets;   /* port_rcv_packets */
+};
+/* Fills *c for port `port` of ctx's device (and refreshes the sysfs
+ * counter files). Returns 0, or EINVAL for a bad context or port. */
+int fakeibv_port_counters(struct ibv_context *ctx, uint8_t port, struct fakeibv_port_counters *c);
 
 /* Tests only: while on, this process's hellos carry a wrong cookie value,
  * so the peer's probe fails as it would across pid namespaces. */

@@ -244,6 +244,7 @@ static void *fakeibv_thread_main(void *p)
 int fakeibv_thread_start(pthread_t *thr, const char *name, void *(*fn)(void *), void *arg)
 {
     struct fakeibv_thread_arg *a = malloc(sizeof(*a));
+    char copy[sizeof(a->name)];
     sigset_t all, old;
     int rc;
 
@@ -254,9 +255,18 @@ int fakeibv_thread_start(pthread_t *thr, const char *name, void *(*fn)(void *), 
     snprintf(a->name, sizeof(a->name), "%s", name);
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
+    snprintf(copy, sizeof(copy), "%s", name);
     rc = pthread_create(thr, NULL, fakeibv_thread_main, a);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0)
+    if (rc != 0) {
         free(a);
-    return rc;
+        return rc;
+    }
+    /* Named here too: a thread not yet scheduled would otherwise show its
+     * creator's name in /proc/<pid>/task/ (test_fakeibv_sysfs counts the
+     * threads right after a transfer; on a loaded 2-core box the QP's tx
+     * thread may not have run yet). The thread's own call covers the
+     * threads whose creator is not the one looking. */
+    pthread_setname_np(*thr, copy);
+    return 0;
 }

@@ -412,7 +412,7 @@ int fakeibv_query_port_attr(struct ibv_context *c, uint8_t port, struct ibv_port
         return EINVAL;
     p = &fakeibv_ctx(c)->dev->ports[port - 1];
     memset(a, 0, sizeof(*a));
-    a->state = p->state;
+    a->state = __atomic_load_n(&p->state, __ATOMIC_ACQUIRE);
     a->max_mtu = IBV_MTU_4096;
     a->active_mtu = cfg->mtu;
     a->gid_tbl_len = eth ? FAKEIBV_GID_TBL_LEN : 1;
@@ -424,7 +424,7 @@ int fakeibv_query_port_attr(struct ibv_context *c, uint8_t port, struct ibv_port
     a->max_vl_num = 4;
     a->active_width = cfg->active_width;
     a->active_speed = cfg->active_speed;
-    a->phys_state = p->state == IBV_PORT_ACTIVE ? 5 /* LinkUp */ : 3 /* Disabled */;
+    a->phys_state = a->state == IBV_PORT_ACTIVE ? 5 /* LinkUp */ : 3 /* Disabled */;
     a->link_layer = cfg->link_layer;
     return 0;
 }

@@ -120,11 +120,20 @@ static int fakeibv_inject_qp(enum fakeibv_fault_kind kind, uint32_t qpn)
     if (qp == NULL)
         return ENOENT;
     if (kind == FAKEIBV_FAULT_QP_DROP) {
-        /* As if the cable to the peer were cut: nothing more arrives, and
-         * the retry timer decides the outcome. */
+        /* Its requests stop reaching the peer (the outbound stream is cut)
+         * and the retry timer decides the outcome; the peer's requests to
+         * it still arrive until it is in ERR. ferry's tests rely on that
+         * one-way loss; QP_LINK_DOWN cuts both ways. */
         if (qp->out_fd >= 0)
             shutdown(qp->out_fd, SHUT_RDWR);
         fakeibv_qp_set_broken_locked(qp);
+        pthread_mutex_unlock(&qp->lock);
+        return 0;
+    }
+    if (kind == FAKEIBV_FAULT_QP_LINK_DOWN) {
+        /* As if the QP's cable were pulled: nothing more goes out or comes
+         * in, on either QP, and the retry timers decide the outcome. */
+        fakeibv_qp_link_down_locked(qp);
         pthread_mutex_unlock(&qp->lock);
         return 0;
     }
@@ -139,19 +148,29 @@ static int fakeibv_inject_port(struct ibv_context *ctx, enum fakeibv_fault_kind 
                                uint32_t port)
 {
     struct ibv_async_event ev;
+    struct fakeibv_device *dev;
 
     if (ctx == NULL || port < 1 || port > (uint32_t)fakeibv_config()->nports)
         return EINVAL;
+    dev = fakeibv_ctx(ctx)->dev;
     memset(&ev, 0, sizeof(ev));
     ev.element.port_num = (int)port;
     if (kind == FAKEIBV_FAULT_PORT_ERR) {
-        fakeibv_ctx(ctx)->dev->ports[port - 1].state = IBV_PORT_DOWN;
+        /* Down first, so that no QP connects or accepts a stream on it
+         * after the sweep; then every QP on it loses its link. */
+        __atomic_store_n(&dev->ports[port - 1].state, IBV_PORT_DOWN, __ATOMIC_RELEASE);
+        fakeibv_qps_port_down(dev, (int)port);
         ev.event_type = IBV_EVENT_PORT_ERR;
     } else {
-        fakeibv_ctx(ctx)->dev->ports[port - 1].state = IBV_PORT_ACTIVE;
+        /* QPs brought to RTR from now on connect; the dropped ones stay
+         * dropped (in ERR once their sends time out) until RESET. */
+        __atomic_store_n(&dev->ports[port - 1].state, IBV_PORT_ACTIVE, __ATOMIC_RELEASE);
         ev.event_type = IBV_EVENT_PORT_ACTIVE;
     }
-    fakeibv_sysfs_port_state(fakeibv_ctx(ctx)->dev, (int)port);
+    FAKEIBV_INFO("%s port %u: %s (injected)", dev->dev.name, port,
+                 kind == FAKEIBV_FAULT_PORT_ERR ? "DOWN" : "ACTIVE");
+    fakeibv_sysfs_port_state(dev, (int)port);
+    fakeibv_sysfs_port_counters(dev, (int)port);
     fakeibv_async_raise(fakeibv_ctx(ctx), &ev);
     return 0;
 }
@@ -174,6 +193,7 @@ FAKEIBV_EXPORT int fakeibv_inject(struct ibv_context *ctx, enum fakeibv_fault_ki
     switch (kind) {
     case FAKEIBV_FAULT_QP_DROP:
     case FAKEIBV_FAULT_QP_FATAL:
+    case FAKEIBV_FAULT_QP_LINK_DOWN:
         return fakeibv_inject_qp(kind, target);
     case FAKEIBV_FAULT_PORT_ERR:
     case FAKEIBV_FAULT_PORT_ACTIVE:

@@ -74,7 +74,10 @@ struct fakeibv_port {
     char netdev[16];              /* FAKEIBV_NETDEV interface of this port; "" if none. */
     uint8_t ipv4[4];              /* Its IPv4 address: GIDs 2/3 are ::ffff:ipv4. */
     unsigned ifindex;             /* gid_entry.ndev_ifindex: the netdev's (or lo's) index. */
-    enum ibv_port_state state;    /* ACTIVE, or DOWN after an injected port error. */
+    enum ibv_port_state state;    /* ACTIVE, or DOWN after an injected port error (atomic). */
+    /* Traffic counters (fakeibv_port_counters), atomics, any thread. */
+    uint64_t ctr_xmit_bytes, ctr_rcv_bytes, ctr_xmit_pkts, ctr_rcv_pkts;
+    int64_t ctr_sysfs_ns;         /* When the data path last wrote the sysfs files. */
 };
 
 struct fakeibv_device {
@@ -122,6 +125,8 @@ const char *fakeibv_sysfs_root(void);
 /* Writes the tree for the devices of this process (warns on failure). */
 void fakeibv_sysfs_build(struct fakeibv_device *devs, int ndev);
 void fakeibv_sysfs_port_state(const struct fakeibv_device *dev, int port);
+/* Rewrites ports/<port>/counters/ from the port's counters. */
+void fakeibv_sysfs_port_counters(struct fakeibv_device *dev, int port);
 void fakeibv_sysfs_cleanup(void);
 
 /* ---- listener / wire (fakeibv_wire.c) --------------------------------- */
@@ -279,6 +284,10 @@ struct fakeibv_qp {
     int mode_known;               /* The responder's FAKEIBV_OP_MODE arrived. */
     int one_copy;                 /* ... and it said descriptors are welcome. */
     int broken;                   /* Peer unreachable: retry timer runs. */
+    int link_down;                /* QP_DROP or its port went down: no stream in or out
+                                   * until RESET (implies broken). */
+    int data_port;                /* Port (1-based) it moved data on, fixed at RTR; 0 before. */
+    uint32_t mtu_bytes;           /* Its path MTU in bytes, fixed at RTR (packet counts). */
     struct timespec deadline;     /* When the retry timer expires (broken only). */
     int deadline_set;
     int threads_up;               /* tx and rx threads running. */
@@ -312,6 +321,22 @@ struct fakeibv_qp *fakeibv_qp_lookup_get(uint32_t qpn);  /* Returns with qp->loc
 void fakeibv_qp_to_err_locked(struct fakeibv_qp *qp);
 void fakeibv_qp_advance_locked(struct fakeibv_qp *qp);
 void fakeibv_qp_set_broken_locked(struct fakeibv_qp *qp);
+/* Cuts every stream of the QP, both ways, and keeps new ones out: the peer
+ * QP's requests go unanswered, ours time out (QP_DROP, port down). */
+void fakeibv_qp_link_down_locked(struct fakeibv_qp *qp);
+/* Port `port` of dev went down: every QP on it past INIT loses its link. */
+void fakeibv_qps_port_down(struct fakeibv_device *dev, int port);
+/* The port a QP is bound to (port_num of INIT, else the AV's), 1-based. */
+int fakeibv_qp_port_num(const struct fakeibv_qp *qp);
+
+/* ---- port counters (fakeibv_counters.c) ---------------------------------- */
+
+/* Counts traffic of a QP's data port: bytes of payload and the packets a
+ * message of `len` bytes takes (pkts_len < 0: one packet), sent (xmit 1)
+ * or received; refreshes sysfs at most every 10 ms. */
+void fakeibv_port_count(struct fakeibv_qp *qp, int xmit, uint64_t bytes, int64_t pkts_len);
+/* Writes the sysfs counter files of the QP's data port now (QP destroyed). */
+void fakeibv_port_counters_flush(struct fakeibv_qp *qp);
 int fakeibv_qp_attach_inbound(uint32_t qpn, int fd, int peer_pid, int one_copy);
 void fakeibv_qp_fill_ex_ops(struct fakeibv_qp *qp);
 long fakeibv_qp_retry_timeout_ms(const struct fakeibv_qp *qp);

@@ -81,6 +81,24 @@ struct fakeibv_qp *fakeibv_qp_lookup_get(uint32_t qpn)
     return qp;
 }
 
+int fakeibv_qp_port_num(const struct fakeibv_qp *qp)
+{
+    if (qp->attr.port_num != 0)
+        return qp->attr.port_num;
+    return qp->attr.ah_attr.port_num != 0 ? qp->attr.ah_attr.port_num : 1;
+}
+
+/* Is the port the QP is bound to up? Called with qp->lock held. */
+static int fakeibv_qp_port_up(const struct fakeibv_qp *qp)
+{
+    int p = fakeibv_qp_port_num(qp);
+
+    if (p < 1 || p > FAKEIBV_MAX_PORTS)
+        return 1;
+    return __atomic_load_n(&qp->ctx->dev->ports[p - 1].state, __ATOMIC_ACQUIRE) ==
+           IBV_PORT_ACTIVE;
+}
+
 int fakeibv_qp_attach_inbound(uint32_t qpn, int fd, int peer_pid, int one_copy)
 {
     struct fakeibv_qp *qp = fakeibv_qp_lookup_get(qpn);
@@ -99,6 +117,11 @@ int fakeibv_qp_attach_inbound(uint32_t qpn, int fd, int peer_pid, int one_copy)
             qp->in[i].joinable = 0;
         }
         break;
+    }
+    /* A QP whose link is down hears nothing: the requester times out. */
+    if (qp->link_down || (qp->attr.qp_state != IBV_QPS_RESET && !fakeibv_qp_port_up(qp))) {
+        pthread_mutex_unlock(&qp->lock);
+        return ENETDOWN;
     }
     if (qp->stopping || i == FAKEIBV_MAX_INBOUND || (arg = malloc(sizeof(*arg))) == NULL) {
         pthread_mutex_unlock(&qp->lock);
@@ -249,6 +272,58 @@ void fakeibv_qp_set_broken_locked(struct fakeibv_qp *qp)
     qp->broken = 1;
     qp->deadline_set = 0;
     pthread_cond_broadcast(&qp->cond);
+}
+
+/* As if the QP's cable were pulled: every stream it has, outbound and
+ * inbound, is shut down, so the peer's rx thread and responder see the
+ * stream end (the peer's requests to us then go unanswered and time out,
+ * as ours do), and no new stream is accepted until the QP is reset. The
+ * QP itself goes to ERR only when a send's retry timer runs out. */
+void fakeibv_qp_link_down_locked(struct fakeibv_qp *qp)
+{
+    int i;
+
+    if (!qp->link_down)
+        FAKEIBV_INFO("qpn 0x%x: link down; streams to and from qpn 0x%x cut",
+                     qp->qpx.qp_base.qp_num, qp->attr.dest_qp_num);
+    qp->link_down = 1;
+    if (qp->out_fd >= 0)
+        shutdown(qp->out_fd, SHUT_RDWR);
+    for (i = 0; i < FAKEIBV_MAX_INBOUND; i++)
+        if (qp->in[i].fd >= 0)
+            shutdown(qp->in[i].fd, SHUT_RDWR);
+    fakeibv_qp_set_broken_locked(qp);
+}
+
+void fakeibv_qps_port_down(struct fakeibv_device *dev, int port)
+{
+    uint32_t i;
+
+    /* The registry lock is held throughout, so no QP found is destroyed
+     * meanwhile (destroy unregisters first); qp->lock nests inside it as
+     * in fakeibv_qp_lookup_get. */
+    pthread_mutex_lock(&fakeibv_qps_lock);
+    for (i = 0; i < fakeibv_nqps; i++) {
+        struct fakeibv_qp *qp = fakeibv_qps[i];
+        int i2;
+
+        if (qp->ctx->dev != dev)
+            continue;
+        pthread_mutex_lock(&qp->lock);
+        if (qp->attr.qp_state != IBV_QPS_RESET && fakeibv_qp_port_num(qp) == port) {
+            if (qp->attr.qp_state == IBV_QPS_INIT) {
+                /* Not connected yet: streams that came early are lost, the
+                 * QP itself may still reach RTR once the port is back. */
+                for (i2 = 0; i2 < FAKEIBV_MAX_INBOUND; i2++)
+                    if (qp->in[i2].fd >= 0)
+                        shutdown(qp->in[i2].fd, SHUT_RDWR);
+            } else {
+                fakeibv_qp_link_down_locked(qp);
+            }
+        }
+        pthread_mutex_unlock(&qp->lock);
+    }
+    pthread_mutex_unlock(&fakeibv_qps_lock);
 }
 
 /* ---- create / destroy --------------------------------------------------- */
@@ -418,6 +493,7 @@ FAKEIBV_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
 
     fakeibv_qp_unregister(qp);
     fakeibv_qp_stop_threads(qp);
+    fakeibv_port_counters_flush(qp);
     fakeibv_qp_release_acceptor(qp);
     __atomic_sub_fetch(&((struct fakeibv_cq *)ibqp->send_cq)->users, 1, __ATOMIC_RELAXED);
     __atomic_sub_fetch(&((struct fakeibv_cq *)ibqp->recv_cq)->users, 1, __ATOMIC_RELAXED);
@@ -562,7 +638,8 @@ static void fakeibv_qp_copy_attr(struct ibv_qp_attr *dst, const struct ibv_qp_at
  * finds out when its requests time out. */
 static int fakeibv_qp_connect(struct fakeibv_qp *qp)
 {
-    uint16_t src = qp->ctx->dev->ports[qp->attr.port_num ? qp->attr.port_num - 1 : 0].lid;
+    int port = fakeibv_qp_port_num(qp), down;
+    uint16_t src = qp->ctx->dev->ports[port - 1].lid;
     int fd = -1, rc;
 
     /* From RTR on, the peer's streams to this QP must be accepted. */
@@ -572,15 +649,34 @@ static int fakeibv_qp_connect(struct fakeibv_qp *qp)
             return rc;
         qp->acc_held = 1;
     }
-    rc = fakeibv_wire_connect(&qp->attr.ah_attr, src, qp->qpx.qp_base.qp_num,
-                              qp->attr.dest_qp_num, &fd);
+    /* A port that is down sends nothing: modify_qp succeeds as on real
+     * hardware (the kernel does not check the link), the QP's requests
+     * time out, and streams to it are refused until it is reset. */
+    down = __atomic_load_n(&qp->ctx->dev->ports[port - 1].state, __ATOMIC_ACQUIRE) !=
+           IBV_PORT_ACTIVE;
+    if (down) {
+        FAKEIBV_INFO("qpn 0x%x: RTR on port %d, which is down: nothing will move",
+                     qp->qpx.qp_base.qp_num, port);
+        rc = ENETDOWN;
+    } else {
+        rc = fakeibv_wire_connect(&qp->attr.ah_attr, src, qp->qpx.qp_base.qp_num,
+                                  qp->attr.dest_qp_num, &fd);
+    }
     pthread_mutex_lock(&qp->lock);
+    qp->data_port = port;
+    qp->mtu_bytes = 128u << (qp->attr.path_mtu ? qp->attr.path_mtu : IBV_MTU_4096);
+    if (down)
+        qp->link_down = 1;
     qp->out_fd = fd;
     qp->mode_known = 0;
     qp->one_copy = 0;
     qp->broken = rc != 0;
     qp->deadline_set = 0;
     qp->stopping = 0;
+    /* The port may have gone down while we connected, before the sweep of
+     * fakeibv_qps_port_down could see this QP as connected. */
+    if (!down && !fakeibv_qp_port_up(qp))
+        fakeibv_qp_link_down_locked(qp);
     pthread_mutex_unlock(&qp->lock);
     rc = fakeibv_thread_start(&qp->tx_thread, FAKEIBV_THREAD_PREFIX "tx", fakeibv_tx_main, qp);
     if (rc != 0)
@@ -601,11 +697,14 @@ static int fakeibv_qp_connect(struct fakeibv_qp *qp)
 static void fakeibv_qp_reset(struct fakeibv_qp *qp)
 {
     fakeibv_qp_stop_threads(qp);
+    fakeibv_port_counters_flush(qp);
     fakeibv_qp_release_acceptor(qp);
     pthread_mutex_lock(&qp->lock);
     qp->sq_head = qp->sq_tx = qp->sq_resp = qp->sq_ack = qp->sq_free = 0;
     qp->rq_head = qp->rq_tail = 0;
     qp->sq_blocked = 0;
+    qp->link_down = 0;
+    qp->data_port = 0;
     memset(&qp->attr, 0, sizeof(qp->attr));
     qp->attr.qp_state = IBV_QPS_RESET;
     qp->qpx.qp_base.state = IBV_QPS_RESET;

@@ -403,6 +403,13 @@ static int fakeibv_build_port(const struct fakeibv_device *d, int p, const char 
     fakeibv_keep(&rc, fakeibv_put(dir, "sm_sl", "0\n"));
     fakeibv_keep(&rc, fakeibv_put(dir, "cap_mask", "0x%08x\n",
                       eth ? (unsigned)IBV_PORT_IP_BASED_GIDS : (unsigned)IBV_PORT_CM_SUP));
+    /* Traffic counters (fakeibv_counters.c), rewritten as traffic flows. */
+    fakeibv_pathf(sub, sizeof(sub), "%s/counters", dir);
+    fakeibv_keep(&rc, fakeibv_mkdirs(sub));
+    fakeibv_keep(&rc, fakeibv_put(sub, "port_xmit_data", "0\n"));
+    fakeibv_keep(&rc, fakeibv_put(sub, "port_rcv_data", "0\n"));
+    fakeibv_keep(&rc, fakeibv_put(sub, "port_xmit_packets", "0\n"));
+    fakeibv_keep(&rc, fakeibv_put(sub, "port_rcv_packets", "0\n"));
     fakeibv_pathf(sub, sizeof(sub), "%s/pkeys", dir);
     fakeibv_keep(&rc, fakeibv_mkdirs(sub));
     fakeibv_keep(&rc, fakeibv_put(sub, "0", "0xffff\n"));
@@ -613,6 +620,34 @@ void fakeibv_sysfs_port_state(const struct fakeibv_device *d, int port)
              d->pci, d->dev.name, port);
     fakeibv_put_atomic(dir, "state", "%s\n", fakeibv_state_text(p->state));
     fakeibv_put_atomic(dir, "phys_state", "%s\n", fakeibv_phys_state_text(p->state));
+}
+
+/* Port counters as the kernel shows them: data in units of 4 octets. Any
+ * thread may call this; the writes of one process are serialised (their
+ * temporary names are per process). A forked child leaves the files to
+ * the owner. */
+void fakeibv_sysfs_port_counters(struct fakeibv_device *d, int port)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    const struct fakeibv_port *p = &d->ports[port - 1];
+    char dir[PATH_MAX];
+
+    if (fakeibv_owner_fd < 0 || fakeibv_owner_pid != getpid())
+        return;
+    fakeibv_pathf(dir, sizeof(dir), "%s/devices/pci0000:00/%s/infiniband/%s/ports/%d/counters",
+                  fakeibv_root, d->pci, d->dev.name, port);
+    pthread_mutex_lock(&lock);
+    fakeibv_put_atomic(dir, "port_xmit_data", "%llu\n",
+                       (unsigned long long)(__atomic_load_n(&p->ctr_xmit_bytes,
+                                                            __ATOMIC_RELAXED) / 4));
+    fakeibv_put_atomic(dir, "port_rcv_data", "%llu\n",
+                       (unsigned long long)(__atomic_load_n(&p->ctr_rcv_bytes,
+                                                            __ATOMIC_RELAXED) / 4));
+    fakeibv_put_atomic(dir, "port_xmit_packets", "%llu\n",
+                       (unsigned long long)__atomic_load_n(&p->ctr_xmit_pkts, __ATOMIC_RELAXED));
+    fakeibv_put_atomic(dir, "port_rcv_packets", "%llu\n",
+                       (unsigned long long)__atomic_load_n(&p->ctr_rcv_pkts, __ATOMIC_RELAXED));
+    pthread_mutex_unlock(&lock);
 }
 
 void fakeibv_sysfs_cleanup(void)

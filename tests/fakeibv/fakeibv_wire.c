@@ -43,6 +43,7 @@
 static struct fakeibv_listener {
     int fd;
     uint16_t lid;
+    const struct fakeibv_port *port; /* Its port: streams to a port that is down are dropped. */
     char path[108];               /* Socket file to unlink at exit ("" if abstract). */
 } fakeibv_listeners[FAKEIBV_MAX_DEVS * FAKEIBV_MAX_PORTS * 2];
 static int fakeibv_nlisteners;
@@ -220,12 +221,14 @@ static int fakeibv_bind_listen(int fd, const struct sockaddr_un *sa, socklen_t l
     return 0;
 }
 
-static void fakeibv_listener_add(int fd, uint16_t lid, const struct sockaddr_un *sa)
+static void fakeibv_listener_add(int fd, const struct fakeibv_port *port,
+                                 const struct sockaddr_un *sa)
 {
     struct fakeibv_listener *l = &fakeibv_listeners[fakeibv_nlisteners++];
 
     l->fd = fd;
-    l->lid = lid;
+    l->lid = port->lid;
+    l->port = port;
     snprintf(l->path, sizeof(l->path), "%s", sa->sun_path); /* "" when abstract. */
     fakeibv_listeners_pid = getpid();
 }
@@ -265,7 +268,7 @@ int fakeibv_port_bind(struct fakeibv_device *dev, int port)
         return rc;
     }
     dev->ports[port - 1].listen_fd = fd;
-    fakeibv_listener_add(fd, dev->ports[port - 1].lid, &sa);
+    fakeibv_listener_add(fd, &dev->ports[port - 1], &sa);
     return 0;
 }
 
@@ -294,7 +297,7 @@ void fakeibv_port_bind_gid(struct fakeibv_device *dev, int port, const union ibv
         return;
     }
     dev->ports[port - 1].gid_fd = fd;
-    fakeibv_listener_add(fd, dev->ports[port - 1].lid, &sa);
+    fakeibv_listener_add(fd, &dev->ports[port - 1], &sa);
 }
 
 /* At exit: remove this process's socket files from the fabric dir. */
@@ -316,6 +319,7 @@ void fakeibv_wire_cleanup(void)
 struct fakeibv_pending {
     int fd;
     uint16_t lid;
+    const struct fakeibv_port *port;
     struct timespec deadline;
 };
 
@@ -418,11 +422,17 @@ static void fakeibv_accept_hello(struct fakeibv_pending *p)
         FAKEIBV_WARN("port lid %u: bad hello (%zd bytes, magic 0x%x version %u); closing",
                      p->lid, n, n == (ssize_t)sizeof(h) ? h.magic : 0,
                      n == (ssize_t)sizeof(h) ? h.version : 0);
+    } else if (__atomic_load_n(&p->port->state, __ATOMIC_ACQUIRE) != IBV_PORT_ACTIVE) {
+        /* The port's link is down: nothing reaches it, the requester
+         * times out. */
+        FAKEIBV_INFO("port lid %u: down; stream from lid %u qpn 0x%x for qpn 0x%x dropped",
+                     p->lid, h.src_lid, h.src_qpn, h.dst_qpn);
     } else if ((one_copy = fakeibv_probe_peer(&h, &why)),
                fakeibv_qp_attach_inbound(h.dst_qpn, p->fd, (int)h.pid, one_copy) != 0) {
-        /* Unknown QP: like a real HCA we drop; the requester times out. */
-        FAKEIBV_INFO("port lid %u: stream from lid %u qpn 0x%x for unknown qpn 0x%x dropped",
-                     p->lid, h.src_lid, h.src_qpn, h.dst_qpn);
+        /* Unknown QP, or one whose link is down: like a real HCA we drop;
+         * the requester times out. */
+        FAKEIBV_INFO("port lid %u: stream from lid %u qpn 0x%x for qpn 0x%x (unknown or "
+                     "link down) dropped", p->lid, h.src_lid, h.src_qpn, h.dst_qpn);
     } else {
         FAKEIBV_TRACE("port lid %u: stream from lid %u qpn 0x%x -> qpn 0x%x", p->lid,
                       h.src_lid, h.src_qpn, h.dst_qpn);
@@ -500,6 +510,7 @@ static void *fakeibv_accept_main(void *arg)
             }
             pend[npend].fd = fd;
             pend[npend].lid = fakeibv_listeners[i].lid;
+            pend[npend].port = fakeibv_listeners[i].port;
             fakeibv_deadline_in(&pend[npend].deadline, FAKEIBV_HELLO_MS);
             npend++;
         }

@@ -181,6 +181,8 @@ static int fakeibv_transmit(struct fakeibv_qp *qp, int fd, const struct fakeibv_
     int desc = 0, niov = 0;
 
     fakeibv_qp_count(qp, w->opcode, w->len);
+    /* The port sends the request: its payload, or just the READ request. */
+    fakeibv_port_count(qp, 1, is_read ? 0 : w->len, is_read ? -1 : (int64_t)w->len);
 
     if (one_copy && w->inline_buf == NULL && w->len > 0 &&
         w->len >= fakeibv_config()->one_copy_min) {
@@ -388,6 +390,13 @@ void *fakeibv_rx_main(void *arg)
             pthread_mutex_unlock(&qp->lock);
             continue;
         }
+        /* A response arrived on the port: READ data, or an ACK / NAK. */
+        pthread_mutex_unlock(&qp->lock);
+        if (h.op == FAKEIBV_OP_READ_RESP)
+            fakeibv_port_count(qp, 0, h.len, h.len);
+        else
+            fakeibv_port_count(qp, 0, 0, -1);
+        pthread_mutex_lock(&qp->lock);
         if (qp->attr.qp_state == IBV_QPS_ERR || qp->sq_resp == qp->sq_tx) {
             /* Late answers to flushed WQEs; anything else is a desync. */
             if (qp->attr.qp_state != IBV_QPS_ERR)
@@ -535,7 +544,8 @@ static int fakeibv_take_rwqe(struct fakeibv_qp *qp, uint8_t rnr_retry, struct fa
         if (ms >= 0)
             fakeibv_deadline_in(&deadline, ms);
     }
-    while (qp->rq_tail == qp->rq_head && !qp->stopping && qp->attr.qp_state != IBV_QPS_ERR) {
+    while (qp->rq_tail == qp->rq_head && !qp->stopping && !qp->link_down &&
+           qp->attr.qp_state != IBV_QPS_ERR) {
         if (ms < 0) {
             pthread_cond_wait(&qp->cond, &qp->lock);
         } else if (pthread_cond_timedwait(&qp->cond, &qp->lock, &deadline) == ETIMEDOUT &&
@@ -544,7 +554,7 @@ static int fakeibv_take_rwqe(struct fakeibv_qp *qp, uint8_t rnr_retry, struct fa
             break;
         }
     }
-    if (rc == 0 && (qp->stopping || qp->attr.qp_state == IBV_QPS_ERR))
+    if (rc == 0 && (qp->stopping || qp->link_down || qp->attr.qp_state == IBV_QPS_ERR))
         rc = FAKEIBV_SYN_DROPPED;
     if (rc == 0)
         *r = qp->rq[qp->rq_tail++ % qp->rq_depth];
@@ -665,6 +675,8 @@ static int fakeibv_serve(struct fakeibv_qp *qp, struct fakeibv_src *src,
                          (unsigned long long)h->raddr, h->rkey);
             if (is_write && (rc = fakeibv_src_skip(src, h->len)) != 0)
                 return rc;
+            if (!is_write)
+                fakeibv_port_count(qp, 1, 0, -1); /* The NAK. */
             fakeibv_responder_fail(qp, IBV_EVENT_QP_ACCESS_ERR);
             return fakeibv_reply(fd, FAKEIBV_OP_NAK, FAKEIBV_SYN_REM_ACCESS, 0, h->seq);
         }
@@ -676,11 +688,15 @@ static int fakeibv_serve(struct fakeibv_qp *qp, struct fakeibv_src *src,
                         : 0;
         if (mr != NULL)
             fakeibv_mr_put();
-        if (rc != 0)
+        if (rc != 0) {
+            fakeibv_port_count(qp, 1, 0, -1); /* The NAK, if any. */
             return fakeibv_place_failed(qp, src, rc, h->seq);
+        }
+        fakeibv_port_count(qp, 1, h->len, h->len);
         return fakeibv_reply_f(fd, FAKEIBV_OP_READ_RESP, 0, h->len, h->seq, FAKEIBV_HDR_DESC);
     }
     if (!is_write) {
+        fakeibv_port_count(qp, 1, h->len, h->len);
         rc = fakeibv_reply(fd, FAKEIBV_OP_READ_RESP, 0, h->len, h->seq);
         if (rc == 0 && mr != NULL)
             rc = fakeibv_mem_to_fd(mr, h->raddr, fd, h->len);
@@ -761,7 +777,7 @@ void *fakeibv_responder_main(void *argp)
     if (fakeibv_reply(fd, FAKEIBV_OP_MODE, 0, one_copy ? 1 : 0, 0) != 0)
         goto out;
     for (;;) {
-        int rc = fakeibv_io_read(fd, &h, sizeof(h));
+        int rc = fakeibv_io_read(fd, &h, sizeof(h)), in_err;
 
         if (rc != 0)
             break;
@@ -782,8 +798,15 @@ void *fakeibv_responder_main(void *argp)
             pthread_mutex_unlock(&qp->lock);
             break;
         }
-        if (qp->attr.qp_state == IBV_QPS_ERR) {
-            pthread_mutex_unlock(&qp->lock);
+        in_err = qp->attr.qp_state == IBV_QPS_ERR;
+        pthread_mutex_unlock(&qp->lock);
+        /* The request arrived on this QP's port; every answer but a READ's
+         * data is one packet back (READ answers count where they go out). */
+        fakeibv_port_count(qp, 0, fakeibv_has_payload(h.op) ? h.len : 0,
+                           h.op == FAKEIBV_OP_READ_REQ ? -1 : (int64_t)h.len);
+        if (h.op != FAKEIBV_OP_READ_REQ || in_err)
+            fakeibv_port_count(qp, 1, 0, -1);
+        if (in_err) {
             rc = fakeibv_has_payload(h.op) && !src.desc ? fakeibv_io_discard(fd, h.len) : 0;
             if (rc == 0)
                 rc = fakeibv_reply(fd, FAKEIBV_OP_NAK, FAKEIBV_SYN_DROPPED, 0, h.seq);
@@ -791,7 +814,6 @@ void *fakeibv_responder_main(void *argp)
                 break;
             continue;
         }
-        pthread_mutex_unlock(&qp->lock);
         if (fakeibv_serve(qp, &src, &h) != 0)
             break;
     }
