@@ -3,8 +3,8 @@
  * shows; FAKEIBV_NDEV x FAKEIBV_NPORTS from the environment) in one process.
  *
  *   spread     64 x 4 MiB, byte for byte; every port carried a fair share of
- *              the bytes (the comm's per-port counters, and fakeibv's own
- *              port counters when it has them)
+ *              the bytes (the comm's per-port counters, and the emulated
+ *              HCA's own port counters)
  *   failover   a stream of 64 MiB messages; after message 4 one port goes
  *              down (PORT_ERR): every message arrives once and intact, each
  *              comm WARNs once naming the port, the peer and the requests
@@ -31,11 +31,14 @@
 typedef int (*mr_inject_fn)(struct ibv_context *, enum fakeibv_fault_kind, uint32_t, unsigned,
                             unsigned, int);
 
+typedef int (*mr_counters_fn)(struct ibv_context *, uint8_t, struct fakeibv_port_counters *);
+
 typedef struct mr_env {
     fit_plugin_t  plugin;
     void         *ctx;
     int           dev;
     mr_inject_fn  inject;
+    mr_counters_fn counters;
     void         *send_comm, *recv_comm;
     int           down_after; /* failover: message after which the port goes down. */
     int           downed;
@@ -54,6 +57,19 @@ static void mr_open(mr_env_t *e, const char *path)
     FIT_CHECK(h != NULL, "libibverbs.so.1 is not loaded by the plugin: %s", dlerror());
     e->inject = (mr_inject_fn)dlvsym(h, "fakeibv_inject", "FAKEIBV_1.0");
     FIT_CHECK(e->inject != NULL, "the loaded libibverbs.so.1 is not fakeibv (no fakeibv_inject)");
+    e->counters = (mr_counters_fn)dlvsym(h, "fakeibv_port_counters", "FAKEIBV_1.0");
+    FIT_CHECK(e->counters != NULL, "the loaded fakeibv has no fakeibv_port_counters");
+}
+
+/* Payload bytes member m's port has sent, as the (emulated) HCA counts them. */
+static uint64_t mr_port_xmit(mr_env_t *e, int m)
+{
+    const ferry_ib_member_t *mem = &((const ferry_ib_comm_t *)e->send_comm)->conn.mem[m];
+    struct fakeibv_port_counters pc;
+
+    FIT_CHECK(e->counters(mem->dev->hca->ctx, (uint8_t)mem->dev->port, &pc) == 0,
+              "fakeibv_port_counters(%s)", mem->dev->name);
+    return pc.xmit_bytes;
 }
 
 static void mr_pair(mr_env_t *e)
@@ -112,7 +128,7 @@ static void mr_spread(const char *path)
 {
     static size_t sizes[64];
     const ferry_ib_conn_t *sconn, *rconn;
-    uint64_t total = 0;
+    uint64_t total = 0, hw0[FERRY_IB_MAX_MEMBERS];
     int i, m;
     mr_env_t e;
 
@@ -127,12 +143,21 @@ static void mr_spread(const char *path)
     FIT_CHECK(sconn->nmem >= 2 && sconn->multi && rconn->multi,
               "the comms run on %d port(s), multi %d/%d", sconn->nmem, sconn->multi,
               rconn->multi);
+    for (m = 0; m < sconn->nmem; m++)
+        hw0[m] = mr_port_xmit(&e, m);
     mr_run(&e, sizes, 64, 8, "64 x 4 MiB over the merged device", NULL);
     for (m = 0; m < sconn->nmem; m++) {
-        printf("  port %s: %llu bytes sent, %llu/%llu chains (send/recv)\n",
-               sconn->mem[m].dev->name, (unsigned long long)sconn->mem[m].bytes,
-               (unsigned long long)sconn->mem[m].chains,
+        uint64_t hw = mr_port_xmit(&e, m) - hw0[m];
+
+        printf("  port %s: %llu bytes sent (the HCA counted %llu), %llu/%llu chains "
+               "(send/recv)\n", sconn->mem[m].dev->name, (unsigned long long)sconn->mem[m].bytes,
+               (unsigned long long)hw, (unsigned long long)sconn->mem[m].chains,
                (unsigned long long)rconn->mem[m].chains);
+        /* The HCA's own count: the data, plus the little control traffic on the port. */
+        FIT_CHECK(hw >= sconn->mem[m].bytes && hw * 10 >= total * 9 / (uint64_t)sconn->nmem,
+                  "port %s sent %llu bytes by the HCA's counters, ferry says %llu of %llu",
+                  sconn->mem[m].dev->name, (unsigned long long)hw,
+                  (unsigned long long)sconn->mem[m].bytes, (unsigned long long)total);
         /* Each message is striped over every port: a fair share each, within 10 %. */
         FIT_CHECK(sconn->mem[m].bytes * 10 >= total * 9 / (uint64_t)sconn->nmem,
                   "port %s carried %llu of %llu bytes", sconn->mem[m].dev->name,
@@ -162,7 +187,7 @@ static void mr_failover(const char *path)
     static size_t sizes[16];
     const ferry_ib_conn_t *sconn, *rconn;
     char needle[160], line[4096];
-    uint64_t bytes_at_end;
+    uint64_t bytes_at_end, hw_dead, hw_live;
     int i, from, at, n;
     mr_env_t e;
 
@@ -193,9 +218,16 @@ static void mr_failover(const char *path)
     FIT_CHECK(n == 2, "%d WARNs name the failed port (one per comm expected)", n);
     /* The rest of the stream ran on the port left: 8 more messages, none through the dead one. */
     bytes_at_end = sconn->mem[1].bytes;
+    hw_dead = mr_port_xmit(&e, 1);
+    hw_live = mr_port_xmit(&e, 0);
     mr_run(&e, sizes, 8, 4, "8 x 64 MiB more on the port left", NULL);
-    FIT_CHECK(sconn->mem[1].bytes == bytes_at_end, "the failed port carried %llu more bytes",
-              (unsigned long long)(sconn->mem[1].bytes - bytes_at_end));
+    FIT_CHECK(sconn->mem[1].bytes == bytes_at_end && mr_port_xmit(&e, 1) == hw_dead,
+              "the failed port carried %llu more bytes (the HCA counted %llu)",
+              (unsigned long long)(sconn->mem[1].bytes - bytes_at_end),
+              (unsigned long long)(mr_port_xmit(&e, 1) - hw_dead));
+    FIT_CHECK(mr_port_xmit(&e, 0) - hw_live >= (uint64_t)8 * (64 << 20),
+              "the port left sent %llu bytes of 8 x 64 MiB",
+              (unsigned long long)(mr_port_xmit(&e, 0) - hw_live));
     fit_pass("a port down mid-stream: 24 x 64 MiB arrived once and intact, one WARN per comm, "
              "%llu chains moved", (unsigned long long)sconn->mem[1].moved);
 
