@@ -4,7 +4,7 @@
 #
 #   bench/nccl/compare.sh [--quick] [--nccl system|torch|both] [--reps N]
 #                         [--budget S] [--sizes LIST] [--no-proof] [--ib]
-#                         [--gdr [--gdr-nccl-ib]]
+#                         [--gdr [--gdr-nccl-ib]] [--multirail]
 #                         [--variant LABEL:VAR=V[,VAR=V...]]... [OUTDIR]
 #
 # Two ranks on GPU 0, each its own NCCL_HOSTID, under MPS, NCCL_SOCKET_IFNAME=lo,
@@ -36,6 +36,12 @@
 # ferry-ib-host (ferry's ib backend staging through host memory,
 # NCCL_NET_GDR_LEVEL=LOC); --gdr-nccl-ib adds nccl-ib-gdr (NCCL's own IB with
 # GDR on the same fakeibv), off by default.
+# --multirail (implies --ib): a dual-port NIC, fakeibv with FAKEIBV_NPORTS=2, whose
+# ports NCCL merges into one device (NCCL_NET_MERGE_LEVEL's default PORT level;
+# ferry's makeVDevice). Proof: the five collectives right, ferry's "device N =
+# fakeib0:1+fakeib0:2" line, every channel via NET/ferry/N. Comparison:
+# ferry-ib (one port), ferry-ib-2port (merged), nccl-ib-2port (NCCL's own IB on
+# the same two ports, merged by NCCL).
 # --iter-bytes B caps a comparison run's iterations at max(5, B/size) (default
 # 256M; more gives large sizes more iterations and steadier medians).
 # --variant adds a ferry configuration with extra variables (e.g.
@@ -56,11 +62,12 @@ BUDGET=100
 SIZES=4K,64K,512K,1M,4M,16M,64M,256M
 OUTDIR_ARG=
 
-usage() { sed -n '2,41p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,52p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 PROOF=1
 IB=0
 GDR=0
 GDR_NCCL_IB=0
+MULTIRAIL=0
 ITER_BYTES=256M
 VARIANTS=()
 
@@ -75,6 +82,7 @@ while [ $# -gt 0 ]; do
     --ib) IB=1 ;;
     --gdr) IB=1; GDR=1 ;;
     --gdr-nccl-ib) GDR_NCCL_IB=1 ;;
+    --multirail) IB=1; MULTIRAIL=1 ;;
     --iter-bytes) ITER_BYTES=$2; shift ;;
     --variant) VARIANTS+=("${2%%:*}"); FNB_VARIANT_ENV[${2%%:*}]=${2#*:}; shift ;;
     -h|--help) usage; exit 0 ;;
@@ -130,6 +138,15 @@ if [ "$GDR" = 1 ]; then
   PROOF_TAGS=(gdr-read gdr-cuda)
 fi
 
+if [ "$MULTIRAIL" = 1 ]; then
+  FNB_VARIANT_ENV[ferry-ib-2port]=NCCL_FERRY_BACKEND=ib,FAKEIBV_NPORTS=2
+  FNB_VARIANT_ENV[nccl-ib-2port]=NCCL_NET_PLUGIN=none,NCCL_NET=IB,NCCL_GIN_TYPE=2,FAKEIBV_NPORTS=2
+  CONFIGS=(ferry-ib ferry-ib-2port nccl-ib-2port "${VARIANTS[@]}")
+  export FNB_SUMMARY_CONFIGS=ferry-ib,ferry-ib-2port,nccl-ib-2port
+  PROOF_ENV=(NCCL_FERRY_BACKEND=ib FAKEIBV_NPORTS=2)
+  PROOF_TAGS=(multirail)
+fi
+
 OUTDIR=$(fnb_outdir "$OUTDIR_ARG") || exit 2
 FAILED=0
 
@@ -163,6 +180,19 @@ gdr_check() {
   [ "$gdr" -gt 0 ] && [ "$gdr" -eq "$all" ] && [ "$on" -gt 0 ]
 }
 
+# merged_check LOG: ferry merged the two ports into device N and every channel
+# used it (NET/ferry/N). Prints the counts.
+merged_check() {
+  local log=$1 line dev all ours
+  line=$(grep -m1 -oE 'ib backend: device [0-9]+ = fakeib0:1\+fakeib0:2' "$log")
+  dev=${line#ib backend: device }
+  dev=${dev%% *}
+  all=$(grep -cE 'Channel .* via ' "$log")
+  ours=$(grep -cE "Channel .* via NET/ferry/${dev:-x}(/|\b)" "$log")
+  printf 'merged-device=%s channels=%s via-NET/ferry/%s=%s\n' "${dev:-none}" "$all" "${dev:-?}" "$ours"
+  [ -n "$dev" ] && [ "$ours" -gt 0 ] && [ "$ours" -eq "$all" ]
+}
+
 # proof BUILD [TAG]: the run that shows NCCL really used ferry, and got every
 # element right. TAG gdr-read / gdr-cuda: with GPU buffers and that flush method.
 proof() {
@@ -181,7 +211,10 @@ proof() {
   rc=$?
   counts=$(fnb_proof_check "$log" ferry)
   if [ $rc -ne 0 ] || ! fnb_proof_check "$log" ferry >/dev/null; then verdict=FAIL; FAILED=1; fi
-  if [ -n "$tag" ]; then
+  if [ "$tag" = multirail ]; then
+    counts="$counts; $(merged_check "$log")"
+    merged_check "$log" >/dev/null || { verdict=FAIL; FAILED=1; }
+  elif [ -n "$tag" ]; then
     counts="$counts; $(gdr_check "$log")"
     gdr_check "$log" >/dev/null || { verdict=FAIL; FAILED=1; }
   fi
