@@ -420,6 +420,15 @@ FCM_EXPORT int rdma_destroy_id(struct rdma_cm_id *cm_id)
             pp = &w->next;
         }
     }
+    /*
+     * The CM thread may be in poll() on this fd, and poll holds the socket
+     * until it returns (up to 100 ms): close() alone would leave a listener
+     * listening that long, and a rebind of its port (perftest -R binds it
+     * again for the data connection) would fail with EADDRINUSE. rdma_cm
+     * frees the port on return; shutdown() stops the listening now.
+     */
+    if (id->state == FCM_LISTEN && id->fd >= 0)
+        shutdown(id->fd, SHUT_RDWR);
     fcm_id_close_fd(id);
     pthread_mutex_unlock(&fcm_lock);
     free(id);

@@ -22,16 +22,47 @@ fi
 export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export FAKEIBV_LINK=$link
 tmp=$(mktemp -d)
-spid=
+spid='' holder=''
+# shellcheck disable=SC2317 # run by the EXIT trap.
 cleanup() {
     [ -n "$spid" ] && kill "$spid" 2>/dev/null
+    [ -n "$holder" ] && kill "$holder" 2>/dev/null
     rm -rf "$tmp"
 }
 trap cleanup EXIT
 
-# A free TCP port for perftest's own connection exchange.
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
-       echo $((20000 + RANDOM % 20000)))
+# A TCP port for perftest's exchange (-R: the emulated rdma_cm listens on
+# it), held for the whole pair: a socket bound to 0.0.0.0:<port> with
+# SO_REUSEADDR, never listening, in the server's network namespace. perftest
+# and the fake bind with SO_REUSEADDR too, so they may bind and listen there
+# (the server binds it twice with -R); anybody else's bind(0), connect() or
+# plain bind skips or fails on it. Picking a free port and releasing it
+# would leave it to other processes until the server binds it.
+hold_port() {
+    local _
+    [ -n "$holder" ] && kill "$holder" 2>/dev/null && wait "$holder" 2>/dev/null
+    holder='' port=''
+    : >"$tmp/port"
+    # shellcheck disable=SC2086 # the wrapper is deliberately word-split.
+    $server_wrap python3 -c '
+import signal, socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 0))
+print(s.getsockname()[1], flush=True)
+signal.pause()' >"$tmp/port" 2>/dev/null &
+    holder=$!
+    for _ in $(seq 100); do
+        port=$(cat "$tmp/port")
+        [ -n "$port" ] && return
+        kill -0 "$holder" 2>/dev/null || break
+        sleep 0.1
+    done
+    holder=
+    echo "FAIL: no port held for perftest (python3 in the server's namespace)"
+    exit 1
+}
+hold_port
 
 listening() {
     # perftest accepts exactly one connection, so probe /proc, not the port
@@ -87,8 +118,7 @@ for attempt in 1 2 3; do
     grep -q "Correlation coefficient" "$tmp/server.log" "$tmp/client.log" || break
     [ "$attempt" -lt 3 ] || break
     echo "NOTE: perftest's clock calibration failed (a loaded machine); run $((attempt + 1)) of 3"
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
-           echo $((20000 + RANDOM % 20000)))
+    hold_port
 done
 if [ "$fail" -ne 0 ]; then
     for side in server client; do

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 #include <rdma/rdma_cma.h>
 
@@ -273,6 +274,34 @@ static void test_no_listener_and_limits(void **state)
     rdma_destroy_event_channel(ch);
 }
 
+/*
+ * perftest -R binds its port a second time right after destroying the first
+ * listener. The CM thread is then in poll() on that listener's fd (it waits
+ * 100 ms at a time); the port must be free when rdma_destroy_id returns all
+ * the same. Several rounds, so that some land in the middle of a poll.
+ */
+static void test_rebind_after_destroy(void **state)
+{
+    struct rdma_event_channel *ch = rdma_create_event_channel();
+    struct sockaddr_in where;
+    struct rdma_cm_id *l, *again;
+    int i;
+
+    (void)state;
+    assert_non_null(ch);
+    l = cm_listener(ch, &where);
+    for (i = 0; i < 5; i++) {
+        usleep(20 * 1000); /* The thread is in poll() with the listener in its set. */
+        assert_int_equal(rdma_destroy_id(l), 0);
+        assert_int_equal(rdma_create_id(ch, &again, NULL, RDMA_PS_TCP), 0);
+        assert_int_equal(rdma_bind_addr(again, (struct sockaddr *)&where), 0);
+        assert_int_equal(rdma_listen(again, 8), 0);
+        l = again;
+    }
+    rdma_destroy_id(l);
+    rdma_destroy_event_channel(ch);
+}
+
 static void test_channel_nonblocking(void **state)
 {
     struct rdma_event_channel *ch = rdma_create_event_channel();
@@ -325,6 +354,7 @@ int main(void)
         cmocka_unit_test(test_connect_accept_data_disconnect),
         cmocka_unit_test(test_reject_with_private_data),
         cmocka_unit_test(test_no_listener_and_limits),
+        cmocka_unit_test(test_rebind_after_destroy),
         cmocka_unit_test(test_channel_nonblocking),
     };
     const struct CMUnitTest nodev[] = {
