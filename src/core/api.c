@@ -312,8 +312,10 @@ ferry_status_t ferry_api_make_vdevice(int *dev_p, int ndevs, const int *devs)
         return FERRY_ERR_INVALID;
     }
     if (be->make_vdevice == NULL) {
-        FERRY_WARN("makeVDevice: the %s backend merges no devices; NCCL then uses each device "
-                   "on its own (NCCL_NET_MERGE_LEVEL=LOC silences this)", be->name);
+        /* NCCL takes the refusal as "keep them apart": worth a line, not a warning. */
+        FERRY_INFO(FERRY_LOG_NET, "makeVDevice: the %s backend merges no devices; NCCL uses "
+                   "each device on its own (NCCL_NET_MERGE_LEVEL=LOC skips the request)",
+                   be->name);
         return FERRY_ERR_UNSUPPORTED;
     }
     return be->make_vdevice(dev_p, ndevs, devs);

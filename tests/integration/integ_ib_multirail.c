@@ -13,6 +13,10 @@
  *              of the next messages again
  *   all-down   every port goes down with a message in flight: both sides get
  *              ncclRemoteError within seconds, the WARN says no port is left
+ *   refuse     makeVDevice of what cannot be merged: a device that is no port,
+ *              one listed twice, a merged device, more than 4, none; each with
+ *              its code and WARN, and the device count unchanged
+ *   refuse-all NCCL_IB_MERGE_NICS=0 (set by the caller): every merge refused
  *
  *   integ_ib_multirail [--plugin PATH] [--case NAME]
  *
@@ -320,6 +324,56 @@ static void mr_all_down(const char *path)
     free(sbuf);
 }
 
+/* makeVDevice(devs) must fail with rc and a WARN containing why. */
+static void mr_refused(mr_env_t *e, const int *devs, int n, ncclResult_t rc, const char *why)
+{
+    ncclNetVDeviceProps_v11_t vp;
+    int d = -1, before = 0, after = 0, from = fit_log_lines(), i;
+    ncclResult_t got;
+
+    memset(&vp, 0, sizeof(vp));
+    vp.ndevs = n;
+    for (i = 0; i < n && i < NCCL_NET_MAX_DEVS_PER_NIC; i++)
+        vp.devs[i] = devs[i];
+    FIT_NCCL(e->plugin.net->devices(&before));
+    fit_log_expect(why);
+    got = e->plugin.net->makeVDevice(&d, &vp);
+    fit_log_expect_clear();
+    FIT_NCCL(e->plugin.net->devices(&after));
+    FIT_CHECK(got == rc, "makeVDevice (%s): returned %d (%s), expected %s", why, (int)got,
+              fit_result_str(got), fit_result_str(rc));
+    FIT_CHECK(fit_log_find(from, NCCL_LOG_WARN, why, NULL, NULL, NULL, 0) >= 0,
+              "no WARN says '%s'", why);
+    FIT_CHECK(after == before, "a refused merge changed the device count %d -> %d", before,
+              after);
+}
+
+static void mr_refuse(const char *path, int all)
+{
+    const int bad[] = {0, 7}, twice[] = {1, 1}, five[] = {0, 1, 0, 1, 0}, pair[] = {0, 1};
+    int merged[2];
+    mr_env_t e;
+
+    memset(&e, 0, sizeof(e));
+    fit_plugin_open(&e.plugin, path);
+    e.ctx = fit_plugin_init(&e.plugin, 0x4d53);
+    if (all) {
+        mr_refused(&e, pair, 2, ncclInvalidUsage, "NCCL_IB_MERGE_NICS=0 forbids merging ports");
+        fit_pass("NCCL_IB_MERGE_NICS=0: merging refused with ncclInvalidUsage and a WARN");
+    } else {
+        mr_refused(&e, bad, 2, ncclInvalidUsage, "device 7 is not a port");
+        mr_refused(&e, twice, 2, ncclInvalidUsage, "is listed twice");
+        mr_refused(&e, five, 5, ncclInternalError, "5 device(s) to merge; ferry merges 1..4");
+        mr_refused(&e, pair, 0, ncclInternalError, "0 device(s) to merge");
+        merged[0] = fit_device(&e.plugin); /* FIT_MERGE's device... */
+        merged[1] = 0;
+        mr_refused(&e, merged, 2, ncclInvalidUsage, "a merged device cannot be merged again");
+        fit_pass("makeVDevice refusals: no port, twice, 5 devices, none, a merged device");
+    }
+    FIT_NCCL(e.plugin.net->finalize(e.ctx));
+    fit_plugin_close(&e.plugin);
+}
+
 int main(int argc, char **argv)
 {
     const char *path = fit_plugin_path(&argc, argv);
@@ -341,6 +395,10 @@ int main(int argc, char **argv)
         mr_failover(path);
     if (only == NULL || strcmp(only, "all-down") == 0)
         mr_all_down(path);
+    if (only == NULL || strcmp(only, "refuse") == 0)
+        mr_refuse(path, 0);
+    if (only != NULL && strcmp(only, "refuse-all") == 0)
+        mr_refuse(path, 1);
     fit_check_no_ferry_threads("after the last case");
     printf("integ_ib_multirail: all cases passed\n");
     return 0;
