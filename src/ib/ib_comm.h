@@ -201,14 +201,21 @@ typedef struct ferry_ib_send_comm {
 
 /*
  * A receive comm's GDR flush (ib_flush.c), made on its first READ flush:
- * an RC QP connected to itself on the comm's CQ, so its completions come
- * back through the comm's own poll, and a registered host word the READs
- * land in. Data-path thread only.
+ * per HCA of the device (a merged device may span several: each orders only
+ * its own writes into GPU memory), an RC QP connected to itself on that
+ * member's CQ, so its completions come back through the comm's own poll;
+ * and a registered host word the READs land in. Data-path thread only.
  */
+typedef struct ferry_ib_flush_qp {
+    int             mem;           /* The member whose HCA and port it uses. */
+    struct ibv_qp  *qp;
+    struct ibv_mr  *word_mr;       /* The host word on that HCA. */
+} ferry_ib_flush_qp_t;
+
 typedef struct ferry_ib_flush {
-    struct ibv_qp  *qp;            /* NULL until the first READ flush. */
+    int             nqps;          /* 0 until the first READ flush; then one per HCA. */
+    ferry_ib_flush_qp_t qps[FERRY_IB_MAX_MEMBERS];
     void           *word;          /* Page-aligned; the READs write its first byte. */
-    struct ibv_mr  *word_mr;
     uint64_t        reads, reads_done; /* READs posted / completed (dump). */
     uint64_t        cuda;          /* cuFlushGPUDirectRDMAWrites calls (dump). */
 } ferry_ib_flush_t;

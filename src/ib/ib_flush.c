@@ -10,8 +10,10 @@
  * stall-warned and dumped like a receive). NCCL_GDR_FLUSH_DISABLE=1, no
  * GPU buffer or no byte received: *request stays NULL (nothing to do).
  *
- * The flush QP is one per receive comm, as NCCL's IB has it, made on the
- * first READ flush: its completions arrive on the comm's own CQ and are
+ * The flush QPs are the receive comm's own, as NCCL's IB has them, made on
+ * the first READ flush: one per HCA of the device (a merged device may span
+ * several, and each HCA orders only its own writes), each READ a part of the
+ * flush's request. Their completions arrive on the comm's own CQs and are
  * polled by the comm's own thread (docs/decisions.md says why not one per
  * device).
  */
@@ -31,19 +33,18 @@ static const char *ferry_ib_flush_type(const ferry_ib_mh_t *mh)
     return mh->type == FERRY_PTR_DMABUF ? "GPU memory (DMA-BUF)" : "GPU memory (CUDA pointer)";
 }
 
-/* INIT -> RTR (to its own QP number, LID and GID) -> RTS. Returns 0 or an errno. */
-static int ferry_ib_flush_connect(ferry_ib_recv_comm_t *rc, const char **step_p)
+/* INIT -> RTR (to its own QP number, LID and GID) -> RTS on dev. Returns 0 or an errno. */
+static int ferry_ib_flush_connect(struct ibv_qp *qp, const ferry_ib_dev_t *dev,
+                                  const char **step_p)
 {
-    const ferry_ib_conn_t *conn = &rc->base.conn;
     const ferry_ib_config_t *cfg = &ferry_ib_state.cfg;
-    struct ibv_qp *qp = rc->flush.qp;
     struct ibv_qp_attr attr;
     int err;
 
     memset(&attr, 0, sizeof(attr));
     attr.qp_state = IBV_QPS_INIT;
     attr.pkey_index = (uint16_t)cfg->pkey;
-    attr.port_num = (uint8_t)conn->dev->port;
+    attr.port_num = (uint8_t)dev->port;
     attr.qp_access_flags = IBV_ACCESS_REMOTE_READ;
     *step_p = "ibv_modify_qp(INIT)";
     err = ferry_ibv.modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
@@ -52,16 +53,16 @@ static int ferry_ib_flush_connect(ferry_ib_recv_comm_t *rc, const char **step_p)
         return err;
     memset(&attr, 0, sizeof(attr));
     attr.qp_state = IBV_QPS_RTR;
-    attr.path_mtu = conn->dev->port_attr.active_mtu;
+    attr.path_mtu = dev->port_attr.active_mtu;
     attr.dest_qp_num = qp->qp_num;
     attr.max_dest_rd_atomic = 1;
     attr.min_rnr_timer = 12;
-    attr.ah_attr.dlid = conn->dev->port_attr.lid;
-    attr.ah_attr.port_num = (uint8_t)conn->dev->port;
-    if (conn->dev->link_layer == IBV_LINK_LAYER_ETHERNET) {
+    attr.ah_attr.dlid = dev->port_attr.lid;
+    attr.ah_attr.port_num = (uint8_t)dev->port;
+    if (dev->link_layer == IBV_LINK_LAYER_ETHERNET) {
         attr.ah_attr.is_global = 1;
-        attr.ah_attr.grh.dgid = conn->dev->gid;
-        attr.ah_attr.grh.sgid_index = (uint8_t)conn->dev->gid_index;
+        attr.ah_attr.grh.dgid = dev->gid;
+        attr.ah_attr.grh.sgid_index = (uint8_t)dev->gid_index;
         attr.ah_attr.grh.hop_limit = 255;
     }
     *step_p = "ibv_modify_qp(RTR, to itself)";
@@ -82,93 +83,117 @@ static int ferry_ib_flush_connect(ferry_ib_recv_comm_t *rc, const char **step_p)
                                               IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
-/* The flush QP and host word, made once; on failure nothing is left half made. */
+/* The flush QP of member m and its registration of the host word; errors in err. */
+static ferry_status_t ferry_ib_flush_qp_setup(ferry_ib_recv_comm_t *rc, int m,
+                                              ferry_ib_flush_qp_t *fq, const char **step_p,
+                                              char *err, size_t len)
+{
+    const ferry_ib_member_t *mem = &rc->base.conn.mem[m];
+    struct ibv_qp_init_attr ia;
+    ferry_status_t status;
+    int rc_err;
+
+    fq->mem = m;
+    *step_p = "registering the host word";
+    /* Strict ordering: the READ's byte is the last thing in flight. */
+    status = ferry_ib_mr_get(mem->dev->hca, rc->flush.word, FERRY_IB_FLUSH_WORD,
+                             IBV_ACCESS_LOCAL_WRITE, 1, &fq->word_mr, err, len);
+    if (status != FERRY_OK)
+        return status;
+    *step_p = "ibv_create_qp (RC, 32 send WRs)";
+    memset(&ia, 0, sizeof(ia));
+    ia.send_cq = mem->cq;
+    ia.recv_cq = mem->cq;
+    ia.qp_type = IBV_QPT_RC;
+    ia.cap.max_send_wr = FERRY_MAX_REQUESTS;
+    ia.cap.max_recv_wr = 1;
+    ia.cap.max_send_sge = 1;
+    ia.cap.max_recv_sge = 1;
+    fq->qp = ferry_ibv.create_qp(mem->dev->hca->pd, &ia);
+    if (fq->qp == NULL) {
+        snprintf(err, len, "%s on %s; check the device's max_qp (ibv_devinfo -v)",
+                 strerror(errno ? errno : ENOMEM), mem->dev->name);
+        return FERRY_ERR_IO;
+    }
+    rc_err = ferry_ib_flush_connect(fq->qp, mem->dev, step_p);
+    if (rc_err != 0) {
+        snprintf(err, len, "%s on QP 0x%x (lid %u, port %s)", strerror(rc_err > 0 ? rc_err : errno),
+                 fq->qp->qp_num, (unsigned)mem->dev->port_attr.lid, mem->dev->name);
+        return FERRY_ERR_IO;
+    }
+    return FERRY_OK;
+}
+
+/* The flush QPs (one per HCA) and host word, made once; on failure nothing is left made. */
 static ferry_status_t ferry_ib_flush_setup(ferry_ib_recv_comm_t *rc)
 {
     ferry_ib_conn_t *conn = &rc->base.conn;
     ferry_ib_flush_t *f = &rc->flush;
-    struct ibv_qp_init_attr ia;
     const char *step = "allocating the host word";
     char err[1024] = "out of memory";
     ferry_status_t status = FERRY_ERR_NO_MEMORY;
-    int rc_err;
+    int m, k, n = 0;
 
     if (posix_memalign(&f->word, FERRY_IB_FLUSH_WORD, FERRY_IB_FLUSH_WORD) != 0) {
         f->word = NULL;
         goto err_warn;
     }
     memset(f->word, 0, FERRY_IB_FLUSH_WORD);
-    step = "registering the host word";
-    /* Strict ordering: the READ's byte is the last thing in flight. */
-    status = ferry_ib_mr_get(conn->dev->hca, f->word, FERRY_IB_FLUSH_WORD, IBV_ACCESS_LOCAL_WRITE,
-                             1, &f->word_mr, err, sizeof(err));
-    if (status != FERRY_OK)
-        goto err_free;
-    step = "ibv_create_qp (RC, 32 send WRs)";
-    memset(&ia, 0, sizeof(ia));
-    ia.send_cq = conn->mem[0].cq;
-    ia.recv_cq = conn->mem[0].cq;
-    ia.qp_type = IBV_QPT_RC;
-    ia.cap.max_send_wr = FERRY_MAX_REQUESTS;
-    ia.cap.max_recv_wr = 1;
-    ia.cap.max_send_sge = 1;
-    ia.cap.max_recv_sge = 1;
-    f->qp = ferry_ibv.create_qp(conn->dev->hca->pd, &ia);
-    if (f->qp == NULL) {
-        snprintf(err, sizeof(err), "%s; check the device's max_qp (ibv_devinfo -v)",
-                 strerror(errno ? errno : ENOMEM));
-        status = FERRY_ERR_IO;
-        goto err_put;
+    for (m = 0; m < conn->nmem; m++) {
+        for (k = 0; k < n && conn->mem[f->qps[k].mem].dev->hca != conn->mem[m].dev->hca; k++)
+            ;
+        if (k < n)
+            continue; /* One READ per HCA: this one has its QP already. */
+        status = ferry_ib_flush_qp_setup(rc, m, &f->qps[n++], &step, err, sizeof(err));
+        if (status != FERRY_OK)
+            goto err_undo;
     }
-    rc_err = ferry_ib_flush_connect(rc, &step);
-    if (rc_err != 0) {
-        snprintf(err, sizeof(err), "%s on QP 0x%x (lid %u, port %d)", strerror(rc_err > 0 ? rc_err
-                                                                                   : errno),
-                 f->qp->qp_num, (unsigned)conn->dev->port_attr.lid, conn->dev->port);
-        status = FERRY_ERR_IO;
-        goto err_destroy;
-    }
-    FERRY_INFO(FERRY_LOG_NET, "ib recv comm #%u from %s on %s: GDR flush QP 0x%x connected to "
-               "itself, host word %p", rc->base.ring.serial, conn->peer,
-               ferry_ib_comm_where(&rc->base), f->qp->qp_num, f->word);
+    f->nqps = n;
+    for (k = 0; k < n; k++)
+        FERRY_INFO(FERRY_LOG_NET, "ib recv comm #%u from %s on %s: GDR flush QP 0x%x on %s "
+                   "connected to itself, host word %p", rc->base.ring.serial, conn->peer,
+                   ferry_ib_comm_where(&rc->base), f->qps[k].qp->qp_num,
+                   conn->mem[f->qps[k].mem].dev->name, f->word);
     return FERRY_OK;
 
-err_destroy:
-    ferry_ibv.destroy_qp(f->qp);
-    f->qp = NULL;
-err_put:
-    ferry_ib_mr_put(conn->dev->hca, f->word_mr);
-    f->word_mr = NULL;
-err_free:
-    free(f->word);
-    f->word = NULL;
+err_undo:
+    f->nqps = n;
+    ferry_ib_flush_destroy(rc);
 err_warn:
     FERRY_WARN("ib recv comm #%u from %s on %s: setting up the GDR flush failed while %s: %s; "
                "GPU receives cannot be flushed: NCCL_FERRY_IB_FLUSH=cuda flushes without a QP, "
                "NCCL_GDR_FLUSH_DISABLE=1 not at all (only where the NIC's writes are ordered)",
                rc->base.ring.serial, conn->peer, ferry_ib_comm_where(&rc->base), step, err);
+    free(f->word);
+    f->word = NULL;
     return status;
 }
 
 void ferry_ib_flush_destroy(ferry_ib_recv_comm_t *rc)
 {
     ferry_ib_flush_t *f = &rc->flush;
+    int k;
 
-    if (f->qp != NULL && ferry_ibv.destroy_qp(f->qp) != 0)
-        FERRY_WARN("ib recv comm from %s on %s: ibv_destroy_qp(0x%x) of the GDR flush QP "
-                   "failed: %s", rc->base.conn.peer, ferry_ib_comm_where(&rc->base),
-                   f->qp->qp_num, strerror(errno));
-    f->qp = NULL;
-    if (f->word_mr != NULL)
-        ferry_ib_mr_put(rc->base.conn.dev->hca, f->word_mr);
-    f->word_mr = NULL;
+    for (k = 0; k < f->nqps; k++) {
+        ferry_ib_flush_qp_t *fq = &f->qps[k];
+
+        if (fq->qp != NULL && ferry_ibv.destroy_qp(fq->qp) != 0)
+            FERRY_WARN("ib recv comm from %s on %s: ibv_destroy_qp(0x%x) of the GDR flush QP "
+                       "failed: %s", rc->base.conn.peer, ferry_ib_comm_where(&rc->base),
+                       fq->qp->qp_num, strerror(errno));
+        fq->qp = NULL;
+        if (fq->word_mr != NULL)
+            ferry_ib_mr_put(rc->base.conn.mem[fq->mem].dev->hca, fq->word_mr);
+        fq->word_mr = NULL;
+    }
+    f->nqps = 0;
     free(f->word);
     f->word = NULL;
 }
 
 /* The flush's ring request; NULL (after a WARN) when all 32 slots are busy. */
 static ferry_px_req_t *ferry_ib_flush_post_req(ferry_ib_recv_comm_t *rc, void *buf, size_t size,
-                                               void *mh, uint64_t word)
+                                               void *mh, uint64_t word, int nparts)
 {
     ferry_px_sub_t sub;
     ferry_px_req_t *req;
@@ -177,7 +202,7 @@ static ferry_px_req_t *ferry_ib_flush_post_req(ferry_ib_recv_comm_t *rc, void *b
     sub.buf = buf;
     sub.capacity = size;
     sub.mem = mh;
-    req = ferry_px_ring_post(&rc->base.ring, 1, &sub, 0, 1, 0);
+    req = ferry_px_ring_post(&rc->base.ring, 1, &sub, 0, (uint32_t)nparts, 0);
     if (req == NULL) {
         /* NULL would tell NCCL "nothing to flush": say it instead of corrupting data. */
         FERRY_WARN("iflush on recv comm #%u from %s (device %s): all %d requests of the comm "
@@ -257,7 +282,8 @@ static ferry_status_t ferry_ib_flush_cuda(ferry_ib_recv_comm_t *rc, void *buf, s
                    ferry_ib_comm_where(&rc->base), buf, size, ferry_ib_flush_type(mh), words);
         return FERRY_ERR_IO;
     }
-    req = ferry_ib_flush_post_req(rc, buf, size, (void *)mh, FERRY_IB_WORD_CUDA | rc->flush.cuda);
+    req = ferry_ib_flush_post_req(rc, buf, size, (void *)mh, FERRY_IB_WORD_CUDA | rc->flush.cuda,
+                                  1);
     if (req == NULL)
         return FERRY_ERR_INVALID;
     rc->flush.cuda++;
@@ -276,40 +302,45 @@ static ferry_status_t ferry_ib_flush_read(ferry_ib_recv_comm_t *rc, void *buf, s
     struct ibv_sge sge;
     ferry_px_req_t *req;
     ferry_status_t status;
-    int err;
+    int err, k;
 
-    if (f->qp == NULL) {
+    if (f->nqps == 0) {
         status = ferry_ib_flush_setup(rc);
         if (status != FERRY_OK)
             return status;
     }
-    req = ferry_ib_flush_post_req(rc, buf, size, (void *)mh, f->reads);
+    req = ferry_ib_flush_post_req(rc, buf, size, (void *)mh, f->reads, f->nqps);
     if (req == NULL)
         return FERRY_ERR_INVALID;
-    memset(&wr, 0, sizeof(wr));
-    sge.addr = (uint64_t)(uintptr_t)f->word;
-    sge.length = 1;
-    sge.lkey = f->word_mr->lkey;
-    wr.wr_id = FERRY_IB_WR_ID(FERRY_IB_WR_FLUSH, 0, (uint32_t)(req - rc->base.ring.reqs));
-    wr.opcode = IBV_WR_RDMA_READ;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = (uint64_t)(uintptr_t)buf;
-    wr.wr.rdma.rkey = mh->mr[0]->rkey;
-    err = ibv_post_send(f->qp, &wr, &bad);
-    if (err != 0) {
-        FERRY_WARN("iflush on recv comm #%u from %s (device %s): ibv_post_send of the 1-byte "
-                   "RDMA READ from %p (%zu bytes, %s) on flush QP 0x%x failed: %s; the QP is "
-                   "probably in the error state after an earlier failure", rc->base.ring.serial,
-                   rc->base.conn.peer, ferry_ib_comm_where(&rc->base), buf, size,
-                   ferry_ib_flush_type(mh), f->qp->qp_num, strerror(err));
-        ferry_px_req_fail(req, FERRY_ERR_IO);
-    } else {
-        f->reads++;
-        ferry_px_req_parts_start(req, 1);
-    }
     *request_p = req; /* A failed one reports its error through test(). */
+    for (k = 0; k < f->nqps; k++) {
+        const ferry_ib_flush_qp_t *fq = &f->qps[k];
+
+        memset(&wr, 0, sizeof(wr));
+        sge.addr = (uint64_t)(uintptr_t)f->word;
+        sge.length = 1;
+        sge.lkey = fq->word_mr->lkey;
+        wr.wr_id = FERRY_IB_WR_ID(FERRY_IB_WR_FLUSH, k, (uint32_t)(req - rc->base.ring.reqs));
+        wr.opcode = IBV_WR_RDMA_READ;
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        wr.wr.rdma.remote_addr = (uint64_t)(uintptr_t)buf;
+        wr.wr.rdma.rkey = mh->mr[fq->mem]->rkey;
+        err = ibv_post_send(fq->qp, &wr, &bad);
+        if (err != 0) {
+            FERRY_WARN("iflush on recv comm #%u from %s (device %s): ibv_post_send of the "
+                       "1-byte RDMA READ from %p (%zu bytes, %s) on flush QP 0x%x (%s) failed: "
+                       "%s; the QP is probably in the error state after an earlier failure",
+                       rc->base.ring.serial, rc->base.conn.peer, ferry_ib_comm_where(&rc->base),
+                       buf, size, ferry_ib_flush_type(mh), fq->qp->qp_num,
+                       rc->base.conn.mem[fq->mem].dev->name, strerror(err));
+            ferry_px_req_fail(req, FERRY_ERR_IO);
+            return FERRY_OK;
+        }
+        f->reads++;
+    }
+    ferry_px_req_parts_start(req, (uint32_t)f->nqps);
     return FERRY_OK;
 }
 
@@ -359,7 +390,13 @@ static ferry_px_req_t *ferry_ib_flush_req(ferry_ib_recv_comm_t *rc, uint64_t wr_
 void ferry_ib_flush_completion(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc)
 {
     ferry_px_req_t *req = ferry_ib_flush_req(rc, wc->wr_id);
+    uint32_t idx = FERRY_IB_WR_SEQ(wc->wr_id);
 
+    /* A READ of a flush that failed while its other READs were being posted: already told. */
+    if (req == NULL && idx < FERRY_MAX_REQUESTS &&
+        atomic_load_explicit(&rc->base.ring.reqs[idx].state, memory_order_acquire) ==
+            FERRY_PX_REQ_ERROR)
+        return;
     if (req == NULL || wc->opcode != IBV_WC_RDMA_READ) {
         FERRY_WARN("ib recv comm from %s: unexpected GDR flush completion wr_id 0x%llx opcode "
                    "%d on QP 0x%x; a ferry bug", rc->base.conn.peer,
@@ -399,10 +436,10 @@ void ferry_ib_flush_words(const ferry_ib_recv_comm_t *rc, char *buf, size_t len)
 {
     const ferry_ib_flush_t *f = &rc->flush;
 
-    if (f->qp != NULL)
-        snprintf(buf, len, "; GDR flush QP 0x%x (to itself): READs posted %llu, completed %llu",
-                 f->qp->qp_num, (unsigned long long)f->reads,
-                 (unsigned long long)f->reads_done);
+    if (f->nqps > 0)
+        snprintf(buf, len, "; GDR flush QP 0x%x (to itself)%s: READs posted %llu, completed "
+                 "%llu", f->qps[0].qp->qp_num, f->nqps > 1 ? " and one per other HCA" : "",
+                 (unsigned long long)f->reads, (unsigned long long)f->reads_done);
     else if (f->cuda > 0)
         snprintf(buf, len, "; GDR flushes by cuFlushGPUDirectRDMAWrites %llu",
                  (unsigned long long)f->cuda);
@@ -417,6 +454,6 @@ void ferry_ib_flush_stall_why(const ferry_ib_recv_comm_t *rc, const ferry_px_req
              "to itself) has not completed: the HCA cannot finish reading GPU memory (is "
              "nvidia-peermem loaded? ibv_devinfo, port %s); NCCL_FERRY_IB_FLUSH=cuda flushes "
              "without RDMA", (unsigned long long)(req->backend_word & 0xffffffffULL),
-             req->sub[0].buf, rc->flush.qp != NULL ? rc->flush.qp->qp_num : 0,
+             req->sub[0].buf, rc->flush.nqps > 0 ? rc->flush.qps[0].qp->qp_num : 0,
              ferry_ib_comm_where(&rc->base));
 }

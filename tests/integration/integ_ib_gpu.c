@@ -173,8 +173,9 @@ static void gg_open(gg_env_t *e, const char *path, int need_cuda)
     e->ctx = fit_plugin_init(&e->plugin, 0x6770);
     if (need_cuda)
         gg_libs_open();
-    lc = fit_listen(&e->plugin, e->ctx, 0, handle);
-    fit_connect_accept(&e->plugin, e->ctx, 0, handle, lc, &e->send_comm, &e->recv_comm, NULL);
+    lc = fit_listen(&e->plugin, e->ctx, fit_device(&e->plugin), handle);
+    fit_connect_accept(&e->plugin, e->ctx, fit_device(&e->plugin), handle, lc, &e->send_comm,
+                       &e->recv_comm, NULL);
     FIT_NCCL(e->plugin.net->closeListen(lc));
 }
 
@@ -199,19 +200,31 @@ static ncclResult_t gg_wait(gg_env_t *e, void *req, int *size_p, const char *wha
     }
 }
 
-/* The flush QP number from its INFO line; 0 if no flush QP was made. */
-static uint32_t gg_flush_qpn(void)
+/*
+ * The number of flush QP k (one per HCA of the device, in the order their
+ * INFO lines came) of the last comm that made them; 0 if there is none.
+ */
+static uint32_t gg_flush_qpn_k(int k)
 {
     char line[1024];
     const char *p;
     unsigned qpn = 0;
+    int at = 0, i;
 
-    if (fit_log_find(0, -1, "GDR flush QP 0x", "connected to itself", NULL, line,
-                     sizeof(line)) < 0)
-        return 0;
+    for (i = 0; i <= k; i++, at++) {
+        at = fit_log_find(at, -1, "GDR flush QP 0x", "connected to itself", NULL, line,
+                          sizeof(line));
+        if (at < 0)
+            return 0;
+    }
     p = strstr(line, "GDR flush QP 0x");
     FIT_CHECK(sscanf(p, "GDR flush QP 0x%x", &qpn) == 1, "cannot read the QP from '%s'", line);
     return qpn;
+}
+
+static uint32_t gg_flush_qpn(void)
+{
+    return gg_flush_qpn_k(0);
 }
 
 static uint64_t gg_reads(uint32_t qpn, uint64_t *bytes_p)
@@ -291,6 +304,15 @@ static void gg_one(gg_env_t *e, gg_buf_t *src, gg_buf_t *dst, size_t size, uint6
               "%s %zu bytes: flush QP 0x%x shows %llu READs (%llu bytes), expected %llu", what,
               size, qpn, (unsigned long long)gg_reads(qpn, NULL), (unsigned long long)bytes1,
               (unsigned long long)(reads0 + (uint64_t)made));
+    /* A merged device over two HCAs (FIT_MERGE): the other HCA's flush QP read too. */
+    if (getenv("FIT_MERGE") != NULL && made) {
+        uint32_t qpn2 = gg_flush_qpn_k(1);
+
+        FIT_CHECK(qpn2 != 0 && qpn2 != qpn && gg_reads(qpn2, NULL) == gg_reads(qpn, NULL),
+                  "%s %zu bytes: the second HCA's flush QP 0x%x shows %llu READs, the first "
+                  "%llu", what, size, qpn2, (unsigned long long)gg_reads(qpn2, NULL),
+                  (unsigned long long)gg_reads(qpn, NULL));
+    }
 }
 
 static int gg_sizes(size_t *s)
@@ -374,7 +396,10 @@ static void gg_mode_gdr(const char *path)
 
     gg_open(&e, path, 1);
     gg_check_props(&e, NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF, 0,
-                   "GPUDirect RDMA on (NCCL_FERRY_IB_GDR=1); DMA-BUF on (fakeib0); flush read");
+                   getenv("FIT_MERGE") != NULL
+                       ? "GPUDirect RDMA on (NCCL_FERRY_IB_GDR=1); DMA-BUF on (fakeib0,fakeib1); "
+                         "flush read"
+                       : "GPUDirect RDMA on (NCCL_FERRY_IB_GDR=1); DMA-BUF on (fakeib0); flush read");
     gg_buf_open(&e.plugin, &sg, e.send_comm, 1, GG_SLOT);
     gg_buf_open(&e.plugin, &sh, e.send_comm, 0, GG_SLOT);
     gg_buf_open(&e.plugin, &rg, e.recv_comm, 1, GG_SLOT);
@@ -574,9 +599,9 @@ static void gg_mode_faults(const char *path)
     gg_buf_open(&e.plugin, &rg, e.recv_comm, 1, GG_SLOT);
     gg_one(&e, &sg, &rg, 4096, 700, "GPU->GPU before the fault");
     rc_comm = e.recv_comm; /* Same build: the comm's layout (ib/ib_comm.h). */
-    FIT_CHECK(rc_comm->flush.qp != NULL, "no flush QP after a flush");
+    FIT_CHECK(rc_comm->flush.nqps == 1, "%d flush QPs after a flush on one HCA", rc_comm->flush.nqps);
     FIT_CHECK(gg_inject(rc_comm->base.conn.dev->hca->ctx, FAKEIBV_FAULT_QP_DROP,
-                        rc_comm->flush.qp->qp_num, 0, 1, 0) == 0, "inject QP_DROP");
+                        rc_comm->flush.qps[0].qp->qp_num, 0, 1, 0) == 0, "inject QP_DROP");
     rdata = gg_addr(&rg, 0);
     FIT_NCCL(e.plugin.net->iflush(e.recv_comm, 1, &rdata, &isize, &rg.mh, &req));
     FIT_CHECK(req != NULL, "iflush returned no request");
@@ -615,7 +640,7 @@ static void gg_mode_stall(const char *path)
     gg_buf_open(&e.plugin, &rg, e.recv_comm, 1, GG_SLOT);
     gg_one(&e, &sg, &rg, 65536, 800, "GPU->GPU before the stall");
     rc_comm = e.recv_comm; /* Same build: the comm's layout (ib/ib_comm.h). */
-    qpn = rc_comm->flush.qp->qp_num;
+    qpn = rc_comm->flush.qps[0].qp->qp_num;
     FIT_CHECK(gg_inject(rc_comm->base.conn.dev->hca->ctx, FAKEIBV_FAULT_QP_DROP, qpn, 0, 1, 0) == 0,
               "inject QP_DROP");
     fit_log_allow_warns(1);
