@@ -225,6 +225,9 @@ void fit_xfer_inproc(const fit_plugin_t *p, void *send_comm, void *recv_comm,
 /* One side only (the peer runs elsewhere). */
 void fit_xfer_side(const fit_plugin_t *p, fit_role_t role, void *comm,
                    const fit_xfer_opts_t *o, fit_xfer_result_t *r);
+/* test() until done or an error (bounded by seconds); returns the rc, *took the seconds. */
+ncclResult_t fit_wait(const fit_plugin_t *p, void *req, double seconds, double *took);
+
 /* Fails unless r ended in success with every message done on the sides that ran. */
 void fit_xfer_expect_ok(const fit_xfer_result_t *r, const char *what);
 

@@ -303,3 +303,17 @@ int fit_sweep_sizes(size_t *sizes, int max, size_t max_size)
             sizes[out++] = sizes[i];
     return out;
 }
+
+ncclResult_t fit_wait(const fit_plugin_t *p, void *req, double seconds, double *took)
+{
+    double t0 = fit_now();
+    fit_bound_t b;
+    int done = 0, sz;
+    ncclResult_t rc;
+
+    fit_bound_init(&b, "test", seconds, 2000000000L);
+    while ((rc = p->net->test(req, &done, &sz)) == ncclSuccess && !done)
+        fit_bound_step(&b);
+    *took = fit_now() - t0;
+    return rc;
+}

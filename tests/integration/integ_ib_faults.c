@@ -124,21 +124,6 @@ static ncclResult_t flt_isend(flt_env_t *e, void **req_p)
     }
 }
 
-/* test() until done or an error; returns the rc and the seconds it took. */
-static ncclResult_t flt_wait(flt_env_t *e, void *req, double seconds, double *took)
-{
-    double t0 = fit_now();
-    fit_bound_t b;
-    int done = 0, sz;
-    ncclResult_t rc;
-
-    fit_bound_init(&b, "test", seconds, 2000000000L);
-    while ((rc = e->plugin.net->test(req, &done, &sz)) == ncclSuccess && !done)
-        fit_bound_step(&b);
-    *took = fit_now() - t0;
-    return rc;
-}
-
 static void flt_expect_warn(int from, const char *a, const char *b)
 {
     char line[4096];
@@ -292,12 +277,12 @@ static void flt_rem_access(const char *path)
     FIT_NCCL(e.plugin.net->deregMr(e.recv_comm, e.rmh));
     e.rmh = NULL;
     FIT_NCCL(flt_isend(&e, &sreq));
-    rc = flt_wait(&e, sreq, 20.0, &took);
+    rc = fit_wait(&e.plugin, sreq, 20.0, &took);
     FIT_CHECK(rc == ncclRemoteError, "send into a deregistered buffer: %d (%s)", rc,
               fit_result_str(rc));
     flt_expect_warn(from, "refused the RDMA write", "127.0.0.1");
     printf("  sender: ncclRemoteError after %.2f s\n", took);
-    rc = flt_wait(&e, rreq, 20.0, &took);
+    rc = fit_wait(&e.plugin, rreq, 20.0, &took);
     FIT_CHECK(rc == ncclRemoteError, "receiver of the refused write: %d (%s)", rc,
               fit_result_str(rc));
     printf("  receiver: ncclRemoteError after %.2f s\n", took);
@@ -326,7 +311,7 @@ static void flt_qp_event(const char *path, enum fakeibv_fault_kind kind)
     if (kind == FAKEIBV_FAULT_QP_DROP) {
         rreq = flt_irecv(&e);
         FIT_NCCL(flt_isend(&e, &sreq));
-        rc = flt_wait(&e, sreq, 20.0, &took);
+        rc = fit_wait(&e.plugin, sreq, 20.0, &took);
         FIT_CHECK(rc == ncclRemoteError, "send on a dropped QP: %d (%s)", rc, fit_result_str(rc));
         flt_expect_warn(from, "no answer from the peer", "127.0.0.1");
     } else {
@@ -340,7 +325,7 @@ static void flt_qp_event(const char *path, enum fakeibv_fault_kind kind)
         rc = e.plugin.net->irecv(e.recv_comm, 1, &data, &size, &tag, &mh, NULL, &rreq);
         if (rc == ncclSuccess) {
             FIT_CHECK(rreq != NULL, "irecv returned no request");
-            rc = flt_wait(&e, rreq, 20.0, &took);
+            rc = fit_wait(&e.plugin, rreq, 20.0, &took);
         }
         FIT_CHECK(rc == ncclRemoteError, "receive on a QP_FATAL QP: %d (%s)", rc,
                   fit_result_str(rc));
@@ -368,7 +353,7 @@ static void flt_port_err(const char *path)
     rreq = flt_irecv(&e);
     FIT_CHECK(e.inject(c->conn.dev->hca->ctx, FAKEIBV_FAULT_PORT_ERR, (uint32_t)c->conn.dev->port,
                        0, 0, 0) == 0, "inject PORT_ERR");
-    rc = flt_wait(&e, rreq, 20.0, &took);
+    rc = fit_wait(&e.plugin, rreq, 20.0, &took);
     FIT_CHECK(rc == ncclRemoteError, "receive on a port that went down: %d (%s)", rc,
               fit_result_str(rc));
     flt_expect_warn(from, c->conn.dev->name, "127.0.0.1");
@@ -400,8 +385,8 @@ static void flt_shared_handle(const char *path)
     for (i = 0; i < (int)FLT_BUF; i++)
         e.sbuf[i] = (char)(i * 7 + 3);
     FIT_NCCL(flt_isend(&e, &sreq));
-    FIT_NCCL(flt_wait(&e, sreq, 20.0, &took));
-    FIT_NCCL(flt_wait(&e, rreq, 20.0, &took));
+    FIT_NCCL(fit_wait(&e.plugin, sreq, 20.0, &took));
+    FIT_NCCL(fit_wait(&e.plugin, rreq, 20.0, &took));
     FIT_CHECK(memcmp(buf, e.sbuf, FLT_BUF) == 0, "the receive into the shared handle's buffer "
               "differs from what was sent");
     FIT_NCCL(e.plugin.net->deregMr(e.send_comm, mh));

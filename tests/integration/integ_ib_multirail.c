@@ -258,20 +258,6 @@ static void mr_failover(const char *path)
     mr_close(&e);
 }
 
-static ncclResult_t mr_wait(mr_env_t *e, void *req, double seconds, double *took)
-{
-    double t0 = fit_now();
-    fit_bound_t b;
-    int done = 0, sz;
-    ncclResult_t rc;
-
-    fit_bound_init(&b, "test", seconds, 2000000000L);
-    while ((rc = e->plugin.net->test(req, &done, &sz)) == ncclSuccess && !done)
-        fit_bound_step(&b);
-    *took = fit_now() - t0;
-    return rc;
-}
-
 static void mr_all_down(const char *path)
 {
     size_t size = (size_t)64 << 20;
@@ -306,10 +292,10 @@ static void mr_all_down(const char *path)
                ncclSuccess && sreq == NULL)
         fit_bound_step(&b);
     if (rc == ncclSuccess)
-        rc = mr_wait(&e, sreq, 20.0, &took);
+        rc = fit_wait(&e.plugin, sreq, 20.0, &took);
     FIT_CHECK(rc == ncclRemoteError, "send with every port down: %d (%s)", rc,
               fit_result_str(rc));
-    rc = mr_wait(&e, rreq, 20.0, &took);
+    rc = fit_wait(&e.plugin, rreq, 20.0, &took);
     FIT_CHECK(rc == ncclRemoteError, "receive with every port down: %d (%s)", rc,
               fit_result_str(rc));
     FIT_CHECK(fit_log_find(from, NCCL_LOG_WARN, "it was the last of", "ports", "ncclRemoteError",
