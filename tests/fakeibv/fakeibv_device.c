@@ -110,8 +110,12 @@ static void fakeibv_devs_init(void)
                  root, i);
         snprintf(d->dev.ibdev_path, sizeof(d->dev.ibdev_path), "%s/class/infiniband/fakeib%d",
                  root, i);
-        /* One PCI function per device; its ports share it (like mlx4). */
-        snprintf(d->pci, sizeof(d->pci), "0000:00:%02x.0", (unsigned)(uint8_t)(0x10 + i));
+        /* One PCI function per device, each on a bus of its own (as a NIC
+         * behind its own switch port is): device and function 0, so NCCL's
+         * pciPath (function digit and, with NCCL_IB_MERGE_VFS, device digits
+         * zeroed) is the function itself and differs per device. Its ports
+         * share it (like mlx4). */
+        snprintf(d->pci, sizeof(d->pci), "0000:%02x:00.0", (unsigned)(uint8_t)(0xf0 + i));
         for (p = 0; p < FAKEIBV_MAX_PORTS; p++) {
             d->ports[p].listen_fd = -1;
             d->ports[p].gid_fd = -1;

@@ -87,7 +87,7 @@ struct fakeibv_device {
     void *verbs_device_pad[32];
     int index;
     uint64_t node_guid;           /* Big-endian as verbs reports it. */
-    char pci[16];                 /* Fake PCI address, "0000:00:1X.0". */
+    char pci[16];                 /* Fake PCI address, "0000:FX:00.0". */
     struct fakeibv_port ports[FAKEIBV_MAX_PORTS];
 };
 

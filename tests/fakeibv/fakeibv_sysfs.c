@@ -4,14 +4,20 @@
  * under a root of their own (ibv_get_sysfs_path() returns it, and every
  * ibv_device's ibdev_path and dev_path point into it).
  *
- *   <root>/class/infiniband/fakeibN -> <root>/devices/pci0000:00/0000:00:1X.0/infiniband/fakeibN
+ *   <root>/class/infiniband/fakeibN -> <root>/devices/pci0000:00/0000:FX:00.0/infiniband/fakeibN
  *   <root>/class/infiniband_verbs/uverbsN -> <root>/devices/.../infiniband_verbs/uverbsN
- *   <root>/devices/pci0000:00/0000:00:1X.0/      numa_node, vendor, device, class, ...
- *       infiniband/fakeibN/device -> ../../../0000:00:1X.0
+ *   <root>/bus/pci/                               (empty: the target of subsystem links)
+ *   <root>/devices/pci0000:00/0000:FX:00.0/      numa_node, vendor, device, class, ...
+ *       subsystem -> ../../../bus/pci
+ *       infiniband/fakeibN/device -> ../../../0000:FX:00.0
  *       infiniband/fakeibN/{node_guid,sys_image_guid,node_type,fw_ver,...}
  *       infiniband/fakeibN/ports/P/{lid,state,rate,link_layer,gids/I,gid_attrs/{types,ndevs}/I,...}
  *
- * X is 0x10 + N. The class entries are absolute links, as in sysfs they
+ * FX is 0xf0 + N: a bus per device, device and function 0, so the path
+ * NCCL derives (function digit zeroed, and the device digits too with
+ * NCCL_IB_MERGE_VFS) is the function itself, distinct per device, and its
+ * subsystem link ends in "pci" as NCCL's topology code checks. The class
+ * entries are absolute links, as in sysfs they
  * are links into devices/: absolute so that a bind mount of
  * <root>/class/infiniband over /sys/class/infiniband still leads back here.
  * File contents follow the kernel's formats (drivers/infiniband/core/sysfs.c).
@@ -465,6 +471,9 @@ static int fakeibv_build_device(const struct fakeibv_device *d, const char *pcid
     fakeibv_keep(&rc, fakeibv_put(pcidir, "max_link_width", "16\n"));
     fakeibv_keep(&rc, fakeibv_put(pcidir, "current_link_speed", "16.0 GT/s PCIe\n"));
     fakeibv_keep(&rc, fakeibv_put(pcidir, "current_link_width", "16\n"));
+    /* As in sysfs: <root>/devices/pci0000:00/<pci>/subsystem -> <root>/bus/pci. */
+    fakeibv_pathf(link, sizeof(link), "%s/subsystem", pcidir);
+    fakeibv_keep(&rc, fakeibv_link("../../../bus/pci", link));
     fakeibv_pathf(target, sizeof(target), "../../../%s", d->pci);
 
     fakeibv_pathf(ibdir, sizeof(ibdir), "%s/infiniband/%s", pcidir, d->dev.name);
@@ -544,6 +553,8 @@ static int fakeibv_build(const char *root, struct fakeibv_device *devs, int ndev
     fakeibv_pathf(path, sizeof(path), "%s/class/infiniband_verbs", root);
     fakeibv_keep(&rc, fakeibv_mkdirs(path));
     fakeibv_keep(&rc, fakeibv_put(path, "abi_version", "6\n"));
+    fakeibv_pathf(path, sizeof(path), "%s/bus/pci", root);
+    fakeibv_keep(&rc, fakeibv_mkdirs(path));
     fakeibv_pathf(path, sizeof(path), "%s/devices/pci0000:00", root);
     fakeibv_keep(&rc, fakeibv_mkdirs(path));
     for (i = 0; i < ndev && rc == 0; i++) {

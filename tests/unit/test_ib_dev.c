@@ -118,6 +118,7 @@ static void test_properties(void **state)
     struct ibv_device_attr attr;
     struct ibv_context *ctx = open_fake(1);
     ferry_props_t p;
+    char want[64];
     int i;
 
     (void)state;
@@ -127,18 +128,23 @@ static void test_properties(void **state)
     for (i = 0; i < 4; i++) {
         assert_int_equal(ferry_ib_get_properties(i, &p), FERRY_OK);
         assert_string_equal(p.name, ferry_ib_dev_name(i));
-        /* fakeibv's sysfs: <root>/devices/pci0000:00/0000:00:1N.0, merged as NCCL does (NCCL_IB_MERGE_VFS). */
+        /* fakeibv's sysfs: <root>/devices/pci0000:00/0000:fN:00.0, a bus per HCA, which
+         * NCCL's merge (NCCL_IB_MERGE_VFS: function and device digits zeroed) leaves as is. */
         assert_non_null(p.pci_path);
         printf("  %s: pciPath %s port %d\n", p.name, p.pci_path, p.port);
-        assert_non_null(strstr(p.pci_path, "/devices/pci0000:00/0000:00:"));
-        assert_int_equal(p.pci_path[strlen(p.pci_path) - 1], '0');
+        snprintf(want, sizeof(want), "/devices/pci0000:00/0000:%02x:00.0", 0xf0 + i / 2);
+        assert_true(strlen(p.pci_path) > strlen(want));
+        assert_string_equal(p.pci_path + strlen(p.pci_path) - strlen(want), want);
         assert_int_equal(p.ptr_support, FERRY_PTR_HOST);
         assert_int_equal(p.reg_is_global, 1);
         assert_int_equal(p.force_flush, 0);
         /* FAKEIBV_SPEED=HDR (50 Gbps a lane) x FAKEIBV_WIDTH=4. */
         assert_int_equal(p.speed_mbps, 200000);
-        /* Both HCAs share the merged PCI path: fakeib1's ports count after fakeib0 (NCCL's realPort). */
-        assert_int_equal(p.port, i % 2 + 1 + i / 2);
+        /* Each HCA has a PCI path of its own: no HCA before it shares it, so NCCL's realPort
+         * is the port itself (1, 2 on each); the two ports of one HCA share its path. */
+        assert_int_equal(p.port, i % 2 + 1);
+        if (i % 2 == 1)
+            assert_string_equal(p.pci_path, ferry_ib_state.devs[i - 1].hca->pci_path);
         assert_int_equal(p.max_comms, attr.max_qp);
         assert_int_equal(p.max_recvs, 8);
         assert_true(p.max_p2p_bytes == (size_t)1 << 40);

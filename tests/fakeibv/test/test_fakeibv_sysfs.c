@@ -297,19 +297,34 @@ static void test_root_and_paths(void **state)
         n = readlink(want, buf, sizeof(buf) - 1);
         assert_true(n > 0);
         buf[n] = '\0';
-        snprintf(path, sizeof(path), "../../../0000:00:%02x.0", 0x10 + i);
+        /* A bus per device, device and function 0: NCCL's pciPath (function
+         * and, with NCCL_IB_MERGE_VFS, device digits zeroed) is this path. */
+        snprintf(path, sizeof(path), "../../../0000:%02x:00.0", 0xf0 + i);
         assert_string_equal(buf, path);
         pci[i] = realpath(want, NULL);
         assert_non_null(pci[i]);
-        snprintf(path, sizeof(path), "%s/devices/pci0000:00/0000:00:%02x.0", real_root, 0x10 + i);
+        snprintf(path, sizeof(path), "%s/devices/pci0000:00/0000:%02x:00.0", real_root, 0xf0 + i);
         assert_string_equal(pci[i], path);
         assert_string_equal(slurp("%s/numa_node", pci[i]), "0");
         assert_string_equal(slurp("%s/device/numa_node", dev->ibdev_path), "0");
         assert_string_equal(slurp("%s/vendor", pci[i]), "0xfa4e");
         assert_string_equal(slurp("%s/class", pci[i]), eth ? "0x020000" : "0x020700");
-        /* No subsystem link: NCCL would look the fake bus up in the real
-         * /sys/class/pci_bus; without one it attaches the NIC to a CPU. */
-        assert_false(exists("%s/subsystem", pci[i]));
+        /* subsystem: a relative link to <root>/bus/pci, as in sysfs; NCCL's
+         * topology code takes the function for a PCI device only if its
+         * realpath ends in "/pci". */
+        snprintf(want, sizeof(want), "%s/subsystem", pci[i]);
+        n = readlink(want, buf, sizeof(buf) - 1);
+        assert_true(n > 0);
+        buf[n] = '\0';
+        assert_string_equal(buf, "../../../bus/pci");
+        {
+            char *p = realpath(want, NULL);
+
+            assert_non_null(p);
+            snprintf(path, sizeof(path), "%s/bus/pci", real_root);
+            assert_string_equal(p, path);
+            free(p);
+        }
         /* uverbs device points at the same function. */
         snprintf(want, sizeof(want), "%s/device", dev->dev_path);
         {
@@ -484,7 +499,7 @@ static int child_main(void)
 
         snprintf(path, sizeof(path), "%s/device", list[i]->ibdev_path);
         pci = realpath(path, NULL);
-        if (pci == NULL || strstr(pci, "/devices/pci0000:00/0000:00:1") == NULL)
+        if (pci == NULL || strstr(pci, "/devices/pci0000:00/0000:f") == NULL)
             return 3;
         free(pci);
         if (slurp("%s/ports/1/gid_attrs/types/0", list[i]->ibdev_path)[0] == '\0')

@@ -13,6 +13,7 @@ fi
 out=$(FAKEIBV_LINK=eth FAKEIBV_NDEV=1 "$here/with_sysfs.sh" bash -c '
     "$1" --child </dev/null >/dev/null || { echo "fakeibv process failed"; exit 1; }
     echo "pci=$(realpath /sys/class/infiniband/fakeib0/device)"
+    echo "subsystem=$(realpath /sys/class/infiniband/fakeib0/device/subsystem)"
     echo "type3=$(cat /sys/class/infiniband/fakeib0/ports/1/gid_attrs/types/3)"
     echo "ndev3=$(cat /sys/class/infiniband/fakeib0/ports/1/gid_attrs/ndevs/3)"
     echo "numa=$(cat /sys/class/infiniband/fakeib0/device/numa_node)"
@@ -23,7 +24,8 @@ out=$(FAKEIBV_LINK=eth FAKEIBV_NDEV=1 "$here/with_sysfs.sh" bash -c '
 echo "$out"
 root=$(echo "$out" | sed -n 's/^root=//p')
 ok=1
-echo "$out" | grep -qx "pci=$root/devices/pci0000:00/0000:00:10.0" || ok=0
+echo "$out" | grep -qx "pci=$root/devices/pci0000:00/0000:f0:00.0" || ok=0
+echo "$out" | grep -qx "subsystem=$root/bus/pci" || ok=0
 echo "$out" | grep -qx "type3=RoCE v2" || ok=0
 echo "$out" | grep -qx "ndev3=lo" || ok=0
 echo "$out" | grep -qx "numa=0" || ok=0
