@@ -301,7 +301,7 @@ void ferry_sock_config_format(const ferry_sock_config_t *cfg, char *buf, size_t 
              "spin=%dus(%s) inject_delay=%dus(%s) speed=%dMbps(%s) inline_max=%zu(%s) "
              "assist_max=%lld(%s) notsent_lowat=%d(%s) zerocopy=%d/%zu(%s) solo_max=%zu(%s) "
              "gpu_staging=%d(%s) epoll=%d(%s) socket_timeout=%ds(%s) ignore_cpu_affinity=%d(%s) "
-             "cpus=%d",
+             "cpus=%d(derived)",
              cfg->streams, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_STREAMS]), cfg->threads,
              ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_THREADS]), cfg->chunk_min, cfg->chunk_max,
              ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_CHUNK_MAX] != FERRY_CFG_DEFAULT

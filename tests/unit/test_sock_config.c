@@ -117,7 +117,7 @@ static void test_every_variable_has_a_row(void **state)
                      "inline_max=32768(default) assist_max=-1(default) "                      \
                      "notsent_lowat=0(default) zerocopy=0/65536(default) "                    \
                      "solo_max=65536(default) gpu_staging=0(default) epoll=0(default) "      \
-                     "socket_timeout=30s(default) ignore_cpu_affinity=0(default) cpus=16"
+                     "socket_timeout=30s(default) ignore_cpu_affinity=0(default) cpus=16(derived)"
 
 static void test_defaults(void **state)
 {
@@ -229,7 +229,7 @@ static void test_env_values_together(void **state)
                               "inline_max=32768(default) assist_max=16384(env) "
                               "notsent_lowat=0(default) zerocopy=1/8192(env) solo_max=0(env) "
                               "gpu_staging=0(default) epoll=0(default) socket_timeout=0s(env) "
-                              "ignore_cpu_affinity=0(default) cpus=8");
+                              "ignore_cpu_affinity=0(default) cpus=8(derived)");
     setenv("NCCL_FERRY_SOCKET_TIMEOUT_S", "3600", 1);
     assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
     assert_int_equal(cfg.socket_timeout_s, 3600);
