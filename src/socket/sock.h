@@ -64,9 +64,6 @@ typedef struct ferry_sock_lane {
     size_t                 rhdr_got;  /* Header bytes read so far. */
     ferry_px_req_t        *rreq;      /* Request the payload goes to, once matched. */
     size_t                 rgot;      /* Payload bytes of the chunk read so far. */
-    /* The next chunk's header, read with the payload's last bytes (one recvmsg, not two). */
-    ferry_sock_chunk_hdr_t nhdr;
-    size_t                 nhdr_got;  /* Bytes of nhdr read; moved to rhdr when the chunk ends. */
     _Atomic int            parked;    /* Header read, its irecv not posted yet; read by wants(). */
     /* MSG_ZEROCOPY on the send side (sock_zc.c); touched only with the lane held. */
     int                    zc_on;     /* Chunks of zc_min bytes or more go MSG_ZEROCOPY. */

@@ -299,43 +299,6 @@ static long ferry_sock_recv_lane_failed_read(ferry_sock_comm_t *c, int li)
     return ferry_sock_lane_error(c, li, "recv", err == 0 ? ECONNRESET : err, what);
 }
 
-/*
- * Read payload into the matched request, and whatever follows it into the
- * next chunk's header: a stream carries header, payload, header, ..., and
- * asking for both in one recvmsg saves the header's own recv per chunk.
- * Returns payload bytes read (0: nothing there now), -1 on EOF/error (errno).
- */
-static ssize_t ferry_sock_recv_lane_payload(ferry_sock_lane_t *lane)
-{
-    size_t want = lane->rhdr.len - lane->rgot;
-    struct iovec iov[2];
-    struct msghdr msg;
-    ssize_t n;
-
-    iov[0].iov_base = lane->rreq->sub[0].buf + lane->rhdr.offset + lane->rgot;
-    iov[0].iov_len = want;
-    iov[1].iov_base = &lane->nhdr;
-    iov[1].iov_len = sizeof(lane->nhdr);
-    memset(&msg, 0, sizeof(msg));
-    msg.msg_iov = iov;
-    msg.msg_iovlen = 2;
-    do {
-        n = recvmsg(lane->fd, &msg, MSG_DONTWAIT);
-    } while (n < 0 && errno == EINTR);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-        return 0;
-    if (n <= 0) {
-        if (n == 0)
-            errno = 0;
-        return -1;
-    }
-    if ((size_t)n > want) {
-        lane->nhdr_got = (size_t)n - want;
-        n = (ssize_t)want;
-    }
-    return n;
-}
-
 static long ferry_sock_recv_lane_progress(ferry_px_stream_t *px, int li, short revents)
 {
     ferry_sock_comm_t *c = ferry_sock_of(px);
@@ -366,7 +329,8 @@ static long ferry_sock_recv_lane_progress(ferry_px_stream_t *px, int li, short r
                 return r < 0 ? r : work;
         }
         if (lane->rgot < lane->rhdr.len) {
-            n = ferry_sock_recv_lane_payload(lane);
+            n = ferry_sock_lane_read(lane->fd, lane->rreq->sub[0].buf + lane->rhdr.offset + lane->rgot,
+                                     lane->rhdr.len - lane->rgot);
             if (n < 0)
                 return ferry_sock_recv_lane_failed_read(c, li);
             if (n == 0)
@@ -383,11 +347,7 @@ static long ferry_sock_recv_lane_progress(ferry_px_stream_t *px, int li, short r
         ferry_px_stat_add(&px->lanes[li].chunks, 1);
         ferry_px_lane_set(px, li, FERRY_PX_LANE_IDLE);
         lane->rreq = NULL;
-        lane->rhdr_got = lane->nhdr_got;
-        if (lane->nhdr_got > 0) {
-            memcpy(&lane->rhdr, &lane->nhdr, lane->nhdr_got);
-            lane->nhdr_got = 0;
-        }
+        lane->rhdr_got = 0;
         chunks++;
         work++;
     }
