@@ -65,8 +65,6 @@ typedef struct ferry_sock_lane {
     ferry_px_req_t        *rreq;      /* Request the payload goes to, once matched. */
     size_t                 rgot;      /* Payload bytes of the chunk read so far. */
     _Atomic int            parked;    /* Header read, its irecv not posted yet; read by wants(). */
-    /* Without helpers: when the last send/recv found the socket full/empty (0: it did not). */
-    uint64_t               again_ns;
     /* MSG_ZEROCOPY on the send side (sock_zc.c); touched only with the lane held. */
     int                    zc_on;     /* Chunks of zc_min bytes or more go MSG_ZEROCOPY. */
     int                    zc_chunk;  /* The chunk in hand went (partly) MSG_ZEROCOPY... */

@@ -17,32 +17,6 @@
 
 /* Chunks a lane moves per call before the worker turns to its other lanes. */
 #define FERRY_SOCK_LANE_BURST 4
-/*
- * Without helper threads, NCCL's thread calls test() on every comm in a
- * tight loop, and each call tried the socket: on the 2-core VM the receiver
- * made 100-340 recv calls per MiB (raw TCP 1.7), nearly all EAGAIN, at 4
- * connections. While bulk messages (this size or more) flow, a lane that
- * just found its socket full or empty is not tried again for this long: the
- * bytes wait in the kernel and the next call moves more of them at once.
- */
-#define FERRY_SOCK_BULK_MIN       (256 << 10)
-#define FERRY_SOCK_AGAIN_WAIT_NS  5000ULL
-
-/* 1: skip this call; the lane found nothing to do within FERRY_SOCK_AGAIN_WAIT_NS. */
-static int ferry_sock_lane_wait(const ferry_sock_comm_t *c, const ferry_sock_lane_t *lane,
-                                uint64_t size)
-{
-    if (c->px.nworkers != 0 || lane->again_ns == 0 || size < FERRY_SOCK_BULK_MIN)
-        return 0;
-    return ferry_px_now_ns() - lane->again_ns < FERRY_SOCK_AGAIN_WAIT_NS;
-}
-
-/* Remember (only without helpers, where the caller is NCCL's thread) when the socket had nothing. */
-static void ferry_sock_lane_again(const ferry_sock_comm_t *c, ferry_sock_lane_t *lane)
-{
-    if (c->px.nworkers == 0)
-        lane->again_ns = ferry_px_now_ns();
-}
 
 static ferry_sock_comm_t *ferry_sock_of(ferry_px_stream_t *px)
 {
@@ -147,9 +121,6 @@ static long ferry_sock_send_lane_progress(ferry_px_stream_t *px, int li, short r
         if (r < 0 || lane->closed)
             return r;
     }
-    if (lane->has_chunk && ferry_sock_lane_wait(c, lane, lane->claim.msg_size))
-        return 0;
-    lane->again_ns = 0;
     while (chunks < FERRY_SOCK_LANE_BURST) {
         size_t hdr_left, total;
         struct iovec iov[2];
@@ -192,7 +163,6 @@ static long ferry_sock_send_lane_progress(ferry_px_stream_t *px, int li, short r
                     ferry_px_stat_add(&px->lanes[li].blocked, 1);
                 atomic_store_explicit(&lane->blocked, 1, memory_order_relaxed);
                 ferry_px_lane_set(px, li, FERRY_PX_LANE_BLOCKED);
-                ferry_sock_lane_again(c, lane);
                 break;
             }
             {
@@ -339,10 +309,6 @@ static long ferry_sock_recv_lane_progress(ferry_px_stream_t *px, int li, short r
 
     if (lane->closed)
         return 0;
-    if (ferry_sock_lane_wait(c, lane, atomic_load_explicit(&px->ring.last_size,
-                                                           memory_order_relaxed)))
-        return 0;
-    lane->again_ns = 0;
     while (chunks < FERRY_SOCK_LANE_BURST) {
         if (lane->rreq == NULL) {
             if (lane->rhdr_got < sizeof(lane->rhdr)) {
@@ -350,10 +316,8 @@ static long ferry_sock_recv_lane_progress(ferry_px_stream_t *px, int li, short r
                                          sizeof(lane->rhdr) - lane->rhdr_got);
                 if (n < 0)
                     return ferry_sock_recv_lane_failed_read(c, li);
-                if (n == 0) {
-                    ferry_sock_lane_again(c, lane);
+                if (n == 0)
                     break;
-                }
                 lane->rhdr_got += (size_t)n;
                 work += n;
                 ferry_px_lane_set(px, li, FERRY_PX_LANE_HEADER);
@@ -369,10 +333,8 @@ static long ferry_sock_recv_lane_progress(ferry_px_stream_t *px, int li, short r
                                      lane->rhdr.len - lane->rgot);
             if (n < 0)
                 return ferry_sock_recv_lane_failed_read(c, li);
-            if (n == 0) {
-                ferry_sock_lane_again(c, lane);
+            if (n == 0)
                 break;
-            }
             lane->rgot += (size_t)n;
             work += n;
             ferry_px_req_progress(lane->rreq, (size_t)n);
