@@ -2,6 +2,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/config_table.h"
 #include "core/log.h"
@@ -10,6 +11,14 @@
 #define FERRY_SOCK_DEFAULT_STREAMS 4
 #define FERRY_SOCK_MAX_STREAMS     64
 #define FERRY_SOCK_MAX_THREADS     16
+/*
+ * Up to this many CPUs, NCCL's own thread moves every stream: no helpers.
+ * One core per rank: helpers on it 0.75-0.94x (bench/results/
+ * 2026-11-29-gpu-onecore, run1). Two cores per rank: no helpers 1.00-1.27x
+ * the helpers at every size (run7). Four: helpers ahead of Socket at every
+ * size, no helpers 0.59-0.94x of them from 256 KiB up (run8).
+ */
+#define FERRY_SOCK_NOHELPER_CPUS   2
 
 _Static_assert(FERRY_SOCK_CFG_COUNT <= sizeof(((ferry_sock_config_t *)0)->src) /
                                            sizeof(((ferry_sock_config_t *)0)->src[0]),
@@ -88,18 +97,46 @@ static const ferry_cfg_var_t ferry_sock_cfg_vars[FERRY_SOCK_CFG_COUNT] = {
         "0..3600 (s a peer may stay silent or leave sent bytes "
         "unacknowledged before its stream fails: TCP keepalive and "
         "TCP_USER_TIMEOUT on every data stream; 0: kernel defaults)"},
+    [FERRY_SOCK_CFG_IGNORE_CPU_AFFINITY] = {"NCCL_IGNORE_CPU_AFFINITY", FERRY_CFG_KIND_INT,
+        FERRY_SOCK_CFG_FIELD(ignore_cpu_affinity), 0, INT_MIN, INT_MAX,
+        "an integer (non-zero: streams and threads are chosen for every online CPU, not the "
+        "process' affinity mask)"},
 };
+
+int ferry_sock_config_cpus(int ignore_mask, int *mask_p)
+{
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    int mask = 0;
+
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+        mask = CPU_COUNT(&set);
+    *mask_p = mask;
+    if (online < 1)
+        online = 1;
+    if (ignore_mask || mask == 0)
+        return online > INT_MAX ? INT_MAX : (int)online;
+    return mask;
+}
+
+/* Helper threads per connection for a process on ncpus CPUs, when nobody said. */
+static int ferry_sock_cfg_auto_threads(int ncpus, int streams)
+{
+    if (ncpus <= FERRY_SOCK_NOHELPER_CPUS)
+        return 0;
+    return streams < FERRY_SOCK_MAX_THREADS ? streams : FERRY_SOCK_MAX_THREADS;
+}
 
 /*
  * Streams and threads: ferry's own variables win; otherwise NCCL's
  * NTHREADS x NSOCKS_PERTHREAD are honoured as NCCL would (product capped at 64
- * by cutting streams per thread); otherwise ferry's default.
+ * by cutting streams per thread); otherwise a default chosen from the CPUs
+ * the process has (cfg->ncpus).
  */
 static void ferry_sock_cfg_derive_lanes(ferry_sock_config_t *cfg)
 {
     int nt = cfg->socket_nthreads, ns = cfg->nsocks_perthread;
-    cpu_set_t set;
-    int one_cpu = sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) == 1;
+    int few = cfg->ncpus <= FERRY_SOCK_NOHELPER_CPUS;
 
     if (cfg->src[FERRY_SOCK_CFG_STREAMS] == FERRY_CFG_DEFAULT && (nt > 0 || ns > 0)) {
         if (nt == 0)
@@ -109,9 +146,9 @@ static void ferry_sock_cfg_derive_lanes(ferry_sock_config_t *cfg)
         if (nt * ns > FERRY_SOCK_MAX_STREAMS)
             ns = FERRY_SOCK_MAX_STREAMS / nt;
         cfg->streams = nt * ns;
-        /* NCCL_NSOCKS_PERTHREAD alone asks for sockets, not for helpers on a lone CPU. */
+        /* NCCL_NSOCKS_PERTHREAD alone asks for sockets, not for helpers on too few CPUs. */
         if (cfg->src[FERRY_SOCK_CFG_THREADS] == FERRY_CFG_DEFAULT &&
-            !(one_cpu && cfg->socket_nthreads == 0)) {
+            !(few && cfg->socket_nthreads == 0)) {
             cfg->threads = nt;
             cfg->src[FERRY_SOCK_CFG_THREADS] = FERRY_CFG_DERIVED;
         }
@@ -119,17 +156,12 @@ static void ferry_sock_cfg_derive_lanes(ferry_sock_config_t *cfg)
     }
     if (cfg->threads < 0) {
         /*
-         * A process bound to one CPU (mpirun binds each rank to a core by
-         * default) has no core for helper threads: NCCL's own thread then
-         * moves every stream, as NCCL's socket transport does. Helpers on
-         * that core took turns with it: 0.75-0.94x at every size under
-         * mpirun (bench/results/2026-11-29-gpu-onecore, run1).
+         * A process on one or two CPUs (mpirun binds each rank to a core by
+         * default, or to PE=N) has no core to spare for helper threads:
+         * NCCL's own thread then moves every stream, as NCCL's socket
+         * transport does (FERRY_SOCK_NOHELPER_CPUS for the measurements).
          */
-        if (one_cpu)
-            cfg->threads = 0;
-        else
-            cfg->threads = cfg->streams < FERRY_SOCK_MAX_THREADS ? cfg->streams
-                                                                 : FERRY_SOCK_MAX_THREADS;
+        cfg->threads = ferry_sock_cfg_auto_threads(cfg->ncpus, cfg->streams);
         cfg->src[FERRY_SOCK_CFG_THREADS] = FERRY_CFG_DERIVED;
     }
     /*
@@ -145,13 +177,67 @@ static void ferry_sock_cfg_derive_lanes(ferry_sock_config_t *cfg)
     }
     if (cfg->threads > cfg->streams)
         cfg->threads = cfg->streams;
-    if (one_cpu && cfg->threads > 0)
+    if (cfg->ncpus == 1 && cfg->threads > 0)
         FERRY_WARN("%d helper threads per connection (%s) in a process bound to one CPU: they "
                    "take turns with NCCL's own thread for that CPU (0.75-0.94x measured under "
                    "mpirun); unset it, or give each rank more CPUs (mpirun --bind-to none, or "
                    "--map-by slot:PE=N)", cfg->threads,
                    cfg->src[FERRY_SOCK_CFG_THREADS] == FERRY_CFG_ENV ? "NCCL_FERRY_THREADS"
                                                                 : "NCCL_SOCKET_NTHREADS");
+}
+
+/* "1 stream, no helper threads" / "4 streams, 4 helper threads". */
+static void ferry_sock_cfg_lanes_words(int streams, int threads, char *buf, size_t len)
+{
+    if (threads == 0)
+        snprintf(buf, len, "%d stream%s, no helper threads (NCCL's thread moves every byte)",
+                 streams, streams == 1 ? "" : "s");
+    else
+        snprintf(buf, len, "%d stream%s, %d helper thread%s", streams, streams == 1 ? "" : "s",
+                 threads, threads == 1 ? "" : "s");
+}
+
+/* Which variable set streams or threads, for the line; NULL when the CPUs chose both. */
+static const char *ferry_sock_cfg_lanes_setter(const ferry_sock_config_t *cfg)
+{
+    if (cfg->src[FERRY_SOCK_CFG_THREADS] == FERRY_CFG_ENV)
+        return cfg->src[FERRY_SOCK_CFG_STREAMS] == FERRY_CFG_ENV
+                   ? "NCCL_FERRY_STREAMS and NCCL_FERRY_THREADS"
+                   : "NCCL_FERRY_THREADS";
+    if (cfg->src[FERRY_SOCK_CFG_STREAMS] == FERRY_CFG_ENV)
+        return "NCCL_FERRY_STREAMS";
+    if (cfg->src[FERRY_SOCK_CFG_SOCKET_NTHREADS] == FERRY_CFG_ENV)
+        return cfg->src[FERRY_SOCK_CFG_NSOCKS_PERTHREAD] == FERRY_CFG_ENV
+                   ? "NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD"
+                   : "NCCL_SOCKET_NTHREADS";
+    if (cfg->src[FERRY_SOCK_CFG_NSOCKS_PERTHREAD] == FERRY_CFG_ENV)
+        return "NCCL_NSOCKS_PERTHREAD";
+    return NULL;
+}
+
+void ferry_sock_config_lanes_line(const ferry_sock_config_t *cfg, char *buf, size_t len)
+{
+    const char *setter = ferry_sock_cfg_lanes_setter(cfg);
+    int auto_threads = ferry_sock_cfg_auto_threads(cfg->ncpus, FERRY_SOCK_DEFAULT_STREAMS);
+    char chosen[96], dflt[96], where[96];
+
+    if (cfg->ignore_cpu_affinity)
+        snprintf(where, sizeof(where), "%d online CPUs (NCCL_IGNORE_CPU_AFFINITY=%d; the "
+                 "affinity mask holds %d)", cfg->ncpus, cfg->ignore_cpu_affinity, cfg->ncpus_mask);
+    else
+        snprintf(where, sizeof(where), "%d CPU%s in the affinity mask", cfg->ncpus,
+                 cfg->ncpus == 1 ? "" : "s");
+    ferry_sock_cfg_lanes_words(cfg->streams, cfg->threads, chosen, sizeof(chosen));
+    ferry_sock_cfg_lanes_words(auto_threads == 0 ? 1 : FERRY_SOCK_DEFAULT_STREAMS, auto_threads,
+                               dflt, sizeof(dflt));
+    if (setter != NULL)
+        snprintf(buf, len, "socket backend: %s per connection, set by %s (explicit settings win; "
+                 "the default for %s would be %s)", chosen, setter, where, dflt);
+    else
+        snprintf(buf, len, "socket backend: %s per connection, chosen for %s (%s)", chosen, where,
+                 auto_threads == 0 ? "up to 2 CPUs leave no core for helpers: measured faster "
+                                     "without them under mpirun"
+                                   : "from 3 CPUs, helpers copy beside NCCL's thread");
 }
 
 /*
@@ -171,6 +257,11 @@ static void ferry_sock_cfg_derive_spin(ferry_sock_config_t *cfg)
 
 ferry_status_t ferry_sock_config_load(ferry_sock_config_t *cfg)
 {
+    return ferry_sock_config_load_ncpus(cfg, 0);
+}
+
+ferry_status_t ferry_sock_config_load_ncpus(ferry_sock_config_t *cfg, int ncpus)
+{
     ferry_status_t status;
 
     memset(cfg, 0, sizeof(*cfg));
@@ -181,6 +272,12 @@ ferry_status_t ferry_sock_config_load(ferry_sock_config_t *cfg)
         FERRY_WARN("NCCL_SOCKET_MIN_TASKSIZE=%zu is larger than NCCL_FERRY_CHUNK_SIZE=%zu; "
                    "make the minimum no larger than the maximum", cfg->chunk_min, cfg->chunk_max);
         return FERRY_ERR_USAGE;
+    }
+    if (ncpus > 0) {
+        cfg->ncpus = ncpus;
+        cfg->ncpus_mask = ncpus;
+    } else {
+        cfg->ncpus = ferry_sock_config_cpus(cfg->ignore_cpu_affinity != 0, &cfg->ncpus_mask);
     }
     ferry_sock_cfg_derive_lanes(cfg);
     ferry_sock_cfg_derive_spin(cfg);
@@ -203,7 +300,8 @@ void ferry_sock_config_format(const ferry_sock_config_t *cfg, char *buf, size_t 
              " streams=%d(%s) threads=%d(%s) chunk=%zu..%zu(%s) sndbuf=%d(%s) rcvbuf=%d(%s) "
              "spin=%dus(%s) inject_delay=%dus(%s) speed=%dMbps(%s) inline_max=%zu(%s) "
              "assist_max=%lld(%s) notsent_lowat=%d(%s) zerocopy=%d/%zu(%s) solo_max=%zu(%s) "
-             "gpu_staging=%d(%s) epoll=%d(%s) socket_timeout=%ds(%s)",
+             "gpu_staging=%d(%s) epoll=%d(%s) socket_timeout=%ds(%s) ignore_cpu_affinity=%d(%s) "
+             "cpus=%d(derived)",
              cfg->streams, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_STREAMS]), cfg->threads,
              ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_THREADS]), cfg->chunk_min, cfg->chunk_max,
              ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_CHUNK_MAX] != FERRY_CFG_DEFAULT
@@ -221,5 +319,7 @@ void ferry_sock_config_format(const ferry_sock_config_t *cfg, char *buf, size_t 
              cfg->solo_max, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_SOLO_MAX]),
              cfg->gpu_staging, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_GPU_STAGING]),
              cfg->epoll, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_EPOLL]),
-             cfg->socket_timeout_s, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_SOCKET_TIMEOUT_S]));
+             cfg->socket_timeout_s, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_SOCKET_TIMEOUT_S]),
+             cfg->ignore_cpu_affinity,
+             ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_IGNORE_CPU_AFFINITY]), cfg->ncpus);
 }

@@ -37,6 +37,9 @@ typedef struct ferry_sock_config {
     int    epoll;                  /* 1: helper threads wait in epoll instead of poll. */
     /* Keepalive + TCP_USER_TIMEOUT on data streams: a silent peer fails after this; 0 off. */
     int    socket_timeout_s;
+    int    ignore_cpu_affinity;    /* NCCL_IGNORE_CPU_AFFINITY: non-zero counts every online CPU. */
+    int    ncpus;                  /* CPUs the stream/thread defaults were chosen for (derived). */
+    int    ncpus_mask;             /* CPUs in the process' affinity mask, 0 when unread. */
     ferry_cfg_src_t src[24];       /* Source of each value, indexed as the table in sock_config.c. */
 } ferry_sock_config_t;
 
@@ -62,6 +65,7 @@ typedef enum ferry_sock_cfg_id {
     FERRY_SOCK_CFG_GPU_STAGING,
     FERRY_SOCK_CFG_EPOLL,
     FERRY_SOCK_CFG_SOCKET_TIMEOUT_S,
+    FERRY_SOCK_CFG_IGNORE_CPU_AFFINITY,
     FERRY_SOCK_CFG_COUNT
 } ferry_sock_cfg_id_t;
 
@@ -72,6 +76,23 @@ typedef enum ferry_sock_cfg_id {
  * side): with the ib backend these variables are never parsed.
  */
 ferry_status_t ferry_sock_config_load(ferry_sock_config_t *cfg);
+/*
+ * The same with the CPU count injected (tests; > 0), instead of the
+ * affinity mask (or every online CPU with NCCL_IGNORE_CPU_AFFINITY=1).
+ */
+ferry_status_t ferry_sock_config_load_ncpus(ferry_sock_config_t *cfg, int ncpus);
+/*
+ * The CPUs the process may run on: the affinity mask, or with ignore_mask
+ * every online CPU (NCCL_IGNORE_CPU_AFFINITY=1). *mask_p gets the mask's
+ * count (0 when it cannot be read).
+ */
+int ferry_sock_config_cpus(int ignore_mask, int *mask_p);
+/*
+ * The one INFO line saying what streams and threads were chosen and why:
+ * the CPU count and where it came from, the CPU-based default, and which
+ * explicit variable overrode it.
+ */
+void ferry_sock_config_lanes_line(const ferry_sock_config_t *cfg, char *buf, size_t len);
 /* " streams=4(default) threads=4(derived) ..." appended to the effective-config line. */
 void ferry_sock_config_format(const ferry_sock_config_t *cfg, char *buf, size_t len);
 

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "test_config_util.h"
@@ -82,16 +83,12 @@ static const sock_var_case_t sock_vars[] = {
      "3601",
      "0..3600 (s a peer may stay silent or leave sent bytes unacknowledged before its stream "
      "fails: TCP keepalive and TCP_USER_TIMEOUT on every data stream; 0: kernel defaults)"},
+    {FERRY_SOCK_CFG_IGNORE_CPU_AFFINITY, "NCCL_IGNORE_CPU_AFFINITY", "1",
+     "ignore_cpu_affinity=1(env)", "x",
+     "an integer (non-zero: streams and threads are chosen for every online CPU, not the "
+     "process' affinity mask)"},
 };
 #define NSOCK_VARS ((int)(sizeof(sock_vars) / sizeof(sock_vars[0])))
-
-/* The suite may run bound to one CPU (a small container): defaults then differ. */
-static int runner_has_one_cpu(void)
-{
-    cpu_set_t set;
-
-    return sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) == 1;
-}
 
 static int clear_env(void **state)
 {
@@ -120,26 +117,23 @@ static void test_every_variable_has_a_row(void **state)
                      "inline_max=32768(default) assist_max=-1(default) "                      \
                      "notsent_lowat=0(default) zerocopy=0/65536(default) "                    \
                      "solo_max=65536(default) gpu_staging=0(default) epoll=0(default) "      \
-                     "socket_timeout=30s(default)"
+                     "socket_timeout=30s(default) ignore_cpu_affinity=0(default) cpus=16(derived)"
 
 static void test_defaults(void **state)
 {
     ferry_sock_config_t cfg;
     char line[2048];
-    int one_cpu = runner_has_one_cpu();
 
     (void)state;
-    assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
+    /* 16 CPUs; test_cpu_count_chooses covers what fewer derive. */
+    assert_int_equal(ferry_sock_config_load_ncpus(&cfg, 16), FERRY_OK);
     assert_int_equal(cfg.socket_nthreads, 0);
     assert_int_equal(cfg.nsocks_perthread, 0);
-    if (one_cpu) { /* test_one_cpu covers what a one-CPU process derives. */
-        assert_int_equal(cfg.streams, 1);
-        assert_int_equal(cfg.threads, 0);
-    } else {
-        assert_int_equal(cfg.streams, 4);
-        assert_int_equal(cfg.threads, 4);
-        assert_int_equal(cfg.src[FERRY_SOCK_CFG_STREAMS], FERRY_CFG_DEFAULT);
-    }
+    assert_int_equal(cfg.streams, 4);
+    assert_int_equal(cfg.threads, 4);
+    assert_int_equal(cfg.src[FERRY_SOCK_CFG_STREAMS], FERRY_CFG_DEFAULT);
+    assert_int_equal(cfg.ncpus, 16);
+    assert_int_equal(cfg.ignore_cpu_affinity, 0);
     assert_int_equal(cfg.src[FERRY_SOCK_CFG_THREADS], FERRY_CFG_DERIVED);
     assert_int_equal(cfg.chunk_min, 64 << 10);
     assert_int_equal(cfg.chunk_max, 1 << 20);
@@ -160,8 +154,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.socket_timeout_s, 30);
     line[0] = '\0';
     ferry_sock_config_format(&cfg, line, sizeof(line));
-    assert_string_equal(line, one_cpu ? " streams=1(derived) threads=0(derived)" DEFAULT_REST
-                                      : " streams=4(default) threads=4(derived)" DEFAULT_REST);
+    assert_string_equal(line, " streams=4(default) threads=4(derived)" DEFAULT_REST);
 }
 
 /* The backend's words go after what the line already holds (the core's), space first. */
@@ -219,7 +212,7 @@ static void test_env_values_together(void **state)
     setenv("NCCL_FERRY_ZEROCOPY_MIN", "8K", 1);
     setenv("NCCL_FERRY_STREAMS", "3", 1);
     setenv("NCCL_FERRY_THREADS", "2", 1);
-    assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
+    assert_int_equal(ferry_sock_config_load_ncpus(&cfg, 8), FERRY_OK);
     assert_int_equal(cfg.socket_timeout_s, 0);
     assert_int_equal(cfg.src[FERRY_SOCK_CFG_SOCKET_TIMEOUT_S], FERRY_CFG_ENV);
     assert_int_equal(cfg.solo_max, 0);
@@ -235,7 +228,8 @@ static void test_env_values_together(void **state)
                               "inject_delay=0us(default) speed=-1Mbps(default) "
                               "inline_max=32768(default) assist_max=16384(env) "
                               "notsent_lowat=0(default) zerocopy=1/8192(env) solo_max=0(env) "
-                              "gpu_staging=0(default) epoll=0(default) socket_timeout=0s(env)");
+                              "gpu_staging=0(default) epoll=0(default) socket_timeout=0s(env) "
+                              "ignore_cpu_affinity=0(default) cpus=8(derived)");
     setenv("NCCL_FERRY_SOCKET_TIMEOUT_S", "3600", 1);
     assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
     assert_int_equal(cfg.socket_timeout_s, 3600);
@@ -262,13 +256,16 @@ static void test_nccl_threads_times_socks(void **state)
 
     /*
      * Only NSOCKS set: NCCL would ignore it; ferry uses its default thread
-     * count (none on a one-CPU runner, test_one_cpu).
+     * count (none on one or two CPUs, test_cpu_count_chooses).
      */
     unsetenv("NCCL_SOCKET_NTHREADS");
     setenv("NCCL_NSOCKS_PERTHREAD", "2", 1);
-    assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
+    assert_int_equal(ferry_sock_config_load_ncpus(&cfg, 16), FERRY_OK);
     assert_int_equal(cfg.streams, 8);
-    assert_int_equal(cfg.threads, runner_has_one_cpu() ? 0 : 4);
+    assert_int_equal(cfg.threads, 4);
+    assert_int_equal(ferry_sock_config_load_ncpus(&cfg, 2), FERRY_OK);
+    assert_int_equal(cfg.streams, 8);
+    assert_int_equal(cfg.threads, 0);
 
     /* ferry's own variables win over NCCL's. */
     setenv("NCCL_FERRY_STREAMS", "5", 1);
@@ -344,11 +341,140 @@ static void test_one_cpu(void **state)
     assert_int_equal(last_warn[0], '\0');
     unsetenv("NCCL_NSOCKS_PERTHREAD");
     assert_int_equal(sched_setaffinity(0, sizeof(all), &all), 0);
-    if (CPU_COUNT(&all) > 1) {
+    if (CPU_COUNT(&all) > 2) {
         assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
         assert_int_equal(cfg.streams, 4);
         assert_true(cfg.threads > 0);
     }
+}
+
+/* One row per mask size: what the defaults become, and the line's reason. */
+typedef struct cpu_case {
+    int         ncpus;
+    int         streams, threads;
+    const char *line;
+} cpu_case_t;
+
+static const cpu_case_t cpu_cases[] = {
+    {1, 1, 0, "socket backend: 1 stream, no helper threads (NCCL's thread moves every byte) per "
+              "connection, chosen for 1 CPU in the affinity mask (up to 2 CPUs leave no core for "
+              "helpers: measured faster without them under mpirun)"},
+    {2, 1, 0, "socket backend: 1 stream, no helper threads (NCCL's thread moves every byte) per "
+              "connection, chosen for 2 CPUs in the affinity mask (up to 2 CPUs leave no core for "
+              "helpers: measured faster without them under mpirun)"},
+    {4, 4, 4, "socket backend: 4 streams, 4 helper threads per connection, chosen for 4 CPUs in "
+              "the affinity mask (from 3 CPUs, helpers copy beside NCCL's thread)"},
+    {16, 4, 4, "socket backend: 4 streams, 4 helper threads per connection, chosen for 16 CPUs "
+               "in the affinity mask (from 3 CPUs, helpers copy beside NCCL's thread)"},
+};
+
+/* The CPU count (injected, as the mask would give it) chooses streams and threads. */
+static void test_cpu_count_chooses(void **state)
+{
+    ferry_sock_config_t cfg;
+    char line[512];
+    size_t i;
+
+    (void)state;
+    for (i = 0; i < sizeof(cpu_cases) / sizeof(cpu_cases[0]); i++) {
+        const cpu_case_t *c = &cpu_cases[i];
+
+        last_warn[0] = '\0';
+        assert_int_equal(ferry_sock_config_load_ncpus(&cfg, c->ncpus), FERRY_OK);
+        assert_int_equal(cfg.ncpus, c->ncpus);
+        assert_int_equal(cfg.streams, c->streams);
+        assert_int_equal(cfg.threads, c->threads);
+        assert_int_equal(cfg.src[FERRY_SOCK_CFG_THREADS], FERRY_CFG_DERIVED);
+        assert_int_equal(last_warn[0], '\0');
+        ferry_sock_config_lanes_line(&cfg, line, sizeof(line));
+        assert_string_equal(line, c->line);
+    }
+}
+
+/* Explicit settings win over the CPU-based choice, for every mask size; the line says so. */
+static void test_cpu_count_explicit_wins(void **state)
+{
+    static const int counts[] = {1, 2, 4, 16};
+    ferry_sock_config_t cfg;
+    char line[512];
+    size_t i;
+
+    (void)state;
+    for (i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+        clear_env(NULL);
+        setenv("NCCL_FERRY_THREADS", "3", 1);
+        assert_int_equal(ferry_sock_config_load_ncpus(&cfg, counts[i]), FERRY_OK);
+        assert_int_equal(cfg.threads, 3);
+        assert_int_equal(cfg.streams, 4);
+        assert_int_equal(cfg.src[FERRY_SOCK_CFG_THREADS], FERRY_CFG_ENV);
+        ferry_sock_config_lanes_line(&cfg, line, sizeof(line));
+        assert_non_null(strstr(line, "4 streams, 3 helper threads per connection, set by "
+                                     "NCCL_FERRY_THREADS (explicit settings win; the default "));
+
+        clear_env(NULL);
+        setenv("NCCL_FERRY_STREAMS", "2", 1);
+        assert_int_equal(ferry_sock_config_load_ncpus(&cfg, counts[i]), FERRY_OK);
+        assert_int_equal(cfg.streams, 2);
+        assert_int_equal(cfg.threads, counts[i] <= 2 ? 0 : 2);
+
+        clear_env(NULL);
+        setenv("NCCL_FERRY_THREADS", "0", 1);
+        assert_int_equal(ferry_sock_config_load_ncpus(&cfg, counts[i]), FERRY_OK);
+        assert_int_equal(cfg.threads, 0);
+        assert_int_equal(cfg.streams, 1);
+
+        clear_env(NULL);
+        setenv("NCCL_SOCKET_NTHREADS", "2", 1);
+        setenv("NCCL_NSOCKS_PERTHREAD", "2", 1);
+        assert_int_equal(ferry_sock_config_load_ncpus(&cfg, counts[i]), FERRY_OK);
+        assert_int_equal(cfg.threads, 2);
+        assert_int_equal(cfg.streams, 4);
+        ferry_sock_config_lanes_line(&cfg, line, sizeof(line));
+        assert_non_null(strstr(line, "set by NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD"));
+    }
+    /* The line names what the CPUs alone would have chosen. */
+    clear_env(NULL);
+    setenv("NCCL_FERRY_THREADS", "4", 1);
+    assert_int_equal(ferry_sock_config_load_ncpus(&cfg, 2), FERRY_OK);
+    ferry_sock_config_lanes_line(&cfg, line, sizeof(line));
+    assert_string_equal(line, "socket backend: 4 streams, 4 helper threads per connection, set "
+                              "by NCCL_FERRY_THREADS (explicit settings win; the default for 2 "
+                              "CPUs in the affinity mask would be 1 stream, no helper threads "
+                              "(NCCL's thread moves every byte))");
+}
+
+/*
+ * NCCL_IGNORE_CPU_AFFINITY=1: every online CPU counts, whatever the mask
+ * (here the mask is cut to one CPU, as test_one_cpu does).
+ */
+static void test_ignore_cpu_affinity(void **state)
+{
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    ferry_sock_config_t cfg;
+    cpu_set_t all, one;
+    char line[512];
+    int mask;
+
+    (void)state;
+    assert_int_equal(sched_getaffinity(0, sizeof(all), &all), 0);
+    assert_int_equal(ferry_sock_config_cpus(0, &mask), CPU_COUNT(&all));
+    assert_int_equal(mask, CPU_COUNT(&all));
+    assert_int_equal(ferry_sock_config_cpus(1, &mask), (int)online);
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu() >= 0 ? sched_getcpu() : 0, &one);
+    assert_int_equal(sched_setaffinity(0, sizeof(one), &one), 0);
+    assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.ncpus, 1);
+    assert_int_equal(cfg.threads, 0);
+    setenv("NCCL_IGNORE_CPU_AFFINITY", "1", 1);
+    assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
+    assert_int_equal(cfg.ncpus, (int)online);
+    assert_int_equal(cfg.ncpus_mask, 1);
+    assert_int_equal(cfg.threads, online > 2 ? 4 : 0);
+    ferry_sock_config_lanes_line(&cfg, line, sizeof(line));
+    assert_non_null(strstr(line, "online CPUs (NCCL_IGNORE_CPU_AFFINITY=1; the affinity mask "
+                                 "holds 1)"));
+    assert_int_equal(sched_setaffinity(0, sizeof(all), &all), 0);
 }
 
 /* A bad value fails the load with "NAME='value' is not valid: expected HELP; ...". */
@@ -417,6 +543,9 @@ int main(void)
         cmocka_unit_test_setup(test_nccl_threads_times_socks, clear_env),
         cmocka_unit_test_setup(test_threads_never_exceed_streams, clear_env),
         cmocka_unit_test_setup(test_one_cpu, clear_env),
+        cmocka_unit_test_setup(test_cpu_count_chooses, clear_env),
+        cmocka_unit_test_setup(test_cpu_count_explicit_wins, clear_env),
+        cmocka_unit_test_setup(test_ignore_cpu_affinity, clear_env),
         cmocka_unit_test_setup(test_bad_values_warn, clear_env),
         cmocka_unit_test_setup(test_chunk_min_above_max, clear_env),
     };
