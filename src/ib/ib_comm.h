@@ -74,10 +74,18 @@ static inline void ferry_ib_magic_clear(uint64_t *magic)
 #define FERRY_IB_WR_CHAIN(_id) ((int)(((_id) >> 32) & 0xff))
 #define FERRY_IB_WR_SEQ(_id)   ((uint32_t)(_id))
 
-/* imm_data on a merged device: message (low 24 bits) and chain, so duplicates are seen. */
-#define FERRY_IB_IMM_CHAIN(_seq, _chain) ((((uint32_t)(_seq) & 0xffffffU) << 8) | (uint32_t)(_chain))
+/*
+ * imm_data on a merged device: message (low 24 bits), chain, and whether the
+ * sizes came through the sizes FIFO (grouped receives, a send that did not
+ * fit, adaptive routing's 0-byte completion) or are the bytes each chain's
+ * WRITE_WITH_IMM wrote (byte_len, summed over the chains), so duplicates are
+ * seen and a single buffer needs no extra write.
+ */
+#define FERRY_IB_IMM_FIFO 0x80U
+#define FERRY_IB_IMM_CHAIN(_seq, _chain, _fifo) \
+    ((((uint32_t)(_seq) & 0xffffffU) << 8) | (uint32_t)(_chain) | ((_fifo) ? FERRY_IB_IMM_FIFO : 0U))
 #define FERRY_IB_IMM_SEQ(_imm)   ((_imm) >> 8)
-#define FERRY_IB_IMM_J(_imm)     ((int)((_imm) & 0xff))
+#define FERRY_IB_IMM_J(_imm)     ((int)((_imm) & 0x7f))
 /* Receives a merged device's QP keeps posted: every chain of every slot could land on it. */
 #define FERRY_IB_RQ_DEPTH (FERRY_IB_FIFO_SLOTS * FERRY_IB_MAX_QPS)
 
@@ -233,6 +241,7 @@ typedef struct ferry_ib_recv_comm {
     uint64_t               cts_seq;    /* Receives posted (CTS written). */
     uint64_t               imm_done;   /* WRITE_WITH_IMM completions polled (dump). */
     uint32_t               chains_seen[FERRY_IB_FIFO_SLOTS]; /* multi: chains landed (bit j) per slot. */
+    uint64_t               chain_bytes[FERRY_IB_FIFO_SLOTS]; /* multi, one buffer: bytes they wrote. */
 } ferry_ib_recv_comm_t;
 
 /* ib_flush.c: iflush, its completions and errors, its resources and dump words. */

@@ -136,6 +136,7 @@ ferry_status_t ferry_ib_irecv(void *recv_comm, int n, void **data, size_t *sizes
     req->backend_word = seq;
     rc->fifo_reqs[s] = req;
     rc->chains_seen[s] = 0;
+    rc->chain_bytes[s] = 0;
     for (i = 0; i < nq && !conn->multi; i++) {
         struct ibv_recv_wr wr, *bad = NULL;
 
@@ -175,7 +176,8 @@ static void ferry_ib_recv_finish(ferry_ib_recv_comm_t *rc, ferry_px_req_t *req, 
     int i;
 
     for (i = 0; i < req->n; i++) {
-        uint64_t got = req->n == 1 && !rc->base.conn.multi ? imm : sizes[i];
+        /* imm: the size (n == 1), or on a merged device what the chains wrote (UINT32_MAX: FIFO). */
+        uint64_t got = req->n == 1 && imm != UINT32_MAX ? imm : sizes[i];
 
         if (got > req->sub[i].capacity) {
             FERRY_WARN("ib recv comm from %s on %s: message %llu buffer %d (tag %d): the peer "
@@ -237,13 +239,18 @@ static void ferry_ib_recv_chain(ferry_ib_recv_comm_t *rc, const struct ibv_wc *w
         return; /* Landed twice: once on the failed port, once where it was moved. */
     rc->chains_seen[slot] |= 1U << j;
     rc->imm_done++;
+    /* One buffer, sizes not in the FIFO: the message is what its chains wrote. */
+    rc->chain_bytes[slot] = imm & FERRY_IB_IMM_FIFO ? UINT64_MAX
+                          : rc->chain_bytes[slot] == UINT64_MAX ? UINT64_MAX
+                                                               : rc->chain_bytes[slot] + wc->byte_len;
     if (q < conn->nqps)
         conn->mem[ferry_ib_qp_mem(conn, q)].chains++;
     if (atomic_load_explicit(&req->done, memory_order_relaxed) + 1 < nparts) {
         ferry_px_req_parts_finish(req, 1, 0);
         return;
     }
-    ferry_ib_recv_finish(rc, req, 0);
+    ferry_ib_recv_finish(rc, req, rc->chain_bytes[slot] == UINT64_MAX ? UINT32_MAX
+                                                                      : (uint32_t)rc->chain_bytes[slot]);
 }
 
 void ferry_ib_recv_completion(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc)

@@ -41,9 +41,9 @@ static inline size_t ferry_ib_slot_len(const ferry_ib_send_slot_t *slot, int i)
 /*
  * Post chain j of the slot's message on data QP q: the WRITEs of each
  * buffer's part j, ending in one signalled WRITE_WITH_IMM (the last data
- * WRITE itself, or, for grouped receives and on merged devices, a write of
- * the sizes array). On a merged device imm_data names message and chain, so
- * a chain that lands twice after a failover is counted once.
+ * WRITE itself, or, for grouped receives, a write of the sizes array). On a
+ * merged device imm_data names message and chain (FERRY_IB_IMM_CHAIN), so a
+ * chain that lands twice after a failover is counted once.
  */
 static int ferry_ib_send_chain(ferry_ib_send_comm_t *sc, ferry_ib_send_slot_t *slot, int j,
                                int q, int nq)
@@ -53,7 +53,7 @@ static int ferry_ib_send_chain(ferry_ib_send_comm_t *sc, ferry_ib_send_slot_t *s
     uint32_t s = (uint32_t)(seq % FERRY_IB_FIFO_SLOTS);
     struct ibv_send_wr wrs[FERRY_IB_MAX_RECVS + 1], *bad = NULL;
     struct ibv_sge sges[FERRY_IB_MAX_RECVS + 1];
-    int n = slot->nreqs, m = ferry_ib_qp_mem(conn, q), rm = ferry_ib_qp_rmem(conn, q), i, k;
+    int n = slot->nreqs, m = ferry_ib_qp_mem(conn, q), rm = ferry_ib_qp_rmem(conn, q), i, k, fifo;
     size_t size0 = slot->reqs[0]->sub[0].capacity, bytes = 0;
 
     memset(wrs, 0, sizeof(wrs));
@@ -75,7 +75,13 @@ static int ferry_ib_send_chain(ferry_ib_send_comm_t *sc, ferry_ib_send_slot_t *s
         bytes += len;
         k++;
     }
-    if (n > 1 || conn->multi) {
+    /*
+     * The sizes go through the receiver's sizes FIFO for a grouped receive, and on
+     * a merged device whenever the last data write cannot carry them (a send that
+     * did not fit writes nothing; adaptive routing ends in a 0-byte write).
+     */
+    fifo = n > 1 || (conn->multi && (slot->trunc != 0 || (sc->ar && size0 > sc->ar_threshold)));
+    if (fifo) {
         /* The sizes array, into the receiver's sizes FIFO; its completion ends the chain. */
         sges[k].addr = (uint64_t)(uintptr_t)sc->sizes_src[s];
         sges[k].length = (uint32_t)(sizeof(uint32_t) * (size_t)n);
@@ -86,7 +92,7 @@ static int ferry_ib_send_chain(ferry_ib_send_comm_t *sc, ferry_ib_send_slot_t *s
         wrs[k].wr.rdma.remote_addr = conn->remote.sizes_addr +
                                      (uint64_t)s * sizeof(ferry_ib_sizes_slot_t);
         wrs[k].wr.rdma.rkey = conn->remote.ports[rm].ctrl_rkey;
-        wrs[k].imm_data = htonl(conn->multi ? FERRY_IB_IMM_CHAIN(seq, j) : (uint32_t)seq);
+        wrs[k].imm_data = htonl(conn->multi ? FERRY_IB_IMM_CHAIN(seq, j, 1) : (uint32_t)seq);
         k++;
     } else if (k == 0 || (sc->ar && size0 > sc->ar_threshold)) {
         /* Nothing for this QP, or adaptive routing: a 0-byte WRITE_WITH_IMM completes it. */
@@ -94,11 +100,11 @@ static int ferry_ib_send_chain(ferry_ib_send_comm_t *sc, ferry_ib_send_slot_t *s
         wrs[k].num_sge = 0;
         wrs[k].wr.rdma.remote_addr = slot->reqs[0]->sub[0].raddr;
         wrs[k].wr.rdma.rkey = slot->reqs[0]->sub[0].rkey[rm];
-        wrs[k].imm_data = htonl((uint32_t)size0);
+        wrs[k].imm_data = htonl(conn->multi ? FERRY_IB_IMM_CHAIN(seq, j, 0) : (uint32_t)size0);
         k++;
     } else {
         wrs[k - 1].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-        wrs[k - 1].imm_data = htonl((uint32_t)size0);
+        wrs[k - 1].imm_data = htonl(conn->multi ? FERRY_IB_IMM_CHAIN(seq, j, 0) : (uint32_t)size0);
     }
     /* Every WR carries the id: an error completes the failing WR, signalled or not. */
     for (i = 0; i < k; i++) {
@@ -160,7 +166,7 @@ static ferry_status_t ferry_ib_send_post(ferry_ib_send_comm_t *sc, ferry_ib_send
 
     ferry_ib_msg_qps(conn, slot->fifo_seq, &q0, &nq);
     for (i = 0; i < n && (n > 1 || conn->multi); i++)
-        sc->sizes_src[s][i] = (uint32_t)slot->reqs[i]->sub[0].capacity;
+        sc->sizes_src[s][i] = (uint32_t)slot->reqs[i]->sub[0].capacity; /* Read if it goes by the FIFO. */
     for (j = 0; j < nq; j++) {
         status = ferry_ib_send_chain_any(sc, slot, j, (q0 + j) % conn->nqps, nq);
         if (status != FERRY_OK)
