@@ -248,6 +248,8 @@ int ferry_api_tuning(ferry_api_tuning_t *out)
         out->ll_bw_mbs = ferry_api_cfg.tuner_ll_bw;
         out->channel_bytes = ferry_api_cfg.tuner_channel_bytes;
         out->channel_bytes_set = ferry_api_cfg.src[FERRY_CFG_TUNER_CHANNEL_BYTES] == FERRY_CFG_ENV;
+        if (!out->channel_bytes_set && ferry_api_be->tuner_channel_bytes != 0)
+            out->channel_bytes = ferry_api_be->tuner_channel_bytes;
         memset(&props, 0, sizeof(props));
         /* Ask for device 0 only if there is one: getProperties WARNs on a bad index. */
         out->has_device = ferry_api_be->devices(&ndev) == FERRY_OK && ndev > 0 &&

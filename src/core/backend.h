@@ -27,6 +27,12 @@ typedef struct ferry_backend_ops {
      */
     int         host_staged;
     /*
+     * Bytes per NCCL channel that the bundled tuner gives Simple collectives
+     * on this backend while NCCL_FERRY_TUNER_CHANNEL_BYTES is unset (core/tune.c);
+     * 0: the core's default.
+     */
+    size_t      tuner_channel_bytes;
+    /*
      * NCCL_FERRY_BACKEND=auto: 1 if this backend can run here (ib: a usable
      * port), with the reason in why either way. NULL: always usable.
      */

@@ -421,6 +421,12 @@ static ferry_status_t ferry_ib_reg_mr_dmabuf(void *comm, void *data, size_t size
 const ferry_backend_ops_t ferry_ib_ops = {
     .name           = "ib",
     .host_staged    = 0,
+    /*
+     * 1 MiB: all_reduce through ferry-ib on the emulated NIC, 5 interleaved
+     * repetitions (bench/results/2026-12-02-gpu-multirail): 4 MiB 1.16x the
+     * busbw of 2 MiB per channel, 1-256 MiB otherwise within 3 %.
+     */
+    .tuner_channel_bytes = (size_t)1 << 20,
     .usable         = ferry_ib_usable,
     .format_config  = ferry_ib_format_config,
     .init           = ferry_ib_ops_init,

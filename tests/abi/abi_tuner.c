@@ -96,6 +96,7 @@ int main(int argc, char **argv)
     const ncclNet_v11_t *net;
     ncclNetCommConfig_v11_t cfg = {.trafficClass = -1};
     void *lib, *ctx = NULL, *netctx = NULL;
+    char want[64];
     int nch;
 
     if (argc != 2) {
@@ -132,6 +133,11 @@ int main(int argc, char **argv)
     CHECK(v5->init(&ctx, 1, 2, 2, abi_log, NULL, NULL) == ncclSuccess, "v5 init");
     CHECK(strstr(abi_last_info, "on: LL/LL128 held to 1000 MB/s") != NULL, "log said: %s",
           abi_last_info);
+    /* The backend's default channel size (socket 2 MiB; ABI_TUNER_CHANNEL_BYTES for ib's). */
+    snprintf(want, sizeof(want), "one channel per %s bytes",
+             getenv("ABI_TUNER_CHANNEL_BYTES") != NULL ? getenv("ABI_TUNER_CHANNEL_BYTES")
+                                                       : "2097152");
+    CHECK(strstr(abi_last_info, want) != NULL, "log said: %s; wanted '%s'", abi_last_info, want);
     CHECK(abi_adjusted("v5", ctx, v5->getCollInfo, NULL, &nch), "v5 left LL alone");
     CHECK(nch == 2, "v5 nChannels %d", nch);
     v5->finalize(ctx);
