@@ -72,7 +72,7 @@ ferry_status_t ferry_ib_make_vdevice(int *dev_p, int ndevs, const int *devs)
 {
     ferry_ib_state_t *st = &ferry_ib_state;
     int n = atomic_load_explicit(&st->nvdev, memory_order_acquire), i;
-    char why[256], list[128];
+    char why[256], list[4 * (IBV_SYSFS_NAME_MAX + 48)];
     const char *refuse;
     ferry_ib_vdev_t *v;
     size_t off = 0;
@@ -108,9 +108,16 @@ ferry_status_t ferry_ib_make_vdevice(int *dev_p, int ndevs, const int *devs)
                                 (int)sizeof(member), member);
     }
     atomic_store_explicit(&st->nvdev, n + 1, memory_order_release);
-    FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET, "ib backend: device %d = %s (%d ports merged; "
-               "each message is striped over them, and a port that fails leaves its work to "
-               "the others)", n, v->name, ndevs);
+    for (i = 0, off = 0; i < ndevs && off < sizeof(list); i++) {
+        const ferry_ib_dev_t *d = &st->devs[devs[i]];
+
+        off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%s %s %d Mbps", i ? ", " : "",
+                                d->name, atomic_load(&d->port_down) ? "DOWN" : "ACTIVE",
+                                d->speed_mbps);
+    }
+    FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET, "ib backend: device %d = %s (%d ports merged: "
+               "%s; each message is striped over them, and a port that fails leaves its work to "
+               "the others)", n, v->name, ndevs, list);
     *dev_p = n;
     return FERRY_OK;
 }

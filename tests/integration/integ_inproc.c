@@ -95,6 +95,9 @@ static void inproc_check_merged(const fit_plugin_t *p, int ndev_phys)
     }
     FIT_CHECK(props.speed == speed, "merged speed %d Mbps, members sum to %d", props.speed,
               speed);
+    FIT_CHECK(fit_log_find(0, NCCL_LOG_INFO, "device", props.name, "ports merged: ", NULL, 0) >= 0 &&
+              fit_log_find(0, NCCL_LOG_INFO, props.name, "ACTIVE", "Mbps", NULL, 0) >= 0,
+              "no INFO line names merged device %s with its ports' states and speeds", props.name);
     printf("  merged dev %d: %s, %d ports, %d Mbps\n", d, props.name, props.vProps.ndevs,
            props.speed);
 }
