@@ -54,6 +54,7 @@ static int ferry_ib_send_chain(ferry_ib_send_comm_t *sc, ferry_ib_send_slot_t *s
     struct ibv_send_wr wrs[FERRY_IB_MAX_RECVS + 1], *bad = NULL;
     struct ibv_sge sges[FERRY_IB_MAX_RECVS + 1];
     int n = slot->nreqs, m = ferry_ib_qp_mem(conn, q), rm = ferry_ib_qp_rmem(conn, q), i, k, fifo;
+    int err;
     size_t size0 = slot->reqs[0]->sub[0].capacity, bytes = 0;
 
     memset(wrs, 0, sizeof(wrs));
@@ -112,14 +113,14 @@ static int ferry_ib_send_chain(ferry_ib_send_comm_t *sc, ferry_ib_send_slot_t *s
         wrs[i].next = i + 1 < k ? &wrs[i + 1] : NULL;
     }
     wrs[k - 1].send_flags = IBV_SEND_SIGNALED;
-    i = ibv_post_send(conn->qps[q], wrs, &bad);
-    if (i != 0) {
+    err = ibv_post_send(conn->qps[q], wrs, &bad);
+    if (err != 0) {
         FERRY_WARN("ib send comm to %s on %s: ibv_post_send of message %llu chain %d (%d WRs) "
                    "on QP 0x%x (%s) failed: %s; the QP may be in the error state (an earlier "
                    "failure) or its send queue is full", conn->peer,
                    ferry_ib_comm_where(&sc->base), (unsigned long long)seq, j, k,
-                   conn->qps[q]->qp_num, conn->mem[m].dev->name, strerror(i));
-        return i;
+                   conn->qps[q]->qp_num, conn->mem[m].dev->name, strerror(err));
+        return err;
     }
     slot->chain_qp[j] = (uint8_t)q;
     conn->mem[m].bytes += bytes;
@@ -134,7 +135,7 @@ static ferry_status_t ferry_ib_send_chain_any(ferry_ib_send_comm_t *sc,
                                               ferry_ib_send_slot_t *slot, int j, int q, int nq)
 {
     ferry_ib_comm_t *c = &sc->base;
-    int err, tries;
+    int err = 0, tries;
     char why[160];
 
     for (tries = 0; tries <= c->conn.nmem; tries++) {
@@ -144,15 +145,14 @@ static ferry_status_t ferry_ib_send_chain_any(ferry_ib_send_comm_t *sc,
         err = ferry_ib_send_chain(sc, slot, j, q, nq);
         if (err == 0)
             return FERRY_OK;
-        if (!c->conn.multi)
-            break;
         snprintf(why, sizeof(why), "ibv_post_send on QP 0x%x failed: %s",
                  c->conn.qps[q]->qp_num, strerror(err));
+        /* One port: the comm fails with why; merged: the next port takes the chain. */
         if (ferry_ib_member_down(c, ferry_ib_qp_mem(&c->conn, q), why) < 0)
             return FERRY_ERR_REMOTE;
     }
-    ferry_px_ring_fail(&c->ring, FERRY_ERR_REMOTE, "ibv_post_send of message %llu failed on "
-                       "every port", (unsigned long long)slot->fifo_seq);
+    ferry_px_ring_fail(&c->ring, FERRY_ERR_REMOTE, "message %llu chain %d: no port left to post "
+                       "it on", (unsigned long long)slot->fifo_seq, j);
     return FERRY_ERR_REMOTE;
 }
 
