@@ -153,7 +153,7 @@ static void fork_side_start(fork_side_env_t *e, const char *path, fit_role_t rol
     fit_plugin_open(&e->plugin, path);
     e->ctx = fit_plugin_init(&e->plugin, role == FIT_RECV ? 0xaaaa : 0xbbbb);
     if (role == FIT_RECV) {
-        void *listen_comm = fit_listen(&e->plugin, e->ctx, 0, e->handle);
+        void *listen_comm = fit_listen(&e->plugin, e->ctx, fit_device(&e->plugin), e->handle);
 
         fit_handle_addr(e->handle, addr, sizeof(addr));
         printf("  receiver pid %d: listen address %s\n", (int)getpid(), addr);
@@ -164,7 +164,7 @@ static void fork_side_start(fork_side_env_t *e, const char *path, fit_role_t rol
     } else {
         fork_handle_recv(ch, e->handle);
         fit_handle_addr(e->handle, addr, sizeof(addr));
-        e->comm = fit_connect_loop(&e->plugin, e->ctx, 0, e->handle);
+        e->comm = fit_connect_loop(&e->plugin, e->ctx, fit_device(&e->plugin), e->handle);
     }
     /* "1.2.3.4:port" or "[::1]:port" -> the address part. */
     snprintf(e->peer_ip, sizeof(e->peer_ip), "%s", addr[0] == '[' ? addr + 1 : addr);

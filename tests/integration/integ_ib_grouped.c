@@ -276,8 +276,9 @@ int main(int argc, char **argv)
     g.sbuf = aligned_alloc(4096, arena);
     g.rbuf = aligned_alloc(4096, arena);
     FIT_CHECK(g.sbuf != NULL && g.rbuf != NULL, "malloc");
-    lc = fit_listen(&plugin, ctx, 0, handle);
-    fit_connect_accept(&plugin, ctx, 0, handle, lc, &g.send_comm, &g.recv_comm, NULL);
+    lc = fit_listen(&plugin, ctx, fit_device(&plugin), handle);
+    fit_connect_accept(&plugin, ctx, fit_device(&plugin), handle, lc, &g.send_comm, &g.recv_comm,
+                       NULL);
     FIT_NCCL(plugin.net->closeListen(lc));
     FIT_NCCL(plugin.net->regMr(g.send_comm, g.sbuf, arena, NCCL_PTR_HOST, &g.smh));
     FIT_NCCL(plugin.net->regMr(g.recv_comm, g.rbuf, arena, NCCL_PTR_HOST, &g.rmh));
