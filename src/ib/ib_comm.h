@@ -384,6 +384,8 @@ int ferry_ib_chain_qp(const ferry_ib_conn_t *conn, int first, int j);
  * Returns 0, or the ring's error when the comm failed.
  */
 long ferry_ib_member_down(ferry_ib_comm_t *c, int m, const char *why);
+/* The same, with an INFO instead of the WARN when warn is 0 (a port taken out on purpose). */
+long ferry_ib_member_stop(ferry_ib_comm_t *c, int m, const char *why, int warn);
 /* A completion error on a merged device's QP (what: the WR in words): its member fails over. */
 void ferry_ib_wc_failover(ferry_ib_comm_t *c, const struct ibv_wc *wc, const char *what);
 /* Ports down, fatal device or async QP events: their members fail (the comm, when not merged). */

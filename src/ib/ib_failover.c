@@ -41,6 +41,11 @@ int ferry_ib_chain_qp(const ferry_ib_conn_t *conn, int first, int j)
 
 long ferry_ib_member_down(ferry_ib_comm_t *c, int m, const char *why)
 {
+    return ferry_ib_member_stop(c, m, why, 1);
+}
+
+long ferry_ib_member_stop(ferry_ib_comm_t *c, int m, const char *why, int warn)
+{
     ferry_ib_conn_t *conn = &c->conn;
     ferry_ib_member_t *mem = &conn->mem[m];
     char desc[192], msg[512];
@@ -74,6 +79,11 @@ long ferry_ib_member_down(ferry_ib_comm_t *c, int m, const char *why)
             off += snprintf(msg + off, sizeof(msg) - (size_t)off, "%s%s", off ? ", " : "",
                             conn->mem[i].dev->name);
     ferry_px_ring_describe(&c->ring, desc, sizeof(desc));
+    if (!warn) {
+        FERRY_INFO(FERRY_LOG_NET, "%s: port %s taken out of use (%s); %d request(s) moved to %s",
+                   desc, mem->dev->name, why, moved, msg);
+        return 0;
+    }
     FERRY_WARN("%s: port %s failed for this comm with peer %s (%s); %d request(s) in flight "
                "there moved to %s, and new messages use the %d port(s) left. Check the link "
                "(ibv_devinfo, port counters); the comm fails only when every port is down",
@@ -102,7 +112,7 @@ void ferry_ib_wc_failover(ferry_ib_comm_t *c, const struct ibv_wc *wc, const cha
     ferry_ib_member_down(c, ferry_ib_qp_mem(conn, q), why);
 }
 
-/* While a port is down: the peer's rejoin messages, read every millisecond at most. */
+/* The peer's rejoin messages (and ours to ask), every millisecond at most. */
 static void ferry_ib_members_oob(ferry_ib_comm_t *c)
 {
     ferry_ib_conn_t *conn = &c->conn;
@@ -128,8 +138,11 @@ long ferry_ib_members_check(ferry_ib_comm_t *c)
     long st;
     int m;
 
-    if (conn->ndown > 0)
-        ferry_ib_members_oob(c);
+    /*
+     * The peer's rejoin requests come while this side may see nothing wrong
+     * (the peer's port failed): a merged comm reads them whatever its state.
+     */
+    ferry_ib_members_oob(c);
     for (m = 0; m < conn->nmem; m++) {
         ferry_ib_member_t *mem = &conn->mem[m];
 

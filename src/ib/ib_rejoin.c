@@ -61,7 +61,8 @@ void ferry_ib_rejoin_poll(ferry_ib_comm_t *c)
     uint8_t msg[3];
     int m;
 
-    if (c->ring.kind != FERRY_PX_SEND || conn->oob_fd < 0 || conn->gone_ns != 0)
+    if (c->ring.kind != FERRY_PX_SEND || conn->ndown == 0 || conn->oob_fd < 0 ||
+        conn->gone_ns != 0)
         return;
     for (m = 0; m < conn->nmem; m++) {
         ferry_ib_member_t *mem = &conn->mem[m];
@@ -87,10 +88,11 @@ static void ferry_ib_rejoin_answer(ferry_ib_comm_t *c, int m, uint8_t n)
     ferry_ib_member_t *mem = &conn->mem[m];
     uint8_t msg[4] = {FERRY_IB_OOB_JOINED, (uint8_t)m, n, 0};
 
-    if (ferry_ib_member_port_ok(mem) && conn->ndown < conn->nmem) {
+    /* Reset only a port this side can spare for the moment (one down, or another up). */
+    if (ferry_ib_member_port_ok(mem) && (mem->down || conn->ndown + 1 < conn->nmem)) {
         /* Work may still be on it (this side saw no error): move it before the reset. */
-        if (!mem->down && ferry_ib_member_down(c, m, "the peer brings this port back after a "
-                                               "failure on its side") < 0)
+        if (!mem->down && ferry_ib_member_stop(c, m, "the peer resets it after a failure on "
+                                               "its side", 0) < 0)
             return;
         if (ferry_ib_member_qps_reset(c, m) == FERRY_OK &&
             ferry_ib_member_qps_up(c, m) == FERRY_OK &&

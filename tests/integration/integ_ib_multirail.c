@@ -13,6 +13,11 @@
  *              of the next messages again
  *   all-down   every port goes down with a message in flight: both sides get
  *              ncclRemoteError within seconds, the WARN says no port is left
+ *   fork       two processes: the sender's port goes down after message 4 of 64
+ *              x 64 MiB (the receiver's own port stays up, its QPs there just
+ *              stop hearing), comes back after message 12; every message
+ *              arrives intact, the sender's WARN names the port once, and the
+ *              port carries data again before the stream ends
  *   refuse     makeVDevice of what cannot be merged: a device that is no port,
  *              one listed twice, a merged device, more than 4, none; each with
  *              its code and WARN, and the device count unchanged
@@ -24,9 +29,14 @@
  * plugin's comm layout (ib/ib_comm.h, same build), as integ_ib_faults.
  */
 #include <dlfcn.h>
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 
 #include "fakeibv.h"
 #include "harness.h"
@@ -310,6 +320,117 @@ static void mr_all_down(const char *path)
     free(sbuf);
 }
 
+#define MR_FORK_MSGS 64
+#define MR_FORK_DOWN 4
+#define MR_FORK_UP   12
+
+typedef struct mr_fork {
+    mr_env_t *e;
+    uint64_t  bytes_up; /* The port's bytes when it came back (sender). */
+} mr_fork_t;
+
+static void mr_fork_hook(fit_role_t role, int i, void *arg)
+{
+    mr_fork_t *f = arg;
+
+    if (role != FIT_SEND)
+        return;
+    if (i == MR_FORK_DOWN)
+        mr_port(f->e, 1, FAKEIBV_FAULT_PORT_ERR);
+    if (i == MR_FORK_UP) {
+        mr_port(f->e, 1, FAKEIBV_FAULT_PORT_ACTIVE);
+        f->bytes_up = mr_conn(f->e->send_comm)->mem[1].bytes;
+    }
+
+}
+
+/* One side of the fork case; the handle goes through fd. */
+static void mr_fork_side(const char *path, fit_role_t role, int fd)
+{
+    static size_t sizes[MR_FORK_MSGS];
+    char handle[NCCL_NET_HANDLE_MAXSIZE], needle[160];
+    fit_xfer_opts_t o = { 0 };
+    fit_xfer_result_t r;
+    mr_fork_t f = { 0 };
+    mr_env_t e;
+    int i;
+
+    for (i = 0; i < MR_FORK_MSGS; i++)
+        sizes[i] = (size_t)64 << 20;
+    mr_open(&e, path);
+    if (role == FIT_RECV) {
+        void *lc = fit_listen(&e.plugin, e.ctx, e.dev, handle);
+
+        FIT_CHECK(write(fd, handle, sizeof(handle)) == (ssize_t)sizeof(handle), "write handle");
+        e.recv_comm = fit_accept_loop(&e.plugin, lc);
+        FIT_NCCL(e.plugin.net->closeListen(lc));
+    } else {
+        FIT_CHECK(read(fd, handle, sizeof(handle)) == (ssize_t)sizeof(handle), "read handle");
+        e.send_comm = fit_connect_loop(&e.plugin, e.ctx, e.dev, handle);
+        snprintf(needle, sizeof(needle), "port %s failed for this comm",
+                 mr_conn(e.send_comm)->mem[1].dev->name);
+        fit_log_expect(needle);
+        fit_log_expect("async event port error");
+    }
+    f.e = &e;
+    o.sizes = sizes;
+    o.nmsgs = MR_FORK_MSGS;
+    o.depth = 4;
+    o.seed = 0xf0f0;
+    o.seconds = 120.0;
+    o.tag = 9;
+    o.on_done = mr_fork_hook;
+    o.on_done_arg = &f;
+    fit_xfer_side(&e.plugin, role, role == FIT_RECV ? e.recv_comm : e.send_comm, &o, &r);
+    fit_xfer_expect_ok(&r, "64 x 64 MiB across two processes, a port down and back");
+    if (role == FIT_SEND) {
+        const ferry_ib_conn_t *c = mr_conn(e.send_comm);
+
+        FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, needle, "127.0.0.1", "moved to", NULL, 0) >= 0,
+                  "no WARN names the failed port");
+        FIT_CHECK(!c->mem[1].down && c->mem[1].rejoins == 1 && c->mem[1].bytes > f.bytes_up,
+                  "the port came back %llu time(s), down %d, %llu bytes after it came back",
+                  (unsigned long long)c->mem[1].rejoins, c->mem[1].down,
+                  (unsigned long long)(c->mem[1].bytes - f.bytes_up));
+        FIT_NCCL(e.plugin.net->closeSend(e.send_comm));
+        fit_pass("sender: port down after message %d, back after %d; it carried %llu bytes "
+                 "after it came back", MR_FORK_DOWN, MR_FORK_UP,
+                 (unsigned long long)(c->mem[1].bytes - f.bytes_up));
+    } else {
+        FIT_NCCL(e.plugin.net->closeRecv(e.recv_comm));
+        fit_pass("receiver: 64 x 64 MiB intact while the sender's port went down and back");
+    }
+    fit_log_expect_clear();
+    fit_log_check_clean("fork");
+    FIT_NCCL(e.plugin.net->finalize(e.ctx));
+    fit_plugin_close(&e.plugin);
+}
+
+static void mr_fork(const char *path)
+{
+    int pfd[2], status = 0;
+    pid_t pid;
+
+    FIT_CHECK(pipe(pfd) == 0, "pipe: %s", strerror(errno));
+    fflush(NULL);
+    pid = fork();
+    FIT_CHECK(pid >= 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(pfd[0]);
+        fit_set_role("multirail-recv");
+        alarm(150);
+        mr_fork_side(path, FIT_RECV, pfd[1]);
+        fit_child_exit(0);
+    }
+    close(pfd[1]);
+    mr_fork_side(path, FIT_SEND, pfd[0]);
+    close(pfd[0]);
+    FIT_CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+              "the receiver ended with status 0x%x", status);
+    fit_pass("two processes: a port down and back in a stream of 64 MiB messages");
+}
+
 /* makeVDevice(devs) must fail with rc and a WARN containing why. */
 static void mr_refused(mr_env_t *e, const int *devs, int n, ncclResult_t rc, const char *why)
 {
@@ -375,6 +496,10 @@ int main(int argc, char **argv)
     }
     fit_set_role("multirail");
     setenv("NCCL_SOCKET_IFNAME", "=lo", 0);
+    /* First: both processes must find fakeibv's ports themselves (a child forked after
+     * the parent did would share its LIDs). */
+    if (only == NULL || strcmp(only, "fork") == 0)
+        mr_fork(path);
     if (only == NULL || strcmp(only, "spread") == 0)
         mr_spread(path);
     if (only == NULL || strcmp(only, "failover") == 0)
