@@ -3,9 +3,11 @@
  * real HCA counts it in /sys/class/infiniband/<dev>/ports/<p>/counters/
  * (port_xmit_data and port_rcv_data in units of 4 octets, port_xmit_packets,
  * port_rcv_packets). The data path counts into the port's atomics; the
- * sysfs files follow at most every 10 ms while traffic flows, and whenever
- * a QP on the port is reset or destroyed, the port changes state, or
- * fakeibv_port_counters() is called.
+ * sysfs files follow whenever a QP on the port is reset or destroyed, the
+ * port changes state, or fakeibv_port_counters() is called. Not from the
+ * data path: writing them opens files, which a process counting its own
+ * descriptors (ferry's soak) would see come and go, and costs a clock read
+ * per work request.
  *
  * Only payload is counted (no headers): a WRITE, WRITE_WITH_IMM or SEND
  * where it leaves and where it arrives, READ data where the response leaves
@@ -13,18 +15,13 @@
  * a READ request, an ACK or a NAK is one.
  */
 #include <errno.h>
-#include <time.h>
 
 #include "fakeibv_internal.h"
-
-#define FAKEIBV_CTR_SYSFS_NS (10 * 1000000LL) /* Data path: sysfs at most this often. */
 
 void fakeibv_port_count(struct fakeibv_qp *qp, int xmit, uint64_t bytes, int64_t pkts_len)
 {
     struct fakeibv_port *p;
-    struct timespec ts;
     uint64_t pkts = 1;
-    int64_t now, last;
 
     if (qp->data_port < 1 || qp->data_port > FAKEIBV_MAX_PORTS)
         return;
@@ -33,16 +30,6 @@ void fakeibv_port_count(struct fakeibv_qp *qp, int xmit, uint64_t bytes, int64_t
         pkts = ((uint64_t)pkts_len + qp->mtu_bytes - 1) / qp->mtu_bytes;
     __atomic_add_fetch(xmit ? &p->ctr_xmit_bytes : &p->ctr_rcv_bytes, bytes, __ATOMIC_RELAXED);
     __atomic_add_fetch(xmit ? &p->ctr_xmit_pkts : &p->ctr_rcv_pkts, pkts, __ATOMIC_RELAXED);
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    now = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-    last = __atomic_load_n(&p->ctr_sysfs_ns, __ATOMIC_RELAXED);
-    if (now - last < FAKEIBV_CTR_SYSFS_NS)
-        return;
-    /* One thread of the many counting on this port writes the files. */
-    if (!__atomic_compare_exchange_n(&p->ctr_sysfs_ns, &last, now, 0, __ATOMIC_RELAXED,
-                                     __ATOMIC_RELAXED))
-        return;
-    fakeibv_sysfs_port_counters(qp->ctx->dev, qp->data_port);
 }
 
 void fakeibv_port_counters_flush(struct fakeibv_qp *qp)

@@ -77,7 +77,6 @@ struct fakeibv_port {
     enum ibv_port_state state;    /* ACTIVE, or DOWN after an injected port error (atomic). */
     /* Traffic counters (fakeibv_port_counters), atomics, any thread. */
     uint64_t ctr_xmit_bytes, ctr_rcv_bytes, ctr_xmit_pkts, ctr_rcv_pkts;
-    int64_t ctr_sysfs_ns;         /* When the data path last wrote the sysfs files. */
 };
 
 struct fakeibv_device {
