@@ -1,11 +1,12 @@
 /*
  * The ib backend's shared internals: devices (one per active port), the
  * process-wide state and the pieces both halves of the backend use. The
- * device half (ib_verbs.c, ib_config.c, ib_dev.c, ib_gid.c, ib_mr.c,
- * ib_gdr.c, ib_async.c) finds ports, decides which pointer kinds they take
- * and registers memory; the connection half (ib_listen.c, ib_connect.c,
- * ib_accept.c, ib_qp.c, ib_send.c, ib_recv.c, ib_flush.c, ib_poll.c,
- * ib_ops.c, ib_dump.c) builds comms on the request ring
+ * device half (ib_verbs.c, ib_config.c, ib_dev.c, ib_vdev.c, ib_gid.c,
+ * ib_mr.c, ib_gdr.c, ib_async.c) finds ports, merges them into devices,
+ * decides which pointer kinds they take and registers memory; the
+ * connection half (ib_listen.c, ib_connect.c, ib_accept.c, ib_qp.c,
+ * ib_send.c, ib_recv.c, ib_flush.c, ib_poll.c, ib_failover.c,
+ * ib_rejoin.c, ib_ops.c, ib_dump.c) builds comms on the request ring
  * (proxy/ring.h) and moves data receiver-driven, as NCCL's own IB does.
  */
 #ifndef FERRY_IB_H
