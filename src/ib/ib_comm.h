@@ -11,8 +11,13 @@
  *    RDMA-writes the data, the last WR of each QP's chain a WRITE_WITH_IMM
  *    whose completion at the receiver tells it the message (imm_data: the
  *    size for n == 1; the sizes FIFO for grouped receives).
- * Message k (counted per receive on both sides) uses data QP k % nqps, or
- * all of them with NCCL_IB_SPLIT_DATA_ON_QPS=1.
+ * Message k (counted per receive on both sides) is cut into nchains parts,
+ * one per port of the larger device (1 on single ports), on consecutive data
+ * QPs from k * nchains % nqps, or into nqps parts with
+ * NCCL_IB_SPLIT_DATA_ON_QPS=1. A merged device's comm ("multi") differs in
+ * what a part's WRITE_WITH_IMM says (message and part, FERRY_IB_IMM_CHAIN),
+ * keeps receives posted on every QP, and moves a failed port's parts to the
+ * others (ib_failover.c).
  *
  * Part counters (proxy/req.h) of ib requests:
  *   send: nparts      = QP chains the message is split over (1, or nqps when split)
