@@ -1,7 +1,7 @@
 /*
  * libFuzzer target: the ib backend's out-of-band handshake parsers, the
  * bytes a connector sends to the listener (hello, 32 bytes, then its
- * metadata, 192: ferry_ib_hello_check, ferry_ib_meta_check) and the
+ * metadata, 296: ferry_ib_hello_check, ferry_ib_meta_check) and the
  * acceptor's metadata back. Input: hello | metadata | the listener's token
  * (8) | the QP count the comm expects (1: 0 = any) | the local link layer
  * (1). Accepted metadata must be what the QP bring-up can use as is; its
@@ -18,7 +18,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    uint8_t in[32 + 192 + 8 + 2] = { 0 };
+    enum { META = 32, TOKEN = META + sizeof(ferry_ib_meta_t), TAIL = TOKEN + 8 };
+    uint8_t in[TAIL + 2] = { 0 };
     ferry_ib_hello_t hello;
     ferry_ib_meta_t meta;
     uint64_t token;
@@ -28,10 +29,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     memcpy(in, data, size < sizeof(in) ? size : sizeof(in));
     memcpy(&hello, in, sizeof(hello));
-    memcpy(&meta, in + 32, sizeof(meta));
-    memcpy(&token, in + 224, sizeof(token));
-    nqps = in[232] % (FERRY_IB_MAX_QPS + 1);
-    link_layer = 1 + in[233] % 2; /* IBV_LINK_LAYER_INFINIBAND or _ETHERNET. */
+    memcpy(&meta, in + META, sizeof(meta));
+    memcpy(&token, in + TOKEN, sizeof(token));
+    nqps = in[TAIL] % (FERRY_IB_MAX_QPS + 1);
+    link_layer = 1 + in[TAIL + 1] % 2; /* IBV_LINK_LAYER_INFINIBAND or _ETHERNET. */
 
     why = ferry_ib_hello_check(&hello, token);
     if (why == NULL && (hello.magic != FERRY_IB_MAGIC || hello.token != token ||
@@ -43,8 +44,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     if (meta.magic != FERRY_IB_MAGIC || meta.size != sizeof(meta) || meta.nqps < 1 ||
         meta.nqps > FERRY_IB_MAX_QPS || (nqps > 0 && meta.nqps != nqps) ||
-        meta.link_layer != link_layer || memchr(meta.devname, '\0', sizeof(meta.devname)) == NULL)
+        meta.nmembers < 1 || meta.nmembers > FERRY_IB_MAX_MEMBERS || meta.nmembers > meta.nqps ||
+        memchr(meta.devname, '\0', sizeof(meta.devname)) == NULL)
         abort(); /* Accepted metadata the bring-up cannot use. */
+    for (i = 0; i < meta.nmembers; i++)
+        if (meta.ports[i].link_layer != link_layer || meta.ports[i].mtu < 1 ||
+            meta.ports[i].mtu > 5)
+            abort();
     for (i = 0; i < meta.nqps; i++)
         if (meta.qpn[i] == 0 || meta.qpn[i] > 0xffffff)
             abort();
