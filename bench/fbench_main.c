@@ -71,6 +71,8 @@ static void fb_usage(void)
         "                    (ferry then runs without helper threads; raw keeps its threads)\n"
         "  --proxy-sleep US  an idle proxy pass sleeps US microseconds instead of\n"
         "                    sched_yield() (NCCL's proxy spins; this shows what the spin costs)\n"
+        "  --merge LIST      run ferry on the device makeVDevice makes of devices LIST\n"
+        "                    (e.g. 0+1: two ib ports merged, each message striped over them)\n"
         "NCCL_SOCKET_IFNAME defaults to lo. Streams and threads per connection, for ferry\n"
         "and raw alike, come from ferry's config (NCCL_FERRY_STREAMS, NCCL_FERRY_THREADS,\n"
         "NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD).\n",
@@ -182,6 +184,7 @@ static void fb_parse(fb_opts_t *o, int argc, char **argv)
         else if (strcmp(a, "--cpu-recv") == 0)   o->cpu[0] = atoi(v);
         else if (strcmp(a, "--cpu-send") == 0)   o->cpu[1] = atoi(v);
         else if (strcmp(a, "--proxy-sleep") == 0) o->proxy_sleep_us = atoi(v);
+        else if (strcmp(a, "--merge") == 0)      setenv("FIT_MERGE", v, 1); /* fit_device reads it. */
         else FIT_FAIL("unknown option %s (see --help)", a);
     }
     FIT_CHECK(o->proxy_sleep_us >= 0 && o->proxy_sleep_us <= 100000, "--proxy-sleep must be 0..100000");

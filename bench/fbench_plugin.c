@@ -47,9 +47,9 @@ static void fb_plugin_connect_all(fb_side_t *s)
     for (c = 0; c <= n; c++) {
         if (s->is_send) {
             fb_pipe_read(s->ack_fd, handle, sizeof(handle));
-            comm = fit_connect_loop(&s->plugin, s->ctx, 0, handle);
+            comm = fit_connect_loop(&s->plugin, s->ctx, fit_device(&s->plugin), handle);
         } else {
-            lc = fit_listen(&s->plugin, s->ctx, 0, handle);
+            lc = fit_listen(&s->plugin, s->ctx, fit_device(&s->plugin), handle);
             fb_pipe_write(s->ack_fd, handle, sizeof(handle));
             comm = fit_accept_loop(&s->plugin, lc);
             FIT_NCCL(net->closeListen(lc));
@@ -62,13 +62,13 @@ static void fb_plugin_connect_all(fb_side_t *s)
             s->pp_recv = comm;
     }
     if (s->is_send) {
-        lc = fit_listen(&s->plugin, s->ctx, 0, handle);
+        lc = fit_listen(&s->plugin, s->ctx, fit_device(&s->plugin), handle);
         fb_pipe_write(s->ctrl_fd, handle, sizeof(handle));
         s->pp_recv = fit_accept_loop(&s->plugin, lc);
         FIT_NCCL(net->closeListen(lc));
     } else {
         fb_pipe_read(s->ctrl_fd, handle, sizeof(handle));
-        s->pp_send = fit_connect_loop(&s->plugin, s->ctx, 0, handle);
+        s->pp_send = fit_connect_loop(&s->plugin, s->ctx, fit_device(&s->plugin), handle);
     }
 }
 
