@@ -80,17 +80,21 @@ static inline void ferry_ib_magic_clear(uint64_t *magic)
 #define FERRY_IB_WR_SEQ(_id)   ((uint32_t)(_id))
 
 /*
- * imm_data on a merged device: message (low 24 bits), chain, and whether the
- * sizes came through the sizes FIFO (grouped receives, a send that did not
- * fit, adaptive routing's 0-byte completion) or are the bytes each chain's
- * WRITE_WITH_IMM wrote (byte_len, summed over the chains), so duplicates are
- * seen and a single buffer needs no extra write.
+ * imm_data on a merged device: message (low 23 bits), whether the sizes came
+ * through the sizes FIFO (grouped receives, a send that did not fit, adaptive
+ * routing's 0-byte completion) or are the bytes each part's WRITE_WITH_IMM
+ * wrote (byte_len, summed over the parts), how many parts the message has
+ * (1 when it went whole on one port), and which part this is. So duplicates
+ * are seen and a single buffer needs no extra write.
  */
-#define FERRY_IB_IMM_FIFO 0x80U
-#define FERRY_IB_IMM_CHAIN(_seq, _chain, _fifo) \
-    ((((uint32_t)(_seq) & 0xffffffU) << 8) | (uint32_t)(_chain) | ((_fifo) ? FERRY_IB_IMM_FIFO : 0U))
-#define FERRY_IB_IMM_SEQ(_imm)   ((_imm) >> 8)
-#define FERRY_IB_IMM_J(_imm)     ((int)((_imm) & 0x7f))
+#define FERRY_IB_IMM_FIFO 0x100U
+#define FERRY_IB_IMM_SEQ_MASK 0x7fffffU
+#define FERRY_IB_IMM_CHAIN(_seq, _chain, _count, _fifo)                                  \
+    ((((uint32_t)(_seq) & FERRY_IB_IMM_SEQ_MASK) << 9) | ((_fifo) ? FERRY_IB_IMM_FIFO : 0U) | \
+     (((uint32_t)(_count) - 1U) << 4) | (uint32_t)(_chain))
+#define FERRY_IB_IMM_SEQ(_imm)   ((_imm) >> 9)
+#define FERRY_IB_IMM_COUNT(_imm) ((int)(((_imm) >> 4) & 0xf) + 1)
+#define FERRY_IB_IMM_J(_imm)     ((int)((_imm) & 0xf))
 /* Receives a merged device's QP keeps posted: every chain of every slot could land on it. */
 #define FERRY_IB_RQ_DEPTH (FERRY_IB_FIFO_SLOTS * FERRY_IB_MAX_QPS)
 
@@ -139,6 +143,7 @@ typedef struct ferry_ib_conn {
      */
     int              multi;
     int              ndown;        /* Members down. */
+    size_t           stripe_min;   /* multi: messages this big are striped, smaller go whole. */
     int              cts_qp;       /* recv: the QP that carries the clear-to-sends (multi). */
     uint32_t         max_inline;   /* What the QPs got (0: NCCL_IB_USE_INLINE off). */
     int              split;        /* NCCL_IB_SPLIT_DATA_ON_QPS. */
@@ -183,6 +188,7 @@ typedef struct ferry_ib_send_slot {
     int             outstanding;   /* ...whose completion is not polled yet. */
     uint32_t        trunc;         /* Buffers whose isend did not fit (bit i). */
     uint32_t        chains_done;   /* Chains whose completion was polled (bit j). */
+    uint8_t         nq, q0;        /* The message's chains, planned from QP q0 (ferry_ib_msg_plan). */
     uint8_t         chain_qp[FERRY_IB_MAX_QPS]; /* The QP chain j was last posted on. */
     ferry_px_req_t *reqs[FERRY_IB_MAX_RECVS]; /* Request of buffer i. */
     uint64_t        fifo_seq;
@@ -380,6 +386,23 @@ static inline void ferry_ib_msg_qps(const ferry_ib_conn_t *conn, uint64_t fifo_s
     *count_p = conn->split ? conn->nqps : conn->nchains;
     *first_p = conn->split ? 0
                            : (int)((fifo_seq * (uint64_t)conn->nchains) % (uint64_t)conn->nqps);
+}
+/*
+ * The chains of message fifo_seq of nreqs buffers, size the first one's:
+ * on a merged device a single buffer under NCCL_FERRY_IB_STRIPE_MIN goes
+ * whole on one QP, consecutive messages on consecutive QPs (so alternating
+ * ports); everything else as ferry_ib_msg_qps. The sender plans at isend and
+ * at post with the same arguments; the receiver learns the count from imm_data.
+ */
+static inline void ferry_ib_msg_plan(const ferry_ib_conn_t *conn, uint64_t fifo_seq, int nreqs,
+                                     size_t size, int *first_p, int *count_p)
+{
+    if (conn->multi && !conn->split && nreqs == 1 && size < conn->stripe_min) {
+        *first_p = (int)(fifo_seq % (uint64_t)conn->nqps);
+        *count_p = 1;
+        return;
+    }
+    ferry_ib_msg_qps(conn, fifo_seq, first_p, count_p);
 }
 /* The QP of chain j: its planned one, or (multi) the next whose member is up. */
 int ferry_ib_chain_qp(const ferry_ib_conn_t *conn, int first, int j);

@@ -146,6 +146,10 @@ static const ferry_cfg_var_t ferry_ib_cfg_vars[FERRY_IB_CFG_COUNT] = {
     [FERRY_IB_CFG_MERGE_NICS] = {"NCCL_IB_MERGE_NICS", FERRY_CFG_KIND_INT,
         FERRY_IB_CFG_FIELD(merge_nics), 1, 0, 1,
         "0 or 1 (1: NCCL may merge ports into one device that stripes over them)"},
+    [FERRY_IB_CFG_STRIPE_MIN] = {"NCCL_FERRY_IB_STRIPE_MIN", FERRY_CFG_KIND_SIZE,
+        FERRY_IB_CFG_FIELD(stripe_min), 8 << 20, 0, 1LL << 40,
+        "a size up to 1T (on a merged device, messages this big are cut over every port, smaller "
+        "ones go whole on one port, ports taking turns; 0: cut every message)"},
     /* GPU memory (ib_gdr.c, ib_flush.c). */
     [FERRY_IB_CFG_GDR] = {"NCCL_FERRY_IB_GDR", FERRY_CFG_KIND_CHOICE, FERRY_IB_CFG_FIELD(gdr), -1,
         0, 0, "-1 (GPU memory when a peer-memory module is loaded), 0 (never) or 1 (always)",

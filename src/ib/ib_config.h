@@ -35,9 +35,10 @@ typedef struct ferry_ib_config {
     int    gdr_flush_disable; /* NCCL_GDR_FLUSH_DISABLE, default 0. */
     char   verbs_lib[256];    /* NCCL_FERRY_IBVERBS_LIB: path of libibverbs, "" default. */
     int    peer_timeout_s;    /* NCCL_FERRY_IB_PEER_TIMEOUT_S: a dead peer becomes an error this fast; 0 off. */
-    ferry_cfg_src_t src[32];  /* Source of each value, indexed as the table in ib_config.c. */
+    ferry_cfg_src_t src[40];  /* Source of each value, indexed as the table in ib_config.c. */
     int    merge_vfs;         /* NCCL_IB_MERGE_VFS, default 1: VFs share their PF's pciPath. */
     int    merge_nics;        /* NCCL_IB_MERGE_NICS, default 1: makeVDevice merges ports. */
+    size_t stripe_min;        /* NCCL_FERRY_IB_STRIPE_MIN: merged devices stripe messages this big. */
     /* GPU memory (ib_gdr.c, ib_flush.c). */
     int    gdr;               /* NCCL_FERRY_IB_GDR: -1 auto (peer-memory module), 0 off, 1 on. */
     int    flush;             /* NCCL_FERRY_IB_FLUSH: FERRY_IB_FLUSH_READ or _CUDA. */
@@ -82,6 +83,7 @@ typedef enum ferry_ib_cfg_id {
     FERRY_IB_CFG_PEER_TIMEOUT_S,
     FERRY_IB_CFG_MERGE_VFS,
     FERRY_IB_CFG_MERGE_NICS,
+    FERRY_IB_CFG_STRIPE_MIN,
     /* GPU memory. */
     FERRY_IB_CFG_GDR,
     FERRY_IB_CFG_FLUSH,

@@ -202,6 +202,7 @@ ferry_status_t ferry_ib_comm_create(ferry_px_req_kind_t kind, int devidx, int nq
     c->conn.nqps = nqps;
     c->conn.nchains = 1;
     c->conn.split = ferry_ib_state.cfg.split_data_on_qps;
+    c->conn.stripe_min = ferry_ib_state.cfg.stripe_min;
     c->conn.oob_fd = -1;
     snprintf(c->conn.peer, sizeof(c->conn.peer), "%s", peer);
     status = ferry_px_ring_init(&c->ring, kind, "ib", peer,

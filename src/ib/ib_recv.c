@@ -168,8 +168,13 @@ ferry_status_t ferry_ib_irecv(void *recv_comm, int n, void **data, size_t *sizes
     return FERRY_OK;
 }
 
-/* The last completion of a receive: sizes in place, or the sender's data did not fit. */
-static void ferry_ib_recv_finish(ferry_ib_recv_comm_t *rc, ferry_px_req_t *req, uint32_t imm)
+/*
+ * The last completion of a receive: sizes in place, or the sender's data did
+ * not fit. parts: the parts it retires (more than one when a merged device's
+ * message came whole on one port while the receive expected one per port).
+ */
+static void ferry_ib_recv_finish(ferry_ib_recv_comm_t *rc, ferry_px_req_t *req, uint32_t imm,
+                                 uint32_t parts)
 {
     const volatile uint32_t *sizes = rc->sizes[req->backend_word % FERRY_IB_FIFO_SLOTS];
     uint64_t total = 0;
@@ -192,7 +197,7 @@ static void ferry_ib_recv_finish(ferry_ib_recv_comm_t *rc, ferry_px_req_t *req, 
         atomic_store_explicit(&req->sub[i].size, got, memory_order_relaxed);
         total += got;
     }
-    ferry_px_req_parts_finish(req, 1, total);
+    ferry_px_req_parts_finish(req, parts, total);
 }
 
 /*
@@ -207,7 +212,7 @@ static void ferry_ib_recv_chain(ferry_ib_recv_comm_t *rc, const struct ibv_wc *w
     int q = FERRY_IB_WR_CHAIN(wc->wr_id), j = FERRY_IB_IMM_J(imm), err;
     ferry_px_req_t *req = rc->fifo_reqs[slot];
     struct ibv_recv_wr wr, *bad = NULL;
-    uint32_t nparts;
+    uint32_t nparts, count;
 
     if (q < conn->nqps && !conn->mem[ferry_ib_qp_mem(conn, q)].down) {
         memset(&wr, 0, sizeof(wr));
@@ -220,9 +225,10 @@ static void ferry_ib_recv_chain(ferry_ib_recv_comm_t *rc, const struct ibv_wc *w
             return;
         }
     }
-    if (req == NULL || ((uint32_t)req->backend_word & 0xffffffU) != FERRY_IB_IMM_SEQ(imm) ||
+    if (req == NULL ||
+        ((uint32_t)req->backend_word & FERRY_IB_IMM_SEQ_MASK) != FERRY_IB_IMM_SEQ(imm) ||
         atomic_load_explicit(&req->state, memory_order_acquire) != FERRY_PX_REQ_ACTIVE) {
-        uint32_t behind = ((uint32_t)rc->cts_seq - FERRY_IB_IMM_SEQ(imm)) & 0xffffffU;
+        uint32_t behind = ((uint32_t)rc->cts_seq - FERRY_IB_IMM_SEQ(imm)) & FERRY_IB_IMM_SEQ_MASK;
 
         /* A second copy of a chain of a message already reported (sent again after a failover). */
         if (behind > 0 && behind <= 2 * FERRY_IB_FIFO_SLOTS)
@@ -234,8 +240,18 @@ static void ferry_ib_recv_chain(ferry_ib_recv_comm_t *rc, const struct ibv_wc *w
                            imm);
         return;
     }
+    /* The sender cut it in count parts: one per port, or 1 when it went whole on one. */
     nparts = atomic_load_explicit(&req->nparts, memory_order_relaxed);
-    if ((uint32_t)j >= nparts || (rc->chains_seen[slot] >> j) & 1)
+    count = (uint32_t)FERRY_IB_IMM_COUNT(imm);
+    if (count > nparts || (uint32_t)j >= count) {
+        FERRY_WARN("ib recv comm from %s: message %u arrived as part %d of %u on QP 0x%x, but "
+                   "its receive expects at most %u parts; a peer of another build", conn->peer,
+                   FERRY_IB_IMM_SEQ(imm), j, count, wc->qp_num, nparts);
+        ferry_px_ring_fail(&rc->base.ring, FERRY_ERR_REMOTE, "bad part %d of %u (imm 0x%x)", j,
+                           count, imm);
+        return;
+    }
+    if ((rc->chains_seen[slot] >> j) & 1)
         return; /* Landed twice: once on the failed port, once where it was moved. */
     rc->chains_seen[slot] |= 1U << j;
     rc->imm_done++;
@@ -245,12 +261,14 @@ static void ferry_ib_recv_chain(ferry_ib_recv_comm_t *rc, const struct ibv_wc *w
                                                                : rc->chain_bytes[slot] + wc->byte_len;
     if (q < conn->nqps)
         conn->mem[ferry_ib_qp_mem(conn, q)].chains++;
-    if (atomic_load_explicit(&req->done, memory_order_relaxed) + 1 < nparts) {
+    if ((uint32_t)__builtin_popcount(rc->chains_seen[slot]) < count) {
         ferry_px_req_parts_finish(req, 1, 0);
         return;
     }
-    ferry_ib_recv_finish(rc, req, rc->chain_bytes[slot] == UINT64_MAX ? UINT32_MAX
-                                                                      : (uint32_t)rc->chain_bytes[slot]);
+    ferry_ib_recv_finish(rc, req,
+                         rc->chain_bytes[slot] == UINT64_MAX ? UINT32_MAX
+                                                             : (uint32_t)rc->chain_bytes[slot],
+                         nparts - atomic_load_explicit(&req->done, memory_order_relaxed));
 }
 
 void ferry_ib_recv_completion(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc)
@@ -290,5 +308,5 @@ void ferry_ib_recv_completion(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc)
         ferry_px_req_parts_finish(req, 1, 0);
         return;
     }
-    ferry_ib_recv_finish(rc, req, ntohl(wc->imm_data));
+    ferry_ib_recv_finish(rc, req, ntohl(wc->imm_data), 1);
 }

@@ -93,7 +93,7 @@ static int ferry_ib_send_chain(ferry_ib_send_comm_t *sc, ferry_ib_send_slot_t *s
         wrs[k].wr.rdma.remote_addr = conn->remote.sizes_addr +
                                      (uint64_t)s * sizeof(ferry_ib_sizes_slot_t);
         wrs[k].wr.rdma.rkey = conn->remote.ports[rm].ctrl_rkey;
-        wrs[k].imm_data = htonl(conn->multi ? FERRY_IB_IMM_CHAIN(seq, j, 1) : (uint32_t)seq);
+        wrs[k].imm_data = htonl(conn->multi ? FERRY_IB_IMM_CHAIN(seq, j, nq, 1) : (uint32_t)seq);
         k++;
     } else if (k == 0 || (sc->ar && size0 > sc->ar_threshold)) {
         /* Nothing for this QP, or adaptive routing: a 0-byte WRITE_WITH_IMM completes it. */
@@ -101,11 +101,12 @@ static int ferry_ib_send_chain(ferry_ib_send_comm_t *sc, ferry_ib_send_slot_t *s
         wrs[k].num_sge = 0;
         wrs[k].wr.rdma.remote_addr = slot->reqs[0]->sub[0].raddr;
         wrs[k].wr.rdma.rkey = slot->reqs[0]->sub[0].rkey[rm];
-        wrs[k].imm_data = htonl(conn->multi ? FERRY_IB_IMM_CHAIN(seq, j, 0) : (uint32_t)size0);
+        wrs[k].imm_data = htonl(conn->multi ? FERRY_IB_IMM_CHAIN(seq, j, nq, 0) : (uint32_t)size0);
         k++;
     } else {
         wrs[k - 1].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-        wrs[k - 1].imm_data = htonl(conn->multi ? FERRY_IB_IMM_CHAIN(seq, j, 0) : (uint32_t)size0);
+        wrs[k - 1].imm_data = htonl(conn->multi ? FERRY_IB_IMM_CHAIN(seq, j, nq, 0)
+                                                : (uint32_t)size0);
     }
     /* Every WR carries the id: an error completes the failing WR, signalled or not. */
     for (i = 0; i < k; i++) {
@@ -161,10 +162,9 @@ static ferry_status_t ferry_ib_send_post(ferry_ib_send_comm_t *sc, ferry_ib_send
 {
     ferry_ib_conn_t *conn = &sc->base.conn;
     uint32_t s = (uint32_t)(slot->fifo_seq % FERRY_IB_FIFO_SLOTS);
-    int n = slot->nreqs, q0, nq, i, j;
+    int n = slot->nreqs, q0 = slot->q0, nq = slot->nq, i, j;
     ferry_status_t status;
 
-    ferry_ib_msg_qps(conn, slot->fifo_seq, &q0, &nq);
     for (i = 0; i < n && (n > 1 || conn->multi); i++)
         sc->sizes_src[s][i] = (uint32_t)slot->reqs[i]->sub[0].capacity; /* Read if it goes by the FIFO. */
     for (j = 0; j < nq; j++) {
@@ -183,14 +183,14 @@ static ferry_status_t ferry_ib_send_post(ferry_ib_send_comm_t *sc, ferry_ib_send
 int ferry_ib_send_move(ferry_ib_send_comm_t *sc, int m)
 {
     ferry_ib_conn_t *conn = &sc->base.conn;
-    int s, j, q0, nq, moved = 0, here;
+    int s, j, nq, moved = 0, here;
 
     for (s = 0; s < FERRY_IB_FIFO_SLOTS; s++) {
         ferry_ib_send_slot_t *slot = &sc->slots[s];
 
         if (slot->outstanding == 0)
             continue;
-        ferry_ib_msg_qps(conn, slot->fifo_seq, &q0, &nq);
+        nq = slot->nq;
         for (j = 0, here = 0; j < nq; j++) {
             if ((slot->chains_done >> j) & 1 || ferry_ib_qp_mem(conn, slot->chain_qp[j]) != m)
                 continue;
@@ -209,7 +209,7 @@ void ferry_ib_send_completion(ferry_ib_send_comm_t *sc, const struct ibv_wc *wc)
     uint32_t seq = FERRY_IB_WR_SEQ(wc->wr_id);
     ferry_ib_send_slot_t *slot = &sc->slots[seq % FERRY_IB_FIFO_SLOTS];
     ferry_ib_conn_t *conn = &sc->base.conn;
-    int i, nq, q0, j = FERRY_IB_WR_CHAIN(wc->wr_id);
+    int i, nq, j = FERRY_IB_WR_CHAIN(wc->wr_id);
 
     if (FERRY_IB_WR_KIND(wc->wr_id) != FERRY_IB_WR_DATA || slot->outstanding == 0 ||
         (uint32_t)slot->fifo_seq != seq || j >= FERRY_IB_MAX_QPS) {
@@ -230,7 +230,7 @@ void ferry_ib_send_completion(ferry_ib_send_comm_t *sc, const struct ibv_wc *wc)
         slot->chains_done |= 1U << j;
     }
     conn->mem[ferry_ib_qp_mem(conn, slot->chain_qp[j])].chains++;
-    ferry_ib_msg_qps(conn, slot->fifo_seq, &q0, &nq);
+    nq = slot->nq;
     for (i = 0; i < slot->nreqs; i++) {
         size_t off, len = ferry_ib_chain_part(ferry_ib_slot_len(slot, i), nq, j, &off);
 
@@ -378,7 +378,7 @@ ferry_status_t ferry_ib_isend(void *send_comm, void *data, size_t size, int tag,
     r = ferry_ib_send_match(sc, e, nreqs, tag, size);
     if (r < 0)
         return FERRY_ERR_USAGE;
-    ferry_ib_msg_qps(conn, sc->fifo_head, &q0, &nq);
+    ferry_ib_msg_plan(conn, sc->fifo_head, nreqs, size, &q0, &nq);
     memset(&sub, 0, sizeof(sub));
     sub.buf = data;
     sub.capacity = size;
@@ -394,6 +394,8 @@ ferry_status_t ferry_ib_isend(void *send_comm, void *data, size_t size, int tag,
     if (slot->matched == 0) {
         slot->nreqs = nreqs;
         slot->fifo_seq = sc->fifo_head;
+        slot->q0 = (uint8_t)q0; /* A grouped receive's buffers all get the same plan. */
+        slot->nq = (uint8_t)nq;
     }
     if (size > e[r].size) {
         FERRY_WARN("ib send comm to %s on %s: isend of %zu bytes (tag %d) does not fit the "
