@@ -14,7 +14,7 @@
  *              of the next messages again
  *   all-down   every port goes down with a message in flight: both sides get
  *              ncclRemoteError within seconds, the WARN says no port is left
- *   fork       two processes: the sender's port goes down after message 4 of 64
+ *   fork       (only with --case) two processes: the sender's port goes down after message 4 of 64
  *              x 64 MiB (the receiver's own port stays up, its QPs there just
  *              stop hearing), comes back after message 12; every message
  *              arrives intact, the sender's WARN names the port once, and the
@@ -500,9 +500,11 @@ int main(int argc, char **argv)
     }
     fit_set_role("multirail");
     setenv("NCCL_SOCKET_IFNAME", "=lo", 0);
-    /* First: both processes must find fakeibv's ports themselves (a child forked after
-     * the parent did would share its LIDs). */
-    if (only == NULL || strcmp(only, "fork") == 0)
+    /*
+     * Alone (its own ctest entry): both processes must find fakeibv's ports
+     * themselves (a child forked after the parent did would share its LIDs).
+     */
+    if (only != NULL && strcmp(only, "fork") == 0)
         mr_fork(path);
     if (only == NULL || strcmp(only, "spread") == 0)
         mr_spread(path);
