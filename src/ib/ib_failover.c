@@ -141,8 +141,10 @@ long ferry_ib_members_check(ferry_ib_comm_t *c)
     /*
      * The peer's rejoin requests come while this side may see nothing wrong
      * (the peer's port failed): a merged comm reads them whatever its state.
+     * A single port has no rejoin; ferry_ib_check_peer alone reads its socket.
      */
-    ferry_ib_members_oob(c);
+    if (conn->multi)
+        ferry_ib_members_oob(c);
     for (m = 0; m < conn->nmem; m++) {
         ferry_ib_member_t *mem = &conn->mem[m];
 
