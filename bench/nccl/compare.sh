@@ -15,7 +15,8 @@
 #      ferry (v11)" and every "Channel ... via" line must say NET/ferry; every
 #      element right.
 #  (b) comparison, per build: ferry / Socket default / Socket 2x2 (threads x
-#      sockets), interleaved A B C A B C (absolute numbers drift between runs
+#      sockets), interleaved, each repetition starting one configuration further
+#      (A B C, B C A, ...; absolute numbers drift between runs
 #      and machines; only ratios inside one run mean something), all_reduce
 #      over --sizes. At least 3 and at most 5 repetitions (--reps N: exactly
 #      N); after the 3rd, one more starts only while the build's --budget
@@ -254,7 +255,7 @@ compare() {
   while [ $rep -lt "$REPS_MAX" ]; do
     rep=$((rep + 1))
     rep_start=$SECONDS
-    for cfg in "${CONFIGS[@]}"; do
+    for cfg in $(fnb_rotate "$rep" "${CONFIGS[@]}"); do
       # A configuration that failed once is not retried: a hang costs minutes.
       [ -n "${broken[$cfg]:-}" ] && continue
       run_one "$b" "$rep" "$cfg" || broken[$cfg]=1

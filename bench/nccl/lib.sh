@@ -37,6 +37,21 @@ fnb_config_env() {
 
 fnb_log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
 
+# fnb_rotate REP CONFIG...: the configurations in the order repetition REP runs
+# them, each rep starting one further along (A B C, B C A, C A B, ...), so no
+# configuration always runs first after a pause or right after the same
+# neighbour; a position's bias then spreads over all of them.
+fnb_rotate() {
+  local rep=$1 n i
+  shift
+  n=$#
+  [ "$n" -gt 0 ] || return 0
+  local -a cfgs=("$@")
+  for ((i = 0; i < n; i++)); do
+    printf '%s\n' "${cfgs[$(((rep - 1 + i) % n))]}"
+  done
+}
+
 # Default output folder: the device's $OUT when set, else a dated results folder.
 fnb_outdir() {
   local dir=${1:-${OUT:-$FNB_REPO/bench/results/$(date +%Y-%m-%d)-gpu}}

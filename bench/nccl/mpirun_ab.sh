@@ -12,7 +12,8 @@
 # "nccl-tests through ferry") and pass its all_reduce_perf. Two ranks on GPU 0,
 # each its own NCCL_HOSTID (so every channel goes through the network
 # transport), under MPS, NCCL_SOCKET_IFNAME=lo, NCCL_NVLS_ENABLE=0. Each
-# repetition runs every configuration once (A B C A B C); --variant adds a
+# repetition runs every configuration once, each starting one further
+# along (A B C, B C A, ...); --variant adds a
 # ferry configuration with extra variables. --bind core (default) keeps
 # mpirun's own binding, one core per rank; none lets the ranks run anywhere.
 # --mpirun-args adds mapping options (e.g. "--map-by slot:PE=2": two cores per
@@ -114,7 +115,7 @@ echo "op,size_bytes,count,type,time_us,algbw_gbps,busbw_gbps,wrong,iters,nranks,
 printf 'build\trep\tconfig\texit\tseconds\n' >"$OUTDIR/runs.tsv"
 failed=$proof_rc
 for rep in $(seq "$REPS"); do
-  for config in "${CFG_LIST[@]}"; do
+  for config in $(fnb_rotate "$rep" "${CFG_LIST[@]}"); do
     log=$OUTDIR/logs/mpirun-rep$rep-$config.log
     start=$SECONDS
     mpirun_ab_run "$config" "$log"

@@ -143,6 +143,9 @@ check mpirun_ab_proof 0 grep -q '^proof passed' "$WORK/mab/proof-mpirun.txt"
 check mpirun_ab_bindings 0 grep -q 'rank 1 bound to' "$WORK/mab/bindings.txt"
 check mpirun_ab_plugin 0 grep -q '^# plugin=/nonexistent/old.so$' "$WORK/mab/logs/mpirun-rep2-old.log"
 check mpirun_ab_own_plugin 0 grep -q "^# plugin=$FNB_BUILD/libnccl-net-ferry.so\$" "$WORK/mab/logs/mpirun-rep1-ferry.log"
+# Each repetition starts one configuration further along: rep 1 ferry first, rep 2 old first.
+check mpirun_ab_rotation 0 test "$(awk -F'\t' 'NR > 1 { printf "%s:%s ", $2, $3 }' "$WORK/mab/runs.tsv")" = \
+      "1:ferry 1:socket-default 1:old 2:socket-default 2:old 2:ferry "
 check mpirun_ab_wrong 1 env MOCK_WRONG=1 "$HERE/../mpirun_ab.sh" --tests "$HERE/mock_all_reduce_perf" \
       --reps 1 --configs socket-default "$WORK/mab2"
 # nccl-tests -c 0 (a bound measured without checking): N/A is not a failure,
