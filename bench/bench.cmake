@@ -17,3 +17,10 @@ target_compile_definitions(ferry-bench PRIVATE
   FERRY_BENCH_DEFAULT_PLUGIN="$<TARGET_FILE:nccl-net-ferry>"
   FERRY_PLUGIN_DEFAULT="$<TARGET_FILE:nccl-net-ferry>")
 add_dependencies(ferry-bench nccl-net-ferry)
+
+# libferry-flush-prof.so: an NCCL profiler plugin that times the GDR flush as
+# NCCL's proxy sees it, for ferry and NCCL's own IB alike (compare.sh
+# --flush-time, bench/nccl/README.md). Its own ABI declarations: no NCCL headers.
+add_library(ferry-flush-prof MODULE ${FERRY_BENCH_DIR}/nccl/flush_profiler.c
+  ${FERRY_BENCH_DIR}/nccl/flush_prof_stats.c)
+target_link_libraries(ferry-flush-prof PRIVATE pthread)

@@ -4,7 +4,7 @@
 #
 #   bench/nccl/compare.sh [--quick] [--nccl system|torch|both] [--reps N]
 #                         [--budget S] [--sizes LIST] [--no-proof] [--ib]
-#                         [--gdr [--gdr-nccl-ib]] [--multirail]
+#                         [--gdr [--gdr-nccl-ib] [--flush-time]] [--multirail]
 #                         [--variant LABEL:VAR=V[,VAR=V...]]... [OUTDIR]
 #
 # Two ranks on GPU 0, each its own NCCL_HOSTID, under MPS, NCCL_SOCKET_IFNAME=lo,
@@ -37,6 +37,13 @@
 # ferry-ib-host (ferry's ib backend staging through host memory,
 # NCCL_NET_GDR_LEVEL=LOC); --gdr-nccl-ib adds nccl-ib-gdr (NCCL's own IB with
 # GDR on the same fakeibv), off by default.
+# --flush-time (implies --gdr --gdr-nccl-ib) times the GDR flush as NCCL's proxy
+# sees it, for both: ferry-ib-gdr and nccl-ib-gdr run with the profiler plugin
+# libferry-flush-prof.so (NCCL_PROFILER_PLUGIN; NCCL_FERRY_PROFILER=0 so ferry
+# adds no net events), which times each receive step from RecvFlushWait (iflush
+# is called) to RecvGPUWait (its test() completed). Its lines go to
+# logs/flush-prof.txt; summary.md gets a table per size: median us per flush
+# for each and ferry / NCCL (flush_table.py).
 # --multirail (implies --ib): a dual-port NIC, fakeibv with FAKEIBV_NPORTS=2, whose
 # ports NCCL merges into one device (NCCL_NET_MERGE_LEVEL's default PORT level;
 # ferry's makeVDevice). Proof: the five collectives right, ferry's "device N =
@@ -49,7 +56,8 @@
 # ferry-s8:NCCL_FERRY_STREAMS=8) to the interleaved rotation; the summary lists
 # each variant's ratio to ferry's defaults. --no-proof skips (a).
 # Output in OUTDIR (default $OUT, else bench/results/<date>-gpu): raw-<build>.csv,
-# runs.tsv, proof-<build>.txt, summary.md/.csv, env.txt, logs/. Exit 0 only if
+# runs.tsv, proof-<build>.txt, summary.md/.csv, env.txt, logs/ (--flush-time:
+# logs/flush-prof.txt). Exit 0 only if
 # everything passed.
 set -uo pipefail
 # shellcheck source-path=SCRIPTDIR
@@ -63,11 +71,12 @@ BUDGET=100
 SIZES=4K,64K,512K,1M,4M,16M,64M,256M
 OUTDIR_ARG=
 
-usage() { sed -n '2,52p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,60p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 PROOF=1
 IB=0
 GDR=0
 GDR_NCCL_IB=0
+FLUSH_TIME=0
 MULTIRAIL=0
 ITER_BYTES=256M
 VARIANTS=()
@@ -83,6 +92,7 @@ while [ $# -gt 0 ]; do
     --ib) IB=1 ;;
     --gdr) IB=1; GDR=1 ;;
     --gdr-nccl-ib) GDR_NCCL_IB=1 ;;
+    --flush-time) IB=1; GDR=1; GDR_NCCL_IB=1; FLUSH_TIME=1 ;;
     --multirail) IB=1; MULTIRAIL=1 ;;
     --iter-bytes) ITER_BYTES=$2; shift ;;
     --variant) VARIANTS+=("${2%%:*}"); FNB_VARIANT_ENV[${2%%:*}]=${2#*:}; shift ;;
@@ -233,6 +243,28 @@ proof() {
   fi
 }
 
+# flush_prof_env BUILD REP CONFIG: with --flush-time, the variables that load the
+# flush profiler into ferry-ib-gdr and nccl-ib-gdr (one output file per rank).
+flush_prof_env() {
+  [ "$FLUSH_TIME" = 1 ] || return 0
+  case $3 in
+    ferry-ib-gdr|nccl-ib-gdr)
+      echo "NCCL_PROFILER_PLUGIN=$FNB_FLUSH_PROF NCCL_FERRY_PROFILER=0" \
+           "FERRY_FLUSH_PROF_OUT=$OUTDIR/logs/fp-$1-rep$2-$3.%p.txt" ;;
+  esac
+}
+
+# flush_prof_collect BUILD REP CONFIG: the ranks' lines into logs/flush-prof.txt,
+# each prefixed with the run it came from; the per-rank files go (few files back).
+flush_prof_collect() {
+  local f
+  for f in "$OUTDIR/logs/fp-$1-rep$2-$3".*.txt; do
+    [ -f "$f" ] || continue
+    sed "s/^/build=$1 rep=$2 config=$3 /" "$f" >>"$OUTDIR/logs/flush-prof.txt"
+    rm -f "$f"
+  done
+}
+
 # run_one BUILD REP CONFIG: one comparison run; its rows go to raw-BUILD.csv.
 run_one() {
   local b=$1 rep=$2 cfg=$3 log start rc
@@ -240,9 +272,11 @@ run_one() {
   start=$SECONDS
   # shellcheck disable=SC2046 # fnb_config_env returns NAME=value words
   env LD_LIBRARY_PATH="$(build_ldpath "$b")" NCCL_DEBUG=WARN $(fnb_config_env "$cfg") \
+      $(flush_prof_env "$b" "$rep" "$cfg") \
       "${WRAP[@]}" "$FNB_BENCH" -N 2 -o all_reduce -l "$SIZES" "${CMP_OPTS[@]}" --label "$cfg" \
       --csv "$OUTDIR/raw-$b.csv" >"$log" 2>&1
   rc=$?
+  flush_prof_collect "$b" "$rep" "$cfg"
   printf '%s\t%s\t%s\t%s\t%s\n' "$b" "$rep" "$cfg" "$rc" "$((SECONDS - start))" >>"$OUTDIR/runs.tsv"
   fnb_log "$b rep $rep $cfg: exit $rc, $((SECONDS - start)) s"
   [ $rc -eq 0 ] || { FAILED=1; tail -5 "$log" >&2; }
@@ -279,6 +313,11 @@ main() {
   fnb_log "output in $OUTDIR"
   fnb_build_ferry "$OUTDIR/logs/build-ferry.log" || { fnb_log "ferry build failed"; return 2; }
   fnb_build_bench "$OUTDIR/logs/build-bench.log" || { fnb_log "bench build failed"; return 2; }
+  if [ "$FLUSH_TIME" = 1 ]; then
+    fnb_build_flush_prof "$OUTDIR/logs/build-flush-prof.log" ||
+      { fnb_log "flush profiler build failed"; return 2; }
+    fnb_log "flush profiler $FNB_FLUSH_PROF (ferry-ib-gdr, nccl-ib-gdr)"
+  fi
   if [ "$IB" = 1 ]; then
     fnb_build_fakeibv "$OUTDIR/logs/build-fakeibv.log" || { fnb_log "fakeibv build failed"; return 2; }
     BASE_LDPATH=$FNB_FAKEIBV_DIR${BASE_LDPATH:+:$BASE_LDPATH}
@@ -301,6 +340,7 @@ main() {
   fi
   for b in "${BUILDS[@]}"; do [ -n "$b" ] && compare "$b"; done
   python3 "$FNB_DIR/summarize.py" "$OUTDIR" || FAILED=1
+  if [ "$FLUSH_TIME" = 1 ]; then python3 "$FNB_DIR/flush_table.py" "$OUTDIR" || FAILED=1; fi
   fnb_log "summary: $OUTDIR/summary.md"
   return $FAILED
 }

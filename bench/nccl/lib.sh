@@ -99,6 +99,18 @@ fnb_build_ferry() {
   [ -n "$FNB_PLUGIN" ] && [ -f "$FNB_PLUGIN" ]
 }
 
+# Builds the flush-timing NCCL profiler (bench/nccl/flush_profiler.c) in the tree
+# fnb_build_ferry configured; sets FNB_FLUSH_PROF to its absolute path.
+fnb_build_flush_prof() {
+  local log=$1
+  if ! cmake --build "$FNB_BUILD" -j "$(nproc)" --target ferry-flush-prof >"$log" 2>&1; then
+    cat "$log" >&2
+    return 1
+  fi
+  FNB_FLUSH_PROF=$(find "$FNB_BUILD" -name libferry-flush-prof.so -print -quit)
+  [ -n "$FNB_FLUSH_PROF" ] && [ -f "$FNB_FLUSH_PROF" ]
+}
+
 # Builds ferry_nccl_bench; sets FNB_BENCH. Without make: the Makefile's
 # default case (system NCCL, toolkit in /usr/local/cuda) in one gcc call.
 fnb_build_bench() {

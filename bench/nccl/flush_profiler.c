@@ -1,0 +1,346 @@
+/*
+ * libferry-flush-prof.so: an NCCL profiler plugin (ABI v5, flush_prof_abi.h)
+ * that times the GDR flush as NCCL's proxy sees it, for any net transport:
+ * ferry's ib backend and NCCL's own IB alike, so the two are measured with
+ * one instrument. NCCL's recvProxyProgress records a receive step's
+ * RecvFlushWait state when the step's irecv test() completes and calls
+ * iflush right after; it records RecvGPUWait when that flush's test()
+ * completes. One flush = the time between the two records of one step.
+ *
+ * NCCL flushes only SIMPLE-protocol steps that received bytes (and only with
+ * GPU buffers and a flush needed: NCCL_NET_FORCE_FLUSH=1 on Hopper), so the
+ * steps are kept apart by their collective's size and protocol: each
+ * collective event's handle is a per-comm key (bytes, protocol), which NCCL
+ * hands back as the parent of its proxy ops, whose handle is that key again,
+ * the parent of their steps. Steps of other protocols are printed too, as a
+ * baseline of the same interval without a flush.
+ *
+ * At finalize, one line per (comm, size, protocol) and one for all SIMPLE
+ * flushes of the comm go to $FERRY_FLUSH_PROF_OUT ("%p" is the pid; lines
+ * appended) or stderr. Memory is fixed per comm (no allocation per event);
+ * each comm's state has its own lock (NCCL's proxy thread and the
+ * application thread both call in). Events in an unexpected order add
+ * nothing: a step without a flush state gives no sample.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "flush_prof_abi.h"
+#include "flush_prof_stats.h"
+
+#define FP_EXPORT __attribute__((visibility("default")))
+
+#define FP_MAGIC_KEY  0x59454b46u /* "FKEY" */
+#define FP_MAGIC_STEP 0x50545346u /* "FSTP" */
+#define FP_MAX_KEYS   16          /* keys[0] holds whatever has no key of its own. */
+#define FP_MAX_STEPS  4096        /* Steps in flight per comm: channels x peers x 8 is far less. */
+
+typedef struct fp_ctx fp_ctx_t;
+
+/* The steps of collectives of one size and protocol. */
+typedef struct {
+    uint32_t magic;    /* FP_MAGIC_KEY: what stop_event and a child's parent look at. */
+    int used;
+    uint64_t bytes;    /* Of the collective (count x datatype size). */
+    int simple;        /* 1: SIMPLE, flushed; 0: another protocol; -1: not known. */
+    char proto[8];
+    fp_stats_t stats;
+} fp_key_t;
+
+typedef struct {
+    uint32_t magic;    /* FP_MAGIC_STEP while started, 0 while free. */
+    fp_ctx_t *ctx;
+    fp_key_t *key;
+    uint64_t flush_ns; /* When RecvFlushWait was recorded; 0: not (yet), or nothing received. */
+    int32_t next_free;
+} fp_step_t;
+
+struct fp_ctx {
+    pthread_mutex_t lock;
+    uint64_t comm_id;
+    int rank, nranks;
+    fp_key_t keys[FP_MAX_KEYS];
+    fp_stats_t all;    /* Every flush of a SIMPLE step. */
+    uint64_t dropped;  /* Steps not timed: all FP_MAX_STEPS in use. */
+    int32_t free_head;
+    fp_step_t steps[FP_MAX_STEPS];
+};
+
+typedef uint64_t (*fp_clock_fn)(void);
+
+static uint64_t fp_clock_mono(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static _Atomic(fp_clock_fn) fp_clock = fp_clock_mono;
+
+/* Tests replace the clock (NULL restores it) to feed known times; NCCL never calls this. */
+FP_EXPORT void ferry_flush_prof_set_clock(uint64_t (*fn)(void));
+void ferry_flush_prof_set_clock(uint64_t (*fn)(void))
+{
+    atomic_store(&fp_clock, fn != NULL ? fn : fp_clock_mono);
+}
+
+static uint64_t fp_now(void)
+{
+    return atomic_load_explicit(&fp_clock, memory_order_relaxed)();
+}
+
+/* Bytes per element from NCCL's datatype name ("ncclFloat32", "ncclBfloat16", "ncclInt8"). */
+static uint64_t fp_dtype_size(const char *name)
+{
+    size_t len = name != NULL ? strlen(name) : 0;
+
+    if (len >= 2 && strcmp(name + len - 2, "64") == 0)
+        return 8;
+    if (len >= 2 && strcmp(name + len - 2, "32") == 0)
+        return 4;
+    if (len >= 2 && strcmp(name + len - 2, "16") == 0)
+        return 2;
+    return 1; /* Int8, Uint8, the Float8 kinds; unknown names count elements. */
+}
+
+/* The key of (bytes, proto), made if new; keys[0] when the table is full. Under ctx->lock. */
+static fp_key_t *fp_key_get(fp_ctx_t *ctx, uint64_t bytes, const char *proto)
+{
+    const char *p = proto != NULL ? proto : "?";
+    int i;
+
+    for (i = 1; i < FP_MAX_KEYS && ctx->keys[i].used; i++)
+        if (ctx->keys[i].bytes == bytes && strncmp(ctx->keys[i].proto, p, 7) == 0)
+            return &ctx->keys[i];
+    if (i == FP_MAX_KEYS)
+        return &ctx->keys[0];
+    ctx->keys[i].used = 1;
+    ctx->keys[i].bytes = bytes;
+    ctx->keys[i].simple = strcasecmp(p, "SIMPLE") == 0;
+    snprintf(ctx->keys[i].proto, sizeof(ctx->keys[i].proto), "%s", p);
+    return &ctx->keys[i];
+}
+
+/* parent as one of ctx's keys, else keys[0]: a handle from elsewhere is never read. */
+static fp_key_t *fp_key_of(fp_ctx_t *ctx, const void *parent)
+{
+    uintptr_t p = (uintptr_t)parent, lo = (uintptr_t)&ctx->keys[0];
+
+    if (p < lo || p >= (uintptr_t)&ctx->keys[FP_MAX_KEYS] || (p - lo) % sizeof(fp_key_t) != 0)
+        return &ctx->keys[0];
+    return (fp_key_t *)parent;
+}
+
+static fp_nccl_result_t fp_init(void **context, uint64_t comm_id, int *activation_mask,
+                                const char *comm_name, int nnodes, int nranks, int rank,
+                                fp_nccl_logger_t log)
+{
+    fp_ctx_t *ctx = calloc(1, sizeof(*ctx));
+    int i;
+
+    *context = ctx;
+    if (ctx == NULL)
+        return 0; /* Then every event of this comm is ignored (NULL context). */
+    pthread_mutex_init(&ctx->lock, NULL);
+    ctx->comm_id = comm_id;
+    ctx->rank = rank;
+    ctx->nranks = nranks;
+    ctx->keys[0].magic = FP_MAGIC_KEY;
+    ctx->keys[0].used = 1;
+    ctx->keys[0].simple = -1;
+    snprintf(ctx->keys[0].proto, sizeof(ctx->keys[0].proto), "unknown");
+    for (i = 0; i < FP_MAX_KEYS; i++) {
+        ctx->keys[i].magic = FP_MAGIC_KEY;
+        fp_stats_init(&ctx->keys[i].stats);
+    }
+    fp_stats_init(&ctx->all);
+    for (i = 0; i < FP_MAX_STEPS; i++)
+        ctx->steps[i].next_free = i + 1 < FP_MAX_STEPS ? i + 1 : -1;
+    ctx->free_head = 0;
+    /* Proxy steps only. NCCL still starts the collective and proxy-op events above
+     * them (their handles carry the key down) but records no states on those. */
+    *activation_mask = FP_EVENT_PROXY_STEP;
+    return 0;
+}
+
+static fp_step_t *fp_step_start(fp_ctx_t *ctx, const void *parent)
+{
+    fp_step_t *st = NULL;
+
+    pthread_mutex_lock(&ctx->lock);
+    if (ctx->free_head >= 0) {
+        st = &ctx->steps[ctx->free_head];
+        ctx->free_head = st->next_free;
+        st->magic = FP_MAGIC_STEP;
+        st->ctx = ctx;
+        st->key = fp_key_of(ctx, parent);
+        st->flush_ns = 0;
+    } else {
+        ctx->dropped++;
+    }
+    pthread_mutex_unlock(&ctx->lock);
+    return st;
+}
+
+static fp_nccl_result_t fp_start_event(void *context, void **handle, fp_event_descr_t *d)
+{
+    fp_ctx_t *ctx = context;
+
+    *handle = NULL;
+    if (ctx == NULL || d == NULL)
+        return 0;
+    switch (d->type) {
+    case FP_EVENT_COLL:
+        pthread_mutex_lock(&ctx->lock);
+        *handle = fp_key_get(ctx, (uint64_t)d->coll.count * fp_dtype_size(d->coll.datatype),
+                             d->coll.proto);
+        pthread_mutex_unlock(&ctx->lock);
+        break;
+    case FP_EVENT_PROXY_OP:
+        /* Not NULL: NCCL records a step's states only while its proxy op has a handle. */
+        *handle = fp_key_of(ctx, d->parent);
+        break;
+    case FP_EVENT_PROXY_STEP:
+        *handle = fp_step_start(ctx, d->parent);
+        break;
+    default:
+        break; /* Groups, API events, p2p (its proxy ops then go to keys[0]). */
+    }
+    return 0;
+}
+
+static fp_nccl_result_t fp_stop_event(void *handle)
+{
+    fp_step_t *st = handle;
+    fp_ctx_t *ctx;
+
+    if (st == NULL || st->magic != FP_MAGIC_STEP)
+        return 0; /* Keys live as long as their comm. */
+    ctx = st->ctx;
+    pthread_mutex_lock(&ctx->lock);
+    st->magic = 0;
+    st->next_free = ctx->free_head;
+    ctx->free_head = (int32_t)(st - ctx->steps);
+    pthread_mutex_unlock(&ctx->lock);
+    return 0;
+}
+
+static fp_nccl_result_t fp_record_state(void *handle, int state, fp_state_args_t *args)
+{
+    fp_step_t *st = handle;
+    uint64_t now;
+
+    if (st == NULL || st->magic != FP_MAGIC_STEP)
+        return 0;
+    if (state == FP_STATE_RECV_FLUSH_WAIT) {
+        /* Nothing received, nothing flushed: no sample (args NULL: assume bytes came). */
+        now = fp_now();
+        st->flush_ns = args != NULL && args->proxy_step.trans_size == 0 ? 0 : now;
+        return 0;
+    }
+    if (state != FP_STATE_RECV_GPU_WAIT || st->flush_ns == 0)
+        return 0;
+    now = fp_now();
+    pthread_mutex_lock(&st->ctx->lock);
+    if (now >= st->flush_ns) {
+        fp_stats_add(&st->key->stats, now - st->flush_ns);
+        if (st->key->simple == 1)
+            fp_stats_add(&st->ctx->all, now - st->flush_ns);
+    }
+    pthread_mutex_unlock(&st->ctx->lock);
+    st->flush_ns = 0;
+    return 0;
+}
+
+/* $FERRY_FLUSH_PROF_OUT with every "%p" replaced by the pid, or NULL. */
+static FILE *fp_open_out(void)
+{
+    const char *tmpl = getenv("FERRY_FLUSH_PROF_OUT");
+    char path[4096];
+    size_t o = 0;
+
+    if (tmpl == NULL || tmpl[0] == '\0')
+        return NULL;
+    for (; *tmpl != '\0' && o + 24 < sizeof(path); tmpl++) {
+        if (tmpl[0] == '%' && tmpl[1] == 'p') {
+            o += (size_t)snprintf(path + o, sizeof(path) - o, "%ld", (long)getpid());
+            tmpl++;
+        } else {
+            path[o++] = *tmpl;
+        }
+    }
+    path[o] = '\0';
+    return fopen(path, "a");
+}
+
+static void fp_print(FILE *f, const fp_ctx_t *ctx, const char *bytes, const char *proto,
+                     const char *count_name, fp_stats_t *s, const char *extra)
+{
+    fp_summary_t sum;
+
+    fp_stats_summary(s, &sum);
+    fprintf(f, "flush_prof: pid=%ld comm=%016" PRIx64 " rank=%d nranks=%d bytes=%s proto=%s "
+            "%s=%" PRIu64 " median_us=%.3f p10_us=%.3f p90_us=%.3f mean_us=%.3f max_us=%.3f%s\n",
+            (long)getpid(), ctx->comm_id, ctx->rank, ctx->nranks, bytes, proto, count_name,
+            sum.count, sum.median_us, sum.p10_us, sum.p90_us, sum.mean_us, sum.max_us, extra);
+}
+
+static fp_nccl_result_t fp_finalize(void *context)
+{
+    fp_ctx_t *ctx = context;
+    FILE *out, *f;
+    char bytes[32], extra[64];
+    int i, j;
+
+    if (ctx == NULL)
+        return 0;
+    out = fp_open_out();
+    f = out != NULL ? out : stderr;
+    pthread_mutex_lock(&ctx->lock);
+    /* Ascending size: keys[0] (unknown) last. */
+    for (i = 1; i < FP_MAX_KEYS; i++) {
+        const fp_key_t *next = NULL;
+
+        for (j = 1; j < FP_MAX_KEYS; j++) {
+            const fp_key_t *k = &ctx->keys[j];
+
+            if (k->used == 1 && k->stats.count > 0 && (next == NULL || k->bytes < next->bytes ||
+                (k->bytes == next->bytes && strcmp(k->proto, next->proto) < 0)))
+                next = k;
+        }
+        if (next == NULL)
+            break;
+        snprintf(bytes, sizeof(bytes), "%" PRIu64, next->bytes);
+        fp_print(f, ctx, bytes, next->proto, next->simple == 1 ? "flushes" : "noflush_steps",
+                 (fp_stats_t *)&next->stats, "");
+        ((fp_key_t *)next)->used = 2; /* Printed. */
+    }
+    if (ctx->keys[0].stats.count > 0)
+        fp_print(f, ctx, "unknown", "unknown", "steps", &ctx->keys[0].stats, "");
+    snprintf(extra, sizeof(extra), " untimed_steps=%" PRIu64, ctx->dropped);
+    fp_print(f, ctx, "all", "SIMPLE", "flushes", &ctx->all, extra);
+    pthread_mutex_unlock(&ctx->lock);
+    fflush(f);
+    if (out != NULL)
+        fclose(out);
+    pthread_mutex_destroy(&ctx->lock);
+    free(ctx);
+    return 0;
+}
+
+FP_EXPORT const fp_profiler_v5_t ncclProfiler_v5 = {
+    .name = "ferry-flush-prof",
+    .init = fp_init,
+    .start_event = fp_start_event,
+    .stop_event = fp_stop_event,
+    .record_state = fp_record_state,
+    .finalize = fp_finalize,
+};
