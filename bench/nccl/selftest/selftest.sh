@@ -146,6 +146,11 @@ check mpirun_ab_own_plugin 0 grep -q "^# plugin=$FNB_BUILD/libnccl-net-ferry.so\
 # Each repetition starts one configuration further along: rep 1 ferry first, rep 2 old first.
 check mpirun_ab_rotation 0 test "$(awk -F'\t' 'NR > 1 { printf "%s:%s ", $2, $3 }' "$WORK/mab/runs.tsv")" = \
       "1:ferry 1:socket-default 1:old 2:socket-default 2:old 2:ferry "
+if command -v gnuplot >/dev/null; then
+  check ratio_plot 0 "$HERE/../ratio_plot.sh" "$WORK/ratio.png" ferry socket-default "two reps=$WORK/mab/summary.csv"
+  check ratio_plot_png 0 test -s "$WORK/ratio.png"
+  check ratio_plot_no_pair 2 "$HERE/../ratio_plot.sh" "$WORK/ratio2.png" ferry nonesuch "x=$WORK/mab/summary.csv"
+fi
 check mpirun_ab_wrong 1 env MOCK_WRONG=1 "$HERE/../mpirun_ab.sh" --tests "$HERE/mock_all_reduce_perf" \
       --reps 1 --configs socket-default "$WORK/mab2"
 # nccl-tests -c 0 (a bound measured without checking): N/A is not a failure,
