@@ -237,6 +237,8 @@ typedef struct ferry_ib_flush {
     void           *word;          /* Page-aligned; the READs write its first byte. */
     uint64_t        reads, reads_done; /* READs posted / completed (dump). */
     uint64_t        cuda;          /* cuFlushGPUDirectRDMAWrites calls (dump). */
+    /* READ flushes completed, and their time from iflush until test() polled the last READ. */
+    uint64_t        done, wait_ns, wait_max_ns;
 } ferry_ib_flush_t;
 
 typedef struct ferry_ib_recv_comm {
@@ -262,6 +264,8 @@ void ferry_ib_flush_completion(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc
 void ferry_ib_flush_wc_error(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc);
 void ferry_ib_flush_destroy(ferry_ib_recv_comm_t *rc);
 void ferry_ib_flush_words(const ferry_ib_recv_comm_t *rc, char *buf, size_t len);
+/* At close: one INFO with the READ flushes' count and time (none: nothing). */
+void ferry_ib_flush_close_info(const ferry_ib_recv_comm_t *rc);
 void ferry_ib_flush_stall_why(const ferry_ib_recv_comm_t *rc, const ferry_px_req_t *req,
                               char *buf, size_t len);
 

@@ -407,6 +407,15 @@ void ferry_ib_flush_completion(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc
     }
     rc->flush.reads_done++;
     ferry_px_req_parts_finish(req, 1, 0);
+    if (atomic_load_explicit(&req->state, memory_order_acquire) == FERRY_PX_REQ_DONE) {
+        /* The flush's whole cost as this side sees it: what NCCL waits for after iflush. */
+        uint64_t wait = ferry_px_now_ns() - req->post_ns;
+
+        rc->flush.done++;
+        rc->flush.wait_ns += wait;
+        if (wait > rc->flush.wait_max_ns)
+            rc->flush.wait_max_ns = wait;
+    }
 }
 
 void ferry_ib_flush_wc_error(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc)
@@ -438,8 +447,12 @@ void ferry_ib_flush_words(const ferry_ib_recv_comm_t *rc, char *buf, size_t len)
 
     if (f->nqps > 0)
         snprintf(buf, len, "; GDR flush QP 0x%x (to itself)%s: READs posted %llu, completed "
-                 "%llu", f->qps[0].qp->qp_num, f->nqps > 1 ? " and one per other HCA" : "",
-                 (unsigned long long)f->reads, (unsigned long long)f->reads_done);
+                 "%llu; %llu flushes done in %.1f us on average from iflush to the last READ's "
+                 "completion polled (longest %.1f us)", f->qps[0].qp->qp_num,
+                 f->nqps > 1 ? " and one per other HCA" : "", (unsigned long long)f->reads,
+                 (unsigned long long)f->reads_done, (unsigned long long)f->done,
+                 f->done ? (double)f->wait_ns / (double)f->done / 1e3 : 0.0,
+                 (double)f->wait_max_ns / 1e3);
     else if (f->cuda > 0)
         snprintf(buf, len, "; GDR flushes by cuFlushGPUDirectRDMAWrites %llu",
                  (unsigned long long)f->cuda);
@@ -456,4 +469,18 @@ void ferry_ib_flush_stall_why(const ferry_ib_recv_comm_t *rc, const ferry_px_req
              "without RDMA", (unsigned long long)(req->backend_word & 0xffffffffULL),
              req->sub[0].buf, rc->flush.nqps > 0 ? rc->flush.qps[0].qp->qp_num : 0,
              ferry_ib_comm_where(&rc->base));
+}
+
+void ferry_ib_flush_close_info(const ferry_ib_recv_comm_t *rc)
+{
+    const ferry_ib_flush_t *f = &rc->flush;
+
+    if (f->done == 0)
+        return;
+    FERRY_INFO(FERRY_LOG_NET, "ib recv comm #%u from %s on %s: %llu GDR flushes (1-byte READs on "
+               "QP 0x%x), %.1f us on average from iflush until test() polled the READ's "
+               "completion, longest %.1f us", rc->base.ring.serial, rc->base.conn.peer,
+               ferry_ib_comm_where(&rc->base), (unsigned long long)f->done,
+               f->nqps > 0 ? f->qps[0].qp->qp_num : 0,
+               (double)f->wait_ns / (double)f->done / 1e3, (double)f->wait_max_ns / 1e3);
 }

@@ -373,6 +373,8 @@ static ferry_status_t ferry_ib_close(void *comm, uint64_t magic, const char *fn)
         return FERRY_ERR_INVALID;
     }
     c = comm;
+    if (magic == FERRY_IB_RECV_MAGIC)
+        ferry_ib_flush_close_info((ferry_ib_recv_comm_t *)c);
     FERRY_INFO(FERRY_LOG_NET, "ib %s comm #%u with %s on %s closed", fn + 5, c->ring.serial,
                c->conn.peer, ferry_ib_comm_where(c));
     ferry_ib_comm_destroy(c);

@@ -393,6 +393,7 @@ static void gg_mode_gdr(const char *path)
     ferry_ib_mh_t *a, *d;
     int n = gg_sizes(sizes), i, fd = -1;
     uint32_t qpn;
+    char line[128];
 
     gg_open(&e, path, 1);
     gg_check_props(&e, NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF, 0,
@@ -446,6 +447,13 @@ static void gg_mode_gdr(const char *path)
 
     /* Deregistration after the comms closed. */
     gg_close_comms(&e);
+    /* The loop's non-empty GPU receives, the grouped one and the two into the DMA-BUF range. */
+    snprintf(line, sizeof(line), ": %d GDR flushes (1-byte READs on QP 0x%x), ", 2 * (n - 1) + 3,
+             qpn);
+    FIT_CHECK(fit_log_find(0, NCCL_LOG_INFO, line, "us on average from iflush until test() "
+                           "polled the READ's completion, longest", NULL, NULL, 0) >= 0,
+              "closeRecv did not log the flushes' count and time (%s)", line);
+    fit_pass("closeRecv logs how many flushes the comm made and how long they took");
     FIT_NCCL(e.plugin.net->deregMr(e.recv_comm, rg2.mh));
     FIT_NCCL(e.plugin.net->deregMr(e.recv_comm, rg.mh));
     FIT_NCCL(e.plugin.net->deregMr(e.recv_comm, rh.mh));
