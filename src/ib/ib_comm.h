@@ -60,6 +60,7 @@ static inline void ferry_ib_magic_clear(uint64_t *magic)
 
 #define FERRY_IB_PENDING_MAX  32  /* Inbound OOB connections in their handshake at once. */
 #define FERRY_IB_POLL_BATCH   16  /* CQEs per ibv_poll_cq. */
+#define FERRY_IB_DRAIN_BATCHES 256 /* Bound on the batches a failover takes from a CQ first. */
 #define FERRY_IB_CTS_SIGNAL   16  /* Every 16th CTS write is signalled, so the SQ drains. */
 #define FERRY_IB_CHUNK_ALIGN  128 /* Split parts keep LL/LL128 lines whole. */
 #define FERRY_IB_PEER_GRACE_NS 300000000ULL /* After the peer's EOF, completions still land. */
@@ -416,8 +417,15 @@ int ferry_ib_chain_qp(const ferry_ib_conn_t *conn, int first, int j);
  * Returns 0, or the ring's error when the comm failed.
  */
 long ferry_ib_member_down(ferry_ib_comm_t *c, int m, const char *why);
-/* The same, with an INFO instead of the WARN when warn is 0 (a port taken out on purpose). */
-long ferry_ib_member_stop(ferry_ib_comm_t *c, int m, const char *why, int warn);
+/* member_stop's flags: WARN (else an INFO: a port taken out on purpose); TAKE_CQ: first take
+ * the completions already in the member's CQ (not while a chain is half posted: they may
+ * retire the slot being posted). */
+#define FERRY_IB_STOP_WARN    1U
+#define FERRY_IB_STOP_TAKE_CQ 2U
+/* The same as member_down (which is WARN | TAKE_CQ), with flags. */
+long ferry_ib_member_stop(ferry_ib_comm_t *c, int m, const char *why, unsigned flags);
+/* Hand every completion already in member m's CQ to the comm; 0 or the ring's error. */
+long ferry_ib_cq_drain(ferry_ib_comm_t *c, int m);
 /* A completion error on a merged device's QP (what: the WR in words): its member fails over. */
 void ferry_ib_wc_failover(ferry_ib_comm_t *c, const struct ibv_wc *wc, const char *what);
 /* Ports down, fatal device or async QP events: their members fail (the comm, when not merged). */

@@ -41,10 +41,10 @@ int ferry_ib_chain_qp(const ferry_ib_conn_t *conn, int first, int j)
 
 long ferry_ib_member_down(ferry_ib_comm_t *c, int m, const char *why)
 {
-    return ferry_ib_member_stop(c, m, why, 1);
+    return ferry_ib_member_stop(c, m, why, FERRY_IB_STOP_WARN | FERRY_IB_STOP_TAKE_CQ);
 }
 
-long ferry_ib_member_stop(ferry_ib_comm_t *c, int m, const char *why, int warn)
+long ferry_ib_member_stop(ferry_ib_comm_t *c, int m, const char *why, unsigned flags)
 {
     ferry_ib_conn_t *conn = &c->conn;
     ferry_ib_member_t *mem = &conn->mem[m];
@@ -70,6 +70,14 @@ long ferry_ib_member_stop(ferry_ib_comm_t *c, int m, const char *why, int warn)
         ferry_px_ring_fail(&c->ring, FERRY_ERR_REMOTE, "%s", msg);
         return FERRY_ERR_REMOTE;
     }
+    /*
+     * What the CQ already holds has completed: a chain whose ACK came back
+     * reached the receiver, which may have finished that receive and given
+     * the buffer back. Moving it would write it there a second time. The
+     * member is down first, so the errors taken here say nothing more.
+     */
+    if ((flags & FERRY_IB_STOP_TAKE_CQ) && ferry_ib_cq_drain(c, m) < 0)
+        return atomic_load(&c->ring.failed);
     moved = c->ring.kind == FERRY_PX_SEND ? ferry_ib_send_move((ferry_ib_send_comm_t *)c, m)
                                           : ferry_ib_recv_move((ferry_ib_recv_comm_t *)c, m);
     if (moved < 0)
@@ -79,7 +87,7 @@ long ferry_ib_member_stop(ferry_ib_comm_t *c, int m, const char *why, int warn)
             off += snprintf(msg + off, sizeof(msg) - (size_t)off, "%s%s", off ? ", " : "",
                             conn->mem[i].dev->name);
     ferry_px_ring_describe(&c->ring, desc, sizeof(desc));
-    if (!warn) {
+    if (!(flags & FERRY_IB_STOP_WARN)) {
         FERRY_INFO(FERRY_LOG_NET, "%s: port %s taken out of use (%s); %d request(s) moved to %s",
                    desc, mem->dev->name, why, moved, msg);
         return 0;

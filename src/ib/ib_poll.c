@@ -172,11 +172,49 @@ long ferry_ib_check_peer(ferry_ib_comm_t *c, int pending)
     return ferry_ib_fail(c, why);
 }
 
+/*
+ * One batch of member m's CQ, successes first: an error fails its member
+ * over, which moves whatever has not completed, so every completion
+ * already polled must be counted before that. Returns the count, or -1.
+ */
+static int ferry_ib_cq_batch(ferry_ib_comm_t *c, int m)
+{
+    struct ibv_wc wcs[FERRY_IB_POLL_BATCH];
+    int n = ibv_poll_cq(c->conn.mem[m].cq, FERRY_IB_POLL_BATCH, wcs), i;
+
+    if (n < 0)
+        return -1;
+    for (i = 0; i < n; i++) {
+        if (wcs[i].status != IBV_WC_SUCCESS)
+            continue;
+        if (c->ring.kind == FERRY_PX_SEND)
+            ferry_ib_send_completion((ferry_ib_send_comm_t *)c, &wcs[i]);
+        else
+            ferry_ib_recv_completion((ferry_ib_recv_comm_t *)c, &wcs[i]);
+    }
+    for (i = 0; i < n; i++)
+        if (wcs[i].status != IBV_WC_SUCCESS)
+            ferry_ib_wc_error(c, &wcs[i]);
+    return n;
+}
+
+long ferry_ib_cq_drain(ferry_ib_comm_t *c, int m)
+{
+    int k, n = FERRY_IB_POLL_BATCH;
+
+    /* Bounded: a CQ holds what was posted before; a few batches empty it. */
+    for (k = 0; k < FERRY_IB_DRAIN_BATCHES && n == FERRY_IB_POLL_BATCH; k++) {
+        n = ferry_ib_cq_batch(c, m);
+        if (n < 0)
+            return ferry_ib_fail(c, "ibv_poll_cq failed (the CQ is broken)");
+    }
+    return atomic_load_explicit(&c->ring.failed, memory_order_acquire);
+}
+
 long ferry_ib_poll(ferry_px_ring_t *ring, ferry_px_req_t *req)
 {
     ferry_ib_comm_t *c = (ferry_ib_comm_t *)ring;
-    struct ibv_wc wcs[FERRY_IB_POLL_BATCH];
-    int n, i, m, failed, total = 0;
+    int n, m, failed, total = 0;
     long st;
 
     if (ring->kind == FERRY_PX_SEND && ((ferry_ib_send_comm_t *)c)->ntrunc > 0)
@@ -185,17 +223,9 @@ long ferry_ib_poll(ferry_px_ring_t *ring, ferry_px_req_t *req)
     if (c->conn.multi && ferry_ib_members_check(c) < 0)
         return atomic_load(&ring->failed);
     for (m = 0; m < c->conn.nmem; m++) {
-        n = ibv_poll_cq(c->conn.mem[m].cq, FERRY_IB_POLL_BATCH, wcs);
+        n = ferry_ib_cq_batch(c, m);
         if (n < 0)
             return ferry_ib_fail(c, "ibv_poll_cq failed (the CQ is broken)");
-        for (i = 0; i < n; i++) {
-            if (wcs[i].status != IBV_WC_SUCCESS)
-                ferry_ib_wc_error(c, &wcs[i]);
-            else if (ring->kind == FERRY_PX_SEND)
-                ferry_ib_send_completion((ferry_ib_send_comm_t *)c, &wcs[i]);
-            else
-                ferry_ib_recv_completion((ferry_ib_recv_comm_t *)c, &wcs[i]);
-        }
         total += n;
     }
     failed = atomic_load_explicit(&ring->failed, memory_order_acquire);

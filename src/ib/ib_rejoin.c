@@ -92,7 +92,7 @@ static void ferry_ib_rejoin_answer(ferry_ib_comm_t *c, int m, uint8_t n)
     if (ferry_ib_member_port_ok(mem) && (mem->down || conn->ndown + 1 < conn->nmem)) {
         /* Work may still be on it (this side saw no error): move it before the reset. */
         if (!mem->down && ferry_ib_member_stop(c, m, "the peer resets it after a failure on "
-                                               "its side", 0) < 0)
+                                               "its side", FERRY_IB_STOP_TAKE_CQ) < 0)
             return;
         if (ferry_ib_member_qps_reset(c, m) == FERRY_OK &&
             ferry_ib_member_qps_up(c, m) == FERRY_OK &&

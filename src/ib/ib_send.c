@@ -148,8 +148,12 @@ static ferry_status_t ferry_ib_send_chain_any(ferry_ib_send_comm_t *sc,
             return FERRY_OK;
         snprintf(why, sizeof(why), "ibv_post_send on QP 0x%x failed: %s",
                  c->conn.qps[q]->qp_num, strerror(err));
-        /* One port: the comm fails with why; merged: the next port takes the chain. */
-        if (ferry_ib_member_down(c, ferry_ib_qp_mem(&c->conn, q), why) < 0)
+        /*
+         * One port: the comm fails with why; merged: the next port takes the chain.
+         * Its CQ waits for the next poll: a completion taken here could retire the
+         * slot this chain (or the move) is being posted from.
+         */
+        if (ferry_ib_member_stop(c, ferry_ib_qp_mem(&c->conn, q), why, FERRY_IB_STOP_WARN) < 0)
             return FERRY_ERR_REMOTE;
     }
     ferry_px_ring_fail(&c->ring, FERRY_ERR_REMOTE, "message %llu chain %d: no port left to post "

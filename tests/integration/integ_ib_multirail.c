@@ -14,6 +14,9 @@
  *              of the next messages again
  *   all-down   every port goes down with a message in flight: both sides get
  *              ncclRemoteError within seconds, the WARN says no port is left
+ *   acked      a message cut over both ports is received and acknowledged, its
+ *              completions unpolled, when a port goes down: nothing is moved or
+ *              written a second time into the receive the application has back
  *   fork       (only with --case) two processes: the sender's port goes down after message 4 of 64
  *              x 64 MiB (the receiver's own port stays up, its QPs there just
  *              stop hearing), comes back after message 12; every message
@@ -48,12 +51,15 @@ typedef int (*mr_inject_fn)(struct ibv_context *, enum fakeibv_fault_kind, uint3
 
 typedef int (*mr_counters_fn)(struct ibv_context *, uint8_t, struct fakeibv_port_counters *);
 
+typedef int (*mr_qp_stats_fn)(uint32_t, struct fakeibv_qp_stats *);
+
 typedef struct mr_env {
     fit_plugin_t  plugin;
     void         *ctx;
     int           dev;
     mr_inject_fn  inject;
     mr_counters_fn counters;
+    mr_qp_stats_fn qp_stats;
     void         *send_comm, *recv_comm;
     int           down_after; /* failover: message after which the port goes down. */
     int           downed;
@@ -74,6 +80,8 @@ static void mr_open(mr_env_t *e, const char *path)
     FIT_CHECK(e->inject != NULL, "the loaded libibverbs.so.1 is not fakeibv (no fakeibv_inject)");
     e->counters = (mr_counters_fn)dlvsym(h, "fakeibv_port_counters", "FAKEIBV_1.0");
     FIT_CHECK(e->counters != NULL, "the loaded fakeibv has no fakeibv_port_counters");
+    e->qp_stats = (mr_qp_stats_fn)dlvsym(h, "fakeibv_qp_stats", "FAKEIBV_1.0");
+    FIT_CHECK(e->qp_stats != NULL, "the loaded fakeibv has no fakeibv_qp_stats");
 }
 
 /* Payload bytes member m's port has sent, as the (emulated) HCA counts them. */
@@ -324,6 +332,108 @@ static void mr_all_down(const char *path)
     free(sbuf);
 }
 
+/* RDMA writes the sender's QPs on member m have put on the wire, as the emulated HCA counts. */
+static uint64_t mr_member_writes(const mr_env_t *e, const ferry_ib_conn_t *conn, int m)
+{
+    struct fakeibv_qp_stats st;
+    uint64_t n = 0;
+    int q;
+
+    for (q = 0; q < conn->nqps; q++) {
+        if (ferry_ib_qp_mem(conn, q) != m)
+            continue;
+        FIT_CHECK(e->qp_stats(conn->qps[q]->qp_num, &st) == 0, "fakeibv_qp_stats(0x%x)",
+                  conn->qps[q]->qp_num);
+        n += st.writes + st.writes_imm;
+    }
+    return n;
+}
+
+/*
+ * acked: a message cut over both ports has landed whole and the receiver has
+ * its buffer back; the sender's completions wait in its CQ, unpolled, when
+ * port 1 goes down. The failover takes them first and moves nothing: no
+ * write goes out again, the buffer the receiver has back (poisoned after
+ * its check) stays untouched, the WARN says 0 requests moved. Before, the
+ * acknowledged part went again on port 0 and landed a second time.
+ */
+static void mr_acked(const char *path)
+{
+    size_t size = (size_t)64 << 20, bad = 0;
+    char *sbuf = aligned_alloc(4096, size), *rbuf = aligned_alloc(4096, size);
+    void *smh = NULL, *rmh = NULL, *sreq = NULL, *rreq = NULL, *data;
+    const ferry_ib_conn_t *sconn;
+    char needle[160];
+    uint64_t writes0;
+    ncclResult_t rc;
+    double took;
+    int tag = 5, from;
+    fit_bound_t b;
+    mr_env_t e;
+
+    FIT_CHECK(sbuf != NULL && rbuf != NULL, "malloc");
+    fit_fill(sbuf, size, 0xacced);
+    memset(rbuf, FIT_POISON, size);
+    mr_open(&e, path);
+    mr_pair(&e);
+    sconn = mr_conn(e.send_comm);
+    FIT_CHECK(sconn->nmem == 2 && size >= sconn->stripe_min, "%d ports, stripe_min %zu",
+              sconn->nmem, sconn->stripe_min);
+    FIT_NCCL(e.plugin.net->regMr(e.send_comm, sbuf, size, NCCL_PTR_HOST, &smh));
+    FIT_NCCL(e.plugin.net->regMr(e.recv_comm, rbuf, size, NCCL_PTR_HOST, &rmh));
+    data = rbuf;
+    FIT_NCCL(e.plugin.net->irecv(e.recv_comm, 1, &data, &size, &tag, &rmh, NULL, &rreq));
+    FIT_CHECK(rreq != NULL, "irecv returned no request");
+    fit_bound_init(&b, "isend", 10.0, 100000000L);
+    while ((rc = e.plugin.net->isend(e.send_comm, sbuf, size, tag, smh, NULL, &sreq)) ==
+               ncclSuccess && sreq == NULL)
+        fit_bound_step(&b);
+    FIT_NCCL(rc);
+    /* Only the receiver is polled: the sender's completions stay in its CQ. */
+    FIT_NCCL(fit_wait(&e.plugin, rreq, 20.0, &took));
+    fit_check_pattern(rbuf, size, 0xacced, "the message before the port went down");
+    FIT_CHECK(sconn->mem[0].bytes > 0 && sconn->mem[1].bytes > 0,
+              "the message was not cut over both ports (%llu + %llu bytes)",
+              (unsigned long long)sconn->mem[0].bytes, (unsigned long long)sconn->mem[1].bytes);
+    memset(rbuf, FIT_POISON, size); /* The application's again: nothing may land here now. */
+    /* The responder acknowledges right after the receive completes; give the ACKs time. */
+    usleep(200000);
+    writes0 = mr_member_writes(&e, sconn, 0);
+    snprintf(needle, sizeof(needle), "port %s failed for this comm", sconn->mem[1].dev->name);
+    fit_log_expect(needle);
+    fit_log_expect("async event port error");
+    from = fit_log_lines();
+    mr_port(&e, 1, FAKEIBV_FAULT_PORT_ERR);
+    /* The send comm's next poll must see the port down (ferry's async thread sets it). */
+    fit_bound_init(&b, "PORT_ERR seen", 10.0, 100000000L);
+    while (!atomic_load((_Atomic int *)&sconn->mem[1].dev->port_down))
+        fit_bound_step(&b);
+    FIT_NCCL(fit_wait(&e.plugin, sreq, 20.0, &took));
+    FIT_CHECK(sconn->mem[1].down && sconn->mem[1].moved == 0,
+              "port %s: down %d, %llu part(s) moved off it after they were acknowledged",
+              sconn->mem[1].dev->name, sconn->mem[1].down,
+              (unsigned long long)sconn->mem[1].moved);
+    FIT_CHECK(mr_member_writes(&e, sconn, 0) == writes0,
+              "port %s wrote %llu more time(s) after the failover", sconn->mem[0].dev->name,
+              (unsigned long long)(mr_member_writes(&e, sconn, 0) - writes0));
+    FIT_CHECK(fit_log_find(from, NCCL_LOG_WARN, needle, "0 request(s) in flight there moved",
+                           NULL, NULL, 0) >= 0, "no WARN says port %s failed with 0 moved",
+              sconn->mem[1].dev->name);
+    for (data = rbuf; (size_t)((char *)data - rbuf) < size; data = (char *)data + 1)
+        if (*(unsigned char *)data != FIT_POISON && bad++ == 0)
+            printf("  first byte written again at offset %zu\n", (size_t)((char *)data - rbuf));
+    FIT_CHECK(bad == 0, "%zu byte(s) of the finished receive were written again", bad);
+    mr_port(&e, 1, FAKEIBV_FAULT_PORT_ACTIVE);
+    FIT_NCCL(e.plugin.net->deregMr(e.send_comm, smh));
+    FIT_NCCL(e.plugin.net->deregMr(e.recv_comm, rmh));
+    fit_log_expect_clear();
+    fit_pass("acknowledged parts stay done: port down after the receive, nothing moved or "
+             "written again");
+    mr_close(&e);
+    free(sbuf);
+    free(rbuf);
+}
+
 #define MR_FORK_MSGS 64
 #define MR_FORK_DOWN 4
 #define MR_FORK_UP   12
@@ -512,6 +622,8 @@ int main(int argc, char **argv)
         mr_failover(path);
     if (only == NULL || strcmp(only, "all-down") == 0)
         mr_all_down(path);
+    if (only == NULL || strcmp(only, "acked") == 0)
+        mr_acked(path);
     if (only == NULL || strcmp(only, "refuse") == 0)
         mr_refuse(path, 0);
     if (only != NULL && strcmp(only, "refuse-all") == 0)
