@@ -189,6 +189,7 @@ typedef struct ferry_ib_send_slot {
     int             outstanding;   /* ...whose completion is not polled yet. */
     uint32_t        trunc;         /* Buffers whose isend did not fit (bit i). */
     uint32_t        chains_done;   /* Chains whose completion was polled (bit j). */
+    uint32_t        moved;         /* Chains a failover posted again, not completed yet (bit j). */
     uint8_t         nq, q0;        /* The message's chains, planned from QP q0 (ferry_ib_msg_plan). */
     uint8_t         chain_qp[FERRY_IB_MAX_QPS]; /* The QP chain j was last posted on. */
     ferry_px_req_t *reqs[FERRY_IB_MAX_RECVS]; /* Request of buffer i. */
@@ -204,6 +205,15 @@ typedef struct ferry_ib_send_comm {
     int                    ar;         /* Adaptive routing: data as WRITE, then a 0-byte WRITE_WITH_IMM. */
     size_t                 ar_threshold;
     uint64_t               chains_posted, chains_done; /* For the dump. */
+    /*
+     * Chains a failover posted again whose completion is not polled yet. While
+     * any is out, isend takes no new clear-to-send: a part acknowledged on the
+     * failed port after it failed lands twice (the same bytes), and its second
+     * copy must not overtake a later message into a buffer the receiver has
+     * reused. Once the moved chains are acknowledged, nothing of theirs is left
+     * in flight.
+     */
+    int                    moved_out;
     /*
      * Sends that did not fit, back from the wire: failed by the next poll,
      * one test() later, so a receiver driven by the same thread in between

@@ -69,11 +69,14 @@ void ferry_ib_state_words(const ferry_px_ring_t *ring, char *buf, size_t len)
         uint32_t s = (uint32_t)(sc->fifo_head % FERRY_IB_FIFO_SLOTS);
         uint64_t idx = __atomic_load_n(&sc->fifo[s][0].idx, __ATOMIC_ACQUIRE);
 
-        snprintf(buf + off, len - off, "; CTS FIFO head %llu (slot %u %s), WR chains "
-                 "outstanding %llu", (unsigned long long)sc->fifo_head, s,
-                 idx == sc->fifo_head + 1 ? "has the receiver's clear-to-send"
-                                          : "empty: the receiver has not posted it",
-                 (unsigned long long)(sc->chains_posted - sc->chains_done));
+        off += (size_t)snprintf(buf + off, len - off, "; CTS FIFO head %llu (slot %u %s), WR "
+                                "chains outstanding %llu", (unsigned long long)sc->fifo_head, s,
+                                idx == sc->fifo_head + 1 ? "has the receiver's clear-to-send"
+                                                         : "empty: the receiver has not posted it",
+                                (unsigned long long)(sc->chains_posted - sc->chains_done));
+        if (sc->moved_out > 0 && off < len)
+            snprintf(buf + off, len - off, ", %d of them moved by a failover (new messages "
+                     "wait for them)", sc->moved_out);
     } else {
         const ferry_ib_recv_comm_t *rc = (const ferry_ib_recv_comm_t *)c;
 

@@ -200,6 +200,10 @@ int ferry_ib_send_move(ferry_ib_send_comm_t *sc, int m)
                 continue;
             if (ferry_ib_send_chain_any(sc, slot, j, slot->chain_qp[j], nq) != FERRY_OK)
                 return -1;
+            if (!((slot->moved >> j) & 1)) {
+                slot->moved |= 1U << j;
+                sc->moved_out++;
+            }
             here = 1;
             conn->mem[m].moved++;
         }
@@ -232,6 +236,10 @@ void ferry_ib_send_completion(ferry_ib_send_comm_t *sc, const struct ibv_wc *wc)
         if ((slot->chains_done >> j) & 1 || conn->qps[slot->chain_qp[j]]->qp_num != wc->qp_num)
             return;
         slot->chains_done |= 1U << j;
+        if ((slot->moved >> j) & 1) {
+            slot->moved &= ~(1U << j);
+            sc->moved_out--;
+        }
     }
     conn->mem[ferry_ib_qp_mem(conn, slot->chain_qp[j])].chains++;
     nq = slot->nq;
@@ -354,6 +362,8 @@ ferry_status_t ferry_ib_isend(void *send_comm, void *data, size_t size, int tag,
                    "bytes per message (maxP2pBytes)", conn->peer, size, INT_MAX);
         return FERRY_ERR_USAGE;
     }
+    if (sc->moved_out > 0)
+        return FERRY_OK; /* A failover's moved chains first (moved_out); test() reaps them. */
     if (slot->chains > 0) {
         /* The slot's previous message is still on the wire: reap, then retry later. */
         st = ferry_ib_poll(&sc->base.ring, NULL);

@@ -17,6 +17,8 @@
  *   acked      a message cut over both ports is received and acknowledged, its
  *              completions unpolled, when a port goes down: nothing is moved or
  *              written a second time into the receive the application has back
+ *   fence      a part moved by a failover is in flight: isend takes no new
+ *              clear-to-send until it is acknowledged; both messages intact
  *   fork       (only with --case) two processes: the sender's port goes down after message 4 of 64
  *              x 64 MiB (the receiver's own port stays up, its QPs there just
  *              stop hearing), comes back after message 12; every message
@@ -434,6 +436,108 @@ static void mr_acked(const char *path)
     free(rbuf);
 }
 
+/*
+ * fence: the sender's QP on port 1 stops reaching the peer (QP_DROP) with a
+ * message cut over both ports in flight; its part fails over to port 0.
+ * Until that moved part is acknowledged, isend takes no new clear-to-send
+ * (the next message's is there): a part acknowledged on the failed port
+ * after it failed lands twice, and the second copy must not overtake a
+ * later message into a buffer the receiver reused. Then both messages
+ * arrive intact.
+ */
+static void mr_fence(const char *path)
+{
+    size_t size = (size_t)64 << 20;
+    char *sa = aligned_alloc(4096, size), *sb = aligned_alloc(4096, size);
+    char *ra = aligned_alloc(4096, size), *rb = aligned_alloc(4096, size);
+    void *smh[2] = {NULL, NULL}, *rmh[2] = {NULL, NULL}, *sreq[2] = {NULL, NULL};
+    void *rreq[2] = {NULL, NULL}, *data;
+    const ferry_ib_send_comm_t *sc;
+    const ferry_ib_conn_t *sconn;
+    char needle[160];
+    ncclResult_t rc;
+    double took;
+    int tag = 9, done = 0, q, i, moved_out;
+    fit_bound_t b;
+    mr_env_t e;
+
+    FIT_CHECK(sa != NULL && sb != NULL && ra != NULL && rb != NULL, "malloc");
+    fit_fill(sa, size, 0xfe1ce);
+    fit_fill(sb, size, 0xfe1cf);
+    memset(ra, FIT_POISON, size);
+    memset(rb, FIT_POISON, size);
+    mr_open(&e, path);
+    mr_pair(&e);
+    sc = e.send_comm; /* Same build: the plugin's layout. */
+    sconn = mr_conn(e.send_comm);
+    FIT_CHECK(sconn->nmem == 2 && size >= sconn->stripe_min, "%d ports, stripe_min %zu",
+              sconn->nmem, sconn->stripe_min);
+    FIT_NCCL(e.plugin.net->regMr(e.send_comm, sa, size, NCCL_PTR_HOST, &smh[0]));
+    FIT_NCCL(e.plugin.net->regMr(e.send_comm, sb, size, NCCL_PTR_HOST, &smh[1]));
+    FIT_NCCL(e.plugin.net->regMr(e.recv_comm, ra, size, NCCL_PTR_HOST, &rmh[0]));
+    FIT_NCCL(e.plugin.net->regMr(e.recv_comm, rb, size, NCCL_PTR_HOST, &rmh[1]));
+    for (i = 0; i < 2; i++) {
+        data = i == 0 ? ra : rb;
+        FIT_NCCL(e.plugin.net->irecv(e.recv_comm, 1, &data, &size, &tag, &rmh[i], NULL, &rreq[i]));
+        FIT_CHECK(rreq[i] != NULL, "irecv %d returned no request", i);
+    }
+    for (q = 0; q < sconn->nqps; q++)
+        if (ferry_ib_qp_mem(sconn, q) == 1)
+            FIT_CHECK(e.inject(sconn->mem[1].dev->hca->ctx, FAKEIBV_FAULT_QP_DROP,
+                               sconn->qps[q]->qp_num, 0, 1, 0) == 0, "inject QP_DROP on 0x%x",
+                      sconn->qps[q]->qp_num);
+    snprintf(needle, sizeof(needle), "port %s failed for this comm", sconn->mem[1].dev->name);
+    fit_log_expect(needle);
+    fit_bound_init(&b, "isend of the first message", 10.0, 100000000L);
+    while ((rc = e.plugin.net->isend(e.send_comm, sa, size, tag, smh[0], NULL, &sreq[0])) ==
+               ncclSuccess && sreq[0] == NULL)
+        fit_bound_step(&b);
+    FIT_NCCL(rc);
+    /* The sender's polls until its part on port 1 fails over: then it is posted on port 0. */
+    fit_bound_init(&b, "the failover", 20.0, 1000000000L);
+    while (!sconn->mem[1].down) {
+        FIT_NCCL(e.plugin.net->test(sreq[0], &done, NULL));
+        FIT_CHECK(!done, "the first message completed before its part on port 1 failed over");
+        fit_bound_step(&b);
+    }
+    moved_out = sc->moved_out;
+    FIT_CHECK(sconn->mem[1].moved >= 1 && (uint64_t)moved_out == sconn->mem[1].moved,
+              "%llu part(s) moved off port 1, %d moved chain(s) outstanding; expected the same, "
+              "at least 1", (unsigned long long)sconn->mem[1].moved, moved_out);
+    FIT_CHECK(__atomic_load_n(&sc->fifo[sc->fifo_head % FERRY_IB_FIFO_SLOTS][0].idx,
+                              __ATOMIC_ACQUIRE) == sc->fifo_head + 1,
+              "the second message's clear-to-send is not there");
+    FIT_NCCL(e.plugin.net->isend(e.send_comm, sb, size, tag, smh[1], NULL, &sreq[1]));
+    FIT_CHECK(sreq[1] == NULL && sc->moved_out == moved_out,
+              "isend took the next clear-to-send while a moved part was in flight");
+    fit_pass("a failover's moved part in flight: isend waits (NULL) with the next "
+             "clear-to-send there");
+    FIT_NCCL(fit_wait(&e.plugin, sreq[0], 20.0, &took));
+    FIT_CHECK(sc->moved_out == 0, "%d moved chain(s) still counted after their message completed",
+              sc->moved_out);
+    fit_bound_init(&b, "isend of the second message", 10.0, 100000000L);
+    while ((rc = e.plugin.net->isend(e.send_comm, sb, size, tag, smh[1], NULL, &sreq[1])) ==
+               ncclSuccess && sreq[1] == NULL)
+        fit_bound_step(&b);
+    FIT_NCCL(rc);
+    FIT_NCCL(fit_wait(&e.plugin, sreq[1], 20.0, &took));
+    FIT_NCCL(fit_wait(&e.plugin, rreq[0], 20.0, &took));
+    FIT_NCCL(fit_wait(&e.plugin, rreq[1], 20.0, &took));
+    fit_check_pattern(ra, size, 0xfe1ce, "the message whose part moved");
+    fit_check_pattern(rb, size, 0xfe1cf, "the message after the moved part");
+    fit_pass("the moved part acknowledged, isend goes on: both messages intact");
+    for (i = 0; i < 2; i++) {
+        FIT_NCCL(e.plugin.net->deregMr(e.send_comm, smh[i]));
+        FIT_NCCL(e.plugin.net->deregMr(e.recv_comm, rmh[i]));
+    }
+    mr_close(&e);
+    fit_log_expect_clear();
+    free(sa);
+    free(sb);
+    free(ra);
+    free(rb);
+}
+
 #define MR_FORK_MSGS 64
 #define MR_FORK_DOWN 4
 #define MR_FORK_UP   12
@@ -624,6 +728,8 @@ int main(int argc, char **argv)
         mr_all_down(path);
     if (only == NULL || strcmp(only, "acked") == 0)
         mr_acked(path);
+    if (only == NULL || strcmp(only, "fence") == 0)
+        mr_fence(path);
     if (only == NULL || strcmp(only, "refuse") == 0)
         mr_refuse(path, 0);
     if (only != NULL && strcmp(only, "refuse-all") == 0)
