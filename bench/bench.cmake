@@ -24,3 +24,18 @@ add_dependencies(ferry-bench nccl-net-ferry)
 add_library(ferry-flush-prof MODULE ${FERRY_BENCH_DIR}/nccl/flush_profiler.c
   ${FERRY_BENCH_DIR}/nccl/flush_prof_stats.c)
 target_link_libraries(ferry-flush-prof PRIVATE pthread)
+
+# libnccl-net-ferry-null.so: the plugin with FERRY_SOCK_NULL_PAYLOAD (src/socket/sock.h):
+# socket chunks carry their header and no payload. For measuring the zero-cost
+# ceiling only (bench/README.md); built on request (--target nccl-net-ferry-null),
+# never installed.
+add_library(ferry_core_null STATIC EXCLUDE_FROM_ALL ${FERRY_CORE_SOURCES})
+target_compile_definitions(ferry_core_null PRIVATE FERRY_SOCK_NULL_PAYLOAD=1)
+target_include_directories(ferry_core_null PUBLIC ${PROJECT_SOURCE_DIR}/src
+                                                  ${PROJECT_SOURCE_DIR}/include)
+target_link_libraries(ferry_core_null PUBLIC pthread ${CMAKE_DL_LIBS})
+add_library(nccl-net-ferry-null SHARED EXCLUDE_FROM_ALL ${FERRY_NCCL_SOURCES})
+target_link_libraries(nccl-net-ferry-null PRIVATE ferry_core_null)
+target_link_options(nccl-net-ferry-null PRIVATE
+  -Wl,--version-script=${PROJECT_SOURCE_DIR}/cmake/ferry.map -Wl,--no-undefined -Wl,--as-needed)
+set_target_properties(nccl-net-ferry-null PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})

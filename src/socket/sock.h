@@ -18,6 +18,16 @@
 #define FERRY_SOCK_MR_MAGIC     0x72656d6b636f7372ULL
 #define FERRY_SOCK_PENDING_MAX  64 /* Inbound streams waiting for their hello. */
 #define FERRY_SOCK_GROUP_MAX    8  /* Connections being assembled at once. */
+/*
+ * Measurement builds only (bench: libnccl-net-ferry-null.so, never installed):
+ * 1 sends each chunk's header and none of its payload, and the receiver counts
+ * the payload as read. Everything else runs as in the real plugin, so NCCL over
+ * it shows the zero-cost ceiling: what one host reaches when the network moves
+ * nothing (bench/README.md).
+ */
+#ifndef FERRY_SOCK_NULL_PAYLOAD
+#define FERRY_SOCK_NULL_PAYLOAD 0
+#endif
 
 typedef struct ferry_sock_dev {
     ferry_sock_if_t ifc;

@@ -139,7 +139,7 @@ static long ferry_sock_send_lane_progress(ferry_px_stream_t *px, int li, short r
             iov[niov].iov_base = (char *)lane->hdr_p + lane->sent;
             iov[niov++].iov_len = hdr_left;
         }
-        if (lane->claim.len > 0) {
+        if (lane->claim.len > 0 && !FERRY_SOCK_NULL_PAYLOAD) {
             size_t pay_done = lane->sent - (sizeof(lane->hdr) - hdr_left);
 
             iov[niov].iov_base = lane->claim.req->sub[0].buf + lane->claim.offset + pay_done;
@@ -176,6 +176,8 @@ static long ferry_sock_send_lane_progress(ferry_px_stream_t *px, int li, short r
         }
         atomic_store_explicit(&lane->blocked, 0, memory_order_relaxed);
         ferry_sock_zc_sent(c, li, zc);
+        if (FERRY_SOCK_NULL_PAYLOAD && (size_t)n == hdr_left)
+            n += (ssize_t)lane->claim.len; /* The header is out: the payload counts as sent. */
         if ((size_t)n > hdr_left) {
             ferry_px_req_progress(lane->claim.req, (size_t)n - hdr_left);
             ferry_px_stat_add(&px->lanes[li].bytes, (size_t)n - hdr_left);
@@ -327,6 +329,10 @@ static long ferry_sock_recv_lane_progress(ferry_px_stream_t *px, int li, short r
             r = ferry_sock_recv_lane_match(c, li);
             if (r <= 0)
                 return r < 0 ? r : work;
+        }
+        if (FERRY_SOCK_NULL_PAYLOAD && lane->rgot < lane->rhdr.len) {
+            ferry_px_req_progress(lane->rreq, lane->rhdr.len - lane->rgot);
+            lane->rgot = lane->rhdr.len; /* Nothing follows the header. */
         }
         if (lane->rgot < lane->rhdr.len) {
             n = ferry_sock_lane_read(lane->fd, lane->rreq->sub[0].buf + lane->rhdr.offset + lane->rgot,
