@@ -23,7 +23,8 @@
  * 1 sends each chunk's header and none of its payload, and the receiver counts
  * the payload as read. Everything else runs as in the real plugin, so NCCL over
  * it shows the zero-cost ceiling: what one host reaches when the network moves
- * nothing (bench/README.md).
+ * nothing (bench/README.md). Only NCCL's Simple protocol completes over it: LL
+ * and LL128 find their flags in the payload.
  */
 #ifndef FERRY_SOCK_NULL_PAYLOAD
 #define FERRY_SOCK_NULL_PAYLOAD 0
