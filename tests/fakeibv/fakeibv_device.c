@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <endian.h>
 
@@ -486,6 +487,7 @@ FAKEIBV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
     ctx->dev = d;
     ctx->async_wfd = pipefd[1];
     pthread_mutex_init(&ctx->async_lock, NULL);
+    pthread_cond_init(&ctx->async_acked, NULL);
     ctx->vctx.sz = sizeof(struct verbs_context);
     ctx->vctx.query_port = fakeibv_vctx_query_port;
     ctx->vctx.query_device_ex = fakeibv_query_device_ex;
@@ -515,6 +517,7 @@ FAKEIBV_EXPORT int ibv_close_device(struct ibv_context *context)
     close(ctx->async_wfd);
     close(context->async_fd);
     pthread_mutex_destroy(&ctx->async_lock);
+    pthread_cond_destroy(&ctx->async_acked);
     free(ctx);
     return 0;
 }
@@ -551,30 +554,100 @@ void fakeibv_async_raise(struct fakeibv_context *ctx, const struct ibv_async_eve
     pthread_mutex_unlock(&ctx->async_lock);
 }
 
+/* The events whose element is a QP (verbs.h). */
+static int fakeibv_event_is_qp(enum ibv_event_type type)
+{
+    switch (type) {
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_SQ_DRAINED:
+    case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR:
+    case IBV_EVENT_QP_LAST_WQE_REACHED:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 FAKEIBV_EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *event)
 {
     struct fakeibv_context *ctx = fakeibv_ctx(context);
     char b;
     ssize_t n;
 
-    do {
-        n = read(context->async_fd, &b, 1);
-    } while (n < 0 && errno == EINTR);
-    if (n != 1) {
-        if (n == 0)
-            errno = EIO; /* Context closed. */
-        return -1;
+    for (;;) {
+        do {
+            n = read(context->async_fd, &b, 1);
+        } while (n < 0 && errno == EINTR);
+        if (n != 1) {
+            if (n == 0)
+                errno = EIO; /* Context closed. */
+            return -1;
+        }
+        pthread_mutex_lock(&ctx->async_lock);
+        if (ctx->async_head != ctx->async_tail)
+            break;
+        /* Its event left with its QP (fakeibv_async_forget_qp): wait for the next one. */
+        pthread_mutex_unlock(&ctx->async_lock);
     }
-    pthread_mutex_lock(&ctx->async_lock);
     *event = ctx->async_q[ctx->async_head % FAKEIBV_ASYNC_QLEN];
     ctx->async_head++;
+    if (fakeibv_event_is_qp(event->event_type))
+        fakeibv_qp(event->element.qp)->events_reported++;
     pthread_mutex_unlock(&ctx->async_lock);
     return 0;
 }
 
 FAKEIBV_EXPORT void ibv_ack_async_event(struct ibv_async_event *event)
 {
-    (void)event; /* Objects are not reference-counted against events here. */
+    struct fakeibv_qp *qp;
+
+    if (event == NULL || !fakeibv_event_is_qp(event->event_type))
+        return; /* Only QPs are reference-counted against their events here. */
+    qp = fakeibv_qp(event->element.qp);
+    pthread_mutex_lock(&qp->ctx->async_lock);
+    qp->events_completed++;
+    pthread_cond_broadcast(&qp->ctx->async_acked);
+    pthread_mutex_unlock(&qp->ctx->async_lock);
+}
+
+/* How long ibv_destroy_qp waits for an acknowledgement before it gives up with a warning. */
+#define FAKEIBV_ACK_WAIT_S 30
+
+void fakeibv_async_forget_qp(struct fakeibv_qp *qp)
+{
+    struct fakeibv_context *ctx = qp->ctx;
+    struct ibv_qp *ibqp = &qp->qpx.qp_base;
+    unsigned i, kept;
+    struct timespec until;
+
+    pthread_mutex_lock(&ctx->async_lock);
+    /* Unread events about it go, the others keep their order. The pipe's extra bytes
+     * make a reader find the queue empty and read on (ibv_get_async_event). */
+    for (i = kept = ctx->async_head; i != ctx->async_tail; i++) {
+        const struct ibv_async_event *ev = &ctx->async_q[i % FAKEIBV_ASYNC_QLEN];
+
+        if (fakeibv_event_is_qp(ev->event_type) && ev->element.qp == ibqp)
+            continue;
+        ctx->async_q[kept++ % FAKEIBV_ASYNC_QLEN] = *ev;
+    }
+    ctx->async_tail = kept;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += FAKEIBV_ACK_WAIT_S;
+    while (qp->events_completed != qp->events_reported) {
+        if (pthread_cond_timedwait(&ctx->async_acked, &ctx->async_lock, &until) == ETIMEDOUT) {
+            /* rdma-core would block for good: the consumer never acknowledged the event. */
+            FAKEIBV_WARN("ibv_destroy_qp(0x%x): %u async event(s) handed out were not "
+                         "acknowledged with ibv_ack_async_event after %d s; destroying anyway",
+                         ibqp->qp_num, qp->events_reported - qp->events_completed,
+                         FAKEIBV_ACK_WAIT_S);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&ctx->async_lock);
 }
 
 /* ---- fork support: nothing to do, there is no pinned DMA memory --------- */

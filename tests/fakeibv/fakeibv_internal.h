@@ -94,7 +94,8 @@ struct fakeibv_device {
 
 struct fakeibv_context {
     struct fakeibv_device *dev;
-    pthread_mutex_t async_lock;   /* Protects the async queue. */
+    pthread_mutex_t async_lock;   /* Protects the async queue and the QPs' event counts. */
+    pthread_cond_t async_acked;   /* A QP event was acknowledged (ibv_destroy_qp waits). */
     int async_wfd;                /* Write end; the read end is context.async_fd. */
     struct ibv_async_event async_q[FAKEIBV_ASYNC_QLEN];
     unsigned async_head, async_tail;
@@ -108,6 +109,13 @@ static inline struct fakeibv_context *fakeibv_ctx(struct ibv_context *c)
 
 struct fakeibv_device *fakeibv_device_by_lid(uint16_t lid, int *port_p);
 void fakeibv_async_raise(struct fakeibv_context *ctx, const struct ibv_async_event *ev);
+/*
+ * For ibv_destroy_qp, as rdma-core and the kernel do it: the QP's events not
+ * yet read leave the queue, and the call waits until the ones already handed
+ * out are acknowledged (the consumer may still be reading ev.element.qp).
+ */
+struct fakeibv_qp;
+void fakeibv_async_forget_qp(struct fakeibv_qp *qp);
 uint16_t fakeibv_lid_from_gid(const union ibv_gid *gid);
 void fakeibv_gid_fill(const struct fakeibv_device *dev, int port, int index,
                       union ibv_gid *gid, uint32_t *type_p);
@@ -286,6 +294,8 @@ struct fakeibv_qp {
     int link_down;                /* QP_DROP or its port went down: no stream in or out
                                    * until RESET (implies broken). */
     int data_port;                /* Port (1-based) it moved data on, fixed at RTR; 0 before. */
+    /* Async events about it handed out / acknowledged (under ctx->async_lock). */
+    unsigned events_reported, events_completed;
     uint32_t mtu_bytes;           /* Its path MTU in bytes, fixed at RTR (packet counts). */
     struct timespec deadline;     /* When the retry timer expires (broken only). */
     int deadline_set;

@@ -495,6 +495,7 @@ FAKEIBV_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
     fakeibv_qp_stop_threads(qp);
     fakeibv_port_counters_flush(qp);
     fakeibv_qp_release_acceptor(qp);
+    fakeibv_async_forget_qp(qp);
     __atomic_sub_fetch(&((struct fakeibv_cq *)ibqp->send_cq)->users, 1, __ATOMIC_RELAXED);
     __atomic_sub_fetch(&((struct fakeibv_cq *)ibqp->recv_cq)->users, 1, __ATOMIC_RELAXED);
     pthread_mutex_destroy(&qp->lock);

@@ -5,12 +5,15 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "fakeibv.h"
@@ -256,7 +259,66 @@ static void test_async_events(void **state)
     assert_int_equal(wc.wr_id, 77);
     assert_int_equal(wc.status, IBV_WC_WR_FLUSH_ERR);
     assert_int_equal(fakeibv_inject(f->ctx, FAKEIBV_FAULT_QP_FATAL, 0xabcdef, 0, 0, 0), ENOENT);
+    ibv_ack_async_event(&ev);
     assert_int_equal(ibv_destroy_qp(qp), 0);
+}
+
+struct destroy_arg {
+    struct ibv_qp *qp;
+    int rc;
+    _Atomic int done;
+};
+
+static void *destroy_main(void *p)
+{
+    struct destroy_arg *a = p;
+
+    a->rc = ibv_destroy_qp(a->qp);
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+/*
+ * rdma-core's contract for events about a QP: ibv_destroy_qp drops those not
+ * yet read, and blocks until the ones handed out are acknowledged (a consumer
+ * may still be reading ev.element.qp).
+ */
+static void test_async_qp_destroy(void **state)
+{
+    struct fx *f = *state;
+    struct ibv_async_event ev;
+    struct ibv_qp *qp = fx_qp(f, 4, 0);
+    struct destroy_arg a = { 0 };
+    pthread_t t;
+
+    /* Raised, never read: it leaves with its QP; the next event is the port's. */
+    assert_non_null(qp);
+    assert_int_equal(fx_to_init(qp, 0), 0);
+    assert_int_equal(fakeibv_inject(f->ctx, FAKEIBV_FAULT_QP_FATAL, qp->qp_num, 0, 0, 0), 0);
+    assert_int_equal(ibv_destroy_qp(qp), 0);
+    assert_int_equal(fakeibv_inject(f->ctx, FAKEIBV_FAULT_PORT_ERR, 1, 0, 0, 0), 0);
+    assert_int_equal(ibv_get_async_event(f->ctx, &ev), 0);
+    assert_int_equal(ev.event_type, IBV_EVENT_PORT_ERR);
+    ibv_ack_async_event(&ev);
+    assert_int_equal(fakeibv_inject(f->ctx, FAKEIBV_FAULT_PORT_ACTIVE, 1, 0, 0, 0), 0);
+    assert_int_equal(ibv_get_async_event(f->ctx, &ev), 0);
+    assert_int_equal(ev.event_type, IBV_EVENT_PORT_ACTIVE);
+
+    /* Read and not acknowledged: destroy waits for the acknowledgement. */
+    a.qp = fx_qp(f, 4, 0);
+    assert_non_null(a.qp);
+    assert_int_equal(fx_to_init(a.qp, 0), 0);
+    assert_int_equal(fakeibv_inject(f->ctx, FAKEIBV_FAULT_QP_FATAL, a.qp->qp_num, 0, 0, 0), 0);
+    assert_int_equal(ibv_get_async_event(f->ctx, &ev), 0);
+    assert_ptr_equal(ev.element.qp, a.qp);
+    assert_int_equal(pthread_create(&t, NULL, destroy_main, &a), 0);
+    usleep(200000);
+    assert_int_equal(atomic_load(&a.done), 0);
+    assert_int_equal(ev.element.qp->qp_num, a.qp->qp_num); /* Still there to read. */
+    ibv_ack_async_event(&ev);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(atomic_load(&a.done), 1);
+    assert_int_equal(a.rc, 0);
 }
 
 static void test_cq_rules(void **state)
@@ -360,6 +422,7 @@ int main(void)
         cmocka_unit_test(test_dmabuf_probe),
         cmocka_unit_test(test_verb_faults),
         cmocka_unit_test(test_async_events),
+        cmocka_unit_test(test_async_qp_destroy),
         cmocka_unit_test(test_cq_rules),
         cmocka_unit_test(test_dlvsym_versions),
         cmocka_unit_test(test_compat_query_port),
