@@ -25,8 +25,10 @@
  * completion.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -473,7 +475,28 @@ struct fakeibv_src {
     struct iovec iov[FAKEIBV_MAX_SGE];
 };
 
-/* Places the next n payload bytes at addr in mr. */
+/*
+ * The requester's end of the stream is gone (its link went down, or its QP),
+ * and nothing it sent is still unread: the request just served was its last.
+ */
+static int fakeibv_stream_cut(int fd)
+{
+    struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+    int unread = 0;
+
+    if (poll(&p, 1, 0) != 1 || !(p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+        return 0;
+    return ioctl(fd, FIONREAD, &unread) != 0 || unread == 0;
+}
+
+/*
+ * Places the next n payload bytes at addr in mr. A descriptor's bytes are
+ * fetched now, but on a link they would still have been on the wire: when
+ * the stream was cut meanwhile and this was the last request on it, the
+ * payload did not all arrive. ECONNRESET then ends the stream with nothing
+ * completed or acknowledged (what was copied stays, as packets a HCA placed
+ * before the link dropped).
+ */
 static int fakeibv_src_place(struct fakeibv_src *s, const struct fakeibv_mr *mr, uint64_t addr,
                              size_t n)
 {
@@ -483,6 +506,8 @@ static int fakeibv_src_place(struct fakeibv_src *s, const struct fakeibv_mr *mr,
         return fakeibv_mem_from_fd(mr, addr, s->fd, n);
     rc = fakeibv_mem_pvm(mr, addr, n, s->pid, s->iov, s->niov, s->off, 0);
     s->off += n;
+    if (rc == 0 && fakeibv_stream_cut(s->fd))
+        rc = ECONNRESET;
     return rc;
 }
 
@@ -498,11 +523,12 @@ static int fakeibv_src_skip(struct fakeibv_src *s, size_t n)
 /* A copy failed. On the stream that is an I/O error (the stream ends); a
  * descriptor the responder cannot follow names memory the requester no
  * longer has mapped: a local protection error there (the requester's
- * process gone, ESRCH, ends the stream). */
+ * process gone, ESRCH, ends the stream, as does a stream cut under the copy,
+ * ECONNRESET). */
 static int fakeibv_place_failed(struct fakeibv_qp *qp, const struct fakeibv_src *s, int rc,
                                 uint64_t seq)
 {
-    if (!s->desc || rc == ESRCH)
+    if (!s->desc || rc == ESRCH || rc == ECONNRESET)
         return rc;
     FAKEIBV_INFO("qpn 0x%x: requester memory named by descriptor seq %llu: %s",
                  qp->qpx.qp_base.qp_num, (unsigned long long)seq, strerror(rc));

@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "fakeibv.h"
@@ -310,6 +312,40 @@ static void expect_access_error(struct ofx *x, uint64_t wr_id)
     ibv_ack_async_event(&ev);
 }
 
+/*
+ * A descriptor SEND waits for its receive (RNR) when the requester's link
+ * goes down. Its payload was still on the wire then: once a receive is
+ * posted the responder fetches the bytes, sees the stream cut with nothing
+ * after this request, and completes nothing (streaming mode gets the same
+ * from the socket itself).
+ */
+static void test_cut_under_descriptor(void **state)
+{
+    struct ofx *x = *state;
+    struct ibv_sge rs = { (uintptr_t)x->dst, 1u << 20, x->dst_mr->lkey };
+    struct ibv_recv_wr rwr = { .wr_id = 90, .sg_list = &rs, .num_sge = 1 }, *rbad;
+    struct ibv_wc wc[4];
+    struct timespec t0;
+    int n, k;
+
+    if (!one_copy_on())
+        skip();
+    fill(x->src, 1u << 20, 90);
+    assert_int_equal(fx_write(x->a, 91, IBV_WR_SEND, x->src, 1u << 20, x->src_mr->lkey, 0, 0,
+                              IBV_SEND_SIGNALED, 0),
+                     0);
+    usleep(200000); /* The responder holds the descriptor and waits for a receive. */
+    assert_int_equal(fakeibv_inject(x->f.ctx, FAKEIBV_FAULT_QP_LINK_DOWN, x->a->qp_num, 0, 0, 0),
+                     0);
+    assert_int_equal(ibv_post_recv(x->b, &rwr, &rbad), 0);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (fx_ms_since(&t0) < 1000) {
+        n = fx_poll(x->f.cq, wc, 4, 100);
+        for (k = 0; k < n; k++)
+            assert_false(wc[k].opcode == IBV_WC_RECV && wc[k].status == IBV_WC_SUCCESS);
+    }
+}
+
 /* A descriptor WRITE with a stale rkey: denied before any byte is copied. */
 static void test_bad_rkey_write(void **state)
 {
@@ -419,6 +455,7 @@ int main(void)
         cmocka_unit_test_setup(test_bad_rkey_write, reset_pair),
         cmocka_unit_test_setup(test_bad_range_read, reset_pair),
         cmocka_unit_test_setup(test_bad_lkey, reset_pair),
+        cmocka_unit_test_setup(test_cut_under_descriptor, reset_pair),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);
