@@ -408,8 +408,8 @@ void ferry_ib_flush_completion(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc
     rc->flush.reads_done++;
     ferry_px_req_parts_finish(req, 1, 0);
     if (atomic_load_explicit(&req->state, memory_order_acquire) == FERRY_PX_REQ_DONE) {
-        /* The flush's whole cost as this side sees it: what NCCL waits for after iflush. */
-        uint64_t wait = ferry_px_now_ns() - req->post_ns;
+        /* The flush's whole cost as this side sees it (the engine stamped done_ns). */
+        uint64_t wait = atomic_load_explicit(&req->done_ns, memory_order_relaxed) - req->post_ns;
 
         rc->flush.done++;
         rc->flush.wait_ns += wait;

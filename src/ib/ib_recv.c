@@ -244,9 +244,16 @@ static void ferry_ib_recv_chain(ferry_ib_recv_comm_t *rc, const struct ibv_wc *w
     nparts = atomic_load_explicit(&req->nparts, memory_order_relaxed);
     count = (uint32_t)FERRY_IB_IMM_COUNT(imm);
     if (count > nparts || (uint32_t)j >= count) {
-        FERRY_WARN("ib recv comm from %s: message %u arrived as part %d of %u on QP 0x%x, but "
-                   "its receive expects at most %u parts; a peer of another build", conn->peer,
-                   FERRY_IB_IMM_SEQ(imm), j, count, wc->qp_num, nparts);
+        char desc[192];
+
+        ferry_px_ring_describe(&rc->base.ring, desc, sizeof(desc));
+        FERRY_WARN("%s: message %u arrived as part %d of %u on QP 0x%x, but its receive "
+                   "(request %s, %u of %u parts in) expects at most %u parts; the peer %s runs "
+                   "another ferry build: use one build on every rank", desc,
+                   FERRY_IB_IMM_SEQ(imm), j, count, wc->qp_num,
+                   ferry_px_req_state_str(atomic_load(&req->state)),
+                   atomic_load_explicit(&req->done, memory_order_relaxed), nparts, nparts,
+                   conn->peer);
         ferry_px_ring_fail(&rc->base.ring, FERRY_ERR_REMOTE, "bad part %d of %u (imm 0x%x)", j,
                            count, imm);
         return;
