@@ -70,6 +70,7 @@ struct fakeibv_xfer_stats {
     uint64_t stream_bytes;
     uint64_t probes_ok;           /* Accepted streams in one-copy mode. */
     uint64_t probes_failed;       /* Accepted streams left streaming (probe failed or off). */
+    uint64_t direct_ops;          /* Requests the posting thread sent itself (FAKEIBV_DIRECT). */
 };
 void fakeibv_xfer_stats(struct fakeibv_xfer_stats *stats);
 

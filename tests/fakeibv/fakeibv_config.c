@@ -176,6 +176,7 @@ static void fakeibv_config_load(void)
     }
     c->one_copy = (int)fakeibv_env_long("FAKEIBV_ONE_COPY", 1, 0, 1);
     c->one_copy_min = fakeibv_env_size("FAKEIBV_ONE_COPY_MIN", 64 << 10);
+    c->direct = (int)fakeibv_env_long("FAKEIBV_DIRECT", 1, 0, 1);
     /* One-copy mode: the peer's responder thread reads this process's
      * memory with process_vm_readv(2). Under Yama ptrace_scope 1 only an
      * ancestor may do that unless the target names a ptracer, so name any

@@ -49,6 +49,7 @@ struct fakeibv_config {
     int cuda_own_ctx;           /* FAKEIBV_CUDA_CTX: copy in a context of our own (1) or the primary one. */
     int one_copy;               /* FAKEIBV_ONE_COPY: offer/accept descriptor mode. */
     uint64_t one_copy_min;      /* FAKEIBV_ONE_COPY_MIN: smallest WR sent as a descriptor. */
+    int direct;                 /* FAKEIBV_DIRECT: the posting thread sends small requests. */
     const char *sysfs_root;     /* FAKEIBV_SYSFS_ROOT (absolute); NULL: per-process default. */
     const char *fabric_dir;     /* FAKEIBV_FABRIC_DIR: path sockets there; NULL: abstract. */
     const char *netdev;         /* FAKEIBV_NETDEV: ifnames, comma-separated, one per port. */
@@ -284,6 +285,8 @@ struct fakeibv_qp {
     uint32_t sq_ack;              /* Next WQE to complete to the CQ. */
     uint32_t sq_free;             /* Slots up to here may be reused. */
     int sq_blocked;               /* A local error stopped transmission. */
+    int tx_busy;                  /* A thread (tx or poster) is sending a request. */
+    uint64_t tx_seq;              /* Wire sequence of the next request. */
     struct fakeibv_rwqe *rq;
     uint32_t rq_head, rq_tail;    /* Posted / consumed receive WQEs. */
     /* Requester connection. */
@@ -360,6 +363,8 @@ enum ibv_wc_opcode fakeibv_wc_opcode(enum ibv_wr_opcode op);
 
 /* fakeibv_xfer.c: the per-QP requester threads and the responder thread. */
 void *fakeibv_tx_main(void *arg);
+/* Sends what it can of the send queue from the posting thread (qp->lock held). */
+void fakeibv_tx_direct_locked(struct fakeibv_qp *qp);
 void *fakeibv_rx_main(void *arg);
 void *fakeibv_responder_main(void *arg);
 

@@ -3,7 +3,8 @@
  * context->ops, since verbs.h inlines them) and the ibv_wr_* builder API
  * (reached through struct ibv_qp_ex), which perftest uses by default.
  *
- * Posting only validates and queues; the QP's tx thread transmits. Inline
+ * Posting validates and queues; small requests are sent right here when
+ * the stream is idle (fakeibv_tx.c), the rest by the QP's tx thread. Inline
  * data is copied here, other sources are read at transmit time, so a
  * consumer that reuses a buffer before its completion is caught.
  */
@@ -103,7 +104,7 @@ int fakeibv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_se
         queued = 1;
     }
     if (queued)
-        pthread_cond_broadcast(&qp->cond);
+        fakeibv_tx_direct_locked(qp); /* Sends small ones, wakes the tx thread for the rest. */
     pthread_mutex_unlock(&qp->lock);
     if (rc != 0 && bad != NULL)
         *bad = wr;

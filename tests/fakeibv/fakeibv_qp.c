@@ -478,6 +478,9 @@ static void fakeibv_qp_stop_threads(struct fakeibv_qp *qp)
         }
     }
     pthread_mutex_lock(&qp->lock);
+    /* A posting thread may still be sending on the stream (fakeibv_tx.c). */
+    while (qp->tx_busy)
+        pthread_cond_wait(&qp->cond, &qp->lock);
     if (qp->out_fd >= 0)
         close(qp->out_fd);
     qp->out_fd = -1;
