@@ -289,6 +289,7 @@ struct fakeibv_qp {
     uint64_t tx_seq;              /* Wire sequence of the next request. */
     struct fakeibv_rwqe *rq;
     uint32_t rq_head, rq_tail;    /* Posted / consumed receive WQEs. */
+    int rq_waiters;               /* Responders waiting for a receive WQE (RNR). */
     /* Requester connection. */
     int out_fd;                   /* Stream to the peer's port; -1 if none. */
     int mode_known;               /* The responder's FAKEIBV_OP_MODE arrived. */

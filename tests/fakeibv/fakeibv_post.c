@@ -145,7 +145,9 @@ int fakeibv_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_re
         qp->rq_head++;
         queued = 1;
     }
-    if (queued)
+    /* Only a responder waiting out RNR needs to know; waking the idle tx
+     * thread on every receive would cost the poster a futex call each. */
+    if (queued && qp->rq_waiters > 0)
         pthread_cond_broadcast(&qp->cond);
     pthread_mutex_unlock(&qp->lock);
     if (rc != 0 && bad != NULL)

@@ -304,10 +304,17 @@ static int fakeibv_take_rwqe(struct fakeibv_qp *qp, uint8_t rnr_retry, struct fa
     }
     while (qp->rq_tail == qp->rq_head && !qp->stopping && !qp->link_down &&
            qp->attr.qp_state != IBV_QPS_ERR) {
+        int timed_out;
+
+        qp->rq_waiters++; /* ibv_post_recv wakes the threads only while someone waits here. */
         if (ms < 0) {
             pthread_cond_wait(&qp->cond, &qp->lock);
-        } else if (pthread_cond_timedwait(&qp->cond, &qp->lock, &deadline) == ETIMEDOUT &&
-                   qp->rq_tail == qp->rq_head) {
+            timed_out = 0;
+        } else {
+            timed_out = pthread_cond_timedwait(&qp->cond, &qp->lock, &deadline) == ETIMEDOUT;
+        }
+        qp->rq_waiters--;
+        if (timed_out && qp->rq_tail == qp->rq_head) {
             rc = FAKEIBV_SYN_RNR;
             break;
         }
