@@ -4,7 +4,8 @@
 #
 #   bench/nccl/compare.sh [--quick] [--nccl system|torch|both] [--reps N]
 #                         [--budget S] [--sizes LIST] [--no-proof] [--ib]
-#                         [--gdr [--gdr-nccl-ib] [--flush-time]] [--multirail]
+#                         [--gdr [--gdr-nccl-ib] [--flush-time]] [--step-time]
+#                         [--multirail]
 #                         [--variant LABEL:VAR=V[,VAR=V...]]... [OUTDIR]
 #
 # Two ranks on GPU 0, each its own NCCL_HOSTID, under MPS, NCCL_SOCKET_IFNAME=lo,
@@ -43,7 +44,13 @@
 # adds no net events), which times each receive step from RecvFlushWait (iflush
 # is called) to RecvGPUWait (its test() completed). Its lines go to
 # logs/flush-prof.txt; summary.md gets a table per size: median us per flush
-# for each and ferry / NCCL (flush_table.py).
+# for each and ferry / NCCL (flush_table.py), then the step table below.
+# --step-time (implies --ib) loads the same profiler into ferry-ib and nccl-ib
+# (with --gdr: ferry-ib-gdr and nccl-ib-gdr; --gdr-nccl-ib implied), which
+# also times every phase of every proxy step (SendGPUWait, SendPeerWait,
+# SendWait; RecvWait, RecvFlushWait, RecvGPUWait: each from its state's record
+# to the step's next state or end). summary.md gets a table per build and size:
+# median us per phase for each and ferry / NCCL (step_table.py).
 # --multirail (implies --ib): a dual-port NIC, fakeibv with FAKEIBV_NPORTS=2, whose
 # ports NCCL merges into one device (NCCL_NET_MERGE_LEVEL's default PORT level;
 # ferry's makeVDevice). Proof: the five collectives right, ferry's "device N =
@@ -56,9 +63,8 @@
 # ferry-s8:NCCL_FERRY_STREAMS=8) to the interleaved rotation; the summary lists
 # each variant's ratio to ferry's defaults. --no-proof skips (a).
 # Output in OUTDIR (default $OUT, else bench/results/<date>-gpu): raw-<build>.csv,
-# runs.tsv, proof-<build>.txt, summary.md/.csv, env.txt, logs/ (--flush-time:
-# logs/flush-prof.txt). Exit 0 only if
-# everything passed.
+# runs.tsv, proof-<build>.txt, summary.md/.csv, env.txt, logs/ (--flush-time,
+# --step-time: logs/flush-prof.txt). Exit 0 only if everything passed.
 set -uo pipefail
 # shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -71,12 +77,14 @@ BUDGET=100
 SIZES=4K,64K,512K,1M,4M,16M,64M,256M
 OUTDIR_ARG=
 
-usage() { sed -n '2,60p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+# The header comment: from line 2 to the first line that is not a comment.
+usage() { sed -n '2,/^[^#]/{/^#/p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 PROOF=1
 IB=0
 GDR=0
 GDR_NCCL_IB=0
 FLUSH_TIME=0
+STEP_TIME=0
 MULTIRAIL=0
 ITER_BYTES=256M
 VARIANTS=()
@@ -93,6 +101,7 @@ while [ $# -gt 0 ]; do
     --gdr) IB=1; GDR=1 ;;
     --gdr-nccl-ib) GDR_NCCL_IB=1 ;;
     --flush-time) IB=1; GDR=1; GDR_NCCL_IB=1; FLUSH_TIME=1 ;;
+    --step-time) IB=1; STEP_TIME=1 ;;
     --multirail) IB=1; MULTIRAIL=1 ;;
     --iter-bytes) ITER_BYTES=$2; shift ;;
     --variant) VARIANTS+=("${2%%:*}"); FNB_VARIANT_ENV[${2%%:*}]=${2#*:}; shift ;;
@@ -102,6 +111,8 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+# With --gdr the step table compares ferry-ib-gdr with nccl-ib-gdr: NCCL's side must run.
+[ "$STEP_TIME" = 1 ] && [ "$GDR" = 1 ] && GDR_NCCL_IB=1
 
 # FNB_PROOF_TIMEOUT_S / FNB_CMP_TIMEOUT_S: what one proof / comparison run may take.
 PROOF_OPTS=(-b 4K -e 256M -f 4 -n 10 -w 2 --iter-bytes 256M -T "${FNB_PROOF_TIMEOUT_S:-150}")
@@ -243,15 +254,28 @@ proof() {
   fi
 }
 
-# flush_prof_env BUILD REP CONFIG: with --flush-time, the variables that load the
-# flush profiler into ferry-ib-gdr and nccl-ib-gdr (one output file per rank).
+# flush_prof_env BUILD REP CONFIG: the variables that load the flush profiler
+# (one output file per rank): with --flush-time into ferry-ib-gdr and
+# nccl-ib-gdr, with --step-time into those and into ferry-ib and nccl-ib.
 flush_prof_env() {
-  [ "$FLUSH_TIME" = 1 ] || return 0
+  local load=0
   case $3 in
-    ferry-ib-gdr|nccl-ib-gdr)
-      echo "NCCL_PROFILER_PLUGIN=$FNB_FLUSH_PROF NCCL_FERRY_PROFILER=0" \
-           "FERRY_FLUSH_PROF_OUT=$OUTDIR/logs/fp-$1-rep$2-$3.%p.txt" ;;
+    ferry-ib-gdr|nccl-ib-gdr) [ "$FLUSH_TIME" = 1 ] || [ "$STEP_TIME" = 1 ] && load=1 ;;
+    ferry-ib|nccl-ib) [ "$STEP_TIME" = 1 ] && load=1 ;;
   esac
+  [ "$load" = 1 ] || return 0
+  echo "NCCL_PROFILER_PLUGIN=$FNB_FLUSH_PROF NCCL_FERRY_PROFILER=0" \
+       "FERRY_FLUSH_PROF_OUT=$OUTDIR/logs/fp-$1-rep$2-$3.%p.txt"
+}
+
+# prof_configs: the configurations of this run that load the profiler, comma-separated.
+prof_configs() {
+  local c out=()
+  for c in "${CONFIGS[@]}"; do
+    [ -n "$(flush_prof_env - - "$c")" ] && out+=("$c")
+  done
+  local IFS=,
+  echo "${out[*]}"
 }
 
 # flush_prof_collect BUILD REP CONFIG: the ranks' lines into logs/flush-prof.txt,
@@ -313,10 +337,10 @@ main() {
   fnb_log "output in $OUTDIR"
   fnb_build_ferry "$OUTDIR/logs/build-ferry.log" || { fnb_log "ferry build failed"; return 2; }
   fnb_build_bench "$OUTDIR/logs/build-bench.log" || { fnb_log "bench build failed"; return 2; }
-  if [ "$FLUSH_TIME" = 1 ]; then
+  if [ "$FLUSH_TIME" = 1 ] || [ "$STEP_TIME" = 1 ]; then
     fnb_build_flush_prof "$OUTDIR/logs/build-flush-prof.log" ||
       { fnb_log "flush profiler build failed"; return 2; }
-    fnb_log "flush profiler $FNB_FLUSH_PROF (ferry-ib-gdr, nccl-ib-gdr)"
+    fnb_log "flush profiler $FNB_FLUSH_PROF ($(prof_configs))"
   fi
   if [ "$IB" = 1 ]; then
     fnb_build_fakeibv "$OUTDIR/logs/build-fakeibv.log" || { fnb_log "fakeibv build failed"; return 2; }
@@ -341,6 +365,9 @@ main() {
   for b in "${BUILDS[@]}"; do [ -n "$b" ] && compare "$b"; done
   python3 "$FNB_DIR/summarize.py" "$OUTDIR" || FAILED=1
   if [ "$FLUSH_TIME" = 1 ]; then python3 "$FNB_DIR/flush_table.py" "$OUTDIR" || FAILED=1; fi
+  if [ "$FLUSH_TIME" = 1 ] || [ "$STEP_TIME" = 1 ]; then
+    python3 "$FNB_DIR/step_table.py" "$OUTDIR" || FAILED=1
+  fi
   fnb_log "summary: $OUTDIR/summary.md"
   return $FAILED
 }

@@ -1,9 +1,9 @@
 /*
- * The part of NCCL's profiler plugin ABI, version 5, that the flush-timing
- * profiler uses: written from the ABI facts (NCCL 2.28's profiler headers
- * describe the same layout), no NCCL header needed. Version 5 because NCCL
- * 2.28.3 and 2.28.9 both look for "ncclProfiler_v5" first (then v4..v1) and
- * their v5 layouts are the same. Every offset we read is pinned below.
+ * The part of NCCL's profiler plugin ABI, version 5, that the flush- and
+ * step-timing profiler uses: written from the ABI facts (NCCL 2.28's profiler
+ * headers describe the same layout), no NCCL header needed. Version 5 because
+ * NCCL 2.28.3 and 2.28.9 both look for "ncclProfiler_v5" first (then v4..v1)
+ * and their v5 layouts are the same. Every offset we read is pinned below.
  */
 #ifndef FERRY_FLUSH_PROF_ABI_H
 #define FERRY_FLUSH_PROF_ABI_H
@@ -26,6 +26,16 @@ typedef void (*fp_nccl_logger_t)(int level, unsigned long flags, const char *fil
 #define FP_EVENT_P2P        (1 << 2)
 #define FP_EVENT_PROXY_OP   (1 << 3)
 #define FP_EVENT_PROXY_STEP (1 << 4)
+
+/* The proxy-step states a send step goes through (sendProxyProgress), in
+ * order; a state may be skipped or repeated:
+ * SEND_GPU_WAIT: waiting for the GPU to fill the step's buffer;
+ * SEND_PEER_WAIT: data ready, isend returned no request yet - waiting for the
+ *   receiver's clear-to-send;
+ * SEND_WAIT: isend accepted, waiting for its test() to say done. */
+#define FP_STATE_SEND_GPU_WAIT   8
+#define FP_STATE_SEND_WAIT       9
+#define FP_STATE_SEND_PEER_WAIT  20
 
 /* The proxy-step states a receive step goes through (recvProxyProgress):
  * RECV_WAIT when irecv is posted, RECV_FLUSH_WAIT when its test() completes

@@ -1,8 +1,10 @@
 /*
  * libferry-flush-prof.so: an NCCL profiler plugin (ABI v5, flush_prof_abi.h)
- * that times the GDR flush as NCCL's proxy sees it, for any net transport:
- * ferry's ib backend and NCCL's own IB alike, so the two are measured with
- * one instrument. NCCL's recvProxyProgress records a receive step's
+ * that times, as NCCL's proxy sees them and for any net transport, the GDR
+ * flush and every phase of every proxy step: ferry's ib backend and NCCL's
+ * own IB alike, so the two are measured with one instrument.
+ *
+ * Flushes: NCCL's recvProxyProgress records a receive step's
  * RecvFlushWait state when the step's irecv test() completes and calls
  * iflush right after; it records RecvGPUWait when that flush's test()
  * completes. One flush = the time between the two records of one step.
@@ -15,12 +17,22 @@
  * the parent of their steps. Steps of other protocols are printed too, as a
  * baseline of the same interval without a flush.
  *
- * At finalize, one line per (comm, size, protocol) and one for all SIMPLE
- * flushes of the comm go to $FERRY_FLUSH_PROF_OUT ("%p" is the pid; lines
- * appended) or stderr. Memory is fixed per comm (no allocation per event);
- * each comm's state has its own lock (NCCL's proxy thread and the
- * application thread both call in). Events in an unexpected order add
- * nothing: a step without a flush state gives no sample.
+ * Step phases: a phase is the time a step spends in one state, from that
+ * state's record to the step's next record of any of the six step states
+ * (SendGPUWait, SendPeerWait, SendWait; RecvWait, RecvFlushWait, RecvGPUWait)
+ * or to its stop_event. So a step's phases add up to its life from its first
+ * state to its stop, and ferry and NCCL's IB can be compared phase by phase.
+ * A repeated state closes and reopens its own phase (two samples); unknown
+ * state ids neither open nor close one.
+ *
+ * At finalize, one flush_prof line per (comm, size, protocol) and one for all
+ * SIMPLE flushes of the comm, then one step_prof line per (comm, size,
+ * protocol, phase) with samples, go to $FERRY_FLUSH_PROF_OUT ("%p" is the
+ * pid; lines appended) or stderr. Memory is fixed per comm (no allocation per
+ * event); each comm's state has its own lock (NCCL's proxy thread and the
+ * application thread both call in). Events in an unexpected order add no
+ * flush: a step without a flush state gives no flush sample. step_prof's
+ * steps=N counts phase samples: a step that repeats a state counts twice.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -41,6 +53,7 @@
 #define FP_MAGIC_STEP 0x50545346u /* "FSTP" */
 #define FP_MAX_KEYS   16          /* keys[0] holds whatever has no key of its own. */
 #define FP_MAX_STEPS  4096        /* Steps in flight per comm: channels x peers x 8 is far less. */
+#define FP_NPHASES    6           /* fp_phases[]. */
 
 typedef struct fp_ctx fp_ctx_t;
 
@@ -59,6 +72,8 @@ typedef struct {
     fp_ctx_t *ctx;
     fp_key_t *key;
     uint64_t flush_ns; /* When RecvFlushWait was recorded; 0: not (yet), or nothing received. */
+    uint64_t phase_ns; /* When the open phase began. */
+    int phase;         /* The open phase (fp_phases[] index); -1: none yet. */
     int32_t next_free;
 } fp_step_t;
 
@@ -68,6 +83,9 @@ struct fp_ctx {
     int rank, nranks;
     fp_key_t keys[FP_MAX_KEYS];
     fp_stats_t all;    /* Every flush of a SIMPLE step. */
+    /* [key index x FP_NPHASES + phase]; NULL: phases not timed (calloc failed).
+     * Apart from keys: 1.5 MiB per comm, of which only the pages used get touched. */
+    fp_stats_t *phase_stats;
     uint64_t dropped;  /* Steps not timed: all FP_MAX_STEPS in use. */
     int32_t free_head;
     fp_step_t steps[FP_MAX_STEPS];
@@ -84,6 +102,19 @@ static uint64_t fp_clock_mono(void)
 }
 
 static _Atomic(fp_clock_fn) fp_clock = fp_clock_mono;
+
+/* The step states timed as phases, in the order a step goes through them. */
+static const struct {
+    int state;
+    const char *name;
+} fp_phases[FP_NPHASES] = {
+    { FP_STATE_SEND_GPU_WAIT, "SendGPUWait" },
+    { FP_STATE_SEND_PEER_WAIT, "SendPeerWait" },
+    { FP_STATE_SEND_WAIT, "SendWait" },
+    { FP_STATE_RECV_WAIT, "RecvWait" },
+    { FP_STATE_RECV_FLUSH_WAIT, "RecvFlushWait" },
+    { FP_STATE_RECV_GPU_WAIT, "RecvGPUWait" },
+};
 
 /* Tests replace the clock (NULL restores it) to feed known times; NCCL never calls this. */
 FP_EXPORT void ferry_flush_prof_set_clock(uint64_t (*fn)(void));
@@ -162,6 +193,8 @@ static fp_nccl_result_t fp_init(void **context, uint64_t comm_id, int *activatio
         fp_stats_init(&ctx->keys[i].stats);
     }
     fp_stats_init(&ctx->all);
+    /* Zeroed, not fp_stats_init'ed: that would touch every page (fp_phase_stats). */
+    ctx->phase_stats = calloc((size_t)FP_MAX_KEYS * FP_NPHASES, sizeof(fp_stats_t));
     for (i = 0; i < FP_MAX_STEPS; i++)
         ctx->steps[i].next_free = i + 1 < FP_MAX_STEPS ? i + 1 : -1;
     ctx->free_head = 0;
@@ -183,6 +216,7 @@ static fp_step_t *fp_step_start(fp_ctx_t *ctx, const void *parent)
         st->ctx = ctx;
         st->key = fp_key_of(ctx, parent);
         st->flush_ns = 0;
+        st->phase = -1;
     } else {
         ctx->dropped++;
     }
@@ -217,15 +251,55 @@ static fp_nccl_result_t fp_start_event(void *context, void **handle, fp_event_de
     return 0;
 }
 
+/* The fp_phases[] index of a step state; -1 for an id we do not time. */
+static int fp_phase_of(int state)
+{
+    int i;
+
+    for (i = 0; i < FP_NPHASES; i++)
+        if (fp_phases[i].state == state)
+            return i;
+    return -1;
+}
+
+/* The stats of key's phase, initialized on first use; NULL when phases are not timed. */
+static fp_stats_t *fp_phase_stats(fp_ctx_t *ctx, const fp_key_t *key, int phase)
+{
+    fp_stats_t *s;
+
+    if (ctx->phase_stats == NULL)
+        return NULL;
+    s = &ctx->phase_stats[(size_t)(key - ctx->keys) * FP_NPHASES + (size_t)phase];
+    if (s->rng == 0) /* Once initialized rng is never 0 (xorshift): this is calloc's zeroes. */
+        fp_stats_init(s);
+    return s;
+}
+
+/* Ends the step's open phase at now (a sample for its key), if one is open. Under ctx->lock. */
+static void fp_phase_close(fp_step_t *st, uint64_t now)
+{
+    fp_stats_t *s;
+
+    if (st->phase < 0 || now < st->phase_ns)
+        return;
+    s = fp_phase_stats(st->ctx, st->key, st->phase);
+    if (s != NULL)
+        fp_stats_add(s, now - st->phase_ns);
+    st->phase = -1;
+}
+
 static fp_nccl_result_t fp_stop_event(void *handle)
 {
     fp_step_t *st = handle;
     fp_ctx_t *ctx;
+    uint64_t now;
 
     if (st == NULL || st->magic != FP_MAGIC_STEP)
         return 0; /* Keys live as long as their comm. */
     ctx = st->ctx;
+    now = fp_now();
     pthread_mutex_lock(&ctx->lock);
+    fp_phase_close(st, now);
     st->magic = 0;
     st->next_free = ctx->free_head;
     ctx->free_head = (int32_t)(st - ctx->steps);
@@ -233,30 +307,39 @@ static fp_nccl_result_t fp_stop_event(void *handle)
     return 0;
 }
 
-static fp_nccl_result_t fp_record_state(void *handle, int state, fp_state_args_t *args)
+/* The flush: RecvFlushWait starts one, the next RecvGPUWait ends it. Under ctx->lock. */
+static void fp_flush_record(fp_step_t *st, int state, const fp_state_args_t *args, uint64_t now)
 {
-    fp_step_t *st = handle;
-    uint64_t now;
-
-    if (st == NULL || st->magic != FP_MAGIC_STEP)
-        return 0;
     if (state == FP_STATE_RECV_FLUSH_WAIT) {
         /* Nothing received, nothing flushed: no sample (args NULL: assume bytes came). */
-        now = fp_now();
         st->flush_ns = args != NULL && args->proxy_step.trans_size == 0 ? 0 : now;
-        return 0;
+        return;
     }
     if (state != FP_STATE_RECV_GPU_WAIT || st->flush_ns == 0)
-        return 0;
-    now = fp_now();
-    pthread_mutex_lock(&st->ctx->lock);
+        return;
     if (now >= st->flush_ns) {
         fp_stats_add(&st->key->stats, now - st->flush_ns);
         if (st->key->simple == 1)
             fp_stats_add(&st->ctx->all, now - st->flush_ns);
     }
-    pthread_mutex_unlock(&st->ctx->lock);
     st->flush_ns = 0;
+}
+
+static fp_nccl_result_t fp_record_state(void *handle, int state, fp_state_args_t *args)
+{
+    fp_step_t *st = handle;
+    int phase = fp_phase_of(state);
+    uint64_t now;
+
+    if (st == NULL || st->magic != FP_MAGIC_STEP || phase < 0)
+        return 0;
+    now = fp_now();
+    pthread_mutex_lock(&st->ctx->lock);
+    fp_phase_close(st, now);
+    st->phase = phase;
+    st->phase_ns = now;
+    fp_flush_record(st, state, args, now);
+    pthread_mutex_unlock(&st->ctx->lock);
     return 0;
 }
 
@@ -281,57 +364,124 @@ static FILE *fp_open_out(void)
     return fopen(path, "a");
 }
 
-static void fp_print(FILE *f, const fp_ctx_t *ctx, const char *bytes, const char *proto,
-                     const char *count_name, fp_stats_t *s, const char *extra)
+/* What one output line says besides its numbers. */
+typedef struct {
+    const char *prefix;     /* "flush_prof" or "step_prof". */
+    const char *bytes;      /* Decimal, "unknown" or "all". */
+    const char *proto;
+    const char *phase;      /* step_prof: the phase's name; flush_prof: NULL. */
+    const char *count_name; /* What the count counts: "flushes", "noflush_steps", "steps". */
+    const char *extra;      /* Appended as is: "" or " untimed_steps=N". */
+} fp_line_t;
+
+static void fp_print(FILE *f, const fp_ctx_t *ctx, const fp_line_t *l, fp_stats_t *s)
 {
     fp_summary_t sum;
 
     fp_stats_summary(s, &sum);
-    fprintf(f, "flush_prof: pid=%ld comm=%016" PRIx64 " rank=%d nranks=%d bytes=%s proto=%s "
+    fprintf(f, "%s: pid=%ld comm=%016" PRIx64 " rank=%d nranks=%d bytes=%s proto=%s%s%s "
             "%s=%" PRIu64 " median_us=%.3f p10_us=%.3f p90_us=%.3f mean_us=%.3f max_us=%.3f%s\n",
-            (long)getpid(), ctx->comm_id, ctx->rank, ctx->nranks, bytes, proto, count_name,
-            sum.count, sum.median_us, sum.p10_us, sum.p90_us, sum.mean_us, sum.max_us, extra);
+            l->prefix, (long)getpid(), ctx->comm_id, ctx->rank, ctx->nranks, l->bytes, l->proto,
+            l->phase != NULL ? " phase=" : "", l->phase != NULL ? l->phase : "", l->count_name,
+            sum.count, sum.median_us, sum.p10_us, sum.p90_us, sum.mean_us, sum.max_us, l->extra);
+}
+
+static int fp_key_before(const fp_key_t *a, const fp_key_t *b)
+{
+    return a->bytes < b->bytes || (a->bytes == b->bytes && strcmp(a->proto, b->proto) < 0);
+}
+
+/* ctx's sized keys (all but keys[0]) into order, ascending (bytes, proto); returns how many. */
+static int fp_key_order(fp_ctx_t *ctx, fp_key_t **order)
+{
+    int n = 0, i, j;
+
+    for (i = 1; i < FP_MAX_KEYS; i++) {
+        fp_key_t *k = &ctx->keys[i];
+
+        if (!k->used)
+            continue;
+        for (j = n; j > 0 && fp_key_before(k, order[j - 1]); j--)
+            order[j] = order[j - 1];
+        order[j] = k;
+        n++;
+    }
+    return n;
+}
+
+/* The flush_prof lines: each key with samples, keys[0] (unknown) last, then all SIMPLE. */
+static void fp_print_flushes(FILE *f, fp_ctx_t *ctx, fp_key_t **order, int n)
+{
+    fp_line_t l = { .prefix = "flush_prof", .extra = "" };
+    char bytes[32], extra[64];
+    int i;
+
+    for (i = 0; i < n; i++) {
+        if (order[i]->stats.count == 0)
+            continue;
+        snprintf(bytes, sizeof(bytes), "%" PRIu64, order[i]->bytes);
+        l.bytes = bytes;
+        l.proto = order[i]->proto;
+        l.count_name = order[i]->simple == 1 ? "flushes" : "noflush_steps";
+        fp_print(f, ctx, &l, &order[i]->stats);
+    }
+    if (ctx->keys[0].stats.count > 0) {
+        l.bytes = l.proto = "unknown";
+        l.count_name = "steps";
+        fp_print(f, ctx, &l, &ctx->keys[0].stats);
+    }
+    snprintf(extra, sizeof(extra), " untimed_steps=%" PRIu64, ctx->dropped);
+    l.bytes = "all";
+    l.proto = "SIMPLE";
+    l.count_name = "flushes";
+    l.extra = extra;
+    fp_print(f, ctx, &l, &ctx->all);
+}
+
+/* The step_prof lines of one key: each phase with samples, in fp_phases[] order. */
+static void fp_print_key_phases(FILE *f, fp_ctx_t *ctx, fp_key_t *k)
+{
+    fp_line_t l = { .prefix = "step_prof", .proto = k->proto, .count_name = "steps", .extra = "" };
+    size_t base = (size_t)(k - ctx->keys) * FP_NPHASES;
+    char bytes[32] = "unknown"; /* keys[0]'s. */
+    int p;
+
+    if (k != &ctx->keys[0])
+        snprintf(bytes, sizeof(bytes), "%" PRIu64, k->bytes);
+    l.bytes = bytes;
+    for (p = 0; p < FP_NPHASES; p++) {
+        if (ctx->phase_stats[base + (size_t)p].count == 0)
+            continue;
+        l.phase = fp_phases[p].name;
+        fp_print(f, ctx, &l, &ctx->phase_stats[base + (size_t)p]);
+    }
 }
 
 static fp_nccl_result_t fp_finalize(void *context)
 {
     fp_ctx_t *ctx = context;
+    fp_key_t *order[FP_MAX_KEYS];
     FILE *out, *f;
-    char bytes[32], extra[64];
-    int i, j;
+    int n, i;
 
     if (ctx == NULL)
         return 0;
     out = fp_open_out();
     f = out != NULL ? out : stderr;
     pthread_mutex_lock(&ctx->lock);
-    /* Ascending size: keys[0] (unknown) last. */
-    for (i = 1; i < FP_MAX_KEYS; i++) {
-        const fp_key_t *next = NULL;
-
-        for (j = 1; j < FP_MAX_KEYS; j++) {
-            const fp_key_t *k = &ctx->keys[j];
-
-            if (k->used == 1 && k->stats.count > 0 && (next == NULL || k->bytes < next->bytes ||
-                (k->bytes == next->bytes && strcmp(k->proto, next->proto) < 0)))
-                next = k;
-        }
-        if (next == NULL)
-            break;
-        snprintf(bytes, sizeof(bytes), "%" PRIu64, next->bytes);
-        fp_print(f, ctx, bytes, next->proto, next->simple == 1 ? "flushes" : "noflush_steps",
-                 (fp_stats_t *)&next->stats, "");
-        ((fp_key_t *)next)->used = 2; /* Printed. */
+    n = fp_key_order(ctx, order);
+    fp_print_flushes(f, ctx, order, n);
+    if (ctx->phase_stats != NULL) {
+        for (i = 0; i < n; i++)
+            fp_print_key_phases(f, ctx, order[i]);
+        fp_print_key_phases(f, ctx, &ctx->keys[0]);
     }
-    if (ctx->keys[0].stats.count > 0)
-        fp_print(f, ctx, "unknown", "unknown", "steps", &ctx->keys[0].stats, "");
-    snprintf(extra, sizeof(extra), " untimed_steps=%" PRIu64, ctx->dropped);
-    fp_print(f, ctx, "all", "SIMPLE", "flushes", &ctx->all, extra);
     pthread_mutex_unlock(&ctx->lock);
     fflush(f);
     if (out != NULL)
         fclose(out);
     pthread_mutex_destroy(&ctx->lock);
+    free(ctx->phase_stats);
     free(ctx);
     return 0;
 }

@@ -1,12 +1,16 @@
 /*
- * integ_flush_prof LIB: the flush-timing profiler (bench/nccl/flush_profiler.c)
- * loaded as NCCL loads it (dlopen, dlsym "ncclProfiler_v5") and driven with
- * synthetic events in the v5 layout: two comms, several steps (flushed, one
- * without a flush state, one that received nothing, states out of order), a
- * non-SIMPLE collective, a proxy op without a collective, and a step pool
- * run dry. A fake clock (ferry_flush_prof_set_clock) makes every duration
- * known, so the printed counts and percentiles are checked exactly. Then the
- * reservoir's bound and exact totals past it.
+ * integ_flush_prof LIB: the flush- and step-timing profiler
+ * (bench/nccl/flush_profiler.c) loaded as NCCL loads it (dlopen, dlsym
+ * "ncclProfiler_v5") and driven with synthetic events in the v5 layout: two
+ * comms, several receive steps (flushed, one without a flush state, one that
+ * received nothing, states out of order, one with a repeated state and an
+ * unknown state id), send steps (one skipping SendPeerWait, one repeating it
+ * around an unknown id), a non-SIMPLE collective, a proxy op without a
+ * collective, and a step pool run dry. A fake clock
+ * (ferry_flush_prof_set_clock) makes every duration known, so the printed
+ * counts and percentiles of the flush_prof lines and of the step_prof lines
+ * (the phases, the last one closed by stop_event) are checked exactly. Then
+ * the reservoir's bound and exact totals past it.
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -74,7 +78,14 @@ static void state(void *h, int st, uint64_t at, size_t trans)
     CHECK(prof->record_state(h, st, &a) == 0, "record state %d", st);
 }
 
-/* One step under op: flush wait at t0, GPU wait at t1 (t1 0: none), then stopped. */
+static void stop_at(void *h, uint64_t at)
+{
+    fake_now = at;
+    CHECK(prof->stop_event(h) == 0, "step stop");
+}
+
+/* One receive step under op: receive wait 10 ns before t0, flush wait at t0, GPU wait at t1
+ * (t1 0: none), then stopped 100 ns after its last state. */
 static void step(void *ctx, void *op, uint64_t t0, uint64_t t1, size_t trans)
 {
     void *h = event(ctx, FP_EVENT_PROXY_STEP, op);
@@ -84,7 +95,7 @@ static void step(void *ctx, void *op, uint64_t t0, uint64_t t1, size_t trans)
     state(h, FP_STATE_RECV_FLUSH_WAIT, t0, trans);
     if (t1 != 0)
         state(h, FP_STATE_RECV_GPU_WAIT, t1, trans);
-    CHECK(prof->stop_event(h) == 0, "step stop");
+    stop_at(h, fake_now + 100);
 }
 
 static void comm_a(void *a)
@@ -130,10 +141,29 @@ static void comm_a(void *a)
     CHECK(prof->record_state(NULL, FP_STATE_RECV_GPU_WAIT, NULL) == 0, "record on NULL");
 }
 
+/* Send steps of a 4 KiB collective: no flush state, so no flush_prof line, only phases. */
+static void comm_b_send(void *b)
+{
+    void *op = event(b, FP_EVENT_PROXY_OP, coll(b, 1024, "ncclFloat32", "SIMPLE"));
+    void *h = event(b, FP_EVENT_PROXY_STEP, op);
+
+    state(h, FP_STATE_SEND_GPU_WAIT, 50000, 0);
+    state(h, FP_STATE_SEND_PEER_WAIT, 52000, 0); /* GPU wait 2 us */
+    state(h, FP_STATE_SEND_PEER_WAIT, 52500, 0); /* peer wait 0.5 us */
+    state(h, 7, 53000, 0);                       /* unknown: the peer wait goes on */
+    state(h, FP_STATE_SEND_WAIT, 53500, 0);      /* peer wait 1 us */
+    stop_at(h, 56500);                           /* send wait 3 us */
+    /* No peer wait at all. */
+    h = event(b, FP_EVENT_PROXY_STEP, op);
+    state(h, FP_STATE_SEND_GPU_WAIT, 60000, 0);
+    state(h, FP_STATE_SEND_WAIT, 61000, 0); /* GPU wait 1 us */
+    stop_at(h, 62000);                      /* send wait 1 us */
+}
+
 static void comm_b(void *b)
 {
     void *k = coll(b, 4096, "ncclBfloat16", "SIMPLE"); /* 8 KiB */
-    void *op = event(b, FP_EVENT_PROXY_OP, k);
+    void *op = event(b, FP_EVENT_PROXY_OP, k), *h;
     static void *held[4097];
     int i, nulls = 0;
 
@@ -148,8 +178,16 @@ static void comm_b(void *b)
     CHECK(nulls == 1, "one step past the pool gets NULL (got %d)", nulls);
     for (i = 0; i < 4097; i++)
         prof->stop_event(held[i]);
-    /* Slots come back: a step started now is timed again (10 us). */
-    step(b, op, 30000, 40000, 8192);
+    /* Slots come back: a step started now is timed again (10 us). Its receive wait is
+     * repeated around an unknown state id: 600 + 400 ns, not 500 + 100 + 400. */
+    h = event(b, FP_EVENT_PROXY_STEP, op);
+    state(h, FP_STATE_RECV_WAIT, 29000, 0);
+    state(h, 99, 29500, 0);
+    state(h, FP_STATE_RECV_WAIT, 29600, 0);
+    state(h, FP_STATE_RECV_FLUSH_WAIT, 30000, 8192);
+    state(h, FP_STATE_RECV_GPU_WAIT, 40000, 8192);
+    stop_at(h, 41500); /* GPU wait 1.5 us */
+    comm_b_send(b);
 }
 
 static int expect_line(const char *text, const char *line)
@@ -161,9 +199,69 @@ static int expect_line(const char *text, const char *line)
     return 0;
 }
 
+/* Both are in text, first before second. */
+static void expect_order(const char *text, const char *first, const char *second)
+{
+    const char *a = strstr(text, first), *b = strstr(text, second);
+
+    CHECK(a != NULL && b != NULL && a < b, "'%s' before '%s'", first, second);
+}
+
+static size_t count_lines(const char *text, const char *prefix)
+{
+    size_t n = 0;
+
+    for (const char *p = text; (p = strstr(p, prefix)) != NULL; p++)
+        n++;
+    return n;
+}
+
+/* The phases: every median, percentile and count is known from the fake clock. */
+static void check_steps(const char *text)
+{
+    static const char *const want[] = {
+        /* Comm b's send steps: a repeated peer wait is two samples, stop ends the send wait. */
+        "comm=000000000000000b rank=1 nranks=2 bytes=4096 proto=SIMPLE phase=SendGPUWait "
+        "steps=2 median_us=1.500 p10_us=1.000 p90_us=2.000 mean_us=1.500 max_us=2.000\n",
+        "comm=000000000000000b rank=1 nranks=2 bytes=4096 proto=SIMPLE phase=SendPeerWait "
+        "steps=2 median_us=0.750 p10_us=0.500 p90_us=1.000 mean_us=0.750 max_us=1.000\n",
+        "comm=000000000000000b rank=1 nranks=2 bytes=4096 proto=SIMPLE phase=SendWait "
+        "steps=2 median_us=2.000 p10_us=1.000 p90_us=3.000 mean_us=2.000 max_us=3.000\n",
+        /* Comm b's receive steps: 3 x 10 ns, then 600 + 400 around the unknown id. */
+        "comm=000000000000000b rank=1 nranks=2 bytes=8192 proto=SIMPLE phase=RecvWait "
+        "steps=5 median_us=0.010 p10_us=0.010 p90_us=0.600 mean_us=0.206 max_us=0.600\n",
+        "comm=000000000000000b rank=1 nranks=2 bytes=8192 proto=SIMPLE phase=RecvFlushWait "
+        "steps=4 median_us=8.500 p10_us=7.000 p90_us=10.000 mean_us=8.500 max_us=10.000\n",
+        "comm=000000000000000b rank=1 nranks=2 bytes=8192 proto=SIMPLE phase=RecvGPUWait "
+        "steps=4 median_us=0.100 p10_us=0.100 p90_us=1.500 mean_us=0.450 max_us=1.500\n",
+        /* Comm a, 1 MiB: flush waits include one closed by stop (0.1) and two that
+         * flushed nothing (3 each); GPU waits include the repeated ones (1, 6, 0, 0). */
+        "comm=000000000000000a rank=0 nranks=2 bytes=1048576 proto=SIMPLE phase=RecvFlushWait "
+        "steps=7 median_us=3.000 p10_us=0.100 p90_us=5.000 mean_us=2.586 max_us=5.000\n",
+        "comm=000000000000000a rank=0 nranks=2 bytes=1048576 proto=SIMPLE phase=RecvGPUWait "
+        "steps=9 median_us=0.100 p10_us=0.000 p90_us=6.000 mean_us=0.833 max_us=6.000\n",
+        "comm=000000000000000a rank=0 nranks=2 bytes=unknown proto=unknown phase=RecvFlushWait "
+        "steps=1 median_us=0.700 p10_us=0.700 p90_us=0.700 mean_us=0.700 max_us=0.700\n",
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        expect_line(text, want[i]);
+    /* Comm a: 3 phases for each of LL, 1 MiB, unknown; comm b: 3 send, 3 receive. */
+    CHECK(count_lines(text, "step_prof: ") == 15, "15 step_prof lines:\n%s", text);
+    /* After the flush lines; ascending size, keys[0] last; phases in step order. */
+    expect_order(text, "bytes=all proto=SIMPLE flushes=5", "step_prof: ");
+    expect_order(text, "bytes=4096 proto=LL phase=RecvWait", "bytes=1048576 proto=SIMPLE phase=");
+    expect_order(text, "bytes=1048576 proto=SIMPLE phase=RecvGPUWait",
+                 "bytes=unknown proto=unknown phase=");
+    expect_order(text, "bytes=4096 proto=SIMPLE phase=SendWait", "bytes=8192 proto=SIMPLE phase=");
+    expect_order(text, "phase=SendGPUWait", "phase=SendPeerWait");
+    expect_order(text, "phase=RecvWait", "phase=RecvFlushWait");
+}
+
 static void check_output(const char *path)
 {
-    static char text[16384];
+    static char text[32768];
     FILE *f = fopen(path, "r");
     size_t n;
 
@@ -191,10 +289,9 @@ static void check_output(const char *path)
                 "flushes=4 median_us=8.500 p10_us=7.000 p90_us=10.000 mean_us=8.500 "
                 "max_us=10.000 untimed_steps=1\n");
     /* Comm a: LL, 1 MiB, unknown, all; comm b: 8 KiB, all. */
-    n = 0;
-    for (const char *p = text; (p = strstr(p, "flush_prof: ")) != NULL; p++)
-        n++;
+    n = count_lines(text, "flush_prof: ");
     CHECK(n == 6, "6 lines, got %zu:\n%s", n, text);
+    check_steps(text);
 }
 
 /* Past FP_RESERVOIR samples: exact count, mean and max; the held samples stay bounded. */

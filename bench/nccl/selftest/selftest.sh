@@ -102,6 +102,9 @@ check distinct_gpus 0 env MOCK_NGPUS=4 "$B" -N 2 -l 4K
 expect distinct_gpus 'NCCL_HOSTID=host<r>: no, MPS: off'
 check bad_option 2 "$B" -o nonsense
 
+check compare_usage 0 "$HERE/../compare.sh" --help
+expect compare_usage -e '^--step-time (implies --ib)'
+expect compare_usage -e 'Exit 0 only if everything passed.$'
 check compare_quick 0 "$HERE/../compare.sh" --quick --sizes 4K "$WORK/cmp"
 check compare_summary 0 grep -q 'proof system: PASS' "$WORK/cmp/summary.md"
 check compare_bad_channel 1 env MOCK_CHANNEL_NET=Socket "$HERE/../compare.sh" --quick --sizes 4K "$WORK/cmp2"

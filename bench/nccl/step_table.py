@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""The proxy-step phase tables of compare.sh --step-time, appended to summary.md.
+
+Reads OUTDIR/logs/flush-prof.txt: the lines libferry-flush-prof.so printed at
+each comm's finalize, each prefixed by compare.sh with "build=B rep=R
+config=C". Keeps the step_prof lines: one rank's time in one phase (proxy-step
+state) of the steps of one all_reduce size, as a sample count and a median in
+microseconds. Per build and size, for each ferry / NCCL configuration pair
+present: per phase, the median over ranks and repetitions of those medians,
+with the total samples, for both, and ferry / NCCL.
+"""
+import os
+import re
+import statistics
+import sys
+
+PAIRS = (("ferry-ib", "nccl-ib"), ("ferry-ib-gdr", "nccl-ib-gdr"))
+PHASES = ("SendGPUWait", "SendPeerWait", "SendWait", "RecvWait", "RecvFlushWait", "RecvGPUWait")
+FIELD = re.compile(r"(\w+)=(\S+)")
+
+
+def human(size):
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {unit}"
+    return f"{size} B"
+
+
+def load(path):
+    """(build, config, bytes, phase) -> {"med": [...], "n": total}; (build, bytes) -> protos."""
+    cells, protos = {}, {}
+    with open(path) as f:
+        for line in f:
+            if "step_prof:" not in line:
+                continue
+            kv = dict(FIELD.findall(line))
+            if "median_us" not in kv or kv.get("bytes") in (None, "unknown"):
+                continue
+            count = int(kv.get("steps", "0"))
+            if count == 0 or kv.get("phase") not in PHASES:
+                continue
+            build = kv.get("build", "?")
+            key = (build, kv.get("config", "?"), kv["bytes"], kv["phase"])
+            e = cells.setdefault(key, {"med": [], "n": 0})
+            e["med"].append(float(kv["median_us"]))
+            e["n"] += count
+            protos.setdefault((build, kv["bytes"]), set()).add(kv.get("proto", "?"))
+    return cells, protos
+
+
+def cell(e):
+    if e is None:
+        return "-", None
+    v = statistics.median(e["med"])
+    return f"{v:.2f} ({e['n']})", v
+
+
+def table(cells, build, size, ferry, nccl):
+    md = [f"| phase | {ferry} us | {nccl} us | ferry / NCCL |", "|---|---|---|---|"]
+    for phase in PHASES:
+        fe, ne = cells.get((build, ferry, size, phase)), cells.get((build, nccl, size, phase))
+        if fe is None and ne is None:
+            continue
+        fc, fv = cell(fe)
+        nc, nv = cell(ne)
+        r = f"{fv / nv:.2f}" if fv is not None and nv else "-"
+        md.append(f"| {phase} | {fc} | {nc} | {r} |")
+    return md + [""]
+
+
+def section(cells, protos):
+    md = ["## Proxy step phases (NCCL profiler: time in each proxy-step state)\n",
+          "Median microseconds per phase (phase samples), the median over ranks and "
+          "repetitions of each rank's median. A phase runs from the record of its state to "
+          "the step's next state or its end. Send: SendGPUWait (the GPU fills the step's "
+          "buffer), SendPeerWait (data ready, isend gives no request yet: waiting for the "
+          "receiver's clear-to-send), SendWait (isend accepted until its test() says done). "
+          "Receive: RecvWait (irecv posted until its test() says done), RecvFlushWait (the "
+          "GDR flush, when there is one), RecvGPUWait (until the GPU is done with the step). "
+          "A repeated state counts as two samples. Both configurations loaded "
+          "libferry-flush-prof.so, so their busbw above carries its small cost.\n"]
+    for b in sorted({k[0] for k in cells}):
+        md.append(f"### build {b}\n")
+        for ferry, nccl in PAIRS:
+            sizes = sorted({k[2] for k in cells if k[0] == b and k[1] in (ferry, nccl)}, key=int)
+            for s in sizes:
+                proto = "/".join(sorted(protos.get((b, s), ())))
+                md.append(f"#### {ferry} vs {nccl}, {human(int(s))} ({proto})\n")
+                md.extend(table(cells, b, s, ferry, nccl))
+    return md
+
+
+def main():
+    outdir = sys.argv[1] if len(sys.argv) > 1 else "."
+    path = os.path.join(outdir, "logs", "flush-prof.txt")
+    cells, protos = load(path) if os.path.exists(path) else ({}, {})
+    if cells:
+        md = section(cells, protos)
+    else:
+        md = ["## Proxy step phases\n",
+              "No step_prof lines (logs/flush-prof.txt): the profiler was not loaded, or no "
+              "run got to its finalize.\n"]
+    with open(os.path.join(outdir, "summary.md"), "a") as f:
+        f.write("\n".join(md) + "\n")
+    print("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
