@@ -271,14 +271,13 @@ void ferry_ib_send_fail_trunc(ferry_ib_send_comm_t *sc)
  * own IB waits here in silence). A dead receiver is an error, not this
  * (ferry_ib_check_peer).
  */
-static void ferry_ib_send_cts_wait(ferry_ib_send_comm_t *sc, size_t size)
+static void ferry_ib_send_cts_wait(ferry_ib_send_comm_t *sc, size_t size, uint64_t now)
 {
-    uint64_t msg = sc->fifo_head + 1, now, since;
+    uint64_t msg = sc->fifo_head + 1, since;
     char desc[192];
 
     if (sc->base.ring.stall_ns == 0)
         return;
-    now = ferry_px_coarse_ns();
     if (sc->cts_wait_msg != msg) {
         sc->cts_wait_msg = msg;
         sc->cts_wait_ns = now;
@@ -373,10 +372,13 @@ ferry_status_t ferry_ib_isend(void *send_comm, void *data, size_t size, int tag,
             return FERRY_OK;
     }
     if (ferry_ib_load_acquire(&e[0].idx) != want) {
-        st = ferry_ib_check_peer(&sc->base, 1);
+        /* NCCL retries isend in a tight loop: one clock read for both checks. */
+        uint64_t now = ferry_px_coarse_ns();
+
+        st = ferry_ib_check_peer(&sc->base, 1, now);
         if (st < 0)
             return (ferry_status_t)st;
-        ferry_ib_send_cts_wait(sc, size);
+        ferry_ib_send_cts_wait(sc, size, now);
         return FERRY_OK; /* No clear-to-send yet. */
     }
     st = ferry_ib_cts_ready(e, want, &nreqs);

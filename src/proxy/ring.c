@@ -251,7 +251,9 @@ ferry_status_t ferry_px_ring_test(ferry_px_ring_t *ring, ferry_px_req_t *req, in
     /* All bytes are in; only the (delayed) completion is outstanding: not a failure. */
     if (failed != 0 && !ferry_px_req_all_moved(req))
         return ferry_px_ring_test_failed(ring, req, (ferry_status_t)failed);
-    ferry_px_ring_check_stall(ring, req);
+    /* One coarse clock read per call, for the stall check and the backend's poll. */
+    ring->test_now_ns = ferry_px_coarse_ns();
+    ferry_px_ring_check_stall_at(ring, req, ring->test_now_ns);
     work = ring->ops->poll(ring, req);
     /*
      * What the poll finished is reported now, not on NCCL's next call: its

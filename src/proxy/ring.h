@@ -111,6 +111,12 @@ typedef struct ferry_px_ring {
      * not from its post, or each one queued during the stall would warn again.
      */
     uint64_t              moved_ns;
+    /*
+     * The coarse clock as the current test() read it (test()'s thread): the
+     * backend's poll under that test() takes its time from here. NCCL calls
+     * test() in a tight loop; one clock read per call is enough.
+     */
+    uint64_t              test_now_ns;
     struct ferry_px_ring *reg_next, *reg_prev; /* Live-comm registry, under its lock. */
 } ferry_px_ring_t;
 
@@ -160,6 +166,8 @@ void ferry_px_ring_req_words(const ferry_px_ring_t *ring, const ferry_px_req_t *
                              size_t len);
 /* The stall check test() runs (ring_stall.c); exposed for tests. */
 void ferry_px_ring_check_stall(ferry_px_ring_t *ring, ferry_px_req_t *req);
+/* The same at a coarse time the caller already read. */
+void ferry_px_ring_check_stall_at(ferry_px_ring_t *ring, ferry_px_req_t *req, uint64_t now);
 /* Write the ring, its requests and the backend's lines (ops dump) for the signal dump. */
 void ferry_px_ring_dump(const ferry_px_ring_t *ring, FILE *out, uint64_t now);
 

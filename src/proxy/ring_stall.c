@@ -30,8 +30,14 @@ static int ferry_px_ring_stall_held(const ferry_px_ring_t *ring, const ferry_px_
 
 void ferry_px_ring_check_stall(ferry_px_ring_t *ring, ferry_px_req_t *req)
 {
+    /* NCCL calls test() in a tight loop: the cheap clock (seconds are what count here). */
+    ferry_px_ring_check_stall_at(ring, req, ferry_px_coarse_ns());
+}
+
+void ferry_px_ring_check_stall_at(ferry_px_ring_t *ring, ferry_px_req_t *req, uint64_t now)
+{
     char desc[192], words[224], why[640], state_words[256];
-    uint64_t last, now, idle;
+    uint64_t last, idle;
     int state;
 
     if (ring->stall_ns == 0 || ring->stall_quiet)
@@ -39,8 +45,6 @@ void ferry_px_ring_check_stall(ferry_px_ring_t *ring, ferry_px_req_t *req)
     last = atomic_load_explicit(&req->last_ns, memory_order_relaxed);
     if (ring->moved_ns > last)
         last = ring->moved_ns; /* Queued behind requests that moved since. */
-    /* NCCL calls test() in a tight loop: the cheap clock (seconds are what count here). */
-    now = ferry_px_coarse_ns();
     idle = now > last ? now - last : 0;
     if (idle < ring->stall_ns)
         return;
