@@ -39,3 +39,13 @@ target_link_libraries(nccl-net-ferry-null PRIVATE ferry_core_null)
 target_link_options(nccl-net-ferry-null PRIVATE
   -Wl,--version-script=${PROJECT_SOURCE_DIR}/cmake/ferry.map -Wl,--no-undefined -Wl,--as-needed)
 set_target_properties(nccl-net-ferry-null PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})
+
+# ferry-call-cost: ns per test() of a pending receive and per isend() that finds
+# no receive, the calls NCCL's proxy loop repeats (bench/README.md).
+add_executable(ferry-call-cost ${FERRY_BENCH_DIR}/call_cost.c ${FERRY_HARNESS_DIR}/harness.c)
+target_include_directories(ferry-call-cost PRIVATE ${FERRY_HARNESS_DIR}
+  ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(ferry-call-cost PRIVATE ${CMAKE_DL_LIBS} pthread)
+target_compile_definitions(ferry-call-cost PRIVATE
+  FERRY_PLUGIN_DEFAULT="$<TARGET_FILE:nccl-net-ferry>")
+add_dependencies(ferry-call-cost nccl-net-ferry)

@@ -163,7 +163,7 @@ ferry_status_t ferry_ib_irecv(void *recv_comm, int n, void **data, size_t *sizes
     if (status != FERRY_OK)
         return status;
     rc->cts_seq++;
-    ferry_px_req_parts_start(req, (uint32_t)nq);
+    ferry_px_req_parts_start_at(req, (uint32_t)nq, req->post_ns); /* Posted in this call. */
     *request_p = req;
     return FERRY_OK;
 }

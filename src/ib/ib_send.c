@@ -168,6 +168,7 @@ static ferry_status_t ferry_ib_send_post(ferry_ib_send_comm_t *sc, ferry_ib_send
     uint32_t s = (uint32_t)(slot->fifo_seq % FERRY_IB_FIFO_SLOTS);
     int n = slot->nreqs, q0 = slot->q0, nq = slot->nq, i, j;
     ferry_status_t status;
+    uint64_t now;
 
     for (i = 0; i < n && (n > 1 || conn->multi); i++)
         sc->sizes_src[s][i] = (uint32_t)slot->reqs[i]->sub[0].capacity; /* Read if it goes by the FIFO. */
@@ -179,8 +180,10 @@ static ferry_status_t ferry_ib_send_post(ferry_ib_send_comm_t *sc, ferry_ib_send
         slot->outstanding++;
         sc->chains_posted++;
     }
+    /* A lone buffer's request was posted in this very isend call: its post time will do. */
+    now = n == 1 ? slot->reqs[0]->post_ns : ferry_px_now_ns();
     for (i = 0; i < n; i++)
-        ferry_px_req_parts_start(slot->reqs[i], (uint32_t)nq);
+        ferry_px_req_parts_start_at(slot->reqs[i], (uint32_t)nq, now);
     return FERRY_OK;
 }
 

@@ -109,12 +109,17 @@ void ferry_px_req_part_start(ferry_px_req_t *req)
 
 void ferry_px_req_parts_start(ferry_px_req_t *req, uint32_t k)
 {
+    ferry_px_req_parts_start_at(req, k, 0);
+}
+
+void ferry_px_req_parts_start_at(ferry_px_req_t *req, uint32_t k, uint64_t now)
+{
     int expected = FERRY_PX_REQ_POSTED;
 
     atomic_fetch_add_explicit(&req->posted, k, memory_order_relaxed);
     if (atomic_compare_exchange_strong(&req->state, &expected, FERRY_PX_REQ_ACTIVE)) {
-        uint64_t now = ferry_px_now_ns();
-
+        if (now == 0)
+            now = ferry_px_now_ns();
         atomic_store_explicit(&req->start_ns, now, memory_order_relaxed);
         /* Its first header arrived (or a lane took it): progress, for the stall warning. */
         atomic_store_explicit(&req->last_ns, now, memory_order_relaxed);
@@ -163,16 +168,19 @@ void ferry_px_req_part_moved(ferry_px_req_t *req)
 static void ferry_px_req_parts_done(ferry_px_req_t *req, uint32_t k)
 {
     uint32_t done;
+    uint64_t now;
 
     /* acq_rel: the thread retiring the last part sees every other thread's copy. */
     done = atomic_fetch_add_explicit(&req->done, k, memory_order_acq_rel) + k;
     assert(done <= atomic_load(&req->nparts));
-    atomic_store_explicit(&req->last_ns, ferry_px_now_ns(), memory_order_relaxed);
+    /* One clock read per call: small messages complete at a rate where reads add up. */
+    now = ferry_px_now_ns();
+    atomic_store_explicit(&req->last_ns, now, memory_order_relaxed);
     if (done == atomic_load_explicit(&req->nparts, memory_order_relaxed)) {
         int expected = FERRY_PX_REQ_ACTIVE;
 
         /* Before the state: whoever sees DONE sees the time too. */
-        atomic_store_explicit(&req->done_ns, ferry_px_now_ns(), memory_order_relaxed);
+        atomic_store_explicit(&req->done_ns, now, memory_order_relaxed);
         atomic_compare_exchange_strong_explicit(&req->state, &expected, FERRY_PX_REQ_DONE,
                                                 memory_order_acq_rel, memory_order_acquire);
     }

@@ -115,6 +115,8 @@ void ferry_px_req_post(ferry_px_req_t *req, ferry_px_req_kind_t kind, uint32_t s
 void ferry_px_req_part_start(ferry_px_req_t *req);
 /* k parts started at once. */
 void ferry_px_req_parts_start(ferry_px_req_t *req, uint32_t k);
+/* The same at a time the caller read (a backend that starts a request in the call that posted it). */
+void ferry_px_req_parts_start_at(ferry_px_req_t *req, uint32_t k, uint64_t now);
 /*
  * Receive side, first header of a chunk: record the message size and part
  * count, or fail with FERRY_ERR_USAGE (larger than the posted buffer) or

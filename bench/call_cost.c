@@ -1,0 +1,138 @@
+/*
+ * ferry-call-cost: what one call into the plugin costs NCCL's proxy thread
+ * when there is nothing for it to do, the case NCCL's proxy loop hits most:
+ *  - test() of a receive whose data has not come;
+ *  - isend() that finds no receive posted (it returns no request; NCCL
+ *    calls it again on its next pass).
+ * NCCL calls both in a tight loop, so their cost adds to every pass of the
+ * proxy loop, and so to the latency of small collectives.
+ *
+ * One process, one send/recv comm pair on the plugin's first device (or
+ * FIT_MERGE), whichever backend NCCL_FERRY_BACKEND picks. Each round times
+ * --calls calls of one kind; the table shows the median ns per call over
+ * --reps rounds, interleaved. Run it on two builds (--plugin) side by side
+ * to compare them; numbers from different machines do not compare.
+ *
+ *   ferry-call-cost [--plugin PATH] [--calls N] [--reps R]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+#define CC_BUF 4096
+
+static double cc_round_test(const ncclNet_v11_t *net, void *req, long calls)
+{
+    double t0 = fit_now();
+    int done = 0, size = 0;
+    long i;
+
+    for (i = 0; i < calls; i++) {
+        FIT_NCCL(net->test(req, &done, &size));
+        FIT_CHECK(!done, "test() of a receive with no sender reported it done");
+    }
+    return (fit_now() - t0) * 1e9 / (double)calls;
+}
+
+static double cc_round_isend(const ncclNet_v11_t *net, void *comm, void *mh, void *buf, long calls)
+{
+    double t0 = fit_now();
+    void *req = NULL;
+    long i;
+
+    for (i = 0; i < calls; i++) {
+        FIT_NCCL(net->isend(comm, buf, CC_BUF, 0, mh, NULL, &req));
+        FIT_CHECK(req == NULL, "isend() with no receive posted returned a request");
+    }
+    return (fit_now() - t0) * 1e9 / (double)calls;
+}
+
+static int cc_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+    const char *path = fit_plugin_path(&argc, argv);
+    long calls = 2000000;
+    int reps = 7, i, dev, ndev = 0;
+    fit_plugin_t p;
+    const ncclNet_v11_t *net;
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    void *ctx, *lc, *a_send, *a_recv, *b_send, *b_recv, *mh_a, *mh_b, *req = NULL;
+    void *tags_buf[1], *mhs[1];
+    size_t sizes[1] = {CC_BUF};
+    int tags[1] = {0};
+    double *t_test, *t_isend;
+    static char rbuf[CC_BUF], sbuf[CC_BUF];
+
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--calls") == 0 && i + 1 < argc)
+            calls = atol(argv[++i]);
+        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: ferry-call-cost [--plugin PATH] [--calls N] [--reps R]\n");
+            return 2;
+        }
+    }
+    FIT_CHECK(calls > 0 && calls <= 100000000L && reps > 0 && reps <= 99,
+              "--calls 1..1e8, --reps 1..99");
+    t_test = calloc((size_t)reps, sizeof(double));
+    t_isend = calloc((size_t)reps, sizeof(double));
+    FIT_CHECK(t_test != NULL && t_isend != NULL, "out of memory");
+    fit_plugin_open(&p, path);
+    net = p.net;
+    ctx = fit_plugin_init(&p, 0xca11);
+    FIT_NCCL(net->devices(&ndev));
+    FIT_CHECK(ndev >= 1, "the plugin found no device");
+    dev = fit_device(&p);
+    /* Pair a: a receive posted, never sent to (test() on it). */
+    lc = fit_listen(&p, ctx, dev, handle);
+    fit_connect_accept(&p, ctx, dev, handle, lc, &a_send, &a_recv, NULL);
+    FIT_NCCL(net->closeListen(lc));
+    /* Pair b: no receive ever posted (isend() on it). */
+    lc = fit_listen(&p, ctx, dev, handle);
+    fit_connect_accept(&p, ctx, dev, handle, lc, &b_send, &b_recv, NULL);
+    FIT_NCCL(net->closeListen(lc));
+    FIT_NCCL(net->regMr(a_recv, rbuf, sizeof(rbuf), NCCL_PTR_HOST, &mh_a));
+    FIT_NCCL(net->regMr(b_send, sbuf, sizeof(sbuf), NCCL_PTR_HOST, &mh_b));
+    tags_buf[0] = rbuf;
+    mhs[0] = mh_a;
+    for (i = 0; i < 1000 && req == NULL; i++)
+        FIT_NCCL(net->irecv(a_recv, 1, tags_buf, sizes, tags, mhs, NULL, &req));
+    FIT_CHECK(req != NULL, "irecv() gave no request in 1000 calls");
+    /* Warm up, then interleave the two kinds. */
+    cc_round_test(net, req, calls / 10 + 1);
+    cc_round_isend(net, b_send, mh_b, sbuf, calls / 10 + 1);
+    for (i = 0; i < reps; i++) {
+        t_test[i] = cc_round_test(net, req, calls);
+        t_isend[i] = cc_round_isend(net, b_send, mh_b, sbuf, calls);
+    }
+    qsort(t_test, (size_t)reps, sizeof(double), cc_cmp);
+    qsort(t_isend, (size_t)reps, sizeof(double), cc_cmp);
+    printf("plugin %s, backend %s, %ld calls x %d rounds\n", p.path,
+           getenv("NCCL_FERRY_BACKEND") ? getenv("NCCL_FERRY_BACKEND") : "auto", calls, reps);
+    printf("call                      median ns   min ns   max ns\n");
+    printf("test() pending recv      %10.1f %8.1f %8.1f\n", t_test[reps / 2], t_test[0],
+           t_test[reps - 1]);
+    printf("isend() no receive       %10.1f %8.1f %8.1f\n", t_isend[reps / 2], t_isend[0],
+           t_isend[reps - 1]);
+    /* The pending receive goes with its comm: closeRecv discards it. */
+    FIT_NCCL(net->deregMr(a_recv, mh_a));
+    FIT_NCCL(net->deregMr(b_send, mh_b));
+    FIT_NCCL(net->closeSend(a_send));
+    FIT_NCCL(net->closeRecv(a_recv));
+    FIT_NCCL(net->closeSend(b_send));
+    FIT_NCCL(net->closeRecv(b_recv));
+    FIT_NCCL(net->finalize(ctx));
+    fit_plugin_close(&p);
+    free(t_test);
+    free(t_isend);
+    return 0;
+}
