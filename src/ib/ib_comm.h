@@ -58,6 +58,17 @@ static inline void ferry_ib_magic_clear(uint64_t *magic)
     *(volatile uint64_t *)magic = FERRY_IB_DEAD_MAGIC;
 }
 
+/*
+ * Counters and flags the signal dump's thread reads (ferry_ib_dump, _state_words,
+ * ferry_ib_flush_words) while the data-path thread writes them: relaxed atomics, so
+ * the dump reads a whole value and TSan sees no race. That thread is the only
+ * writer, so an increment is a load and a store, not a locked read-modify-write;
+ * its own reads stay plain.
+ */
+#define FERRY_IB_DIAG_SET(_f, _v) __atomic_store_n(&(_f), (_v), __ATOMIC_RELAXED)
+#define FERRY_IB_DIAG_ADD(_f, _d) FERRY_IB_DIAG_SET(_f, (_f) + (_d))
+#define FERRY_IB_DIAG_GET(_f)     __atomic_load_n(&(_f), __ATOMIC_RELAXED)
+
 #define FERRY_IB_PENDING_MAX  32  /* Inbound OOB connections in their handshake at once. */
 #define FERRY_IB_POLL_BATCH   16  /* CQEs per ibv_poll_cq. */
 #define FERRY_IB_DRAIN_BATCHES 256 /* Bound on the batches a failover takes from a CQ first. */
@@ -234,7 +245,8 @@ typedef struct ferry_ib_send_comm {
  * per HCA of the device (a merged device may span several: each orders only
  * its own writes into GPU memory), an RC QP connected to itself on that
  * member's CQ, so its completions come back through the comm's own poll;
- * and a registered host word the READs land in. Data-path thread only.
+ * and a registered host word the READs land in. Data-path thread only, but
+ * the dump reads nqps (acquire: qps[] is filled first) and the counters.
  */
 typedef struct ferry_ib_flush_qp {
     int             mem;           /* The member whose HCA and port it uses. */

@@ -66,23 +66,27 @@ void ferry_ib_state_words(const ferry_px_ring_t *ring, char *buf, size_t len)
         return;
     if (ring->kind == FERRY_PX_SEND) {
         const ferry_ib_send_comm_t *sc = (const ferry_ib_send_comm_t *)c;
-        uint32_t s = (uint32_t)(sc->fifo_head % FERRY_IB_FIFO_SLOTS);
+        uint64_t head = FERRY_IB_DIAG_GET(sc->fifo_head);
+        uint32_t s = (uint32_t)(head % FERRY_IB_FIFO_SLOTS);
         uint64_t idx = __atomic_load_n(&sc->fifo[s][0].idx, __ATOMIC_ACQUIRE);
+        uint64_t done = FERRY_IB_DIAG_GET(sc->chains_done);
+        int moved_out = FERRY_IB_DIAG_GET(sc->moved_out);
 
         off += (size_t)snprintf(buf + off, len - off, "; CTS FIFO head %llu (slot %u %s), WR "
-                                "chains outstanding %llu", (unsigned long long)sc->fifo_head, s,
-                                idx == sc->fifo_head + 1 ? "has the receiver's clear-to-send"
-                                                         : "empty: the receiver has not posted it",
-                                (unsigned long long)(sc->chains_posted - sc->chains_done));
-        if (sc->moved_out > 0 && off < len)
+                                "chains outstanding %llu", (unsigned long long)head, s,
+                                idx == head + 1 ? "has the receiver's clear-to-send"
+                                                : "empty: the receiver has not posted it",
+                                (unsigned long long)(FERRY_IB_DIAG_GET(sc->chains_posted) - done));
+        if (moved_out > 0 && off < len)
             snprintf(buf + off, len - off, ", %d of them moved by a failover (new messages "
-                     "wait for them)", sc->moved_out);
+                     "wait for them)", moved_out);
     } else {
         const ferry_ib_recv_comm_t *rc = (const ferry_ib_recv_comm_t *)c;
 
         off += (size_t)snprintf(buf + off, len - off, "; clear-to-sends written %llu, data "
-                                "completions %llu", (unsigned long long)rc->cts_seq,
-                                (unsigned long long)rc->imm_done);
+                                "completions %llu",
+                                (unsigned long long)FERRY_IB_DIAG_GET(rc->cts_seq),
+                                (unsigned long long)FERRY_IB_DIAG_GET(rc->imm_done));
         if (off < len)
             ferry_ib_flush_words(rc, buf + off, len - off);
     }
@@ -93,6 +97,7 @@ void ferry_ib_dump(const ferry_px_ring_t *ring, FILE *out, uint64_t now)
     const ferry_ib_comm_t *c = (const ferry_ib_comm_t *)ring;
     const ferry_ib_conn_t *conn = &c->conn;
     char words[512];
+    uint64_t gone = FERRY_IB_DIAG_GET(conn->gone_ns);
     int i;
 
     /* In rdmacm mode the liveness socket stands for the rdma_cm connections (ib_cm_conn.h). */
@@ -100,16 +105,18 @@ void ferry_ib_dump(const ferry_px_ring_t *ring, FILE *out, uint64_t now)
             conn->peer, conn->remote.devname, ferry_ib_comm_where(c), conn->nqps,
             conn->split ? " split" : "", conn->cm != NULL ? "rdma_cm connection" : "OOB socket",
             conn->oob_fd < 0 ? "closed"
-            : conn->gone_ns ? (conn->cm != NULL ? "peer gone (DISCONNECTED)" : "peer gone (EOF)")
-                            : "open");
+            : gone ? (conn->cm != NULL ? "peer gone (DISCONNECTED)" : "peer gone (EOF)")
+                   : "open");
     for (i = 0; i < conn->nmem; i++) {
         const ferry_ib_member_t *mem = &conn->mem[i];
 
         fprintf(out, "NET/ferry :     port %d %s: %s, %s for this comm; %llu bytes sent, %llu "
                 "chains completed, %llu moved off it\n", i, mem->dev->name,
                 atomic_load(&mem->dev->port_down) ? "DOWN" : "ACTIVE",
-                mem->down ? "failed" : "in use", (unsigned long long)mem->bytes,
-                (unsigned long long)mem->chains, (unsigned long long)mem->moved);
+                FERRY_IB_DIAG_GET(mem->down) ? "failed" : "in use",
+                (unsigned long long)FERRY_IB_DIAG_GET(mem->bytes),
+                (unsigned long long)FERRY_IB_DIAG_GET(mem->chains),
+                (unsigned long long)FERRY_IB_DIAG_GET(mem->moved));
     }
     for (i = 0; i < conn->nqps; i++)
         fprintf(out, "NET/ferry :     QP %d: 0x%x on %s -> peer 0x%x, state %s\n", i,

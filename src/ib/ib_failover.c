@@ -55,7 +55,7 @@ long ferry_ib_member_stop(ferry_ib_comm_t *c, int m, const char *why, unsigned f
         return 0;
     if (atomic_load_explicit(&c->ring.failed, memory_order_acquire) != 0)
         return atomic_load(&c->ring.failed);
-    mem->down = 1;
+    FERRY_IB_DIAG_SET(mem->down, 1);
     conn->ndown++;
     if (!conn->multi || conn->ndown == conn->nmem) {
         if (!conn->multi)
@@ -136,7 +136,7 @@ static void ferry_ib_members_oob(ferry_ib_comm_t *c)
     if (n > 0)
         ferry_ib_oob_input(c, buf, (size_t)n);
     else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-        conn->gone_ns = now; /* ferry_ib_check_peer decides what that means. */
+        FERRY_IB_DIAG_SET(conn->gone_ns, now); /* ferry_ib_check_peer decides what that means. */
 }
 
 long ferry_ib_members_check(ferry_ib_comm_t *c)

@@ -124,6 +124,26 @@ static ferry_status_t ferry_ib_flush_qp_setup(ferry_ib_recv_comm_t *rc, int m,
     return FERRY_OK;
 }
 
+/* The first n flush QPs and their registrations of the host word. */
+static void ferry_ib_flush_qps_free(ferry_ib_recv_comm_t *rc, int n)
+{
+    ferry_ib_flush_t *f = &rc->flush;
+    int k;
+
+    for (k = 0; k < n; k++) {
+        ferry_ib_flush_qp_t *fq = &f->qps[k];
+
+        if (fq->qp != NULL && ferry_ibv.destroy_qp(fq->qp) != 0)
+            FERRY_WARN("ib recv comm from %s on %s: ibv_destroy_qp(0x%x) of the GDR flush QP "
+                       "failed: %s", rc->base.conn.peer, ferry_ib_comm_where(&rc->base),
+                       fq->qp->qp_num, strerror(errno));
+        fq->qp = NULL;
+        if (fq->word_mr != NULL)
+            ferry_ib_mr_put(rc->base.conn.mem[fq->mem].dev->hca, fq->word_mr);
+        fq->word_mr = NULL;
+    }
+}
+
 /* The flush QPs (one per HCA) and host word, made once; on failure nothing is left made. */
 static ferry_status_t ferry_ib_flush_setup(ferry_ib_recv_comm_t *rc)
 {
@@ -148,7 +168,8 @@ static ferry_status_t ferry_ib_flush_setup(ferry_ib_recv_comm_t *rc)
         if (status != FERRY_OK)
             goto err_undo;
     }
-    f->nqps = n;
+    /* Release: the dump's thread reads qps[] once it sees nqps (ferry_ib_flush_words). */
+    __atomic_store_n(&f->nqps, n, __ATOMIC_RELEASE);
     for (k = 0; k < n; k++)
         FERRY_INFO(FERRY_LOG_NET, "ib recv comm #%u from %s on %s: GDR flush QP 0x%x on %s "
                    "connected to itself, host word %p", rc->base.ring.serial, conn->peer,
@@ -157,8 +178,7 @@ static ferry_status_t ferry_ib_flush_setup(ferry_ib_recv_comm_t *rc)
     return FERRY_OK;
 
 err_undo:
-    f->nqps = n;
-    ferry_ib_flush_destroy(rc);
+    ferry_ib_flush_qps_free(rc, n); /* Never published in nqps: the dump does not see them. */
 err_warn:
     FERRY_WARN("ib recv comm #%u from %s on %s: setting up the GDR flush failed while %s: %s; "
                "GPU receives cannot be flushed: NCCL_FERRY_IB_FLUSH=cuda flushes without a QP, "
@@ -172,20 +192,8 @@ err_warn:
 void ferry_ib_flush_destroy(ferry_ib_recv_comm_t *rc)
 {
     ferry_ib_flush_t *f = &rc->flush;
-    int k;
 
-    for (k = 0; k < f->nqps; k++) {
-        ferry_ib_flush_qp_t *fq = &f->qps[k];
-
-        if (fq->qp != NULL && ferry_ibv.destroy_qp(fq->qp) != 0)
-            FERRY_WARN("ib recv comm from %s on %s: ibv_destroy_qp(0x%x) of the GDR flush QP "
-                       "failed: %s", rc->base.conn.peer, ferry_ib_comm_where(&rc->base),
-                       fq->qp->qp_num, strerror(errno));
-        fq->qp = NULL;
-        if (fq->word_mr != NULL)
-            ferry_ib_mr_put(rc->base.conn.mem[fq->mem].dev->hca, fq->word_mr);
-        fq->word_mr = NULL;
-    }
+    ferry_ib_flush_qps_free(rc, f->nqps);
     f->nqps = 0;
     free(f->word);
     f->word = NULL;
@@ -286,7 +294,7 @@ static ferry_status_t ferry_ib_flush_cuda(ferry_ib_recv_comm_t *rc, void *buf, s
                                   1);
     if (req == NULL)
         return FERRY_ERR_INVALID;
-    rc->flush.cuda++;
+    FERRY_IB_DIAG_ADD(rc->flush.cuda, 1);
     /* The driver call returned after the flush: the request is done at once. */
     ferry_px_req_parts_start(req, 1);
     ferry_px_req_parts_finish(req, 1, 0);
@@ -338,7 +346,7 @@ static ferry_status_t ferry_ib_flush_read(ferry_ib_recv_comm_t *rc, void *buf, s
             ferry_px_req_fail(req, FERRY_ERR_IO);
             return FERRY_OK;
         }
-        f->reads++;
+        FERRY_IB_DIAG_ADD(f->reads, 1);
     }
     ferry_px_req_parts_start(req, (uint32_t)f->nqps);
     return FERRY_OK;
@@ -405,16 +413,16 @@ void ferry_ib_flush_completion(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc
                            (unsigned long long)wc->wr_id);
         return;
     }
-    rc->flush.reads_done++;
+    FERRY_IB_DIAG_ADD(rc->flush.reads_done, 1);
     ferry_px_req_parts_finish(req, 1, 0);
     if (atomic_load_explicit(&req->state, memory_order_acquire) == FERRY_PX_REQ_DONE) {
         /* The flush's whole cost as this side sees it (the engine stamped done_ns). */
         uint64_t wait = atomic_load_explicit(&req->done_ns, memory_order_relaxed) - req->post_ns;
 
-        rc->flush.done++;
-        rc->flush.wait_ns += wait;
+        FERRY_IB_DIAG_ADD(rc->flush.done, 1);
+        FERRY_IB_DIAG_ADD(rc->flush.wait_ns, wait);
         if (wait > rc->flush.wait_max_ns)
-            rc->flush.wait_max_ns = wait;
+            FERRY_IB_DIAG_SET(rc->flush.wait_max_ns, wait);
     }
 }
 
@@ -444,18 +452,22 @@ void ferry_ib_flush_wc_error(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc)
 void ferry_ib_flush_words(const ferry_ib_recv_comm_t *rc, char *buf, size_t len)
 {
     const ferry_ib_flush_t *f = &rc->flush;
+    /* Acquire: pairs with ferry_ib_flush_setup's store, so qps[] is filled in. */
+    int nqps = __atomic_load_n(&f->nqps, __ATOMIC_ACQUIRE);
+    uint64_t done = FERRY_IB_DIAG_GET(f->done), cuda = FERRY_IB_DIAG_GET(f->cuda);
 
-    if (f->nqps > 0)
+    if (nqps > 0)
         snprintf(buf, len, "; GDR flush QP 0x%x (to itself)%s: READs posted %llu, completed "
                  "%llu; %llu flushes done in %.1f us on average from iflush to the last READ's "
                  "completion polled (longest %.1f us)", f->qps[0].qp->qp_num,
-                 f->nqps > 1 ? " and one per other HCA" : "", (unsigned long long)f->reads,
-                 (unsigned long long)f->reads_done, (unsigned long long)f->done,
-                 f->done ? (double)f->wait_ns / (double)f->done / 1e3 : 0.0,
-                 (double)f->wait_max_ns / 1e3);
-    else if (f->cuda > 0)
+                 nqps > 1 ? " and one per other HCA" : "",
+                 (unsigned long long)FERRY_IB_DIAG_GET(f->reads),
+                 (unsigned long long)FERRY_IB_DIAG_GET(f->reads_done), (unsigned long long)done,
+                 done ? (double)FERRY_IB_DIAG_GET(f->wait_ns) / (double)done / 1e3 : 0.0,
+                 (double)FERRY_IB_DIAG_GET(f->wait_max_ns) / 1e3);
+    else if (cuda > 0)
         snprintf(buf, len, "; GDR flushes by cuFlushGPUDirectRDMAWrites %llu",
-                 (unsigned long long)f->cuda);
+                 (unsigned long long)cuda);
     else if (len > 0)
         buf[0] = '\0';
 }

@@ -101,7 +101,7 @@ int ferry_ib_recv_move(ferry_ib_recv_comm_t *rc, int m)
         if (ferry_ib_recv_post_cts(rc, seq, req->n) != FERRY_OK)
             return -1;
         moved++;
-        conn->mem[m].moved++;
+        FERRY_IB_DIAG_ADD(conn->mem[m].moved, 1);
     }
     return moved;
 }
@@ -162,7 +162,7 @@ ferry_status_t ferry_ib_irecv(void *recv_comm, int n, void **data, size_t *sizes
     status = ferry_ib_recv_post_cts(rc, seq, n);
     if (status != FERRY_OK)
         return status;
-    rc->cts_seq++;
+    FERRY_IB_DIAG_ADD(rc->cts_seq, 1);
     ferry_px_req_parts_start_at(req, (uint32_t)nq, req->post_ns); /* Posted in this call. */
     *request_p = req;
     return FERRY_OK;
@@ -261,13 +261,13 @@ static void ferry_ib_recv_chain(ferry_ib_recv_comm_t *rc, const struct ibv_wc *w
     if ((rc->chains_seen[slot] >> j) & 1)
         return; /* Landed twice: once on the failed port, once where it was moved. */
     rc->chains_seen[slot] |= 1U << j;
-    rc->imm_done++;
+    FERRY_IB_DIAG_ADD(rc->imm_done, 1);
     /* One buffer, sizes not in the FIFO: the message is what its chains wrote. */
     rc->chain_bytes[slot] = imm & FERRY_IB_IMM_FIFO ? UINT64_MAX
                           : rc->chain_bytes[slot] == UINT64_MAX ? UINT64_MAX
                                                                : rc->chain_bytes[slot] + wc->byte_len;
     if (q < conn->nqps)
-        conn->mem[ferry_ib_qp_mem(conn, q)].chains++;
+        FERRY_IB_DIAG_ADD(conn->mem[ferry_ib_qp_mem(conn, q)].chains, 1);
     if ((uint32_t)__builtin_popcount(rc->chains_seen[slot]) < count) {
         ferry_px_req_parts_finish(req, 1, 0);
         return;
@@ -309,7 +309,7 @@ void ferry_ib_recv_completion(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc)
                            (unsigned long long)wc->wr_id);
         return;
     }
-    rc->imm_done++;
+    FERRY_IB_DIAG_ADD(rc->imm_done, 1);
     if (atomic_load_explicit(&req->done, memory_order_relaxed) + 1 <
         atomic_load_explicit(&req->nparts, memory_order_relaxed)) {
         ferry_px_req_parts_finish(req, 1, 0);

@@ -44,7 +44,7 @@ static void ferry_ib_member_back(ferry_ib_comm_t *c, int m)
     ferry_ib_conn_t *conn = &c->conn;
     ferry_ib_member_t *mem = &conn->mem[m];
 
-    mem->down = 0;
+    FERRY_IB_DIAG_SET(mem->down, 0);
     mem->joining = 0;
     mem->rejoins++;
     atomic_store_explicit(&mem->async_down, 0, memory_order_relaxed);

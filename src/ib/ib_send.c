@@ -124,7 +124,7 @@ static int ferry_ib_send_chain(ferry_ib_send_comm_t *sc, ferry_ib_send_slot_t *s
         return err;
     }
     slot->chain_qp[j] = (uint8_t)q;
-    conn->mem[m].bytes += bytes;
+    FERRY_IB_DIAG_ADD(conn->mem[m].bytes, bytes);
     return 0;
 }
 
@@ -178,7 +178,7 @@ static ferry_status_t ferry_ib_send_post(ferry_ib_send_comm_t *sc, ferry_ib_send
             return status;
         slot->chains++;
         slot->outstanding++;
-        sc->chains_posted++;
+        FERRY_IB_DIAG_ADD(sc->chains_posted, 1);
     }
     /* A lone buffer's request was posted in this very isend call: its post time will do. */
     now = n == 1 ? slot->reqs[0]->post_ns : ferry_px_now_ns();
@@ -205,10 +205,10 @@ int ferry_ib_send_move(ferry_ib_send_comm_t *sc, int m)
                 return -1;
             if (!((slot->moved >> j) & 1)) {
                 slot->moved |= 1U << j;
-                sc->moved_out++;
+                FERRY_IB_DIAG_ADD(sc->moved_out, 1);
             }
             here = 1;
-            conn->mem[m].moved++;
+            FERRY_IB_DIAG_ADD(conn->mem[m].moved, 1);
         }
         moved += here;
     }
@@ -241,10 +241,10 @@ void ferry_ib_send_completion(ferry_ib_send_comm_t *sc, const struct ibv_wc *wc)
         slot->chains_done |= 1U << j;
         if ((slot->moved >> j) & 1) {
             slot->moved &= ~(1U << j);
-            sc->moved_out--;
+            FERRY_IB_DIAG_ADD(sc->moved_out, -1);
         }
     }
-    conn->mem[ferry_ib_qp_mem(conn, slot->chain_qp[j])].chains++;
+    FERRY_IB_DIAG_ADD(conn->mem[ferry_ib_qp_mem(conn, slot->chain_qp[j])].chains, 1);
     nq = slot->nq;
     for (i = 0; i < slot->nreqs; i++) {
         size_t off, len = ferry_ib_chain_part(ferry_ib_slot_len(slot, i), nq, j, &off);
@@ -252,7 +252,7 @@ void ferry_ib_send_completion(ferry_ib_send_comm_t *sc, const struct ibv_wc *wc)
         if (!((slot->trunc >> i) & 1))
             ferry_px_req_parts_finish(slot->reqs[i], 1, len);
     }
-    sc->chains_done++;
+    FERRY_IB_DIAG_ADD(sc->chains_done, 1);
     if (--slot->outstanding > 0)
         return;
     /* Every chain is back: the receiver was told; a send that did not fit fails next poll. */
@@ -429,6 +429,6 @@ ferry_status_t ferry_ib_isend(void *send_comm, void *data, size_t size, int tag,
     *request_p = req;
     if (++slot->matched < nreqs)
         return FERRY_OK;
-    sc->fifo_head++;
+    FERRY_IB_DIAG_ADD(sc->fifo_head, 1);
     return ferry_ib_send_post(sc, slot);
 }

@@ -63,7 +63,8 @@ void ferry_px_ring_post_locked(ferry_px_ring_t *ring, ferry_px_req_t *req, int n
 {
     ferry_px_req_post(req, ring->kind, ring->next_seq, n, subs,
                       ring->kind == FERRY_PX_SEND && gated, nparts, part_size);
-    ring->next_seq++;
+    /* Relaxed: the dump's thread reads it without the lock (ferry_px_ring_dump). */
+    __atomic_store_n(&ring->next_seq, ring->next_seq + 1, __ATOMIC_RELAXED);
 }
 
 ferry_px_req_t *ferry_px_ring_post(ferry_px_ring_t *ring, int n, const ferry_px_sub_t *subs,

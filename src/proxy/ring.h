@@ -86,7 +86,8 @@ static inline void ferry_px_stat_add(_Atomic uint64_t *v, uint64_t n)
 typedef struct ferry_px_ring {
     ferry_px_req_t        reqs[FERRY_MAX_REQUESTS]; /* Message seq s lives in reqs[s % 32]. */
     pthread_mutex_t       lock;          /* Protects next_seq publication (and the backend's cursors). */
-    uint32_t              next_seq;      /* Next message number to post; under lock. */
+    uint32_t              next_seq;      /* Next message number to post; under lock (the dump
+                                          * reads it without: relaxed atomic store and load). */
     ferry_px_timing_t     timing;        /* Where finished messages spent their time (dump). */
     _Atomic int           failed;        /* 0, or the ferry_status_t that broke the comm. */
     char                  fail_reason[320]; /* Written once, before failed is set. */

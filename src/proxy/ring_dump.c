@@ -86,7 +86,8 @@ void ferry_px_ring_dump(const ferry_px_ring_t *ring, FILE *out, uint64_t now)
 
     ferry_px_ring_describe(ring, desc, sizeof(desc));
     fprintf(out, "NET/ferry :   %s: age %" PRIu64 " ms, messages posted %u, %s%s\n", desc,
-            ferry_px_dump_ms_since(now, ring->create_ns), ring->next_seq,
+            ferry_px_dump_ms_since(now, ring->create_ns),
+            __atomic_load_n(&ring->next_seq, __ATOMIC_RELAXED),
             atomic_load(&ring->failed) ? "FAILED: " : "healthy",
             atomic_load(&ring->failed) ? ring->fail_reason : "");
     if (ring->ops->dump != NULL)

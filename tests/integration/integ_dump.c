@@ -13,6 +13,10 @@
  * pair B posts nothing before the dump, and the dump must show the
  * transport's QPs and clear-to-send FIFO instead of lanes and threads.
  *
+ * With FIT_DUMP_TRAFFIC=1, dumps also run while messages move: the dump's
+ * thread reads the backend's counters as this thread's isend/irecv/test
+ * change them, so under ThreadSanitizer a plain read there is a race report.
+ *
  *   integ_dump [--plugin PATH]       (ctest sets NCCL_FERRY_DUMP_SIGNAL=USR1)
  */
 #include <dlfcn.h>
@@ -26,6 +30,7 @@
 #include "harness.h"
 
 #define DUMP_NRECV 3
+#define DUMP_TRAFFIC_SIGNALS 20
 
 static volatile sig_atomic_t dump_own_hits;
 
@@ -102,14 +107,13 @@ static void dump_wait(const fit_plugin_t *p, void *req, size_t expect, const cha
               expect);
 }
 
-/* Raise the signal and wait until the dump's last comm has been logged. */
-static int dump_trigger(int signo, double seconds, char *text, size_t len)
+/* Wait until lines after from stop arriving (the dump's last comm has been logged). */
+static int dump_settle(int from, double seconds, char *text, size_t len)
 {
-    int from = fit_log_lines(), last = -1;
+    int last = -1;
     fit_bound_t b;
     double quiet_since = 0;
 
-    FIT_CHECK(kill(getpid(), signo) == 0, "kill");
     fit_bound_init(&b, "waiting for the dump", seconds, 1000000000L);
     /* The dump is formatted on a helper thread: wait until lines stop arriving for 0.3 s. */
     while (fit_bound_try_step(&b)) {
@@ -124,6 +128,69 @@ static int dump_trigger(int signo, double seconds, char *text, size_t len)
     }
     fit_log_text(from, text, len);
     return fit_log_lines() - from;
+}
+
+/* Raise the signal and wait until the dump's last comm has been logged. */
+static int dump_trigger(int signo, double seconds, char *text, size_t len)
+{
+    int from = fit_log_lines();
+
+    FIT_CHECK(kill(getpid(), signo) == 0, "kill");
+    return dump_settle(from, seconds, text, len);
+}
+
+static int dump_count(const char *hay, const char *needle)
+{
+    int n = 0;
+
+    for (; (hay = strstr(hay, needle)) != NULL; hay += strlen(needle))
+        n++;
+    return n;
+}
+
+/*
+ * DUMP_TRAFFIC_SIGNALS dumps, each raised before a run of messages on the
+ * pair that goes on until that dump has reached the logger: every dump walks
+ * the comms while their counters move. Each message is checked intact.
+ */
+static void dump_during_traffic(const fit_plugin_t *p, dump_pair_t *pr, char *sbuf, char *rbuf,
+                                int signo, int receiver_driven, char *text, size_t len)
+{
+    static const size_t sizes[] = { 1, 4099, 65543, 262147 };
+    int from = fit_log_lines(), sig, msgs = 0, nlines;
+
+    for (sig = 0; sig < DUMP_TRAFFIC_SIGNALS; sig++) {
+        int before = fit_log_lines();
+        fit_bound_t b;
+
+        FIT_CHECK(kill(getpid(), signo) == 0, "kill");
+        fit_bound_init(&b, "a dump during traffic", 20.0, 1000000L);
+        do {
+            size_t size = sizes[msgs % 4];
+            void *rreq = dump_post_recv(p, pr, rbuf, size), *sreq;
+
+            fit_fill(sbuf, size, 500 + (uint64_t)msgs);
+            sreq = dump_post_send(p, pr, sbuf, size);
+            dump_wait(p, sreq, size, "send during dumps");
+            dump_wait(p, rreq, size, "receive during dumps");
+            fit_check_pattern(rbuf, size, 500 + (uint64_t)msgs, "message during dumps");
+            msgs++;
+        } while (fit_log_find(before, -1, "dump of", "live comm", NULL, NULL, 0) < 0 &&
+                 fit_bound_try_step(&b));
+    }
+    nlines = dump_settle(from, 10.0, text, len);
+    printf("  %d dumps during %d messages: %d lines\n", DUMP_TRAFFIC_SIGNALS, msgs, nlines);
+    FIT_CHECK(dump_count(text, "live comm(s)") == DUMP_TRAFFIC_SIGNALS,
+              "%d dumps reached the logger during traffic, expected %d",
+              dump_count(text, "live comm(s)"), DUMP_TRAFFIC_SIGNALS);
+    if (receiver_driven)
+        FIT_CHECK(dump_count(text, "ib: peer") >= DUMP_TRAFFIC_SIGNALS &&
+                  dump_count(text, "QP 0: 0x") >= DUMP_TRAFFIC_SIGNALS,
+                  "the dumps during traffic lack their ib lines (ib: peer, QP 0: 0x)");
+    else
+        FIT_CHECK(strcasestr(text, "lane") != NULL, "the dumps during traffic list no lanes");
+    fit_pass("%d dumps while %d messages moved; every message intact", DUMP_TRAFFIC_SIGNALS,
+             msgs);
 }
 
 static int dump_contains_ci(const char *hay, const char *needle)
@@ -241,6 +308,9 @@ int main(int argc, char **argv)
     dump_wait(&plugin, lonely_req, lonely_send, "lonely send on pair B");
     fit_check_pattern(rbuf_b, lonely_send, 77, "pair B after dump");
     fit_pass("requests complete intact after the dump");
+
+    if (getenv("FIT_DUMP_TRAFFIC") != NULL && atoi(getenv("FIT_DUMP_TRAFFIC")) == 1)
+        dump_during_traffic(&plugin, &a, sbuf_a, rbuf_a, signo, receiver_driven, text, 1 << 20);
 
     /*
      * With completions held back (NCCL_FERRY_INJECT_DELAY_US, as a zerocopy
