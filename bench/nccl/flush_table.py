@@ -59,6 +59,13 @@ def cell(e):
     return "-", None
 
 
+def write_summary(outdir, md):
+    """Appends the markdown lines md to OUTDIR/summary.md and prints them."""
+    with open(os.path.join(outdir, "summary.md"), "a") as f:
+        f.write("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
 def section(data):
     md = ["## GDR flush time (NCCL profiler: RecvFlushWait to RecvGPUWait per receive step)\n",
           "Median microseconds per flush (flushes timed), the median over ranks and "
@@ -90,9 +97,7 @@ def main():
         md = ["## GDR flush time\n",
               "No flush_prof lines (logs/flush-prof.txt): the profiler was not loaded, or no "
               "run got to its finalize.\n"]
-    with open(os.path.join(outdir, "summary.md"), "a") as f:
-        f.write("\n".join(md) + "\n")
-    print("\n".join(md))
+    write_summary(outdir, md)
     return 0
 
 

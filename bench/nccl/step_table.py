@@ -10,20 +10,13 @@ present: per phase, the median over ranks and repetitions of those medians,
 with the total samples, for both, and ferry / NCCL.
 """
 import os
-import re
 import statistics
 import sys
 
+from flush_table import FIELD, human, write_summary  # Same lines file, same conventions.
+
 PAIRS = (("ferry-ib", "nccl-ib"), ("ferry-ib-gdr", "nccl-ib-gdr"))
 PHASES = ("SendGPUWait", "SendPeerWait", "SendWait", "RecvWait", "RecvFlushWait", "RecvGPUWait")
-FIELD = re.compile(r"(\w+)=(\S+)")
-
-
-def human(size):
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if size >= 1 << shift and size % (1 << shift) == 0:
-            return f"{size >> shift} {unit}"
-    return f"{size} B"
 
 
 def load(path):
@@ -100,9 +93,7 @@ def main():
         md = ["## Proxy step phases\n",
               "No step_prof lines (logs/flush-prof.txt): the profiler was not loaded, or no "
               "run got to its finalize.\n"]
-    with open(os.path.join(outdir, "summary.md"), "a") as f:
-        f.write("\n".join(md) + "\n")
-    print("\n".join(md))
+    write_summary(outdir, md)
     return 0
 
 

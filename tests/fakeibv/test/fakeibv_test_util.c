@@ -1,5 +1,6 @@
 /* Shared fixtures of the fakeibv tests (see fakeibv_test_util.h). */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -159,4 +160,56 @@ enum ibv_qp_state fx_state(struct ibv_qp *qp)
     if (ibv_query_qp(qp, &a, IBV_QP_STATE, &ia) != 0)
         return (enum ibv_qp_state)-1;
     return a.qp_state;
+}
+
+int fx_pair_open(struct fx_pair *x, size_t len, uint32_t depth, int cq_entries)
+{
+    int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+
+    memset(x, 0, sizeof(*x));
+    if (fx_open(&x->f) != 0)
+        return -1;
+    if (cq_entries != 256) {
+        ibv_destroy_cq(x->f.cq);
+        x->f.cq = ibv_create_cq(x->f.ctx, cq_entries, NULL, NULL, 0);
+        if (x->f.cq == NULL)
+            return -1;
+    }
+    x->src = malloc(len);
+    x->dst = malloc(len);
+    if (x->src == NULL || x->dst == NULL)
+        return -1;
+    x->src_mr = ibv_reg_mr(x->f.pd, x->src, len, acc);
+    x->dst_mr = ibv_reg_mr(x->f.pd, x->dst, len, acc);
+    x->a = fx_qp(&x->f, depth, 64);
+    x->b = fx_qp(&x->f, depth, 64);
+    if (x->src_mr == NULL || x->dst_mr == NULL || x->a == NULL || x->b == NULL)
+        return -1;
+    if (fx_connect(x->a, x->f.lid, x->b->qp_num, 7) || fx_connect(x->b, x->f.lid, x->a->qp_num, 7))
+        return -1;
+    return 0;
+}
+
+void fx_pair_close(struct fx_pair *x)
+{
+    if (x->a != NULL)
+        ibv_destroy_qp(x->a);
+    if (x->b != NULL)
+        ibv_destroy_qp(x->b);
+    if (x->src_mr != NULL)
+        ibv_dereg_mr(x->src_mr);
+    if (x->dst_mr != NULL)
+        ibv_dereg_mr(x->dst_mr);
+    free(x->src);
+    free(x->dst);
+    fx_close(&x->f);
+    memset(x, 0, sizeof(*x));
+}
+
+void fx_fill(unsigned char *p, size_t n, unsigned seed)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        p[i] = (unsigned char)((i * 131u) ^ (i >> 9) ^ seed);
 }

@@ -6,6 +6,7 @@
 #define FAKEIBV_TEST_UTIL_H
 
 #include <infiniband/verbs.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct fx {
@@ -32,6 +33,21 @@ int fx_poll(struct ibv_cq *cq, struct ibv_wc *wc, int n, int timeout_ms);
 int fx_write(struct ibv_qp *qp, uint64_t wr_id, enum ibv_wr_opcode op, void *buf, uint32_t len,
              uint32_t lkey, uint64_t raddr, uint32_t rkey, unsigned flags, uint32_t imm);
 long fx_ms_since(const struct timespec *t0);
+/*
+ * Two RC QPs on one device connected to each other (rnr_retry 7, inline 64,
+ * depth send WRs each), two host buffers of len bytes registered with local
+ * write and remote read/write, and one CQ of cq_entries for both QPs.
+ */
+struct fx_pair {
+    struct fx f;
+    struct ibv_qp *a, *b;
+    unsigned char *src, *dst;
+    struct ibv_mr *src_mr, *dst_mr;
+};
+int fx_pair_open(struct fx_pair *x, size_t len, uint32_t depth, int cq_entries);
+void fx_pair_close(struct fx_pair *x);
+/* Byte i depends on i and seed, so a misplaced or missing byte shows. */
+void fx_fill(unsigned char *p, size_t n, unsigned seed);
 /* The QP state as the device sees it (ibv_qp::state changes only on modify). */
 enum ibv_qp_state fx_state(struct ibv_qp *qp);
 

@@ -26,13 +26,6 @@
 #define BUF (8u << 20)
 #define DEPTH 512
 
-struct dfx {
-    struct fx f;
-    struct ibv_qp *a, *b;
-    unsigned char *src, *dst;
-    struct ibv_mr *src_mr, *dst_mr;
-};
-
 static int direct_on(void)
 {
     const char *s = getenv("FAKEIBV_DIRECT");
@@ -42,28 +35,9 @@ static int direct_on(void)
 
 static int setup(void **state)
 {
-    static struct dfx x;
-    int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    static struct fx_pair x;
 
-    memset(&x, 0, sizeof(x));
-    if (fx_open(&x.f) != 0)
-        return -1;
-    /* Room for every completion of the longest test at once. */
-    ibv_destroy_cq(x.f.cq);
-    x.f.cq = ibv_create_cq(x.f.ctx, 4096, NULL, NULL, 0);
-    if (x.f.cq == NULL)
-        return -1;
-    x.src = malloc(BUF);
-    x.dst = malloc(BUF);
-    if (!x.src || !x.dst)
-        return -1;
-    x.src_mr = ibv_reg_mr(x.f.pd, x.src, BUF, acc);
-    x.dst_mr = ibv_reg_mr(x.f.pd, x.dst, BUF, acc);
-    x.a = fx_qp(&x.f, DEPTH, 64);
-    x.b = fx_qp(&x.f, DEPTH, 64);
-    if (!x.src_mr || !x.dst_mr || !x.a || !x.b)
-        return -1;
-    if (fx_connect(x.a, x.f.lid, x.b->qp_num, 7) || fx_connect(x.b, x.f.lid, x.a->qp_num, 7))
+    if (fx_pair_open(&x, BUF, DEPTH, 4096) != 0)
         return -1;
     *state = &x;
     return 0;
@@ -71,24 +45,8 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    struct dfx *x = *state;
-
-    ibv_destroy_qp(x->a);
-    ibv_destroy_qp(x->b);
-    ibv_dereg_mr(x->src_mr);
-    ibv_dereg_mr(x->dst_mr);
-    free(x->src);
-    free(x->dst);
-    fx_close(&x->f);
+    fx_pair_close(*state);
     return 0;
-}
-
-static void fill(unsigned char *p, size_t n, unsigned seed)
-{
-    size_t i;
-
-    for (i = 0; i < n; i++)
-        p[i] = (unsigned char)((i * 131u) ^ (i >> 9) ^ seed);
 }
 
 static uint64_t direct_ops(void)
@@ -104,7 +62,7 @@ static uint64_t direct_ops(void)
 static void test_idle_small_direct(void **state)
 {
     static const uint32_t sizes[] = { 0, 1, 4096, DIRECT_MAX, DIRECT_MAX + 1, 20000 };
-    struct dfx *x = *state;
+    struct fx_pair *x = *state;
     struct ibv_wc wc;
     uint64_t d0, expect = 0;
     size_t i;
@@ -117,7 +75,7 @@ static void test_idle_small_direct(void **state)
     for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         uint32_t n = sizes[i];
 
-        fill(x->src, n + 64, (unsigned)i);
+        fx_fill(x->src, n + 64, (unsigned)i);
         memset(x->dst, 0xee, n + 64);
         d0 = direct_ops();
         assert_int_equal(fx_write(x->a, i, IBV_WR_RDMA_WRITE, n ? x->src + 3 : NULL, n,
@@ -133,7 +91,7 @@ static void test_idle_small_direct(void **state)
         assert_int_equal(direct_ops() - d0, expect);
     }
     /* A READ is a header on the wire: direct too. */
-    fill(x->dst, 4096, 77);
+    fx_fill(x->dst, 4096, 77);
     memset(x->src, 0, 4096);
     d0 = direct_ops();
     assert_int_equal(fx_write(x->a, 99, IBV_WR_RDMA_READ, x->src, 4096, x->src_mr->lkey,
@@ -151,7 +109,7 @@ static void test_idle_small_direct(void **state)
 static void test_mixed_chain_order(void **state)
 {
     enum { N = 96 };
-    struct dfx *x = *state;
+    struct fx_pair *x = *state;
     struct ibv_send_wr wr[N], *bad = NULL;
     struct ibv_sge sge[N];
     struct ibv_recv_wr rwr, *rbad = NULL;
@@ -160,7 +118,7 @@ static void test_mixed_chain_order(void **state)
     uint32_t len[N];
     int i, got = 0, k;
 
-    fill(x->src, BUF, 5);
+    fx_fill(x->src, BUF, 5);
     memset(x->dst, 0xee, BUF);
     memset(&rwr, 0, sizeof(rwr));
     rwr.wr_id = 1000;
@@ -208,14 +166,14 @@ static void test_mixed_chain_order(void **state)
 static void test_full_stream_never_blocks_poster(void **state)
 {
     enum { N = 400, LEN = 4096 };
-    struct dfx *x = *state;
+    struct fx_pair *x = *state;
     struct ibv_recv_wr rwr, *rbad = NULL;
     struct ibv_sge rsge = { (uintptr_t)x->dst + (BUF - LEN), LEN, x->dst_mr->lkey };
     struct ibv_wc wc;
     uint64_t d0 = direct_ops();
     int i, got = 0, recv_seen = 0;
 
-    fill(x->src, (size_t)N * LEN + LEN, 9);
+    fx_fill(x->src, (size_t)N * LEN + LEN, 9);
     memset(x->dst, 0xee, BUF);
     assert_int_equal(fx_write(x->a, 5000, IBV_WR_SEND, x->src + (size_t)N * LEN, LEN,
                               x->src_mr->lkey, 0, 0, IBV_SEND_SIGNALED, 0), 0);

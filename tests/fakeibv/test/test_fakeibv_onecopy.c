@@ -28,13 +28,6 @@
 #define MIN (64u << 10) /* FAKEIBV_ONE_COPY_MIN's default; ctest leaves it unset. */
 #define BUF (4u << 20)
 
-struct ofx {
-    struct fx f;
-    struct ibv_qp *a, *b;
-    unsigned char *src, *dst;
-    struct ibv_mr *src_mr, *dst_mr;
-};
-
 static int one_copy_on(void)
 {
     const char *s = getenv("FAKEIBV_ONE_COPY");
@@ -44,23 +37,9 @@ static int one_copy_on(void)
 
 static int setup(void **state)
 {
-    static struct ofx x;
-    int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    static struct fx_pair x;
 
-    memset(&x, 0, sizeof(x));
-    if (fx_open(&x.f) != 0)
-        return -1;
-    x.src = malloc(BUF);
-    x.dst = malloc(BUF);
-    if (!x.src || !x.dst)
-        return -1;
-    x.src_mr = ibv_reg_mr(x.f.pd, x.src, BUF, acc);
-    x.dst_mr = ibv_reg_mr(x.f.pd, x.dst, BUF, acc);
-    x.a = fx_qp(&x.f, 64, 64);
-    x.b = fx_qp(&x.f, 64, 64);
-    if (!x.src_mr || !x.dst_mr || !x.a || !x.b)
-        return -1;
-    if (fx_connect(x.a, x.f.lid, x.b->qp_num, 7) || fx_connect(x.b, x.f.lid, x.a->qp_num, 7))
+    if (fx_pair_open(&x, BUF, 64, 256) != 0)
         return -1;
     *state = &x;
     return 0;
@@ -68,15 +47,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    struct ofx *x = *state;
-
-    ibv_destroy_qp(x->a);
-    ibv_destroy_qp(x->b);
-    ibv_dereg_mr(x->src_mr);
-    ibv_dereg_mr(x->dst_mr);
-    free(x->src);
-    free(x->dst);
-    fx_close(&x->f);
+    fx_pair_close(*state);
     return 0;
 }
 
@@ -84,14 +55,6 @@ static int reset_pair(void **state)
 {
     teardown(state);
     return setup(state);
-}
-
-static void fill(unsigned char *p, size_t n, unsigned seed)
-{
-    size_t i;
-
-    for (i = 0; i < n; i++)
-        p[i] = (unsigned char)((i * 131u) ^ (i >> 9) ^ seed);
 }
 
 /* The sizes around the threshold, and a large one. */
@@ -136,7 +99,7 @@ static void test_probe_result(void **state)
 
 static void test_write_sizes(void **state)
 {
-    struct ofx *x = *state;
+    struct fx_pair *x = *state;
     struct fakeibv_xfer_stats s0;
     struct ibv_wc wc;
     size_t i;
@@ -147,7 +110,7 @@ static void test_write_sizes(void **state)
 
         if (n + off > BUF)
             off = BUF - n;
-        fill(x->src, BUF, (unsigned)i);
+        fx_fill(x->src, BUF, (unsigned)i);
         memset(x->dst, 0xee, BUF);
         assert_int_equal(fx_write(x->a, i, IBV_WR_RDMA_WRITE, x->src + off, n, x->src_mr->lkey,
                                   (uintptr_t)x->dst + 7, x->dst_mr->rkey, IBV_SEND_SIGNALED, 0),
@@ -166,7 +129,7 @@ static void test_write_sizes(void **state)
 /* WRITE_WITH_IMM from two SGEs into a 0-SGE receive. */
 static void test_write_imm_two_sges(void **state)
 {
-    struct ofx *x = *state;
+    struct fx_pair *x = *state;
     struct fakeibv_xfer_stats s0;
     struct ibv_wc wc[2];
     size_t i;
@@ -182,7 +145,7 @@ static void test_write_imm_two_sges(void **state)
         struct ibv_recv_wr rwr = { .wr_id = 900 + i }, *rbad;
         int k, got_send = 0, got_recv = 0;
 
-        fill(x->src, BUF, (unsigned)(i + 40));
+        fx_fill(x->src, BUF, (unsigned)(i + 40));
         memset(x->dst, 0, BUF);
         assert_int_equal(ibv_post_recv(x->b, &rwr, &rbad), 0);
         memset(&wr, 0, sizeof(wr));
@@ -219,7 +182,7 @@ static void test_write_imm_two_sges(void **state)
 /* READ into two SGEs (the responder writes the requester's memory). */
 static void test_read_two_sges(void **state)
 {
-    struct ofx *x = *state;
+    struct fx_pair *x = *state;
     struct fakeibv_xfer_stats s0;
     struct ibv_wc wc;
     size_t i;
@@ -233,7 +196,7 @@ static void test_read_two_sges(void **state)
         };
         struct ibv_send_wr wr, *bad;
 
-        fill(x->dst, BUF, (unsigned)(i + 80));
+        fx_fill(x->dst, BUF, (unsigned)(i + 80));
         memset(x->src, 0x5a, BUF);
         memset(&wr, 0, sizeof(wr));
         wr.wr_id = 200 + i;
@@ -258,7 +221,7 @@ static void test_read_two_sges(void **state)
 /* SEND scattered into a two-SGE receive. */
 static void test_send_scatter(void **state)
 {
-    struct ofx *x = *state;
+    struct fx_pair *x = *state;
     struct fakeibv_xfer_stats s0;
     struct ibv_wc wc[2];
     size_t i;
@@ -273,7 +236,7 @@ static void test_send_scatter(void **state)
         struct ibv_recv_wr rwr = { .wr_id = 300 + i, .sg_list = rs, .num_sge = 2 }, *rbad;
         int k;
 
-        fill(x->src, BUF, (unsigned)(i + 120));
+        fx_fill(x->src, BUF, (unsigned)(i + 120));
         memset(x->dst, 0, BUF);
         assert_int_equal(ibv_post_recv(x->b, &rwr, &rbad), 0);
         assert_int_equal(fx_write(x->a, 400 + i, IBV_WR_SEND, x->src, n, x->src_mr->lkey, 0, 0,
@@ -295,7 +258,7 @@ static void test_send_scatter(void **state)
     expect_paths(&s0, desc_expected(), NSIZES);
 }
 
-static void expect_access_error(struct ofx *x, uint64_t wr_id)
+static void expect_access_error(struct fx_pair *x, uint64_t wr_id)
 {
     struct ibv_wc wc[2];
     struct ibv_async_event ev;
@@ -321,7 +284,7 @@ static void expect_access_error(struct ofx *x, uint64_t wr_id)
  */
 static void test_cut_under_descriptor(void **state)
 {
-    struct ofx *x = *state;
+    struct fx_pair *x = *state;
     struct ibv_sge rs = { (uintptr_t)x->dst, 1u << 20, x->dst_mr->lkey };
     struct ibv_recv_wr rwr = { .wr_id = 90, .sg_list = &rs, .num_sge = 1 }, *rbad;
     struct ibv_wc wc[4];
@@ -330,7 +293,7 @@ static void test_cut_under_descriptor(void **state)
 
     if (!one_copy_on())
         skip();
-    fill(x->src, 1u << 20, 90);
+    fx_fill(x->src, 1u << 20, 90);
     assert_int_equal(fx_write(x->a, 91, IBV_WR_SEND, x->src, 1u << 20, x->src_mr->lkey, 0, 0,
                               IBV_SEND_SIGNALED, 0),
                      0);
@@ -349,12 +312,12 @@ static void test_cut_under_descriptor(void **state)
 /* A descriptor WRITE with a stale rkey: denied before any byte is copied. */
 static void test_bad_rkey_write(void **state)
 {
-    struct ofx *x = *state;
+    struct fx_pair *x = *state;
     struct fakeibv_xfer_stats s0, s1;
 
     fakeibv_xfer_stats(&s0);
     memset(x->dst, 0x11, BUF);
-    fill(x->src, BUF, 7);
+    fx_fill(x->src, BUF, 7);
     assert_int_equal(fx_write(x->a, 50, IBV_WR_RDMA_WRITE, x->src, 1u << 20, x->src_mr->lkey,
                               (uintptr_t)x->dst, x->dst_mr->rkey ^ 0x100, 0, 0),
                      0);
@@ -375,7 +338,7 @@ static void test_bad_rkey_write(void **state)
 /* A descriptor READ past the end of the remote MR. */
 static void test_bad_range_read(void **state)
 {
-    struct ofx *x = *state;
+    struct fx_pair *x = *state;
     struct fakeibv_xfer_stats s0, s1;
 
     fakeibv_xfer_stats(&s0);
@@ -395,7 +358,7 @@ static void test_bad_range_read(void **state)
 /* A bad lkey on a large WR is still the requester's LOC_PROT_ERR. */
 static void test_bad_lkey(void **state)
 {
-    struct ofx *x = *state;
+    struct fx_pair *x = *state;
     struct ibv_wc wc;
 
     assert_int_equal(fx_write(x->a, 70, IBV_WR_RDMA_WRITE, x->src, 1u << 20,
@@ -412,7 +375,7 @@ static void test_bad_lkey(void **state)
  * streaming mode and the data still arrives. */
 static void test_failed_probe_falls_back(void **state)
 {
-    struct ofx *x = *state;
+    struct fx_pair *x = *state;
     struct fakeibv_xfer_stats s0, s1;
     struct ibv_qp *c, *d;
     struct ibv_wc wc;
@@ -425,7 +388,7 @@ static void test_failed_probe_falls_back(void **state)
     assert_non_null(d);
     assert_int_equal(fx_connect(c, x->f.lid, d->qp_num, 7), 0);
     assert_int_equal(fx_connect(d, x->f.lid, c->qp_num, 7), 0);
-    fill(x->src, BUF, 99);
+    fx_fill(x->src, BUF, 99);
     memset(x->dst, 0, BUF);
     assert_int_equal(fx_write(c, 80, IBV_WR_RDMA_WRITE, x->src, BUF, x->src_mr->lkey,
                               (uintptr_t)x->dst, x->dst_mr->rkey, IBV_SEND_SIGNALED, 0),
