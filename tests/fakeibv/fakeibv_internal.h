@@ -250,6 +250,7 @@ struct fakeibv_swqe {
     struct ibv_sge sge[FAKEIBV_MAX_SGE];
     uint8_t *inline_buf;          /* Slot in qp->inline_slab when IBV_SEND_INLINE. */
     int done;                     /* Response arrived (or local error decided). */
+    uint32_t wire;                /* Bytes it put on the stream (0: none yet). */
     enum ibv_wc_status status;    /* Valid when done. */
 };
 
@@ -286,6 +287,9 @@ struct fakeibv_qp {
     uint32_t sq_free;             /* Slots up to here may be reused. */
     int sq_blocked;               /* A local error stopped transmission. */
     int tx_busy;                  /* A thread (tx or poster) is sending a request. */
+    uint64_t wire_out;            /* Bytes of requests sent and not yet answered: at most
+                                   * what the stream still holds (fakeibv_tx.c's room check). */
+    int out_sndbuf;               /* out_fd's SO_SNDBUF, read when it connected. */
     uint64_t tx_seq;              /* Wire sequence of the next request. */
     struct fakeibv_rwqe *rq;
     uint32_t rq_head, rq_tail;    /* Posted / consumed receive WQEs. */

@@ -218,6 +218,7 @@ void fakeibv_qp_to_err_locked(struct fakeibv_qp *qp)
                                   IBV_WC_WR_FLUSH_ERR);
     }
     qp->sq_tx = qp->sq_resp = qp->sq_free = qp->sq_head;
+    qp->wire_out = 0;
     for (; qp->rq_tail != qp->rq_head; qp->rq_tail++)
         fakeibv_push_flush_locked(qp, fakeibv_recv_cq(qp), qp->rq[qp->rq_tail % qp->rq_depth].wr_id,
                                   IBV_WC_RECV, IBV_WC_WR_FLUSH_ERR);
@@ -672,6 +673,14 @@ static int fakeibv_qp_connect(struct fakeibv_qp *qp)
     if (down)
         qp->link_down = 1;
     qp->out_fd = fd;
+    qp->wire_out = 0;
+    qp->out_sndbuf = 0;
+    if (fd >= 0) {
+        socklen_t sl = sizeof(qp->out_sndbuf);
+
+        if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &qp->out_sndbuf, &sl) != 0)
+            qp->out_sndbuf = 0; /* Then nothing goes directly: the tx thread sends. */
+    }
     qp->mode_known = 0;
     qp->one_copy = 0;
     qp->broken = rc != 0;
@@ -705,6 +714,7 @@ static void fakeibv_qp_reset(struct fakeibv_qp *qp)
     fakeibv_qp_release_acceptor(qp);
     pthread_mutex_lock(&qp->lock);
     qp->sq_head = qp->sq_tx = qp->sq_resp = qp->sq_ack = qp->sq_free = 0;
+    qp->wire_out = 0;
     qp->rq_head = qp->rq_tail = 0;
     qp->sq_blocked = 0;
     qp->link_down = 0;

@@ -14,9 +14,6 @@
  */
 #include <errno.h>
 #include <string.h>
-#include <sys/ioctl.h>
-#include <sys/socket.h>
-#include <linux/sockios.h>
 
 #include "fakeibv_internal.h"
 #include "fakeibv_wire.h"
@@ -283,18 +280,29 @@ static int fakeibv_tx_ready_locked(const struct fakeibv_qp *qp)
            qp->attr.qp_state == IBV_QPS_RTS && !qp->sq_blocked && qp->sq_tx != qp->sq_head;
 }
 
-/* The stream has room for len more bytes, so a send of them cannot block
- * (this QP is its only writer; a Unix stream send waits only for sndbuf). */
-static int fakeibv_stream_room(int fd, size_t len)
+/* Bytes the request puts on the stream. */
+static uint32_t fakeibv_tx_wire(const struct fakeibv_txmsg *t, const struct fakeibv_swqe *w)
 {
-    int queued = 0, sndbuf = 0;
-    socklen_t sl = sizeof(sndbuf);
+    return (uint32_t)(t->wire > 0 ? t->wire : sizeof(t->m.h) + w->len);
+}
 
-    if (ioctl(fd, SIOCOUTQ, &queued) != 0 ||
-        getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &sl) != 0)
-        return 0;
-    /* Each send costs its buffer's true size, about twice a small payload. */
-    return (size_t)queued + 2 * len + 4096 <= (size_t)sndbuf;
+/* Counts request idx's bytes as on the stream until its answer (qp->lock held). */
+static void fakeibv_tx_wire_add_locked(struct fakeibv_qp *qp, uint32_t idx, uint32_t wire)
+{
+    qp->sq[idx % qp->sq_depth].wire = wire;
+    qp->wire_out += wire;
+}
+
+/*
+ * The stream has room for len more bytes, so a send of them cannot block:
+ * this QP is its only writer, and a Unix stream send waits only for its
+ * sndbuf. What it still holds is at most the requests not yet answered, and
+ * each send costs its buffer's true size, about twice a small payload. No
+ * syscall: this runs on every post.
+ */
+static int fakeibv_stream_room_locked(const struct fakeibv_qp *qp, size_t len)
+{
+    return 2 * (qp->wire_out + len) + 4096 <= (uint64_t)(qp->out_sndbuf > 0 ? qp->out_sndbuf : 0);
 }
 
 void fakeibv_tx_direct_locked(struct fakeibv_qp *qp)
@@ -313,15 +321,15 @@ void fakeibv_tx_direct_locked(struct fakeibv_qp *qp)
         qp->tx_busy = 1;
         pthread_mutex_unlock(&qp->lock);
         rc = fakeibv_tx_build(qp, &w, seq, rnr_retry, one_copy, &t);
-        rc = rc == 0 && t.wire > 0 && t.wire <= sizeof(t.m) && fakeibv_stream_room(fd, t.wire)
-                 ? 0 : EAGAIN;
+        rc = rc == 0 && t.wire > 0 && t.wire <= sizeof(t.m) ? 0 : EAGAIN;
         pthread_mutex_lock(&qp->lock);
         if (rc != 0 || qp->broken || qp->stopping || qp->attr.qp_state != IBV_QPS_RTS ||
-            qp->sq_tx != idx || qp->out_fd != fd) {
-            /* Streamed, a local error, or the QP moved on: the tx thread's. */
+            qp->sq_tx != idx || qp->out_fd != fd || !fakeibv_stream_room_locked(qp, t.wire)) {
+            /* Streamed, a local error, a full stream, or the QP moved on: the tx thread's. */
             qp->tx_busy = 0;
             break;
         }
+        fakeibv_tx_wire_add_locked(qp, idx, (uint32_t)t.wire);
         qp->sq_tx++;
         qp->tx_seq++;
         pthread_mutex_unlock(&qp->lock);
@@ -402,6 +410,12 @@ void *fakeibv_tx_main(void *arg)
             qp->tx_busy = 1;
             pthread_mutex_unlock(&qp->lock);
             rc = fakeibv_tx_build(qp, &w, seq, rnr_retry, one_copy, &t);
+            if (rc == 0) {
+                /* Counted before it goes: its answer may come back at once. */
+                pthread_mutex_lock(&qp->lock);
+                fakeibv_tx_wire_add_locked(qp, idx, fakeibv_tx_wire(&t, &w));
+                pthread_mutex_unlock(&qp->lock);
+            }
             rc = fakeibv_tx_send(qp, fd, &w, &t, rc);
             pthread_mutex_lock(&qp->lock);
             qp->tx_busy = 0;

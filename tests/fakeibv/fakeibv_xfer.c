@@ -169,6 +169,8 @@ void *fakeibv_rx_main(void *arg)
             w->status = h.op == FAKEIBV_OP_ACK ? IBV_WC_SUCCESS : fakeibv_nak_status(h.syndrome);
         }
         w->done = 1;
+        /* Answered: the responder has read the whole request off the stream. */
+        qp->wire_out = qp->wire_out > w->wire ? qp->wire_out - w->wire : 0;
         qp->sq_resp++;
         fakeibv_qp_advance_locked(qp);
         pthread_mutex_unlock(&qp->lock);
