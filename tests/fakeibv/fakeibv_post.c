@@ -3,9 +3,9 @@
  * context->ops, since verbs.h inlines them) and the ibv_wr_* builder API
  * (reached through struct ibv_qp_ex), which perftest uses by default.
  *
- * Posting validates and queues; small requests are sent right here when
- * the stream is idle (fakeibv_tx.c), the rest by the QP's tx thread. Inline
- * data is copied here, other sources are read at transmit time, so a
+ * Posting validates and queues; small requests are sent right here when no
+ * other thread is sending (fakeibv_tx.c), the rest by the QP's tx thread.
+ * Inline data is copied here, other sources are read at transmit time, so a
  * consumer that reuses a buffer before its completion is caught.
  */
 #include <errno.h>

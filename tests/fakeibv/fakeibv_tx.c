@@ -4,7 +4,8 @@
  *
  * The tx thread takes WQEs in order, checks local keys, sends the request
  * and its payload on the QP's outbound stream, and runs the retry timer
- * when the peer is unreachable. When the stream is idle and has room, a
+ * when the peer is unreachable. When no other thread is sending on the QP
+ * and its stream has room, a
  * request of at most FAKEIBV_DIRECT_MAX wire bytes (a small payload, a
  * READ, a one-copy descriptor) is sent by the thread that posts it
  * (FAKEIBV_DIRECT=1, the default), as a NIC starts on the doorbell: one
