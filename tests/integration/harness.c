@@ -457,8 +457,11 @@ static int fit_thread_exiting(const char *tid, char *state_p)
         return -1;
     p = fgets(buf, sizeof(buf), f);
     fclose(f);
+    /* Opened, then gone before the read (the read fails with ESRCH): exited. */
+    if (p == NULL)
+        return -1;
     /* "tid (comm) state ppid pgrp session tty tpgid flags ...": comm may hold spaces. */
-    p = p != NULL ? strrchr(buf, ')') : NULL;
+    p = strrchr(buf, ')');
     ok = p != NULL && sscanf(p + 1, " %c %*d %*d %*d %*d %*d %u", state_p, &flags) == 2;
     FIT_CHECK(ok, "cannot parse %s: %s", path, buf);
     return (flags & FIT_PF_EXITING) != 0;
