@@ -466,7 +466,7 @@ ferry_status_t ferry_ib_member_qps_reset(ferry_ib_comm_t *c, int m);
 ferry_status_t ferry_ib_member_qps_up(ferry_ib_comm_t *c, int m);
 
 /* ib_poll.c */
-long ferry_ib_poll(ferry_px_ring_t *ring, ferry_px_req_t *req);
+long ferry_ib_poll(ferry_px_ring_t *ring, ferry_px_req_t *req, uint64_t now);
 /* Liveness (OOB EOF, port down); cheap unless the coarse clock moved. Negative: ring failed. */
 long ferry_ib_check_peer(ferry_ib_comm_t *c, int pending, uint64_t now);
 void ferry_ib_watch_fn(ferry_ib_watch_t *w, const char *what, int fatal);

@@ -210,7 +210,7 @@ long ferry_ib_cq_drain(ferry_ib_comm_t *c, int m)
     return atomic_load_explicit(&c->ring.failed, memory_order_acquire);
 }
 
-long ferry_ib_poll(ferry_px_ring_t *ring, ferry_px_req_t *req)
+long ferry_ib_poll(ferry_px_ring_t *ring, ferry_px_req_t *req, uint64_t now)
 {
     ferry_ib_comm_t *c = (ferry_ib_comm_t *)ring;
     int n, m, failed, total = 0;
@@ -232,8 +232,7 @@ long ferry_ib_poll(ferry_px_ring_t *ring, ferry_px_req_t *req)
         return failed;
     if (total > 0)
         return total;
-    /* Under test() (req set) the ring read the clock already. */
-    st = ferry_ib_check_peer(c, req != NULL, req != NULL ? ring->test_now_ns : ferry_px_coarse_ns());
+    st = ferry_ib_check_peer(c, req != NULL, now);
     return st < 0 ? st : 0;
 }
 

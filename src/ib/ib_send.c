@@ -368,7 +368,7 @@ ferry_status_t ferry_ib_isend(void *send_comm, void *data, size_t size, int tag,
         return FERRY_OK; /* A failover's moved chains first (moved_out); test() reaps them. */
     if (slot->chains > 0) {
         /* The slot's previous message is still on the wire: reap, then retry later. */
-        st = ferry_ib_poll(&sc->base.ring, NULL);
+        st = ferry_ib_poll(&sc->base.ring, NULL, ferry_px_coarse_ns());
         if (st < 0)
             return (ferry_status_t)st;
         if (slot->chains > 0)

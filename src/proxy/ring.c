@@ -242,6 +242,7 @@ ferry_status_t ferry_px_ring_test(ferry_px_ring_t *ring, ferry_px_req_t *req, in
      */
     int failed = atomic_load_explicit(&ring->failed, memory_order_acquire);
     int state = atomic_load_explicit(&req->state, memory_order_acquire);
+    uint64_t now;
     long work;
 
     *done_p = 0;
@@ -253,9 +254,9 @@ ferry_status_t ferry_px_ring_test(ferry_px_ring_t *ring, ferry_px_req_t *req, in
     if (failed != 0 && !ferry_px_req_all_moved(req))
         return ferry_px_ring_test_failed(ring, req, (ferry_status_t)failed);
     /* One coarse clock read per call, for the stall check and the backend's poll. */
-    ring->test_now_ns = ferry_px_coarse_ns();
-    ferry_px_ring_check_stall_at(ring, req, ring->test_now_ns);
-    work = ring->ops->poll(ring, req);
+    now = ferry_px_coarse_ns();
+    ferry_px_ring_check_stall_at(ring, req, now);
+    work = ring->ops->poll(ring, req, now);
     /*
      * What the poll finished is reported now, not on NCCL's next call: its
      * proxy thread yields the CPU after a round without progress, and on a

@@ -30,10 +30,12 @@ typedef struct ferry_px_ring_ops {
     /*
      * test() on a request not finished yet: make progress without blocking
      * (move the transport along from NCCL's thread).
+     * now: the coarse clock as test() read it (NCCL calls test() in a tight
+     * loop; one read per call serves the ring and the backend).
      * Returns work done (0: nothing), or a negative ferry_status_t after the
      * backend has failed the ring with ferry_px_ring_fail().
      */
-    long (*poll)(struct ferry_px_ring *ring, ferry_px_req_t *req);
+    long (*poll)(struct ferry_px_ring *ring, ferry_px_req_t *req, uint64_t now);
     /*
      * Optional: a request is DONE (every byte moved); may test() report it
      * now? *ready = 0 holds it back (the backend still works on it, e.g. a copy),
@@ -112,12 +114,6 @@ typedef struct ferry_px_ring {
      * not from its post, or each one queued during the stall would warn again.
      */
     uint64_t              moved_ns;
-    /*
-     * The coarse clock as the current test() read it (test()'s thread): the
-     * backend's poll under that test() takes its time from here. NCCL calls
-     * test() in a tight loop; one clock read per call is enough.
-     */
-    uint64_t              test_now_ns;
     struct ferry_px_ring *reg_next, *reg_prev; /* Live-comm registry, under its lock. */
 } ferry_px_ring_t;
 

@@ -283,10 +283,11 @@ static int ferry_px_stream_test_assists(ferry_px_stream_t *comm, const ferry_px_
            (size <= comm->solo_max && atomic_load_explicit(&comm->solo, memory_order_relaxed));
 }
 
-long ferry_px_stream_poll(ferry_px_ring_t *ring, ferry_px_req_t *req)
+long ferry_px_stream_poll(ferry_px_ring_t *ring, ferry_px_req_t *req, uint64_t now)
 {
     ferry_px_stream_t *comm = (ferry_px_stream_t *)ring; /* The ring is its first member. */
 
+    (void)now; /* The stream scheduler keeps its own precise times (stream_defer.c). */
     /* Small receives flowing: helpers may spin for the next one (worker.c). */
     if (ring->kind == FERRY_PX_RECV &&
         atomic_load_explicit(&ring->last_size, memory_order_relaxed) <= FERRY_PX_SMALL)

@@ -231,7 +231,7 @@ void ferry_px_stream_kick_posted(ferry_px_stream_t *comm, uint32_t nchunks);
  * 3 idle, 1 blocked"). dump: lanes and helper threads. failed: wakes every
  * helper so it sees the failure.
  */
-long ferry_px_stream_poll(ferry_px_ring_t *ring, ferry_px_req_t *req);
+long ferry_px_stream_poll(ferry_px_ring_t *ring, ferry_px_req_t *req, uint64_t now);
 void ferry_px_stream_state(const ferry_px_ring_t *ring, char *buf, size_t len);
 void ferry_px_stream_dump(const ferry_px_ring_t *ring, FILE *out, uint64_t now);
 void ferry_px_stream_failed(ferry_px_ring_t *ring);
