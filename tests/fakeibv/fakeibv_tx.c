@@ -157,36 +157,44 @@ struct fakeibv_txmsg {
     int desc;
 };
 
-/* Copies a small host-memory payload into dst under the MRs' read lock (a
- * deregistration waits for it). Returns 0, or EFAULT for a bad lkey. */
+/* Copies a small payload into dst under its MRs' read lock (a deregistration
+ * waits for it). Returns 0, 1 (some SGE is device memory: stream it
+ * instead) or EFAULT (a bad lkey). */
 static int fakeibv_gather(struct fakeibv_qp *qp, const struct fakeibv_swqe *w, uint8_t *dst)
 {
     int i;
 
     for (i = 0; i < w->num_sge; i++) {
         struct fakeibv_mr *mr;
+        int cuda;
 
         if (w->sge[i].length == 0)
             continue;
         if (fakeibv_mr_get(w->sge[i].lkey, qp->qpx.qp_base.pd, w->sge[i].addr, w->sge[i].length,
                            0, &mr) != FAKEIBV_MR_OK)
             return EFAULT;
-        memcpy(dst, (const uint8_t *)mr->mr.addr + (w->sge[i].addr - mr->iova), w->sge[i].length);
+        cuda = mr->is_cuda;
+        if (!cuda)
+            memcpy(dst, (const uint8_t *)mr->mr.addr + (w->sge[i].addr - mr->iova),
+                   w->sge[i].length);
         fakeibv_mr_put();
+        if (cuda)
+            return 1;
         dst += w->sge[i].length;
     }
     return 0;
 }
 
 /* Builds the request for WQE w: checks its local keys and decides how its
- * payload travels (descriptor, in one send, or streamed after the header).
- * Returns 0 or EFAULT (local protection error). */
+ * payload travels (descriptor, in one send, or streamed after the header),
+ * looking each MR up once on the way it takes. Returns 0 or EFAULT (local
+ * protection error). */
 static int fakeibv_tx_build(struct fakeibv_qp *qp, const struct fakeibv_swqe *w, uint64_t seq,
                             uint8_t rnr_retry, int one_copy, struct fakeibv_txmsg *t)
 {
     int is_read = w->opcode == IBV_WR_RDMA_READ;
     int access = is_read ? IBV_ACCESS_LOCAL_WRITE : 0;
-    int host = 0, niov = 0;
+    int rc, niov = 0;
 
     memset(&t->m.h, 0, sizeof(t->m.h));
     t->m.h.op = (uint8_t)fakeibv_wire_op_of(w->opcode);
@@ -198,32 +206,41 @@ static int fakeibv_tx_build(struct fakeibv_qp *qp, const struct fakeibv_swqe *w,
     t->m.h.seq = seq;
     t->wire = sizeof(t->m.h);
     t->desc = 0;
-    if (w->inline_buf == NULL && w->len > 0) {
-        /* 1: every SGE is host memory (t->m.iov filled); 0: some is device memory. */
-        host = fakeibv_desc_build(qp, w, access, t->m.iov, &niov);
-        if (host < 0 || (host == 0 && !fakeibv_sges_ok(qp, w, access)))
-            return EFAULT;
-    }
-    if (host && one_copy && w->len >= fakeibv_config()->one_copy_min) {
-        /* Header and descriptor in one send; the peer copies the bytes. */
-        t->desc = 1;
-        t->m.h.flags = FAKEIBV_HDR_DESC;
-        t->m.h.syndrome = (uint8_t)niov;
-        t->wire += (size_t)niov * sizeof(t->m.iov[0]);
-        return 0;
-    }
-    if (is_read || w->len == 0)
-        return 0;
-    if (w->len > sizeof(t->m.data) || (w->inline_buf == NULL && !host)) {
-        t->wire = 0; /* Streamed after the header. */
-        return 0;
-    }
-    /* One send for header and payload: the responder finds both at once. */
-    if (w->inline_buf != NULL)
+    if (w->inline_buf != NULL) {
+        /* Copied at post; small enough for one send (max_inline <= the buffer). */
         memcpy(t->m.data, w->inline_buf, w->len);
-    else if (fakeibv_gather(qp, w, t->m.data) != 0)
+        t->wire += w->len;
+        return 0;
+    }
+    if (w->len == 0)
+        return 0;
+    if (one_copy && w->len >= fakeibv_config()->one_copy_min) {
+        /* 1: every SGE is host memory (t->m.iov filled); 0: some is device memory. */
+        rc = fakeibv_desc_build(qp, w, access, t->m.iov, &niov);
+        if (rc < 0)
+            return EFAULT;
+        if (rc == 1) {
+            /* Header and descriptor in one send; the peer copies the bytes. */
+            t->desc = 1;
+            t->m.h.flags = FAKEIBV_HDR_DESC;
+            t->m.h.syndrome = (uint8_t)niov;
+            t->wire += (size_t)niov * sizeof(t->m.iov[0]);
+            return 0;
+        }
+    } else if (!is_read && w->len <= sizeof(t->m.data)) {
+        /* One send for header and payload: the responder finds both at once. */
+        rc = fakeibv_gather(qp, w, t->m.data);
+        if (rc == EFAULT)
+            return EFAULT;
+        if (rc == 0) {
+            t->wire += w->len;
+            return 0;
+        }
+    }
+    if (!fakeibv_sges_ok(qp, w, access))
         return EFAULT;
-    t->wire += w->len;
+    if (!is_read)
+        t->wire = 0; /* Streamed after the header; a READ's request is the header alone. */
     return 0;
 }
 
