@@ -22,8 +22,8 @@ add_dependencies(ferry-bench nccl-net-ferry)
 # NCCL's proxy sees it, for ferry and NCCL's own IB alike (compare.sh
 # --flush-time, bench/nccl/README.md). Its own ABI declarations: no NCCL headers.
 add_library(ferry-flush-prof MODULE ${FERRY_BENCH_DIR}/nccl/flush_profiler.c
-  ${FERRY_BENCH_DIR}/nccl/flush_prof_stats.c)
-target_link_libraries(ferry-flush-prof PRIVATE pthread)
+  ${FERRY_BENCH_DIR}/nccl/flush_prof_stats.c ${FERRY_BENCH_DIR}/nccl/pc_sampler.c)
+target_link_libraries(ferry-flush-prof PRIVATE pthread ${CMAKE_DL_LIBS} rt)
 
 # libnccl-net-ferry-null.so: the plugin with FERRY_SOCK_NULL_PAYLOAD (src/socket/sock.h):
 # socket chunks carry their header and no payload. For measuring the zero-cost

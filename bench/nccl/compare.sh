@@ -5,7 +5,7 @@
 #   bench/nccl/compare.sh [--quick] [--nccl system|torch|both] [--reps N]
 #                         [--budget S] [--sizes LIST] [--no-proof] [--ib]
 #                         [--gdr [--gdr-nccl-ib] [--flush-time]] [--step-time]
-#                         [--multirail]
+#                         [--pc-sample HZ] [--multirail]
 #                         [--variant LABEL:VAR=V[,VAR=V...]]... [OUTDIR]
 #
 # Two ranks on GPU 0, each its own NCCL_HOSTID, under MPS, NCCL_SOCKET_IFNAME=lo,
@@ -51,6 +51,11 @@
 # SendWait; RecvWait, RecvFlushWait, RecvGPUWait: each from its state's record
 # to the step's next state or end). summary.md gets a table per build and size:
 # median us per phase for each and ferry / NCCL (step_table.py).
+# --pc-sample HZ (implies --step-time) also samples NCCL's proxy thread's program
+# counter HZ times per CPU second in the configurations that load the profiler
+# (FERRY_PROF_SAMPLE_HZ; bench/nccl/pc_sampler.h): pc_table.py appends to
+# summary.md the proxy's CPU per step-state record by shared object and
+# function, ferry against NCCL (one size per run says most: --sizes 16K).
 # --multirail (implies --ib): a dual-port NIC, fakeibv with FAKEIBV_NPORTS=2, whose
 # ports NCCL merges into one device (NCCL_NET_MERGE_LEVEL's default PORT level;
 # ferry's makeVDevice). Proof: the five collectives right, ferry's "device N =
@@ -85,6 +90,7 @@ GDR=0
 GDR_NCCL_IB=0
 FLUSH_TIME=0
 STEP_TIME=0
+PC_HZ=0
 MULTIRAIL=0
 ITER_BYTES=256M
 VARIANTS=()
@@ -102,6 +108,7 @@ while [ $# -gt 0 ]; do
     --gdr-nccl-ib) GDR_NCCL_IB=1 ;;
     --flush-time) IB=1; GDR=1; GDR_NCCL_IB=1; FLUSH_TIME=1 ;;
     --step-time) IB=1; STEP_TIME=1 ;;
+    --pc-sample) IB=1; STEP_TIME=1; PC_HZ=$2; shift ;;
     --multirail) IB=1; MULTIRAIL=1 ;;
     --iter-bytes) ITER_BYTES=$2; shift ;;
     --variant) VARIANTS+=("${2%%:*}"); FNB_VARIANT_ENV[${2%%:*}]=${2#*:}; shift ;;
@@ -266,6 +273,7 @@ flush_prof_env() {
   [ "$load" = 1 ] || return 0
   echo "NCCL_PROFILER_PLUGIN=$FNB_FLUSH_PROF NCCL_FERRY_PROFILER=0" \
        "FERRY_FLUSH_PROF_OUT=$OUTDIR/logs/fp-$1-rep$2-$3.%p.txt"
+  [ "$PC_HZ" = 0 ] || echo "FERRY_PROF_SAMPLE_HZ=$PC_HZ"
 }
 
 # prof_configs: the configurations of this run that load the profiler, comma-separated.
@@ -368,6 +376,7 @@ main() {
   if [ "$FLUSH_TIME" = 1 ] || [ "$STEP_TIME" = 1 ]; then
     python3 "$FNB_DIR/step_table.py" "$OUTDIR" || FAILED=1
   fi
+  if [ "$PC_HZ" != 0 ]; then python3 "$FNB_DIR/pc_table.py" "$OUTDIR" || FAILED=1; fi
   fnb_log "summary: $OUTDIR/summary.md"
   return $FAILED
 }

@@ -46,6 +46,7 @@
 
 #include "flush_prof_abi.h"
 #include "flush_prof_stats.h"
+#include "pc_sampler.h"
 
 #define FP_EXPORT __attribute__((visibility("default")))
 
@@ -333,6 +334,7 @@ static fp_nccl_result_t fp_record_state(void *handle, int state, fp_state_args_t
 
     if (st == NULL || st->magic != FP_MAGIC_STEP || phase < 0)
         return 0;
+    fp_sampler_record();
     now = fp_now();
     pthread_mutex_lock(&st->ctx->lock);
     fp_phase_close(st, now);
@@ -477,6 +479,7 @@ static fp_nccl_result_t fp_finalize(void *context)
         fp_print_key_phases(f, ctx, &ctx->keys[0]);
     }
     pthread_mutex_unlock(&ctx->lock);
+    fp_sampler_report(f, ctx->rank);
     fflush(f);
     if (out != NULL)
         fclose(out);
