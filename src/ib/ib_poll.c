@@ -154,7 +154,7 @@ long ferry_ib_check_peer(ferry_ib_comm_t *c, int pending, uint64_t now)
         if (n > 0)
             ferry_ib_oob_input(c, buf, (size_t)n); /* ib_rejoin.c: BYE, rejoin messages. */
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-            FERRY_IB_DIAG_SET(conn->gone_ns, now);
+            FERRY_IB_DIAG_SET(conn->gone_ns, ferry_px_coarse_ns()); /* now may be calls old. */
     }
     if (ferry_ib_state.cfg.peer_timeout_s <= 0)
         return 0;

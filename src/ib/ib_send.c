@@ -282,8 +282,9 @@ static void ferry_ib_send_cts_wait(ferry_ib_send_comm_t *sc, size_t size, uint64
     if (sc->base.ring.stall_ns == 0)
         return;
     if (sc->cts_wait_msg != msg) {
+        /* The wait's start: the clock itself (now may be a few calls old). */
         sc->cts_wait_msg = msg;
-        sc->cts_wait_ns = now;
+        sc->cts_wait_ns = ferry_px_coarse_ns();
         return;
     }
     /*
@@ -368,15 +369,15 @@ ferry_status_t ferry_ib_isend(void *send_comm, void *data, size_t size, int tag,
         return FERRY_OK; /* A failover's moved chains first (moved_out); test() reaps them. */
     if (slot->chains > 0) {
         /* The slot's previous message is still on the wire: reap, then retry later. */
-        st = ferry_ib_poll(&sc->base.ring, NULL, ferry_px_coarse_ns());
+        st = ferry_ib_poll(&sc->base.ring, NULL, ferry_px_ring_clock(&sc->base.ring));
         if (st < 0)
             return (ferry_status_t)st;
         if (slot->chains > 0)
             return FERRY_OK;
     }
     if (ferry_ib_load_acquire(&e[0].idx) != want) {
-        /* NCCL retries isend in a tight loop: one clock read for both checks. */
-        uint64_t now = ferry_px_coarse_ns();
+        /* NCCL retries isend in a tight loop: the comm's clock, read every few calls. */
+        uint64_t now = ferry_px_ring_clock(&sc->base.ring);
 
         st = ferry_ib_check_peer(&sc->base, 1, now);
         if (st < 0)

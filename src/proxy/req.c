@@ -24,22 +24,6 @@ const char *ferry_px_req_kind_str(ferry_px_req_kind_t kind)
     return kind == FERRY_PX_SEND ? "send" : kind == FERRY_PX_RECV ? "recv" : "flush";
 }
 
-uint64_t ferry_px_now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-uint64_t ferry_px_coarse_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 ferry_px_chunk_plan_t ferry_px_chunk_plan(size_t size, int nlanes, size_t min_chunk,
                                           size_t max_chunk)
 {

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "core/status.h"
+#include "proxy/clock.h"
 
 /* Sub-buffers of one request: NCCL's grouped receives (maxRecvs). */
 #define FERRY_PX_MAX_SUBS 8
@@ -99,9 +100,6 @@ ferry_px_chunk_plan_t ferry_px_chunk_plan(size_t size, int nlanes, size_t min_ch
 
 const char *ferry_px_req_state_str(int state);
 const char *ferry_px_req_kind_str(ferry_px_req_kind_t kind);
-uint64_t ferry_px_now_ns(void);
-/* The same clock read cheaply, a few ms behind: for checks counted in seconds. */
-uint64_t ferry_px_coarse_ns(void);
 
 /*
  * FREE -> POSTED with n sub-buffers (buf, capacity, tag, mem of each taken

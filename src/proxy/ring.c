@@ -253,8 +253,8 @@ ferry_status_t ferry_px_ring_test(ferry_px_ring_t *ring, ferry_px_req_t *req, in
     /* All bytes are in; only the (delayed) completion is outstanding: not a failure. */
     if (failed != 0 && !ferry_px_req_all_moved(req))
         return ferry_px_ring_test_failed(ring, req, (ferry_status_t)failed);
-    /* One coarse clock read per call, for the stall check and the backend's poll. */
-    now = ferry_px_coarse_ns();
+    /* The stall check's and the backend's poll's clock: one read every few calls. */
+    now = ferry_px_ring_clock(ring);
     ferry_px_ring_check_stall_at(ring, req, now);
     work = ring->ops->poll(ring, req, now);
     /*

@@ -114,8 +114,37 @@ typedef struct ferry_px_ring {
      * not from its post, or each one queued during the stall would warn again.
      */
     uint64_t              moved_ns;
+    /* ferry_px_ring_clock's reading and calls (test()'s thread; relaxed for tests that share a comm). */
+    _Atomic uint64_t      clock_ns;
+    _Atomic uint32_t      clock_calls;
     struct ferry_px_ring *reg_next, *reg_prev; /* Live-comm registry, under its lock. */
 } ferry_px_ring_t;
+
+/*
+ * The coarse clock for NCCL's tight loop over test() and isend(), read on
+ * every FERRY_PX_RING_CLOCK_EVERY-th call of the comm: what it feeds are
+ * deadlines counted in milliseconds and seconds (the stall warning, the
+ * peer checks), which a reading a few calls old only delays by those calls.
+ * It is never behind by more than those calls' time, and an old reading only
+ * makes a deadline later, never earlier: a stamp that starts a wait (the
+ * first isend of a message with no clear-to-send, a peer's EOF) reads the
+ * clock itself. Sampling NCCL's proxy thread put the coarse reads of idle
+ * calls at ~50 ns per proxy-step state (bench/results/2026-12-02-gpu-pc-sample).
+ */
+#define FERRY_PX_RING_CLOCK_EVERY 8
+
+static inline uint64_t ferry_px_ring_clock(ferry_px_ring_t *ring)
+{
+    uint32_t n = atomic_load_explicit(&ring->clock_calls, memory_order_relaxed);
+    uint64_t now;
+
+    atomic_store_explicit(&ring->clock_calls, n + 1, memory_order_relaxed);
+    if (n % FERRY_PX_RING_CLOCK_EVERY != 0)
+        return atomic_load_explicit(&ring->clock_ns, memory_order_relaxed);
+    now = ferry_px_coarse_ns();
+    atomic_store_explicit(&ring->clock_ns, now, memory_order_relaxed);
+    return now;
+}
 
 /* Set up the slots and bookkeeping. Not yet in the registry (ferry_px_ring_register). */
 ferry_status_t ferry_px_ring_init(ferry_px_ring_t *ring, ferry_px_req_kind_t kind,
