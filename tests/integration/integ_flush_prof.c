@@ -20,24 +20,14 @@
 
 #include "flush_prof_abi.h"
 #include "flush_prof_stats.h"
+#include "soft_check.h"
 
 static uint64_t fake_now;
-static int failures;
 
 static uint64_t fake_clock(void)
 {
     return fake_now;
 }
-
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);             \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fputc('\n', stderr);                                             \
-            failures++;                                                      \
-        }                                                                    \
-    } while (0)
 
 static const fp_profiler_v5_t *prof;
 

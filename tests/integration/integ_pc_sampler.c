@@ -16,20 +16,10 @@
 #include <unistd.h>
 
 #include "flush_prof_abi.h"
+#include "soft_check.h"
 
 #define RECORDS 57
 
-static int failures;
-
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);             \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fputc('\n', stderr);                                             \
-            failures++;                                                      \
-        }                                                                    \
-    } while (0)
 
 static double cpu_s(void)
 {
