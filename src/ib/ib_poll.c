@@ -232,6 +232,8 @@ long ferry_ib_poll(ferry_px_ring_t *ring, ferry_px_req_t *req, uint64_t now)
         return failed;
     if (total > 0)
         return total;
+    if (now < c->conn.check_ns)
+        return 0; /* ferry_ib_check_peer's own first test, without the call. */
     st = ferry_ib_check_peer(c, req != NULL, now);
     return st < 0 ? st : 0;
 }

@@ -194,6 +194,19 @@ void ferry_px_ring_req_words(const ferry_px_ring_t *ring, const ferry_px_req_t *
 void ferry_px_ring_check_stall(ferry_px_ring_t *ring, ferry_px_req_t *req);
 /* The same at a coarse time the caller already read. */
 void ferry_px_ring_check_stall_at(ferry_px_ring_t *ring, ferry_px_req_t *req, uint64_t now);
+
+/* Whether check_stall_at has anything to say: inline, since test() asks on every call. */
+static inline int ferry_px_ring_stall_due(const ferry_px_ring_t *ring, const ferry_px_req_t *req,
+                                          uint64_t now)
+{
+    uint64_t last = atomic_load_explicit(&req->last_ns, memory_order_relaxed);
+
+    if (ring->stall_ns == 0 || ring->stall_quiet)
+        return 0;
+    if (ring->moved_ns > last)
+        last = ring->moved_ns;
+    return now > last && now - last >= ring->stall_ns;
+}
 /* Write the ring, its requests and the backend's lines (ops dump) for the signal dump. */
 void ferry_px_ring_dump(const ferry_px_ring_t *ring, FILE *out, uint64_t now);
 
