@@ -40,10 +40,13 @@ static uintptr_t ps_pc_of(const void *ucv)
 
 static void ps_handler(int sig, siginfo_t *si, void *ucv)
 {
-    unsigned i = atomic_fetch_add_explicit(&ps_n, 1, memory_order_relaxed);
+    unsigned i;
 
     (void)sig;
     (void)si;
+    if (atomic_load_explicit(&ps_state, memory_order_relaxed) != 1)
+        return; /* Reported (the samples are being sorted) or never armed. */
+    i = atomic_fetch_add_explicit(&ps_n, 1, memory_order_relaxed);
     if (i < PS_MAX)
         ps_pcs[i] = ps_pc_of(ucv);
 }

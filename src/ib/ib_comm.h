@@ -467,8 +467,13 @@ ferry_status_t ferry_ib_member_qps_up(ferry_ib_comm_t *c, int m);
 
 /* ib_poll.c */
 long ferry_ib_poll(ferry_px_ring_t *ring, ferry_px_req_t *req, uint64_t now);
-/* Liveness (OOB EOF, port down); cheap unless the coarse clock moved. Negative: ring failed. */
-long ferry_ib_check_peer(ferry_ib_comm_t *c, int pending, uint64_t now);
+/* Liveness (OOB EOF, port down), once its 1 ms deadline (conn.check_ns) passed. */
+long ferry_ib_check_peer_due(ferry_ib_comm_t *c, int pending, uint64_t now);
+/* The same, inline for NCCL's tight loop: nothing until the deadline. Negative: ring failed. */
+static inline long ferry_ib_check_peer(ferry_ib_comm_t *c, int pending, uint64_t now)
+{
+    return now < c->conn.check_ns ? 0 : ferry_ib_check_peer_due(c, pending, now);
+}
 void ferry_ib_watch_fn(ferry_ib_watch_t *w, const char *what, int fatal);
 
 /* Both connection modes' shared steps (ib_connect.c, ib_accept.c). */

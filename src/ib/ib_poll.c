@@ -131,15 +131,13 @@ static void ferry_ib_wc_error(ferry_ib_comm_t *c, const struct ibv_wc *wc)
                        ferry_ib_wr_what(wc->wr_id));
 }
 
-long ferry_ib_check_peer(ferry_ib_comm_t *c, int pending, uint64_t now)
+long ferry_ib_check_peer_due(ferry_ib_comm_t *c, int pending, uint64_t now)
 {
     ferry_ib_conn_t *conn = &c->conn;
     char why[320];
     uint8_t buf[64];
     ssize_t n;
 
-    if (now < conn->check_ns)
-        return 0;
     conn->check_ns = now + 1000000ULL;
     if (atomic_load_explicit(&c->ring.failed, memory_order_acquire) != 0)
         return atomic_load(&c->ring.failed);
@@ -232,8 +230,6 @@ long ferry_ib_poll(ferry_px_ring_t *ring, ferry_px_req_t *req, uint64_t now)
         return failed;
     if (total > 0)
         return total;
-    if (now < c->conn.check_ns)
-        return 0; /* ferry_ib_check_peer's own first test, without the call. */
     st = ferry_ib_check_peer(c, req != NULL, now);
     return st < 0 ? st : 0;
 }

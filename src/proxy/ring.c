@@ -255,7 +255,7 @@ ferry_status_t ferry_px_ring_test(ferry_px_ring_t *ring, ferry_px_req_t *req, in
         return ferry_px_ring_test_failed(ring, req, (ferry_status_t)failed);
     /* The stall check's and the backend's poll's clock: one read every few calls. */
     now = ferry_px_ring_clock(ring);
-    if (ferry_px_ring_stall_due(ring, req, now))
+    if (ferry_px_ring_stall_idle(ring, req, now) != 0)
         ferry_px_ring_check_stall_at(ring, req, now);
     work = ring->ops->poll(ring, req, now);
     /*

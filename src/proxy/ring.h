@@ -62,7 +62,7 @@ typedef struct ferry_px_ring_ops {
 /*
  * Where the messages test() reported done spent their time, summed over all
  * of them (ns): post -> first part started (send: the hand-off to a helper
- * or the peer's clear-to-send; recv: waiting for the peer's data), first
+ * or the backend's go-ahead from the peer; recv: waiting for the peer's data), first
  * part -> last part retired (moving it), retired -> test() reported it
  * (NCCL's next look). Updated by the thread that calls test(), its one
  * writer (ferry_px_stat_add); read by the dump.
@@ -121,14 +121,13 @@ typedef struct ferry_px_ring {
 } ferry_px_ring_t;
 
 /*
- * The coarse clock for NCCL's tight loop over test() and isend(), read on
- * every FERRY_PX_RING_CLOCK_EVERY-th call of the comm: what it feeds are
- * deadlines counted in milliseconds and seconds (the stall warning, the
- * peer checks), which a reading a few calls old only delays by those calls.
- * It is never behind by more than those calls' time, and an old reading only
- * makes a deadline later, never earlier: a stamp that starts a wait (the
- * first isend of a message with no clear-to-send, a peer's EOF) reads the
- * clock itself. Sampling NCCL's proxy thread put the coarse reads of idle
+ * The coarse clock for NCCL's tight loop over a comm's calls that find
+ * nothing to do, read on every FERRY_PX_RING_CLOCK_EVERY-th call of the
+ * comm: what it feeds are deadlines counted in milliseconds and seconds
+ * (the stall warning, the backend's peer checks), which a reading a few
+ * calls old only delays by those calls. An old reading only makes a
+ * deadline later, never earlier; a stamp that starts a wait reads the
+ * clock itself, so a wait never looks longer than it is. Sampling NCCL's proxy thread put the coarse reads of idle
  * calls at ~50 ns per proxy-step state (bench/results/2026-12-02-gpu-pc-sample).
  */
 #define FERRY_PX_RING_CLOCK_EVERY 8
@@ -195,17 +194,21 @@ void ferry_px_ring_check_stall(ferry_px_ring_t *ring, ferry_px_req_t *req);
 /* The same at a coarse time the caller already read. */
 void ferry_px_ring_check_stall_at(ferry_px_ring_t *ring, ferry_px_req_t *req, uint64_t now);
 
-/* Whether check_stall_at has anything to say: inline, since test() asks on every call. */
-static inline int ferry_px_ring_stall_due(const ferry_px_ring_t *ring, const ferry_px_req_t *req,
-                                          uint64_t now)
+/*
+ * How long req has been idle at now, if that is long enough to warn about
+ * (stall_ns, and no WARN yet in this stall of the comm); else 0. Inline:
+ * test() asks on every call, and check_stall_at starts from it.
+ */
+static inline uint64_t ferry_px_ring_stall_idle(const ferry_px_ring_t *ring,
+                                                const ferry_px_req_t *req, uint64_t now)
 {
     uint64_t last = atomic_load_explicit(&req->last_ns, memory_order_relaxed);
 
     if (ring->stall_ns == 0 || ring->stall_quiet)
         return 0;
     if (ring->moved_ns > last)
-        last = ring->moved_ns;
-    return now > last && now - last >= ring->stall_ns;
+        last = ring->moved_ns; /* Queued behind requests that moved since. */
+    return now > last && now - last >= ring->stall_ns ? now - last : 0;
 }
 /* Write the ring, its requests and the backend's lines (ops dump) for the signal dump. */
 void ferry_px_ring_dump(const ferry_px_ring_t *ring, FILE *out, uint64_t now);

@@ -37,16 +37,10 @@ void ferry_px_ring_check_stall(ferry_px_ring_t *ring, ferry_px_req_t *req)
 void ferry_px_ring_check_stall_at(ferry_px_ring_t *ring, ferry_px_req_t *req, uint64_t now)
 {
     char desc[192], words[224], why[640], state_words[256];
-    uint64_t last, idle;
+    uint64_t idle = ferry_px_ring_stall_idle(ring, req, now);
     int state;
 
-    if (ring->stall_ns == 0 || ring->stall_quiet)
-        return;
-    last = atomic_load_explicit(&req->last_ns, memory_order_relaxed);
-    if (ring->moved_ns > last)
-        last = ring->moved_ns; /* Queued behind requests that moved since. */
-    idle = now > last ? now - last : 0;
-    if (idle < ring->stall_ns)
+    if (idle == 0)
         return;
     state = atomic_load(&req->state);
     if (!ferry_px_ring_stall_held(ring, req, state, why, sizeof(why))) {
