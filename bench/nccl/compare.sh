@@ -32,10 +32,11 @@
 # FAKEIBV_DMABUF=1 NCCL_NET_GDR_LEVEL=SYS NCCL_NET_FORCE_FLUSH=1 (Hopper skips
 # the flush unless forced) and ferry NCCL_FERRY_IB_GDR=1 (fakeibv has no
 # peer-memory module to find). Proof runs, one per flush method
-# (NCCL_FERRY_IB_FLUSH=read and =cuda): all five collectives right, every
-# "Channel ... via" line NET/ferry/<dev>/GDRDMA, ferry's "GPUDirect RDMA on"
-# init line. Comparison: ferry-ib-gdr (read flush), ferry-ib-gdr-cuda,
-# ferry-ib-host (ferry's ib backend staging through host memory,
+# (NCCL_FERRY_IB_FLUSH=auto, the default, =read and =cuda): all five
+# collectives right, every "Channel ... via" line NET/ferry/<dev>/GDRDMA,
+# ferry's "GPUDirect RDMA on" init line. Comparison: ferry-ib-gdr (ferry's
+# defaults: the flush method each comm chooses), ferry-ib-gdr-read,
+# ferry-ib-gdr-cuda, ferry-ib-host (ferry's ib backend staging through host memory,
 # NCCL_NET_GDR_LEVEL=LOC); --gdr-nccl-ib adds nccl-ib-gdr (NCCL's own IB with
 # GDR on the same fakeibv), off by default.
 # --flush-time (implies --gdr --gdr-nccl-ib) times the GDR flush as NCCL's proxy
@@ -152,19 +153,20 @@ PROOF_TAGS=("")
 if [ "$GDR" = 1 ]; then
   # GPU buffers for every run; ferry-ib-host opts out again with NCCL_NET_GDR_LEVEL=LOC.
   export FAKEIBV_DMABUF=1 NCCL_NET_GDR_LEVEL=SYS NCCL_NET_FORCE_FLUSH=1
-  FNB_VARIANT_ENV[ferry-ib-gdr]=NCCL_FERRY_BACKEND=ib,NCCL_FERRY_IB_GDR=1,NCCL_FERRY_IB_FLUSH=read
+  FNB_VARIANT_ENV[ferry-ib-gdr]=NCCL_FERRY_BACKEND=ib,NCCL_FERRY_IB_GDR=1
+  FNB_VARIANT_ENV[ferry-ib-gdr-read]=NCCL_FERRY_BACKEND=ib,NCCL_FERRY_IB_GDR=1,NCCL_FERRY_IB_FLUSH=read
   FNB_VARIANT_ENV[ferry-ib-gdr-cuda]=NCCL_FERRY_BACKEND=ib,NCCL_FERRY_IB_GDR=1,NCCL_FERRY_IB_FLUSH=cuda
   FNB_VARIANT_ENV[ferry-ib-host]=NCCL_FERRY_BACKEND=ib,NCCL_NET_GDR_LEVEL=LOC
   # A variant naming NCCL_NET_PLUGIN gets NCCL_NET=ferry first; the later NCCL_NET=IB wins in env.
   # NCCL_GIN_TYPE=2 as for nccl-ib: NCCL 2.28.9's GIN probe crashes without an mlx5 device.
   FNB_VARIANT_ENV[nccl-ib-gdr]=NCCL_NET_PLUGIN=none,NCCL_NET=IB,NCCL_GIN_TYPE=2
-  CONFIGS=(ferry-ib-gdr ferry-ib-gdr-cuda ferry-ib-host "${VARIANTS[@]}")
+  CONFIGS=(ferry-ib-gdr ferry-ib-gdr-read ferry-ib-gdr-cuda ferry-ib-host "${VARIANTS[@]}")
   [ "$GDR_NCCL_IB" = 1 ] && CONFIGS+=(nccl-ib-gdr)
-  FNB_SUMMARY_CONFIGS=ferry-ib-gdr,ferry-ib-gdr-cuda,ferry-ib-host
+  FNB_SUMMARY_CONFIGS=ferry-ib-gdr,ferry-ib-gdr-read,ferry-ib-gdr-cuda,ferry-ib-host
   [ "$GDR_NCCL_IB" = 1 ] && FNB_SUMMARY_CONFIGS+=,nccl-ib-gdr
   export FNB_SUMMARY_CONFIGS
   PROOF_ENV=(NCCL_FERRY_BACKEND=ib NCCL_FERRY_IB_GDR=1)
-  PROOF_TAGS=(gdr-read gdr-cuda)
+  PROOF_TAGS=(gdr-auto gdr-read gdr-cuda)
 fi
 
 if [ "$MULTIRAIL" = 1 ]; then
@@ -223,7 +225,7 @@ merged_check() {
 }
 
 # proof BUILD [TAG]: the run that shows NCCL really used ferry, and got every
-# element right. TAG gdr-read / gdr-cuda: with GPU buffers and that flush method.
+# element right. TAG gdr-auto / gdr-read / gdr-cuda: with GPU buffers and that flush method.
 proof() {
   local b=$1 tag=${2:-} rc counts verdict=PASS name extra=()
   name=$b${tag:+-$tag}

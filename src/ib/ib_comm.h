@@ -254,12 +254,32 @@ typedef struct ferry_ib_flush_qp {
     struct ibv_mr  *word_mr;       /* The host word on that HCA. */
 } ferry_ib_flush_qp_t;
 
+/*
+ * NCCL_FERRY_IB_FLUSH=auto (ib_flush_choice.c): the comm's first flushes take
+ * turns between the two methods; each is timed from iflush until its request
+ * is done, and the lower median of FERRY_IB_FLUSH_TRIAL - 1 (the first of each
+ * warms up) picks the method for the comm's life.
+ */
+#define FERRY_IB_FLUSH_TRIAL 9
+
+typedef struct ferry_ib_flush_choice {
+    int             decided;       /* Release-stored once method and why are final. */
+    int             method;        /* FERRY_IB_FLUSH_READ or _CUDA, once decided. */
+    int             cuda_off;      /* The cuda method cannot run here (why says why). */
+    int             tried[2];      /* Flushes timed per method (index: READ 0, CUDA 1). */
+    uint64_t        ns[2][FERRY_IB_FLUSH_TRIAL];
+    uint64_t        median_ns[2];  /* Set when chosen by timing; 0 otherwise. */
+    char            why[192];      /* How the method was chosen (dump, closeRecv). */
+} ferry_ib_flush_choice_t;
+
 typedef struct ferry_ib_flush {
+    ferry_ib_flush_choice_t choice;
     int             nqps;          /* 0 until the first READ flush; then one per HCA. */
     ferry_ib_flush_qp_t qps[FERRY_IB_MAX_MEMBERS];
     void           *word;          /* Page-aligned; the READs write its first byte. */
     uint64_t        reads, reads_done; /* READs posted / completed (dump). */
     uint64_t        cuda;          /* cuFlushGPUDirectRDMAWrites calls (dump). */
+    uint64_t        cuda_ns, cuda_max_ns; /* Their time from iflush until done. */
     /* READ flushes completed, and their time from iflush until test() polled the last READ. */
     uint64_t        done, wait_ns, wait_max_ns;
 } ferry_ib_flush_t;
@@ -284,6 +304,11 @@ typedef struct ferry_ib_recv_comm {
 ferry_status_t ferry_ib_iflush(ferry_ib_recv_comm_t *rc, int n, void **data, int *sizes,
                                void **mhandles, void **request_p);
 void ferry_ib_flush_completion(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc);
+
+/* ib_flush_choice.c: which method flushes next, and the timings that choose it. */
+int ferry_ib_flush_method(ferry_ib_recv_comm_t *rc);
+void ferry_ib_flush_timed(ferry_ib_recv_comm_t *rc, int method, uint64_t ns);
+void ferry_ib_flush_cuda_unusable(ferry_ib_recv_comm_t *rc, const char *why);
 void ferry_ib_flush_wc_error(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc);
 void ferry_ib_flush_destroy(ferry_ib_recv_comm_t *rc);
 void ferry_ib_flush_words(const ferry_ib_recv_comm_t *rc, char *buf, size_t len);

@@ -75,7 +75,8 @@ static const ferry_cfg_choice_t ferry_ib_cfg_gdr[] = {
     {"-1", -1}, {"0", 0}, {"1", 1}, {NULL, 0},
 };
 static const ferry_cfg_choice_t ferry_ib_cfg_flush[] = {
-    {"read", FERRY_IB_FLUSH_READ}, {"cuda", FERRY_IB_FLUSH_CUDA}, {NULL, 0},
+    {"auto", FERRY_IB_FLUSH_AUTO}, {"read", FERRY_IB_FLUSH_READ}, {"cuda", FERRY_IB_FLUSH_CUDA},
+    {NULL, 0},
 };
 
 static const ferry_cfg_var_t ferry_ib_cfg_vars[FERRY_IB_CFG_COUNT] = {
@@ -155,9 +156,10 @@ static const ferry_cfg_var_t ferry_ib_cfg_vars[FERRY_IB_CFG_COUNT] = {
         0, 0, "-1 (GPU memory when a peer-memory module is loaded), 0 (never) or 1 (always)",
         .choices = ferry_ib_cfg_gdr},
     [FERRY_IB_CFG_FLUSH] = {"NCCL_FERRY_IB_FLUSH", FERRY_CFG_KIND_CHOICE,
-        FERRY_IB_CFG_FIELD(flush), FERRY_IB_FLUSH_READ, 0, 0,
-        "read (a 1-byte RDMA READ on a QP connected to itself) or cuda "
-        "(cuFlushGPUDirectRDMAWrites)", .choices = ferry_ib_cfg_flush},
+        FERRY_IB_CFG_FIELD(flush), FERRY_IB_FLUSH_AUTO, 0, 0,
+        "auto (per receive comm, the cheaper of the two, timed over its first flushes), read (a "
+        "1-byte RDMA READ on a QP connected to itself) or cuda (cuFlushGPUDirectRDMAWrites)",
+        .choices = ferry_ib_cfg_flush},
     [FERRY_IB_CFG_FORCE_FLUSH] = {"NCCL_FERRY_IB_FORCE_FLUSH", FERRY_CFG_KIND_INT,
         FERRY_IB_CFG_FIELD(force_flush), 0, 0, 1,
         "0 or 1 (1: the forceFlush property, NCCL flushes every GPU receive)"},

@@ -41,7 +41,7 @@ typedef struct ferry_ib_config {
     size_t stripe_min;        /* NCCL_FERRY_IB_STRIPE_MIN: merged devices stripe messages this big. */
     /* GPU memory (ib_gdr.c, ib_flush.c). */
     int    gdr;               /* NCCL_FERRY_IB_GDR: -1 auto (peer-memory module), 0 off, 1 on. */
-    int    flush;             /* NCCL_FERRY_IB_FLUSH: FERRY_IB_FLUSH_READ or _CUDA. */
+    int    flush;             /* NCCL_FERRY_IB_FLUSH: FERRY_IB_FLUSH_AUTO (default), _READ, _CUDA. */
     int    force_flush;       /* NCCL_FERRY_IB_FORCE_FLUSH: the forceFlush property, default 0. */
     char   sysfs_root[256];   /* NCCL_FERRY_IB_SYSFS_ROOT: where the peer-memory files are; "" /sys. */
     int    cm;                /* NCCL_FERRY_IB_CM: FERRY_IB_CM_OOB (default) or FERRY_IB_CM_RDMACM. */
@@ -51,6 +51,7 @@ typedef struct ferry_ib_config {
 /* NCCL_FERRY_IB_FLUSH: how iflush makes GPU receives visible. */
 #define FERRY_IB_FLUSH_READ 0 /* A 1-byte RDMA READ on a QP connected to itself (NCCL's). */
 #define FERRY_IB_FLUSH_CUDA 1 /* cuFlushGPUDirectRDMAWrites. */
+#define FERRY_IB_FLUSH_AUTO 2 /* Per receive comm, the cheaper of the two (ib_flush_choice.c). */
 
 /* How connections are set up (NCCL_FERRY_IB_CM). */
 #define FERRY_IB_CM_OOB    0 /* Out of band over TCP (ib_connect.c, ib_accept.c). */

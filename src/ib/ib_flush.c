@@ -256,10 +256,17 @@ static ferry_cu_result_t ferry_ib_flush_cuda_ctx(void *buf, const char **call_p)
     return r;
 }
 
+/*
+ * The CUDA driver's flush. Under NCCL_FERRY_IB_FLUSH=auto a driver that
+ * cannot do it is no error: the comm turns to the READ (one INFO line) and
+ * FERRY_ERR_UNSUPPORTED tells iflush to flush this one that way.
+ */
 static ferry_status_t ferry_ib_flush_cuda(ferry_ib_recv_comm_t *rc, void *buf, size_t size,
                                           const ferry_ib_mh_t *mh, void **request_p)
 {
     const char *call = "cuFlushGPUDirectRDMAWrites", *why = NULL;
+    int automatic = ferry_ib_state.cfg.flush == FERRY_IB_FLUSH_AUTO;
+    uint64_t t0 = ferry_px_now_ns(), ns;
     ferry_px_req_t *req;
     ferry_cu_result_t r = 0;
     char words[320];
@@ -268,6 +275,10 @@ static ferry_status_t ferry_ib_flush_cuda(ferry_ib_recv_comm_t *rc, void *buf, s
         why = ferry_cu_why_off();
     else if (ferry_cu.flush_gpudirect_rdma_writes == NULL)
         why = "libcuda.so.1 has no cuFlushGPUDirectRDMAWrites (a CUDA 11.3+ driver has it)";
+    if (why != NULL && automatic) {
+        ferry_ib_flush_cuda_unusable(rc, why);
+        return FERRY_ERR_UNSUPPORTED;
+    }
     if (why != NULL) {
         FERRY_WARN("iflush on recv comm #%u from %s (device %s) of %p (%zu bytes, %s): "
                    "NCCL_FERRY_IB_FLUSH=cuda cannot flush: %s; use NCCL_FERRY_IB_FLUSH=read",
@@ -284,6 +295,10 @@ static ferry_status_t ferry_ib_flush_cuda(ferry_ib_recv_comm_t *rc, void *buf, s
     }
     if (r != 0) {
         ferry_cu_err(words, sizeof(words), call, r);
+        if (automatic) {
+            ferry_ib_flush_cuda_unusable(rc, words);
+            return FERRY_ERR_UNSUPPORTED;
+        }
         FERRY_WARN("iflush on recv comm #%u from %s (device %s) of %p (%zu bytes, %s) failed: "
                    "%s; check the GPU (nvidia-smi, Xid errors in dmesg), or flush with "
                    "NCCL_FERRY_IB_FLUSH=read", rc->base.ring.serial, rc->base.conn.peer,
@@ -298,6 +313,11 @@ static ferry_status_t ferry_ib_flush_cuda(ferry_ib_recv_comm_t *rc, void *buf, s
     /* The driver call returned after the flush: the request is done at once. */
     ferry_px_req_parts_start(req, 1);
     ferry_px_req_parts_finish(req, 1, 0);
+    ns = atomic_load_explicit(&req->done_ns, memory_order_relaxed) - t0;
+    FERRY_IB_DIAG_ADD(rc->flush.cuda_ns, ns);
+    if (ns > rc->flush.cuda_max_ns)
+        FERRY_IB_DIAG_SET(rc->flush.cuda_max_ns, ns);
+    ferry_ib_flush_timed(rc, FERRY_IB_FLUSH_CUDA, ns);
     *request_p = req;
     return FERRY_OK;
 }
@@ -375,8 +395,13 @@ ferry_status_t ferry_ib_iflush(ferry_ib_recv_comm_t *rc, int n, void **data, int
     failed = atomic_load_explicit(&rc->base.ring.failed, memory_order_acquire);
     if (failed != 0)
         return (ferry_status_t)failed;
-    if (ferry_ib_state.cfg.flush == FERRY_IB_FLUSH_CUDA)
-        return ferry_ib_flush_cuda(rc, data[last], (size_t)sizes[last], mh, request_p);
+    if (ferry_ib_flush_method(rc) == FERRY_IB_FLUSH_CUDA) {
+        ferry_status_t status = ferry_ib_flush_cuda(rc, data[last], (size_t)sizes[last], mh,
+                                                    request_p);
+
+        if (status != FERRY_ERR_UNSUPPORTED || ferry_ib_state.cfg.flush != FERRY_IB_FLUSH_AUTO)
+            return status;
+    }
     return ferry_ib_flush_read(rc, data[last], (size_t)sizes[last], mh, request_p);
 }
 
@@ -423,6 +448,7 @@ void ferry_ib_flush_completion(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc
         FERRY_IB_DIAG_ADD(rc->flush.wait_ns, wait);
         if (wait > rc->flush.wait_max_ns)
             FERRY_IB_DIAG_SET(rc->flush.wait_max_ns, wait);
+        ferry_ib_flush_timed(rc, FERRY_IB_FLUSH_READ, wait);
     }
 }
 
@@ -455,21 +481,38 @@ void ferry_ib_flush_words(const ferry_ib_recv_comm_t *rc, char *buf, size_t len)
     /* Acquire: pairs with ferry_ib_flush_setup's store, so qps[] is filled in. */
     int nqps = __atomic_load_n(&f->nqps, __ATOMIC_ACQUIRE);
     uint64_t done = FERRY_IB_DIAG_GET(f->done), cuda = FERRY_IB_DIAG_GET(f->cuda);
+    size_t off = 0;
 
-    if (nqps > 0)
-        snprintf(buf, len, "; GDR flush QP 0x%x (to itself)%s: READs posted %llu, completed "
-                 "%llu; %llu flushes done in %.1f us on average from iflush to the last READ's "
-                 "completion polled (longest %.1f us)", f->qps[0].qp->qp_num,
-                 nqps > 1 ? " and one per other HCA" : "",
-                 (unsigned long long)FERRY_IB_DIAG_GET(f->reads),
-                 (unsigned long long)FERRY_IB_DIAG_GET(f->reads_done), (unsigned long long)done,
-                 done ? (double)FERRY_IB_DIAG_GET(f->wait_ns) / (double)done / 1e3 : 0.0,
-                 (double)FERRY_IB_DIAG_GET(f->wait_max_ns) / 1e3);
-    else if (cuda > 0)
-        snprintf(buf, len, "; GDR flushes by cuFlushGPUDirectRDMAWrites %llu",
-                 (unsigned long long)cuda);
-    else if (len > 0)
+    if (len > 0)
         buf[0] = '\0';
+    if (nqps > 0)
+        off += (size_t)snprintf(buf, len, "; GDR flush QP 0x%x (to itself)%s: READs posted "
+                                "%llu, completed %llu; %llu flushes done in %.1f us on average "
+                                "from iflush to the last READ's completion polled (longest "
+                                "%.1f us)", f->qps[0].qp->qp_num,
+                                nqps > 1 ? " and one per other HCA" : "",
+                                (unsigned long long)FERRY_IB_DIAG_GET(f->reads),
+                                (unsigned long long)FERRY_IB_DIAG_GET(f->reads_done),
+                                (unsigned long long)done,
+                                done ? (double)FERRY_IB_DIAG_GET(f->wait_ns) / (double)done / 1e3
+                                     : 0.0,
+                                (double)FERRY_IB_DIAG_GET(f->wait_max_ns) / 1e3);
+    if (cuda > 0 && off < len)
+        off += (size_t)snprintf(buf + off, len - off, "; GDR flushes by "
+                                "cuFlushGPUDirectRDMAWrites %llu, %.1f us on average (longest "
+                                "%.1f us)", (unsigned long long)cuda,
+                                (double)FERRY_IB_DIAG_GET(f->cuda_ns) / (double)cuda / 1e3,
+                                (double)FERRY_IB_DIAG_GET(f->cuda_max_ns) / 1e3);
+    if (ferry_ib_state.cfg.flush != FERRY_IB_FLUSH_AUTO || (nqps == 0 && cuda == 0) || off >= len)
+        return;
+    /* Acquire: pairs with ferry_ib_flush_decide, so method and why are final. */
+    if (__atomic_load_n(&f->choice.decided, __ATOMIC_ACQUIRE))
+        snprintf(buf + off, len - off, "; flush method %s (%s)",
+                 f->choice.method == FERRY_IB_FLUSH_CUDA ? "cuda" : "read", f->choice.why);
+    else
+        snprintf(buf + off, len - off, "; flush method being chosen (NCCL_FERRY_IB_FLUSH=auto: "
+                 "the first %d flushes take turns between READ and cuda)",
+                 2 * FERRY_IB_FLUSH_TRIAL);
 }
 
 void ferry_ib_flush_stall_why(const ferry_ib_recv_comm_t *rc, const ferry_px_req_t *req,
@@ -486,13 +529,11 @@ void ferry_ib_flush_stall_why(const ferry_ib_recv_comm_t *rc, const ferry_px_req
 void ferry_ib_flush_close_info(const ferry_ib_recv_comm_t *rc)
 {
     const ferry_ib_flush_t *f = &rc->flush;
+    char words[1024];
 
-    if (f->done == 0)
+    if (f->done == 0 && f->cuda == 0)
         return;
-    FERRY_INFO(FERRY_LOG_NET, "ib recv comm #%u from %s on %s: %llu GDR flushes (1-byte READs on "
-               "QP 0x%x), %.1f us on average from iflush until test() polled the READ's "
-               "completion, longest %.1f us", rc->base.ring.serial, rc->base.conn.peer,
-               ferry_ib_comm_where(&rc->base), (unsigned long long)f->done,
-               f->nqps > 0 ? f->qps[0].qp->qp_num : 0,
-               (double)f->wait_ns / (double)f->done / 1e3, (double)f->wait_max_ns / 1e3);
+    ferry_ib_flush_words(rc, words, sizeof(words));
+    FERRY_INFO(FERRY_LOG_NET, "ib recv comm #%u from %s on %s closed%s", rc->base.ring.serial,
+               rc->base.conn.peer, ferry_ib_comm_where(&rc->base), words);
 }

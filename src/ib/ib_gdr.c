@@ -108,8 +108,12 @@ void ferry_ib_gdr_probe(ferry_ib_state_t *st)
                st->cfg.force_flush ? ", forceFlush 1" : "",
                st->cfg.gdr_flush_disable ? "disabled (NCCL_GDR_FLUSH_DISABLE=1)"
                : st->cfg.flush == FERRY_IB_FLUSH_CUDA ? "cuda (cuFlushGPUDirectRDMAWrites)"
-                                                      : "read (1-byte RDMA READ on a QP "
-                                                        "connected to itself)");
+               : st->cfg.flush == FERRY_IB_FLUSH_READ ? "read (1-byte RDMA READ on a QP "
+                                                        "connected to itself)"
+                                                      : "auto (each receive comm times a 1-byte "
+                                                        "RDMA READ and cuFlushGPUDirectRDMAWrites "
+                                                        "on its first flushes and keeps the "
+                                                        "cheaper)");
 }
 
 int ferry_ib_gdr_ptr_support(const ferry_ib_dev_t *dev)

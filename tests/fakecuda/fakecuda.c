@@ -19,7 +19,8 @@
  * calls the ib backend's GPU path makes: cuDeviceGetAttribute (DMA-BUF
  * support, FAKECUDA_DMABUF=0 says none), cuMemGetHandleForAddressRange (a
  * DMA-BUF fd: a fresh memfd; fakeibv registers DMA-BUFs by address) and
- * cuFlushGPUDirectRDMAWrites (counted; a fault can be armed).
+ * cuFlushGPUDirectRDMAWrites (counted; a fault can be armed;
+ * FAKECUDA_FLUSH_DELAY_US slows it).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -650,6 +651,7 @@ FAKECUDA_API CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr p,
 /* Like the driver: needs a current context and the documented target and scope. */
 FAKECUDA_API CUresult cuFlushGPUDirectRDMAWrites(int target, int scope)
 {
+    const char *delay;
     int fail;
 
     if (!fakecuda_need_ctx())
@@ -660,6 +662,10 @@ FAKECUDA_API CUresult cuFlushGPUDirectRDMAWrites(int target, int scope)
     fail = atomic_exchange(&fakecuda_flush_fail, 0);
     if (fail != 0)
         return fail;
+    /* FAKECUDA_FLUSH_DELAY_US: a driver whose flush is slow (tests of the automatic choice). */
+    delay = getenv("FAKECUDA_FLUSH_DELAY_US");
+    if (delay != NULL && atoi(delay) > 0)
+        usleep((useconds_t)atoi(delay));
     atomic_fetch_add(&fakecuda_flush_calls, 1);
     return CUDA_SUCCESS;
 }

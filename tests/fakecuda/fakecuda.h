@@ -23,7 +23,10 @@ void fakecuda_hold_copies(int on);
 /* cuFlushGPUDirectRDMAWrites calls that succeeded; DMA-BUF fds handed out. */
 long fakecuda_flushes(void);
 long fakecuda_dmabuf_fds(void);
-/* The next cuFlushGPUDirectRDMAWrites returns CUresult r (0 disarms). */
+/*
+ * The next cuFlushGPUDirectRDMAWrites returns CUresult r (0 disarms).
+ * FAKECUDA_FLUSH_DELAY_US=N makes each successful one take N us.
+ */
 void fakecuda_fail_next_flush(int r);
 
 typedef long (*fakecuda_copies_fn)(void);

@@ -6,9 +6,9 @@
  * directly crashes the test; the bytes move only through fakeibv's CUDA
  * copies, and the test reads them back through the driver.
  *
- *   integ_ib_gpu [--plugin PATH] --mode gdr|cudaflush|noflush|faults|stall|nodriver|peermem
+ *   integ_ib_gpu [--plugin PATH] --mode gdr|cudaflush|autoflush|noflush|faults|stall|nodriver|peermem
  *
- * gdr:       (NCCL_FERRY_IB_GDR=1) ptrSupport HOST|CUDA|DMABUF and the init line;
+ * gdr:       (NCCL_FERRY_IB_GDR=1, NCCL_FERRY_IB_FLUSH=read) ptrSupport HOST|CUDA|DMABUF and the init line;
  *            GPU->GPU, GPU->host and host->GPU messages 0 B..8 MiB byte for
  *            byte (poison after each kept); after every non-empty GPU receive
  *            iflush returns a request that completes, seen as exactly one
@@ -22,6 +22,10 @@
  *            cuFlushGPUDirectRDMAWrites (fakecuda counts them), no flush QP,
  *            also from a thread without a current context; a failing one:
  *            ncclSystemError and a WARN with the CUDA error in words.
+ * autoflush: (NCCL_FERRY_IB_FLUSH=auto, FIT_AUTO_EXPECT=cuda|read|cudafail) the
+ *            first 18 flushes take turns (9 READs, 9 CUDA flushes), then the
+ *            method with the lower median alone, named in an INFO line with both
+ *            medians; a failing CUDA flush turns the comm to READs, no WARN.
  * noflush:   (NCCL_GDR_FLUSH_DISABLE=1) iflush returns NULL, nothing flushed.
  * faults:    (NCCL_FERRY_IB_GDR=1) ibv_reg_mr and ibv_reg_dmabuf_mr failing on
  *            GPU memory: ncclSystemError and a WARN naming the buffer, type,
@@ -66,7 +70,8 @@ static struct {
 } gg_cu;
 
 static int (*gg_qp_stats)(uint32_t, struct fakeibv_qp_stats *);
-static int gg_reads_flush = 1; /* The mode flushes with READs (else: cuda, or none). */
+/* The mode flushes with READs (1; 0: cuda, or none; -1: either, counted by the mode). */
+static int gg_reads_flush = 1;
 static int (*gg_inject)(struct ibv_context *, enum fakeibv_fault_kind, uint32_t, unsigned,
                         unsigned, int);
 
@@ -299,6 +304,8 @@ static void gg_one(gg_env_t *e, gg_buf_t *src, gg_buf_t *dst, size_t size, uint6
               made ? "returned" : "did not return");
     if (qpn == 0)
         qpn = gg_flush_qpn();
+    if (gg_reads_flush < 0)
+        return; /* autoflush counts the READs itself. */
     made &= gg_reads_flush;
     FIT_CHECK(gg_reads(qpn, &bytes1) == reads0 + (uint64_t)made && bytes1 == bytes0 + (uint64_t)made,
               "%s %zu bytes: flush QP 0x%x shows %llu READs (%llu bytes), expected %llu", what,
@@ -393,7 +400,7 @@ static void gg_mode_gdr(const char *path)
     ferry_ib_mh_t *a, *d;
     int n = gg_sizes(sizes), i, fd = -1;
     uint32_t qpn;
-    char line[128];
+    char line[128], line2[64];
 
     gg_open(&e, path, 1);
     gg_check_props(&e, NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF, 0,
@@ -448,10 +455,10 @@ static void gg_mode_gdr(const char *path)
     /* Deregistration after the comms closed. */
     gg_close_comms(&e);
     /* The loop's non-empty GPU receives, the grouped one and the two into the DMA-BUF range. */
-    snprintf(line, sizeof(line), ": %d GDR flushes (1-byte READs on QP 0x%x), ", 2 * (n - 1) + 3,
-             qpn);
-    FIT_CHECK(fit_log_find(0, NCCL_LOG_INFO, line, "us on average from iflush until test() "
-                           "polled the READ's completion, longest", NULL, NULL, 0) >= 0,
+    snprintf(line, sizeof(line), "closed; GDR flush QP 0x%x (to itself)", qpn);
+    snprintf(line2, sizeof(line2), "; %d flushes done in ", 2 * (n - 1) + 3);
+    FIT_CHECK(fit_log_find(0, NCCL_LOG_INFO, line, line2, "us on average from iflush to the "
+                           "last READ's completion polled (longest", NULL, 0) >= 0,
               "closeRecv did not log the flushes' count and time (%s)", line);
     fit_pass("closeRecv logs how many flushes the comm made and how long they took");
     FIT_NCCL(e.plugin.net->deregMr(e.recv_comm, rg2.mh));
@@ -526,6 +533,100 @@ static void gg_mode_cudaflush(const char *path)
     gg_buf_free(&rg);
     FIT_NCCL(e.plugin.net->finalize(e.ctx));
     fit_log_check_clean("cudaflush");
+    fit_plugin_close(&e.plugin);
+}
+
+/*
+ * NCCL_FERRY_IB_FLUSH=auto (the default): the comm's first flushes take turns,
+ * READ first, FERRY_IB_FLUSH_TRIAL of each; then the one with the lower median
+ * flushes alone. FIT_AUTO_EXPECT names the case: cuda (fakecuda's flush costs
+ * next to nothing, fakeibv's READ a round trip through its threads), read
+ * (FAKECUDA_FLUSH_DELAY_US makes the CUDA flush slow), cudafail (the first
+ * CUDA flush fails: it and every later flush go as READs, no WARN).
+ */
+static void gg_mode_autoflush(const char *path)
+{
+    const char *expect = getenv("FIT_AUTO_EXPECT");
+    int trial = FERRY_IB_FLUSH_TRIAL, after = 5, i, n;
+    int fail = expect != NULL && strcmp(expect, "cudafail") == 0;
+    int cuda_wins = expect != NULL && strcmp(expect, "cuda") == 0;
+    long f0, want_cuda;
+    uint64_t want_reads;
+    double mine = 0, other = 0;
+    size_t sizes[32];
+    gg_env_t e;
+    gg_buf_t sg, rg;
+    char line[1024], needle[256];
+    uint32_t qpn;
+
+    FIT_CHECK(expect != NULL && (fail || cuda_wins || strcmp(expect, "read") == 0),
+              "FIT_AUTO_EXPECT must be cuda, read or cudafail");
+    gg_reads_flush = -1;
+    n = gg_sizes(sizes);
+    gg_open(&e, path, 1);
+    gg_check_props(&e, NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF, 0,
+                   "flush auto (each receive comm times a 1-byte RDMA READ and "
+                   "cuFlushGPUDirectRDMAWrites on its first flushes and keeps the cheaper)");
+    gg_buf_open(&e.plugin, &sg, e.send_comm, 1, GG_SLOT);
+    gg_buf_open(&e.plugin, &rg, e.recv_comm, 1, GG_SLOT);
+    f0 = gg_cu.flushes();
+    if (fail)
+        gg_cu.fail_flush(700); /* The comm's first CUDA flush, its second flush. */
+    for (i = 0; i < 2 * trial + after; i++)
+        gg_one(&e, &sg, &rg, sizes[1 + i % (n - 1)], 600 + (uint64_t)i, "GPU->GPU (auto flush)");
+    qpn = gg_flush_qpn();
+    want_reads = fail ? (uint64_t)(2 * trial + after)
+                      : (uint64_t)trial + (cuda_wins ? 0u : (uint64_t)after);
+    want_cuda = fail ? 0 : trial + (cuda_wins ? after : 0);
+    FIT_CHECK(gg_reads(qpn, NULL) == want_reads && gg_cu.flushes() - f0 == want_cuda,
+              "%s: after %d flushes, %llu READs on flush QP 0x%x and %ld CUDA flushes; "
+              "expected %llu and %ld", expect, 2 * trial + after,
+              (unsigned long long)gg_reads(qpn, NULL), qpn, gg_cu.flushes() - f0,
+              (unsigned long long)want_reads, want_cuda);
+    if (fail) {
+        FIT_CHECK(fit_log_find(0, NCCL_LOG_INFO, "GDR flush by RDMA READ: NCCL_FERRY_IB_FLUSH=auto, "
+                               "and the CUDA flush cannot run here: cuFlushGPUDirectRDMAWrites: "
+                               "CUDA_ERROR_ILLEGAL_ADDRESS (700)", NULL, NULL, NULL, 0) >= 0,
+                  "no INFO line saying the CUDA flush failed and READs flush instead");
+        fit_pass("auto, the CUDA flush failing: that flush and every later one went as a READ "
+                 "(%llu READs, data byte for byte), one INFO line with the CUDA error, no WARN",
+                 (unsigned long long)want_reads);
+    } else {
+        snprintf(needle, sizeof(needle), "GDR flush by %s: median ",
+                 cuda_wins ? "cuFlushGPUDirectRDMAWrites" : "RDMA READ");
+        FIT_CHECK(fit_log_find(0, NCCL_LOG_INFO, needle, cuda_wins ? "for the RDMA READ, over 8 "
+                               "flushes of each" : "for cuFlushGPUDirectRDMAWrites, over 8 "
+                               "flushes of each", NULL, line, sizeof(line)) >= 0,
+                  "no INFO line '%s...' naming the other method", needle);
+        FIT_CHECK(sscanf(strstr(line, "median "), "median %lf us from iflush to done, against "
+                         "%lf us", &mine, &other) == 2 && mine <= other,
+                  "the chosen method's median is not the lower: '%s'", line);
+        fit_pass("auto: %d flushes of each method (READ first, taking turns), then %d more by "
+                 "%s alone, the one with the lower median (%.1f against %.1f us); data byte "
+                 "for byte", trial, after, expect, mine, other);
+    }
+    gg_close_comms(&e);
+    snprintf(needle, sizeof(needle), "closed; GDR flush QP 0x%x (to itself): READs posted %llu, "
+             "completed %llu; %llu flushes done in", qpn, (unsigned long long)want_reads,
+             (unsigned long long)want_reads, (unsigned long long)want_reads);
+    FIT_CHECK(fit_log_find(0, NCCL_LOG_INFO, needle, fail ? "; flush method read (NCCL_FERRY_IB_"
+                           "FLUSH=auto, and the CUDA flush cannot run here" : "; flush method "
+                           "", NULL, line, sizeof(line)) >= 0,
+              "closeRecv did not log the flushes ('%s')", needle);
+    if (!fail) {
+        snprintf(needle, sizeof(needle), "; GDR flushes by cuFlushGPUDirectRDMAWrites %ld, ",
+                 want_cuda);
+        FIT_CHECK(strstr(line, needle) != NULL && strstr(line, cuda_wins ? "flush method cuda "
+                  "(median" : "flush method read (median") != NULL,
+                  "closeRecv's line lacks the CUDA flushes or the method: '%s'", line);
+    }
+    fit_pass("closeRecv logs both methods' counts and times and the method chosen");
+    FIT_NCCL(e.plugin.net->deregMr(e.send_comm, sg.mh));
+    FIT_NCCL(e.plugin.net->deregMr(e.recv_comm, rg.mh));
+    gg_buf_free(&sg);
+    gg_buf_free(&rg);
+    FIT_NCCL(e.plugin.net->finalize(e.ctx));
+    fit_log_check_clean("autoflush");
     fit_plugin_close(&e.plugin);
 }
 
@@ -768,6 +869,8 @@ int main(int argc, char **argv)
         gg_mode_gdr(path);
     else if (strcmp(mode, "cudaflush") == 0)
         gg_mode_cudaflush(path);
+    else if (strcmp(mode, "autoflush") == 0)
+        gg_mode_autoflush(path);
     else if (strcmp(mode, "noflush") == 0)
         gg_mode_noflush(path);
     else if (strcmp(mode, "faults") == 0)
@@ -779,6 +882,7 @@ int main(int argc, char **argv)
     else if (strcmp(mode, "peermem") == 0)
         gg_mode_peermem(path);
     else
-        FIT_FAIL("unknown --mode %s (gdr|cudaflush|noflush|faults|stall|nodriver|peermem)", mode);
+        FIT_FAIL("unknown --mode %s (gdr|cudaflush|autoflush|noflush|faults|stall|nodriver|"
+                 "peermem)", mode);
     return 0;
 }

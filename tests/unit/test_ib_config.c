@@ -88,7 +88,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.peer_timeout_s, 10);
     assert_int_equal(cfg.merge_vfs, 1);
     assert_int_equal(cfg.gdr, -1);
-    assert_int_equal(cfg.flush, FERRY_IB_FLUSH_READ);
+    assert_int_equal(cfg.flush, FERRY_IB_FLUSH_AUTO);
     assert_int_equal(cfg.force_flush, 0);
     assert_string_equal(cfg.sysfs_root, "");
     assert_int_equal(cfg.cm, FERRY_IB_CM_OOB);
@@ -104,7 +104,7 @@ static void test_defaults(void **state)
     assert_non_null(strstr(line, " NCCL_IB_ADAPTIVE_ROUTING=-2(default)"));
     assert_non_null(strstr(line, " NCCL_FERRY_IBVERBS_LIB=<libibverbs.so.1>(default)"));
     assert_non_null(strstr(line, " NCCL_FERRY_IB_PEER_TIMEOUT_S=10(default)"));
-    assert_non_null(strstr(line, " NCCL_FERRY_IB_GDR=-1(default) NCCL_FERRY_IB_FLUSH=read(default) "
+    assert_non_null(strstr(line, " NCCL_FERRY_IB_GDR=-1(default) NCCL_FERRY_IB_FLUSH=auto(default) "
                                  "NCCL_FERRY_IB_FORCE_FLUSH=0(default) "
                                  "NCCL_FERRY_IB_SYSFS_ROOT=</sys>(default)"));
     assert_non_null(strstr(line, " NCCL_FERRY_IB_CM=oob(default)"));
@@ -194,8 +194,10 @@ static void test_bad_values(void **state)
                                                "before its comms fail; 0: never)"},
         {"NCCL_FERRY_IB_GDR", "2", "-1 (GPU memory when a peer-memory module is loaded), 0 "
                                    "(never) or 1 (always)"},
-        {"NCCL_FERRY_IB_FLUSH", "gdrcopy", "read (a 1-byte RDMA READ on a QP connected to "
-                                           "itself) or cuda (cuFlushGPUDirectRDMAWrites)"},
+        {"NCCL_FERRY_IB_FLUSH", "gdrcopy", "auto (per receive comm, the cheaper of the two, "
+                                           "timed over its first flushes), read (a 1-byte RDMA "
+                                           "READ on a QP connected to itself) or cuda "
+                                           "(cuFlushGPUDirectRDMAWrites)"},
         {"NCCL_FERRY_IB_FORCE_FLUSH", "2", "0 or 1 (1: the forceFlush property, NCCL flushes "
                                            "every GPU receive)"},
     };
