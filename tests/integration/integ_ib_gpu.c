@@ -476,6 +476,18 @@ static void gg_mode_gdr(const char *path)
     fit_pass("deregMr after closeSend/closeRecv; no unexpected WARN");
 }
 
+/* After the comms closed: deregister and free a GPU buffer pair, finalize, no stray WARN. */
+static void gg_finish(gg_env_t *e, gg_buf_t *sg, gg_buf_t *rg, const char *mode)
+{
+    FIT_NCCL(e->plugin.net->deregMr(e->send_comm, sg->mh));
+    FIT_NCCL(e->plugin.net->deregMr(e->recv_comm, rg->mh));
+    gg_buf_free(sg);
+    gg_buf_free(rg);
+    FIT_NCCL(e->plugin.net->finalize(e->ctx));
+    fit_log_check_clean(mode);
+    fit_plugin_close(&e->plugin);
+}
+
 static void gg_mode_cudaflush(const char *path)
 {
     gg_env_t e;
@@ -527,13 +539,7 @@ static void gg_mode_cudaflush(const char *path)
     fit_pass("a failing cuFlushGPUDirectRDMAWrites: ncclSystemError, WARN with buffer, device "
              "and the CUDA error in words; the next flush works");
     gg_close_comms(&e);
-    FIT_NCCL(e.plugin.net->deregMr(e.send_comm, sg.mh));
-    FIT_NCCL(e.plugin.net->deregMr(e.recv_comm, rg.mh));
-    gg_buf_free(&sg);
-    gg_buf_free(&rg);
-    FIT_NCCL(e.plugin.net->finalize(e.ctx));
-    fit_log_check_clean("cudaflush");
-    fit_plugin_close(&e.plugin);
+    gg_finish(&e, &sg, &rg, "cudaflush");
 }
 
 /*
@@ -621,13 +627,7 @@ static void gg_mode_autoflush(const char *path)
                   "closeRecv's line lacks the CUDA flushes or the method: '%s'", line);
     }
     fit_pass("closeRecv logs both methods' counts and times and the method chosen");
-    FIT_NCCL(e.plugin.net->deregMr(e.send_comm, sg.mh));
-    FIT_NCCL(e.plugin.net->deregMr(e.recv_comm, rg.mh));
-    gg_buf_free(&sg);
-    gg_buf_free(&rg);
-    FIT_NCCL(e.plugin.net->finalize(e.ctx));
-    fit_log_check_clean("autoflush");
-    fit_plugin_close(&e.plugin);
+    gg_finish(&e, &sg, &rg, "autoflush");
 }
 
 static void gg_mode_noflush(const char *path)
