@@ -16,9 +16,10 @@
 #      ferry (v11)" and every "Channel ... via" line must say NET/ferry; every
 #      element right.
 #  (b) comparison, per build: ferry / Socket default / Socket 2x2 (threads x
-#      sockets), interleaved, each repetition starting one configuration further
-#      (A B C, B C A, ...; absolute numbers drift between runs
-#      and machines; only ratios inside one run mean something), all_reduce
+#      sockets), interleaved, each repetition's order from a Williams design
+#      (fnb_rotate: every configuration in every position and right after
+#      every other equally often; absolute numbers drift between runs and
+#      machines; only ratios inside one run mean something), all_reduce
 #      over --sizes. At least 3 and at most 5 repetitions (--reps N: exactly
 #      N); after the 3rd, one more starts only while the build's --budget
 #      (default 100 s) allows it. A configuration that fails is not retried.

@@ -38,18 +38,30 @@ fnb_config_env() {
 fnb_log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
 
 # fnb_rotate REP CONFIG...: the configurations in the order repetition REP runs
-# them, each rep starting one further along (A B C, B C A, C A B, ...), so no
-# configuration always runs first after a pause or right after the same
-# neighbour; a position's bias then spreads over all of them.
+# them. Orders follow a Williams design: over n repetitions (2n for an odd
+# number of configurations) each configuration runs once in every position and
+# right after every other one equally often. A run leaves the machine in a state
+# the next one inherits (after NCCL's IB the next run was 5 % slower at 4-16 KiB,
+# 2026-12-02-gpu-ib-small run 9); a plain rotation (A B C, B C A, ...) gives
+# each configuration the same predecessor every time and turns that into a bias.
 fnb_rotate() {
-  local rep=$1 n i
+  local rep=$1 n i k r v
   shift
   n=$#
   [ "$n" -gt 0 ] || return 0
-  local -a cfgs=("$@")
+  local -a cfgs=("$@") order=()
+  k=$(((rep - 1) % (n % 2 ? 2 * n : n)))
+  r=$((k % n))
   for ((i = 0; i < n; i++)); do
-    printf '%s\n' "${cfgs[$(((rep - 1 + i) % n))]}"
+    # Row 0 is 0, 1, n-1, 2, n-2, ...; row r adds r; odd n adds the rows reversed.
+    if ((i == 0)); then v=0; elif ((i % 2)); then v=$(((i + 1) / 2)); else v=$((n - i / 2)); fi
+    order+=("${cfgs[$(((v + r) % n))]}")
   done
+  if ((k >= n)); then
+    for ((i = n - 1; i >= 0; i--)); do printf '%s\n' "${order[$i]}"; done
+  else
+    printf '%s\n' "${order[@]}"
+  fi
 }
 
 # Default output folder: the device's $OUT when set, else a dated results folder.

@@ -12,8 +12,8 @@
 # "nccl-tests through ferry") and pass its all_reduce_perf. Two ranks on GPU 0,
 # each its own NCCL_HOSTID (so every channel goes through the network
 # transport), under MPS, NCCL_SOCKET_IFNAME=lo, NCCL_NVLS_ENABLE=0. Each
-# repetition runs every configuration once, each starting one further
-# along (A B C, B C A, ...); --variant adds a
+# repetition runs every configuration once, in an order from a Williams
+# design (lib.sh, fnb_rotate); --variant adds a
 # ferry configuration with extra variables. --bind core (default) keeps
 # mpirun's own binding, one core per rank; none lets the ranks run anywhere.
 # --mpirun-args adds mapping options (e.g. "--map-by slot:PE=2": two cores per

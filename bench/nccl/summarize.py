@@ -9,6 +9,7 @@ and ratios only: absolute numbers drift between runs and machines.
 """
 import csv
 import os
+import random
 import statistics
 import sys
 
@@ -58,6 +59,39 @@ def median(groups, key, idx):
     return statistics.median(vals) if vals else None
 
 
+def paired(groups, op, size, a, b):
+    """Per-repetition busbw ratios a / b: the k-th run of each configuration
+    ran in the same repetition. Returns (median, low, high, wins, n) with a
+    95 % bootstrap interval of the median, or None when the runs do not pair
+    up (a failed run) or there are fewer than 5."""
+    va, vb = groups.get((op, size, a), []), groups.get((op, size, b), [])
+    if len(va) != len(vb) or len(va) < 5:
+        return None
+    r = [x[0] / y[0] for x, y in zip(va, vb) if y[0] > 0]
+    if len(r) != len(va):
+        return None
+    rng = random.Random(1)
+    boot = sorted(statistics.median(rng.choices(r, k=len(r))) for _ in range(2000))
+    return statistics.median(r), boot[49], boot[1950], sum(1 for v in r if v > 1), len(r)
+
+
+def paired_section(groups, op, sizes, others, md):
+    """Ratios of one repetition's runs, which the same drift touched alike."""
+    cells = {(s, c): paired(groups, op, s, CONFIGS[0], c) for s in sizes for c in others}
+    if all(v is None for v in cells.values()):
+        return
+    md.append(f"\n### {op}: {name(CONFIGS[0])} / each, busbw ratio paired by repetition: "
+              "median [95 % bootstrap interval], repetitions won\n")
+    md.append("| size | " + " | ".join(f"{name(CONFIGS[0])} / {name(c)}" for c in others) + " |")
+    md.append("|---|" + "---|" * len(others))
+    for s in sizes:
+        row = []
+        for c in others:
+            v = cells[(s, c)]
+            row.append("-" if v is None else f"{v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}], {v[3]}/{v[4]}")
+        md.append(f"| {human(s)} | " + " | ".join(row) + " |")
+
+
 def build_section(build, rows, proof, md, summary):
     version = sorted({r["nccl_version"] for r in rows})
     groups = group(rows)
@@ -71,7 +105,8 @@ def build_section(build, rows, proof, md, summary):
     md.append("2 ranks on GPU 0, NCCL_HOSTID per rank (all traffic over the network "
               "transport), MPS, NCCL_SOCKET_IFNAME=lo. Runs per configuration: "
               + ", ".join(f"{c} {runs[c]}" for c in CONFIGS + variants)
-              + ". Interleaved A B C.\n")
+              + ". Interleaved; the order of each repetition follows a Williams design, so each "
+              "configuration runs in every position and right after every other equally often.\n")
     # nccl-tests -c 0 (a bound measured without checking) writes N/A there.
     wrong = sum(int(r["wrong"]) for r in rows if r["wrong"].isdigit())
     unchecked = sum(1 for r in rows if not r["wrong"].isdigit())
@@ -100,6 +135,7 @@ def build_section(build, rows, proof, md, summary):
                     bw = median(groups, (op, s, v), 0)
                     cells.append(f"{fmt(bw, 2)} ({ratio(bw, base)})")
                 md.append(f"| {human(s)} | {fmt(base, 2)} | " + " | ".join(cells) + " |")
+        paired_section(groups, op, sizes, CONFIGS[1:] + variants, md)
         small = [s for s in sizes if s <= TIME_TABLE_MAX]
         if small:
             md.append(f"\n### {op}: median time per operation, us (ratio < 1: ferry faster)\n")

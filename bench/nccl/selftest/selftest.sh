@@ -102,6 +102,34 @@ check distinct_gpus 0 env MOCK_NGPUS=4 "$B" -N 2 -l 4K
 expect distinct_gpus 'NCCL_HOSTID=host<r>: no, MPS: off'
 check bad_option 2 "$B" -o nonsense
 
+# fnb_rotate: 2-7 configurations, one full cycle of orders; every configuration
+# once per position and right after each other one equally often.
+rotate_cycle() {
+  local n=$1 rep j cfgs=()
+  for ((j = 0; j < n; j++)); do cfgs+=("c$j"); done
+  for ((rep = 1; rep <= (n % 2 ? 2 * n : n); rep++)); do
+    fnb_rotate "$rep" "${cfgs[@]}" | tr '\n' ' '
+    echo
+  done
+}
+rotate_balanced() {
+  (source "$HERE/../lib.sh" && for n in 2 3 4 5 6 7; do rotate_cycle "$n"; echo; done) |
+    python3 -c '
+import collections, sys
+for block in sys.stdin.read().strip().split("\n\n"):
+    rows = [l.split() for l in block.splitlines()]
+    n = len(rows[0])
+    pos = collections.Counter((c, i) for r in rows for i, c in enumerate(r))
+    nxt = collections.Counter(p for r in rows for p in zip(r, r[1:]))
+    assert all(sorted(r) == sorted(rows[0]) for r in rows), rows
+    assert len(set(pos.values())) == 1 and len(pos) == n * n, (n, pos)
+    assert len(set(nxt.values())) == 1 and len(nxt) == n * (n - 1), (n, nxt)
+    print(n, "configurations:", len(rows), "orders, balanced")
+'
+}
+check rotate_balanced 0 rotate_balanced
+expect rotate_balanced -e '^7 configurations: 14 orders, balanced$'
+
 check compare_usage 0 "$HERE/../compare.sh" --help
 expect compare_usage -e '^--step-time (implies --ib)'
 expect compare_usage -e 'Exit 0 only if everything passed.$'
