@@ -507,8 +507,12 @@ void ferry_ib_flush_words(const ferry_ib_recv_comm_t *rc, char *buf, size_t len)
         return;
     /* Acquire: pairs with ferry_ib_flush_decide, so method and why are final. */
     if (__atomic_load_n(&f->choice.decided, __ATOMIC_ACQUIRE))
-        snprintf(buf + off, len - off, "; flush method %s (%s)",
-                 f->choice.method == FERRY_IB_FLUSH_CUDA ? "cuda" : "read", f->choice.why);
+        snprintf(buf + off, len - off, "; flush method %s (%s)%s",
+                 __atomic_load_n(&f->choice.method, __ATOMIC_RELAXED) == FERRY_IB_FLUSH_CUDA
+                     ? "cuda" : "read", f->choice.why,
+                 __atomic_load_n(&f->choice.cuda_off, __ATOMIC_RELAXED) &&
+                         f->choice.median_ns[1] > 0
+                     ? "; then the CUDA flush failed and the READ took over (INFO line)" : "");
     else
         snprintf(buf + off, len - off, "; flush method being chosen (NCCL_FERRY_IB_FLUSH=auto: "
                  "the first %d flushes take turns between READ and cuda)",

@@ -56,12 +56,20 @@ void ferry_ib_flush_cuda_unusable(ferry_ib_recv_comm_t *rc, const char *why)
 {
     ferry_ib_flush_choice_t *ch = &rc->flush.choice;
 
-    if (ferry_ib_state.cfg.flush != FERRY_IB_FLUSH_AUTO || ch->decided)
+    if (ferry_ib_state.cfg.flush != FERRY_IB_FLUSH_AUTO || ch->cuda_off)
         return;
-    ch->cuda_off = 1;
-    snprintf(ch->why, sizeof(ch->why), "NCCL_FERRY_IB_FLUSH=auto, and the CUDA flush cannot "
-             "run here: %.120s", why);
-    ferry_ib_flush_decide(rc, FERRY_IB_FLUSH_READ);
+    __atomic_store_n(&ch->cuda_off, 1, __ATOMIC_RELAXED);
+    if (!ch->decided) {
+        snprintf(ch->why, sizeof(ch->why), "NCCL_FERRY_IB_FLUSH=auto, and the CUDA flush cannot "
+                 "run here: %.120s", why);
+        ferry_ib_flush_decide(rc, FERRY_IB_FLUSH_READ);
+        return;
+    }
+    /* Chosen, then failing: the READ from now on; `why` keeps the first decision. */
+    __atomic_store_n(&ch->method, FERRY_IB_FLUSH_READ, __ATOMIC_RELAXED);
+    FERRY_INFO(FERRY_LOG_NET, "ib recv comm #%u from %s on %s: GDR flush by RDMA READ from now "
+               "on: %s (NCCL_FERRY_IB_FLUSH=auto had chosen cuFlushGPUDirectRDMAWrites)",
+               rc->base.ring.serial, rc->base.conn.peer, ferry_ib_comm_where(&rc->base), why);
 }
 
 static int ferry_ib_flush_ns_cmp(const void *a, const void *b)

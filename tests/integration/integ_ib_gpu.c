@@ -611,6 +611,24 @@ static void gg_mode_autoflush(const char *path)
                  "%s alone, the one with the lower median (%.1f against %.1f us); data byte "
                  "for byte", trial, after, expect, mine, other);
     }
+    if (cuda_wins) {
+        /* The chosen CUDA flush failing later: that flush and the next go as READs. */
+        gg_cu.fail_flush(700);
+        for (i = 0; i < 2; i++)
+            gg_one(&e, &sg, &rg, 4096 + (size_t)i, 700 + (uint64_t)i, "GPU->GPU (cuda failed)");
+        want_reads += 2;
+        FIT_CHECK(gg_reads(qpn, NULL) == want_reads && gg_cu.flushes() - f0 == want_cuda,
+                  "after the chosen CUDA flush failed: %llu READs, %ld CUDA flushes; expected "
+                  "%llu and %ld", (unsigned long long)gg_reads(qpn, NULL), gg_cu.flushes() - f0,
+                  (unsigned long long)want_reads, want_cuda);
+        FIT_CHECK(fit_log_find(0, NCCL_LOG_INFO, "GDR flush by RDMA READ from now on: "
+                               "cuFlushGPUDirectRDMAWrites: CUDA_ERROR_ILLEGAL_ADDRESS (700)",
+                               "(NCCL_FERRY_IB_FLUSH=auto had chosen cuFlushGPUDirectRDMAWrites)",
+                               NULL, NULL, 0) >= 0,
+                  "no INFO line saying the chosen CUDA flush failed and READs took over");
+        fit_pass("auto, the chosen CUDA flush failing later: that flush and the next went as "
+                 "READs, data byte for byte, one INFO line, no WARN");
+    }
     gg_close_comms(&e);
     snprintf(needle, sizeof(needle), "closed; GDR flush QP 0x%x (to itself): READs posted %llu, "
              "completed %llu; %llu flushes done in", qpn, (unsigned long long)want_reads,
@@ -622,8 +640,10 @@ static void gg_mode_autoflush(const char *path)
     if (!fail) {
         snprintf(needle, sizeof(needle), "; GDR flushes by cuFlushGPUDirectRDMAWrites %ld, ",
                  want_cuda);
-        FIT_CHECK(strstr(line, needle) != NULL && strstr(line, cuda_wins ? "flush method cuda "
-                  "(median" : "flush method read (median") != NULL,
+        FIT_CHECK(strstr(line, needle) != NULL && strstr(line, cuda_wins ? "flush method read "
+                  "(median" : "flush method read (median") != NULL &&
+                  (!cuda_wins || strstr(line, "then the CUDA flush failed and the READ took "
+                                        "over") != NULL),
                   "closeRecv's line lacks the CUDA flushes or the method: '%s'", line);
     }
     fit_pass("closeRecv logs both methods' counts and times and the method chosen");
