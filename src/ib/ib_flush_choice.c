@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/cuda_driver.h"
 #include "core/log.h"
 #include "ib/ib_comm.h"
 
@@ -36,19 +35,11 @@ int ferry_ib_flush_method(ferry_ib_recv_comm_t *rc)
         return cfg;
     if (ch->decided)
         return ch->method;
-    if (!ch->cuda_off) {
-        const char *off = NULL;
-
-        if (!ferry_cu_load())
-            off = ferry_cu_why_off();
-        else if (ferry_cu.flush_gpudirect_rdma_writes == NULL)
-            off = "libcuda.so.1 has no cuFlushGPUDirectRDMAWrites (a CUDA 11.3+ driver has it)";
-        if (off != NULL) {
-            ferry_ib_flush_cuda_unusable(rc, off);
-            return FERRY_IB_FLUSH_READ;
-        }
-    }
-    /* Turns: the method with fewer timed flushes goes next, READ first. */
+    /*
+     * Turns: the method with fewer timed flushes goes next, READ first. A
+     * driver without the CUDA flush is found by its first try
+     * (ferry_ib_flush_cuda), which decides for the READ.
+     */
     return ch->tried[1] < ch->tried[0] ? FERRY_IB_FLUSH_CUDA : FERRY_IB_FLUSH_READ;
 }
 
