@@ -252,6 +252,8 @@ struct fakeibv_swqe {
     int done;                     /* Response arrived (or local error decided). */
     uint32_t wire;                /* Bytes it put on the stream (0: none yet). */
     enum ibv_wc_status status;    /* Valid when done. */
+    uint8_t direct;               /* The posting thread sent it (FAKEIBV_STATS only). */
+    uint64_t post_ns;             /* When it was posted; 0 unless FAKEIBV_STATS. */
 };
 
 struct fakeibv_rwqe {
@@ -375,6 +377,25 @@ void *fakeibv_responder_main(void *arg);
 
 /* Counters behind fakeibv_xfer_stats() (fakeibv.h), updated atomically. */
 extern struct fakeibv_xfer_stats fakeibv_stats;
+
+/* fakeibv_trace.c: FAKEIBV_STATS=1 counters, printed at exit. */
+enum { FAKEIBV_TRACE_WRITE, FAKEIBV_TRACE_WRITE_IMM, FAKEIBV_TRACE_READ, FAKEIBV_TRACE_OTHER,
+       FAKEIBV_TRACE_KINDS };
+struct fakeibv_trace {
+    int on;
+    uint64_t post_calls, wrs[FAKEIBV_TRACE_KINDS], signalled, inlined, tx_sends, recv_wrs;
+    uint64_t poll_calls, poll_empty, cqes, responder_reqs;
+    uint64_t ack_ns[FAKEIBV_TRACE_KINDS], ack_n[FAKEIBV_TRACE_KINDS];
+    uint64_t ack_direct_ns, ack_direct_n, ack_tx_ns, ack_tx_n;
+};
+extern struct fakeibv_trace fakeibv_trace;
+uint64_t fakeibv_trace_now_ns(void);
+int fakeibv_trace_kind(enum ibv_wr_opcode op);
+void fakeibv_trace_acked(const struct fakeibv_swqe *w);
+static inline void fakeibv_trace_add(uint64_t *c, uint64_t v)
+{
+    __atomic_add_fetch(c, v, __ATOMIC_RELAXED);
+}
 
 /* Time helpers. */
 static inline void fakeibv_deadline_in(struct timespec *ts, long ms)

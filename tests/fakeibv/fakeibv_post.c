@@ -78,6 +78,8 @@ int fakeibv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_se
     struct fakeibv_qp *qp = fakeibv_qp(ibqp);
     int rc = 0, queued = 0;
 
+    if (fakeibv_trace.on)
+        fakeibv_trace_add(&fakeibv_trace.post_calls, 1);
     pthread_mutex_lock(&qp->lock);
     for (; wr != NULL; wr = wr->next) {
         enum ibv_qp_state st = qp->attr.qp_state;
@@ -100,6 +102,13 @@ int fakeibv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_se
                                wr);
         if (rc != 0)
             break;
+        if (fakeibv_trace.on) {
+            qp->sq[qp->sq_head % qp->sq_depth].post_ns = fakeibv_trace_now_ns();
+            fakeibv_trace_add(&fakeibv_trace.wrs[fakeibv_trace_kind(wr->opcode)], 1);
+            fakeibv_trace_add(&fakeibv_trace.signalled,
+                              (qp->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED)) ? 1 : 0);
+            fakeibv_trace_add(&fakeibv_trace.inlined, (wr->send_flags & IBV_SEND_INLINE) ? 1 : 0);
+        }
         qp->sq_head++;
         queued = 1;
     }
@@ -144,6 +153,8 @@ int fakeibv_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_re
             memcpy(r->sge, wr->sg_list, (size_t)wr->num_sge * sizeof(*r->sge));
         qp->rq_head++;
         queued = 1;
+        if (fakeibv_trace.on)
+            fakeibv_trace_add(&fakeibv_trace.recv_wrs, 1);
     }
     /* Only a responder waiting out RNR needs to know; waking the idle tx
      * thread on every receive would cost the poster a futex call each. */

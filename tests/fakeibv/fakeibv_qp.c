@@ -234,6 +234,8 @@ void fakeibv_qp_advance_locked(struct fakeibv_qp *qp)
 
         if (!w->done)
             break;
+        if (fakeibv_trace.on)
+            fakeibv_trace_acked(w);
         if (w->status != IBV_WC_SUCCESS) {
             FAKEIBV_INFO("qpn 0x%x: wr_id 0x%llx completes with %s; QP -> ERR",
                          qp->qpx.qp_base.qp_num, (unsigned long long)w->wr_id,

@@ -348,6 +348,7 @@ void fakeibv_tx_direct_locked(struct fakeibv_qp *qp)
             break;
         }
         fakeibv_tx_wire_add_locked(qp, idx, (uint32_t)t.wire);
+        qp->sq[idx % qp->sq_depth].direct = 1;
         qp->sq_tx++;
         qp->tx_seq++;
         pthread_mutex_unlock(&qp->lock);
@@ -434,6 +435,8 @@ void *fakeibv_tx_main(void *arg)
                 fakeibv_tx_wire_add_locked(qp, idx, fakeibv_tx_wire(&t, &w));
                 pthread_mutex_unlock(&qp->lock);
             }
+            if (fakeibv_trace.on)
+                fakeibv_trace_add(&fakeibv_trace.tx_sends, 1);
             rc = fakeibv_tx_send(qp, fd, &w, &t, rc);
             pthread_mutex_lock(&qp->lock);
             qp->tx_busy = 0;

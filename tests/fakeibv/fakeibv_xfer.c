@@ -581,6 +581,8 @@ void *fakeibv_responder_main(void *argp)
                 break;
             continue;
         }
+        if (fakeibv_trace.on)
+            fakeibv_trace_add(&fakeibv_trace.responder_reqs, 1);
         if (fakeibv_serve(qp, &src, &h) != 0)
             break;
     }

@@ -10,6 +10,8 @@
 #   PT_SERVER_WRAP / PT_CLIENT_WRAP  command prefixes for each side (word-split),
 #                                    e.g. "ip netns exec ns1 env FAKEIBV_NETDEV=veth0"
 #   PT_SERVER_ADDR                   address the client dials (default 127.0.0.1)
+#   PT_EXPECT                        a string both sides' output must hold
+#   PT_CLIENT_EXPECT                 an extended regex a line of the client's must match
 set -u
 libdir=$1 tool=$2 link=$3 opts=${4:-}
 server_wrap=${PT_SERVER_WRAP:-} client_wrap=${PT_CLIENT_WRAP:-}
@@ -105,6 +107,9 @@ run_pair() {
             echo "FAIL: $side log lacks '$PT_EXPECT'"; fail=1
         fi
     done
+    if [ -n "${PT_CLIENT_EXPECT:-}" ] && ! grep -Eq -- "$PT_CLIENT_EXPECT" "$tmp/client.log"; then
+        echo "FAIL: client log has no line matching '$PT_CLIENT_EXPECT'"; fail=1
+    fi
 }
 
 # perftest times itself with the CPU's cycle counter and first checks that the

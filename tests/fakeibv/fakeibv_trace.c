@@ -1,0 +1,97 @@
+/*
+ * FAKEIBV_STATS=1: what the emulated NIC did for this process, printed to
+ * stderr at exit. For comparing two clients of the device on the same work
+ * (ferry's ib backend against NCCL's own IB): how many work requests each
+ * posts and of which kind, who put them on the wire (the posting thread or
+ * the QP's tx thread, which costs a wake-up), how often the CQs were polled
+ * and found empty, and how long a request took from its post to its ACK
+ * (the requester's view of the wire, per opcode and per sender).
+ *
+ * Off by default: then every hook is one predicted branch on a flag.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fakeibv_internal.h"
+
+struct fakeibv_trace fakeibv_trace;
+
+uint64_t fakeibv_trace_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int fakeibv_trace_kind(enum ibv_wr_opcode op)
+{
+    switch (op) {
+    case IBV_WR_RDMA_WRITE:          return FAKEIBV_TRACE_WRITE;
+    case IBV_WR_RDMA_WRITE_WITH_IMM: return FAKEIBV_TRACE_WRITE_IMM;
+    case IBV_WR_RDMA_READ:           return FAKEIBV_TRACE_READ;
+    default:                         return FAKEIBV_TRACE_OTHER;
+    }
+}
+
+void fakeibv_trace_acked(const struct fakeibv_swqe *w)
+{
+    uint64_t d;
+
+    if (w->post_ns == 0)
+        return;
+    d = fakeibv_trace_now_ns() - w->post_ns;
+    fakeibv_trace_add(&fakeibv_trace.ack_ns[fakeibv_trace_kind(w->opcode)], d);
+    fakeibv_trace_add(&fakeibv_trace.ack_n[fakeibv_trace_kind(w->opcode)], 1);
+    fakeibv_trace_add(w->direct ? &fakeibv_trace.ack_direct_ns : &fakeibv_trace.ack_tx_ns, d);
+    fakeibv_trace_add(w->direct ? &fakeibv_trace.ack_direct_n : &fakeibv_trace.ack_tx_n, 1);
+}
+
+static double fakeibv_trace_mean_us(const uint64_t *sum, const uint64_t *n)
+{
+    uint64_t k = __atomic_load_n(n, __ATOMIC_RELAXED);
+
+    return k == 0 ? 0.0 : (double)__atomic_load_n(sum, __ATOMIC_RELAXED) / (double)k / 1000.0;
+}
+
+#define FAKEIBV_TRACE_LD(f) ((unsigned long long)__atomic_load_n(&fakeibv_trace.f, __ATOMIC_RELAXED))
+
+static void fakeibv_trace_print(void)
+{
+    const struct fakeibv_trace *t = &fakeibv_trace;
+
+    if (!t->on)
+        return;
+    fprintf(stderr,
+            "fakeibv[%d]: stats: post_send calls %llu, WRs write %llu write_imm %llu read %llu "
+            "other %llu (signalled %llu, inline %llu); sent by the poster %llu, by the tx "
+            "thread %llu; post_recv WRs %llu; poll_cq calls %llu (empty %llu), CQEs %llu; "
+            "responder requests %llu; post-to-ACK mean us: write %.2f, write_imm %.2f, read "
+            "%.2f, poster-sent %.2f, tx-thread-sent %.2f\n",
+            (int)getpid(), FAKEIBV_TRACE_LD(post_calls),
+            FAKEIBV_TRACE_LD(wrs[FAKEIBV_TRACE_WRITE]),
+            FAKEIBV_TRACE_LD(wrs[FAKEIBV_TRACE_WRITE_IMM]),
+            FAKEIBV_TRACE_LD(wrs[FAKEIBV_TRACE_READ]), FAKEIBV_TRACE_LD(wrs[FAKEIBV_TRACE_OTHER]),
+            FAKEIBV_TRACE_LD(signalled), FAKEIBV_TRACE_LD(inlined),
+            (unsigned long long)__atomic_load_n(&fakeibv_stats.direct_ops, __ATOMIC_RELAXED),
+            FAKEIBV_TRACE_LD(tx_sends), FAKEIBV_TRACE_LD(recv_wrs), FAKEIBV_TRACE_LD(poll_calls),
+            FAKEIBV_TRACE_LD(poll_empty), FAKEIBV_TRACE_LD(cqes), FAKEIBV_TRACE_LD(responder_reqs),
+            fakeibv_trace_mean_us(&t->ack_ns[FAKEIBV_TRACE_WRITE], &t->ack_n[FAKEIBV_TRACE_WRITE]),
+            fakeibv_trace_mean_us(&t->ack_ns[FAKEIBV_TRACE_WRITE_IMM],
+                                  &t->ack_n[FAKEIBV_TRACE_WRITE_IMM]),
+            fakeibv_trace_mean_us(&t->ack_ns[FAKEIBV_TRACE_READ], &t->ack_n[FAKEIBV_TRACE_READ]),
+            fakeibv_trace_mean_us(&t->ack_direct_ns, &t->ack_direct_n),
+            fakeibv_trace_mean_us(&t->ack_tx_ns, &t->ack_tx_n));
+}
+
+__attribute__((constructor)) static void fakeibv_trace_init(void)
+{
+    const char *s = getenv("FAKEIBV_STATS");
+
+    if (s != NULL && atoi(s) > 0) {
+        fakeibv_trace.on = 1;
+        atexit(fakeibv_trace_print);
+    }
+}
