@@ -298,7 +298,23 @@ typedef struct ferry_ib_recv_comm {
     uint64_t               imm_done;   /* WRITE_WITH_IMM completions polled (dump). */
     uint32_t               chains_seen[FERRY_IB_FIFO_SLOTS]; /* multi: chains landed (bit j) per slot. */
     uint64_t               chain_bytes[FERRY_IB_FIFO_SLOTS]; /* multi, one buffer: bytes they wrote. */
+    /* Receives reported done when posted (ib_recv_early.c): the FIFO slots whose data has
+     * not been seen land yet, their messages and buffer sizes; counts for the dump. */
+    uint32_t               early_mask;
+    uint64_t               early_seq[FERRY_IB_FIFO_SLOTS];
+    size_t                 early_cap[FERRY_IB_FIFO_SLOTS];
+    uint64_t               early_posted, early_landed;
 } ferry_ib_recv_comm_t;
+
+/* ib_recv_early.c: receives NCCL lets complete early (NCCL_NET_OPTIONAL_RECV_COMPLETION). */
+int ferry_ib_recv_early_wanted(const ferry_ib_recv_comm_t *rc, void *hint, int n, int nq);
+/* 1: FIFO slot s still waits for an early receive's data (retry later); -1: the comm failed. */
+int ferry_ib_recv_early_slot_busy(ferry_ib_recv_comm_t *rc, uint32_t s);
+void ferry_ib_recv_early_post(ferry_ib_recv_comm_t *rc, ferry_px_req_t *req, uint32_t s,
+                              uint64_t seq);
+/* 1 if wc is the data of an early receive (handled), else 0. */
+int ferry_ib_recv_early_landed(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc);
+int ferry_ib_recv_early_words(const ferry_ib_recv_comm_t *rc, char *buf, size_t len);
 
 /* ib_flush.c: iflush, its completions and errors, its resources and dump words. */
 ferry_status_t ferry_ib_iflush(ferry_ib_recv_comm_t *rc, int n, void **data, int *sizes,

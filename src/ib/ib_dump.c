@@ -88,6 +88,8 @@ void ferry_ib_state_words(const ferry_px_ring_t *ring, char *buf, size_t len)
                                 (unsigned long long)FERRY_IB_DIAG_GET(rc->cts_seq),
                                 (unsigned long long)FERRY_IB_DIAG_GET(rc->imm_done));
         if (off < len)
+            off += (size_t)ferry_ib_recv_early_words(rc, buf + off, len - off);
+        if (off < len)
             ferry_ib_flush_words(rc, buf + off, len - off);
     }
 }

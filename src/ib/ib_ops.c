@@ -289,6 +289,7 @@ static ferry_status_t ferry_ib_ops_irecv(void *recv_comm, int n, void **data, si
 {
     ferry_ib_comm_t *c = ferry_ib_comm_check(recv_comm, FERRY_IB_RECV_MAGIC, "irecv");
     ferry_status_t status;
+    void *hint = *request_p; /* NCCL_NET_OPTIONAL_RECV_COMPLETION, for ferry_ib_irecv. */
     int i;
 
     *request_p = NULL;
@@ -305,6 +306,7 @@ static ferry_status_t ferry_ib_ops_irecv(void *recv_comm, int n, void **data, si
         if (status != FERRY_OK)
             return status;
     }
+    *request_p = hint;
     return ferry_ib_irecv(recv_comm, n, data, sizes, tags, mhandles, request_p);
 }
 

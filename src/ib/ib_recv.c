@@ -116,7 +116,8 @@ ferry_status_t ferry_ib_irecv(void *recv_comm, int n, void **data, size_t *sizes
     uint32_t s = (uint32_t)(seq % FERRY_IB_FIFO_SLOTS);
     ferry_px_req_t *req;
     ferry_status_t status;
-    int failed, i, m, q0, nq, err;
+    void *hint = *request_p; /* NCCL_NET_OPTIONAL_RECV_COMPLETION, or anything. */
+    int failed, i, m, q0, nq, err, early;
 
     *request_p = NULL;
     failed = atomic_load_explicit(&rc->base.ring.failed, memory_order_acquire);
@@ -130,6 +131,11 @@ ferry_status_t ferry_ib_irecv(void *recv_comm, int n, void **data, size_t *sizes
         subs[i].mem = mhandles != NULL ? mhandles[i] : NULL;
     }
     ferry_ib_msg_qps(conn, seq, &q0, &nq);
+    early = ferry_ib_recv_early_wanted(rc, hint, n, nq);
+    /* FIFO slot s may still wait for an early receive's data, even for a normal receive. */
+    err = ferry_ib_recv_early_slot_busy(rc, s);
+    if (err != 0)
+        return err < 0 ? (ferry_status_t)atomic_load(&rc->base.ring.failed) : FERRY_OK;
     req = ferry_px_ring_post(&rc->base.ring, n, subs, 0, (uint32_t)nq, 0);
     if (req == NULL)
         return FERRY_OK; /* 32 in flight: NCCL retries. */
@@ -164,6 +170,8 @@ ferry_status_t ferry_ib_irecv(void *recv_comm, int n, void **data, size_t *sizes
         return status;
     FERRY_IB_DIAG_ADD(rc->cts_seq, 1);
     ferry_px_req_parts_start_at(req, (uint32_t)nq, req->post_ns); /* Posted in this call. */
+    if (early)
+        ferry_ib_recv_early_post(rc, req, s, seq);
     *request_p = req;
     return FERRY_OK;
 }
@@ -294,6 +302,9 @@ void ferry_ib_recv_completion(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc)
         ferry_ib_recv_chain(rc, wc);
         return;
     }
+    if (FERRY_IB_WR_KIND(wc->wr_id) == FERRY_IB_WR_RECV &&
+        wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM && ferry_ib_recv_early_landed(rc, wc))
+        return; /* The data of a receive reported done when posted (ib_recv_early.c). */
     req = rc->fifo_reqs[seq % FERRY_IB_FIFO_SLOTS];
     if (req == NULL) /* Never posted: the slot's free request, for the WARN's words. */
         req = &rc->base.ring.reqs[seq % FERRY_IB_FIFO_SLOTS];

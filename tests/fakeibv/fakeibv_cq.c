@@ -134,6 +134,7 @@ FAKEIBV_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
     }
     pthread_mutex_destroy(&cq->lock);
     free(cq->ring);
+    free(cq->trace_ts);
     free(cq);
     return 0;
 }
@@ -161,6 +162,8 @@ FAKEIBV_EXPORT int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
         ring[i] = cq->ring[(cq->tail + i) % cq->size];
     free(cq->ring);
     cq->ring = ring;
+    free(cq->trace_ts); /* Its stamps no longer match the entries' positions. */
+    cq->trace_ts = NULL;
     cq->size = (uint32_t)cqe;
     __atomic_store_n(&cq->tail, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&cq->head, n, __ATOMIC_RELEASE);
@@ -200,6 +203,12 @@ void fakeibv_cq_push(struct fakeibv_cq *cq, const struct ibv_wc *wc)
         overflow = 1;
     } else {
         cq->ring[cq->head % cq->size] = *wc;
+        if (fakeibv_trace.on) {
+            if (cq->trace_ts == NULL)
+                cq->trace_ts = calloc(FAKEIBV_TRACE_CQ_TS, sizeof(*cq->trace_ts));
+            if (cq->trace_ts != NULL)
+                cq->trace_ts[cq->head % FAKEIBV_TRACE_CQ_TS] = fakeibv_trace_now_ns();
+        }
         /* Published after the entry: fakeibv_poll_cq peeks at head unlocked. */
         __atomic_store_n(&cq->head, cq->head + 1, __ATOMIC_RELEASE);
         if (cq->armed && cq->cq.channel != NULL) {
@@ -226,6 +235,13 @@ int fakeibv_cq_pop_locked(struct fakeibv_cq *cq, struct ibv_wc *wc)
     if (cq->tail == cq->head)
         return 0;
     *wc = cq->ring[cq->tail % cq->size];
+    if (cq->trace_ts != NULL && cq->head - cq->tail <= FAKEIBV_TRACE_CQ_TS) {
+        uint64_t d = fakeibv_trace_now_ns() - cq->trace_ts[cq->tail % FAKEIBV_TRACE_CQ_TS];
+        int recv = (wc->opcode & IBV_WC_RECV) != 0;
+
+        fakeibv_trace_add(recv ? &fakeibv_trace.cqe_recv_ns : &fakeibv_trace.cqe_send_ns, d);
+        fakeibv_trace_add(recv ? &fakeibv_trace.cqe_recv_n : &fakeibv_trace.cqe_send_n, 1);
+    }
     __atomic_store_n(&cq->tail, cq->tail + 1, __ATOMIC_RELAXED);
     return 1;
 }
@@ -243,6 +259,8 @@ int fakeibv_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
      * Consumers spin here; taking the lock every time made the thread that
      * delivers completions (the "device") sleep on it and wait for a wake.
      */
+    if (fakeibv_trace.on)
+        fakeibv_trace_poll_gap(cq);
     if (fakeibv_cq_looks_empty(cq)) {
         if (fakeibv_trace.on) {
             fakeibv_trace_add(&fakeibv_trace.poll_calls, 1);

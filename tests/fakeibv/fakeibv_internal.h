@@ -219,7 +219,10 @@ struct fakeibv_cq {
     int overflowed;               /* CQ_ERR raised; further CQEs dropped. */
     int users;                    /* QPs using this CQ; destroy fails with EBUSY. */
     struct fakeibv_cq *ev_next;   /* Link in the channel's pending-event list. */
+    uint64_t *trace_ts;           /* FAKEIBV_STATS: push time of entry i at [i % 1024]. */
+    uint64_t trace_last_poll_ns;  /* FAKEIBV_STATS: when it was last polled. */
 };
+#define FAKEIBV_TRACE_CQ_TS 1024
 
 struct fakeibv_cq *fakeibv_cq_create(struct ibv_context *context, int cqe, void *cq_context,
                                      struct ibv_comp_channel *channel, int comp_vector);
@@ -273,6 +276,9 @@ struct fakeibv_inbound {
 struct fakeibv_qp {
     struct ibv_qp_ex qpx;         /* Must be first; qpx.qp_base is the ibv_qp. */
     struct fakeibv_context *ctx;
+    /* FAKEIBV_STATS: when the responder last placed an inbound WRITE / WRITE_IMM
+     * (atomics, no lock; 0 once a post has measured its reaction to it). */
+    uint64_t trace_in_write_ns, trace_in_imm_ns;
     pthread_mutex_t lock;         /* Protects everything below. */
     pthread_cond_t cond;          /* Signals SQ/RQ/state changes to the threads. */
     struct ibv_qp_attr attr;      /* Attributes as last modified. */
@@ -387,7 +393,16 @@ struct fakeibv_trace {
     uint64_t poll_calls, poll_empty, cqes, responder_reqs;
     uint64_t ack_ns[FAKEIBV_TRACE_KINDS], ack_n[FAKEIBV_TRACE_KINDS];
     uint64_t ack_direct_ns, ack_direct_n, ack_tx_ns, ack_tx_n;
+    uint64_t serve_ns, serve_n;                 /* Responder: header read to answer sent. */
+    uint64_t write_to_imm_ns, write_to_imm_n;   /* Inbound WRITE placed -> WRITE_IMM posted, same QP. */
+    uint64_t imm_to_write_ns, imm_to_write_n;   /* Inbound WRITE_IMM placed -> WRITE posted, same QP. */
+    uint64_t cqe_recv_ns, cqe_recv_n, cqe_send_ns, cqe_send_n; /* CQE pushed -> polled. */
+    uint64_t poll_gap_ns, poll_gap_n;           /* Between two polls of one CQ (under 1 ms). */
+    uint64_t post_call_ns;                      /* Time spent in ibv_post_send. */
 };
+void fakeibv_trace_posted(struct fakeibv_qp *qp, enum ibv_wr_opcode op, uint64_t now);
+void fakeibv_trace_placed(struct fakeibv_qp *qp, int imm);
+void fakeibv_trace_poll_gap(struct fakeibv_cq *cq);
 extern struct fakeibv_trace fakeibv_trace;
 uint64_t fakeibv_trace_now_ns(void);
 int fakeibv_trace_kind(enum ibv_wr_opcode op);

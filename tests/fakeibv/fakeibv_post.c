@@ -77,9 +77,12 @@ int fakeibv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_se
 {
     struct fakeibv_qp *qp = fakeibv_qp(ibqp);
     int rc = 0, queued = 0;
+    uint64_t t0 = 0;
 
-    if (fakeibv_trace.on)
+    if (fakeibv_trace.on) {
         fakeibv_trace_add(&fakeibv_trace.post_calls, 1);
+        t0 = fakeibv_trace_now_ns();
+    }
     pthread_mutex_lock(&qp->lock);
     for (; wr != NULL; wr = wr->next) {
         enum ibv_qp_state st = qp->attr.qp_state;
@@ -104,6 +107,7 @@ int fakeibv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_se
             break;
         if (fakeibv_trace.on) {
             qp->sq[qp->sq_head % qp->sq_depth].post_ns = fakeibv_trace_now_ns();
+            fakeibv_trace_posted(qp, wr->opcode, qp->sq[qp->sq_head % qp->sq_depth].post_ns);
             fakeibv_trace_add(&fakeibv_trace.wrs[fakeibv_trace_kind(wr->opcode)], 1);
             fakeibv_trace_add(&fakeibv_trace.signalled,
                               (qp->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED)) ? 1 : 0);
@@ -115,6 +119,8 @@ int fakeibv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_se
     if (queued)
         fakeibv_tx_direct_locked(qp); /* Sends small ones, wakes the tx thread for the rest. */
     pthread_mutex_unlock(&qp->lock);
+    if (t0 != 0)
+        fakeibv_trace_add(&fakeibv_trace.post_call_ns, fakeibv_trace_now_ns() - t0);
     if (rc != 0 && bad != NULL)
         *bad = wr;
     return rc;

@@ -49,6 +49,52 @@ void fakeibv_trace_acked(const struct fakeibv_swqe *w)
     fakeibv_trace_add(w->direct ? &fakeibv_trace.ack_direct_n : &fakeibv_trace.ack_tx_n, 1);
 }
 
+/*
+ * Reaction times, per QP: an RC QP of a receiver-driven protocol takes the
+ * peer's small WRITEs (clear-to-send) in and sends WRITE_WITH_IMM (data) out,
+ * or the other way round. How long the client took from the peer's last
+ * write landing to its next post of the other kind says how quickly its
+ * progress loop reacts (waits for its GPU included).
+ */
+void fakeibv_trace_posted(struct fakeibv_qp *qp, enum ibv_wr_opcode op, uint64_t now)
+{
+    uint64_t t;
+
+    if (op == IBV_WR_RDMA_WRITE_WITH_IMM) {
+        t = __atomic_exchange_n(&qp->trace_in_write_ns, 0, __ATOMIC_RELAXED);
+        if (t != 0 && now > t) {
+            fakeibv_trace_add(&fakeibv_trace.write_to_imm_ns, now - t);
+            fakeibv_trace_add(&fakeibv_trace.write_to_imm_n, 1);
+        }
+    } else if (op == IBV_WR_RDMA_WRITE) {
+        t = __atomic_exchange_n(&qp->trace_in_imm_ns, 0, __ATOMIC_RELAXED);
+        if (t != 0 && now > t) {
+            fakeibv_trace_add(&fakeibv_trace.imm_to_write_ns, now - t);
+            fakeibv_trace_add(&fakeibv_trace.imm_to_write_n, 1);
+        }
+    }
+}
+
+void fakeibv_trace_placed(struct fakeibv_qp *qp, int imm)
+{
+    __atomic_store_n(imm ? &qp->trace_in_imm_ns : &qp->trace_in_write_ns, fakeibv_trace_now_ns(),
+                     __ATOMIC_RELAXED);
+}
+
+/* How often the client comes back to a CQ: its progress loop's period (gaps
+ * over 1 ms are idle time, not a loop, and left out). Unlocked: one
+ * thread polls a CQ, and a torn stamp only skews a diagnostic. */
+void fakeibv_trace_poll_gap(struct fakeibv_cq *cq)
+{
+    uint64_t now = fakeibv_trace_now_ns(), last = cq->trace_last_poll_ns;
+
+    cq->trace_last_poll_ns = now;
+    if (last != 0 && now > last && now - last < 1000000) {
+        fakeibv_trace_add(&fakeibv_trace.poll_gap_ns, now - last);
+        fakeibv_trace_add(&fakeibv_trace.poll_gap_n, 1);
+    }
+}
+
 static double fakeibv_trace_mean_us(const uint64_t *sum, const uint64_t *n)
 {
     uint64_t k = __atomic_load_n(n, __ATOMIC_RELAXED);
@@ -56,7 +102,8 @@ static double fakeibv_trace_mean_us(const uint64_t *sum, const uint64_t *n)
     return k == 0 ? 0.0 : (double)__atomic_load_n(sum, __ATOMIC_RELAXED) / (double)k / 1000.0;
 }
 
-#define FAKEIBV_TRACE_LD(f) ((unsigned long long)__atomic_load_n(&fakeibv_trace.f, __ATOMIC_RELAXED))
+#define FAKEIBV_TRACE_LD(f) \
+    ((unsigned long long)__atomic_load_n(&fakeibv_trace.f, __ATOMIC_RELAXED))
 
 static void fakeibv_trace_print(void)
 {
@@ -69,7 +116,10 @@ static void fakeibv_trace_print(void)
             "other %llu (signalled %llu, inline %llu); sent by the poster %llu, by the tx "
             "thread %llu; post_recv WRs %llu; poll_cq calls %llu (empty %llu), CQEs %llu; "
             "responder requests %llu; post-to-ACK mean us: write %.2f, write_imm %.2f, read "
-            "%.2f, poster-sent %.2f, tx-thread-sent %.2f\n",
+            "%.2f, poster-sent %.2f, tx-thread-sent %.2f; responder serve mean us %.2f; "
+            "reaction mean us: inbound WRITE to WRITE_IMM post %.2f (%llu), inbound WRITE_IMM "
+            "to WRITE post %.2f (%llu); CQE pushed to polled mean us: receive %.2f, send %.2f; "
+            "mean us between polls of a CQ %.3f, in ibv_post_send %.3f\n",
             (int)getpid(), FAKEIBV_TRACE_LD(post_calls),
             FAKEIBV_TRACE_LD(wrs[FAKEIBV_TRACE_WRITE]),
             FAKEIBV_TRACE_LD(wrs[FAKEIBV_TRACE_WRITE_IMM]),
@@ -83,7 +133,16 @@ static void fakeibv_trace_print(void)
                                   &t->ack_n[FAKEIBV_TRACE_WRITE_IMM]),
             fakeibv_trace_mean_us(&t->ack_ns[FAKEIBV_TRACE_READ], &t->ack_n[FAKEIBV_TRACE_READ]),
             fakeibv_trace_mean_us(&t->ack_direct_ns, &t->ack_direct_n),
-            fakeibv_trace_mean_us(&t->ack_tx_ns, &t->ack_tx_n));
+            fakeibv_trace_mean_us(&t->ack_tx_ns, &t->ack_tx_n),
+            fakeibv_trace_mean_us(&t->serve_ns, &t->serve_n),
+            fakeibv_trace_mean_us(&t->write_to_imm_ns, &t->write_to_imm_n),
+            FAKEIBV_TRACE_LD(write_to_imm_n),
+            fakeibv_trace_mean_us(&t->imm_to_write_ns, &t->imm_to_write_n),
+            FAKEIBV_TRACE_LD(imm_to_write_n),
+            fakeibv_trace_mean_us(&t->cqe_recv_ns, &t->cqe_recv_n),
+            fakeibv_trace_mean_us(&t->cqe_send_ns, &t->cqe_send_n),
+            fakeibv_trace_mean_us(&t->poll_gap_ns, &t->poll_gap_n),
+            fakeibv_trace_mean_us(&t->post_call_ns, &t->post_calls));
 }
 
 __attribute__((constructor)) static void fakeibv_trace_init(void)

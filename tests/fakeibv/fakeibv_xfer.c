@@ -477,6 +477,8 @@ static int fakeibv_serve(struct fakeibv_qp *qp, struct fakeibv_src *src,
         if (rc != 0)
             return fakeibv_place_failed(qp, src, rc, h->seq);
     }
+    if (fakeibv_trace.on)
+        fakeibv_trace_placed(qp, h->op == FAKEIBV_OP_WRITE_IMM);
     if (h->op == FAKEIBV_OP_WRITE_IMM) {
         /* The data is placed before the receive WQE is looked for, so a
          * requester never stalls on the socket while the responder waits
@@ -581,8 +583,16 @@ void *fakeibv_responder_main(void *argp)
                 break;
             continue;
         }
-        if (fakeibv_trace.on)
+        if (fakeibv_trace.on) {
+            uint64_t t0 = fakeibv_trace_now_ns();
+
             fakeibv_trace_add(&fakeibv_trace.responder_reqs, 1);
+            if (fakeibv_serve(qp, &src, &h) != 0)
+                break;
+            fakeibv_trace_add(&fakeibv_trace.serve_ns, fakeibv_trace_now_ns() - t0);
+            fakeibv_trace_add(&fakeibv_trace.serve_n, 1);
+            continue;
+        }
         if (fakeibv_serve(qp, &src, &h) != 0)
             break;
     }

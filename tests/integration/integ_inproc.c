@@ -133,8 +133,9 @@ static void inproc_pair_close(const fit_plugin_t *p, inproc_pair_t *pr)
     pr->send_comm = pr->recv_comm = NULL;
 }
 
-static void inproc_run(const fit_plugin_t *p, inproc_pair_t *pr, const size_t *sizes, int n,
-                       int depth, size_t recv_extra, int hint, uint64_t seed, const char *what)
+static int inproc_run(const fit_plugin_t *p, inproc_pair_t *pr, const size_t *sizes, int n,
+                      int depth, size_t recv_extra, int hint, uint64_t seed, const char *what,
+                      int *sized_p)
 {
     fit_xfer_opts_t o = { 0 };
     fit_xfer_result_t r;
@@ -155,8 +156,12 @@ static void inproc_run(const fit_plugin_t *p, inproc_pair_t *pr, const size_t *s
               r.done[FIT_SEND], r.done[FIT_RECV]);
     for (i = 0; i < n; i++)
         bytes += sizes[i];
-    fit_pass("%s: %d messages, %zu bytes in %.3f s (%d NULL-request retries)", what, n, bytes,
-             r.seconds, r.retries[FIT_SEND] + r.retries[FIT_RECV]);
+    fit_pass("%s: %d messages, %zu bytes in %.3f s (%d NULL-request retries, %d receives "
+             "done before their data)", what, n, bytes, r.seconds,
+             r.retries[FIT_SEND] + r.retries[FIT_RECV], r.early);
+    if (sized_p != NULL)
+        *sized_p = r.sized;
+    return r.early;
 }
 
 static void inproc_sweep(const fit_plugin_t *p, inproc_pair_t *pr)
@@ -169,32 +174,44 @@ static void inproc_sweep(const fit_plugin_t *p, inproc_pair_t *pr)
         nsmall++;
     FIT_CHECK(sizes[0] == 0 && sizes[1] == 1 && sizes[n - 1] == ((size_t)64 << 20),
               "sweep covers 0..64 MiB");
-    inproc_run(p, pr, sizes, nsmall, 8, 0, 0, 1000, "sweep 0 B..1 MiB, 8 in flight, exact receives");
+    inproc_run(p, pr, sizes, nsmall, 8, 0, 0, 1000, "sweep 0 B..1 MiB, 8 in flight, exact receives",
+               NULL);
     inproc_run(p, pr, sizes + nsmall, n - nsmall, 8, 0, 0, 2000,
-               "sweep 1 MiB..64 MiB, exact receives");
+               "sweep 1 MiB..64 MiB, exact receives", NULL);
     inproc_run(p, pr, sizes, nsmall, 8, 4096 + 13, 0, 3000,
-               "sweep 0 B..1 MiB, receives posted 4109 B larger");
+               "sweep 0 B..1 MiB, receives posted 4109 B larger", NULL);
     inproc_run(p, pr, sizes + nsmall, n - nsmall, 4, (size_t)3 << 20, 0, 4000,
-               "sweep 1..64 MiB, receives posted 3 MiB larger");
+               "sweep 1..64 MiB, receives posted 3 MiB larger", NULL);
 }
 
 static void inproc_zero_and_hint(const fit_plugin_t *p, inproc_pair_t *pr)
 {
     size_t zeros[32], small[64];
-    int i;
+    const char *expect;
+    int i, early, sized;
 
     for (i = 0; i < 32; i++)
         zeros[i] = 0;
-    inproc_run(p, pr, zeros, 32, 8, 0, 0, 5000, "32 zero-byte messages, 8 in flight");
-    inproc_run(p, pr, zeros, 16, 8, 65536, 0, 5100, "zero-byte sends into 64 KiB receives");
+    inproc_run(p, pr, zeros, 32, 8, 0, 0, 5000, "32 zero-byte messages, 8 in flight", NULL);
+    inproc_run(p, pr, zeros, 16, 8, 65536, 0, 5100, "zero-byte sends into 64 KiB receives", NULL);
     for (i = 0; i < 64; i++)
         small[i] = (size_t)(i * 977) % 70000;
-    inproc_run(p, pr, small, 64, 8, 0, 1, 5200,
-               "optional-completion hint in *request is overwritten by irecv");
+    /*
+     * NCCL's hint for LL receives: the ib backend reports a single-QP receive done as soon
+     * as its clear-to-send is out (FIT_EXPECT_EARLY=1), the socket backend only once its
+     * bytes are in (0). Either way irecv overwrites *request and every byte arrives.
+     */
+    early = inproc_run(p, pr, small, 64, 8, 0, 1, 5200,
+                       "optional-completion hint in *request: overwritten, data right", &sized);
+    expect = getenv("FIT_EXPECT_EARLY");
+    FIT_CHECK(sized > 40 && (expect == NULL || early == (atoi(expect) ? sized : 0)),
+              "optional-completion hint: %d of the %d non-empty receives tested with sizes "
+              "completed before their data (size 0), expected %s", early, sized,
+              expect != NULL && atoi(expect) ? "all" : "none");
     /* Deep window: 32 in flight (NCCL_NET_MAX_REQUESTS), receives posted first. */
     for (i = 0; i < 64; i++)
         small[i] = (size_t)(i * 4099) % 300000 + 1;
-    inproc_run(p, pr, small, 64, 32, 0, 0, 5300, "32 requests in flight per comm");
+    inproc_run(p, pr, small, 64, 32, 0, 0, 5300, "32 requests in flight per comm", NULL);
 }
 
 static void inproc_big_streams(const fit_plugin_t *p, inproc_pair_t *pr, int min_streams)
@@ -202,7 +219,7 @@ static void inproc_big_streams(const fit_plugin_t *p, inproc_pair_t *pr, int min
     size_t sizes[3] = { (size_t)64 << 20, (size_t)64 << 20, ((size_t)64 << 20) - 1 };
     int established;
 
-    inproc_run(p, pr, sizes, 3, 2, 0, 0, 6000, "3 x 64 MiB");
+    inproc_run(p, pr, sizes, 3, 2, 0, 0, 6000, "3 x 64 MiB", NULL);
     established = fit_count_established_local(pr->port);
     printf("  %d ESTABLISHED TCP connection(s) on listen port %d\n", established, pr->port);
     if (min_streams > 0)
@@ -353,6 +370,72 @@ static void inproc_truncation(const fit_plugin_t *p, void *ctx_l, void *ctx_c)
              recv_size);
 }
 
+/*
+ * NCCL's hint on a receive too small for its send (FIT_EXPECT_EARLY=1: the ib backend): the
+ * receive completes at once, size unknown (0); the sender fails its send; the data's late
+ * completion fails the receive comm, so a following irecv returns ncclInvalidUsage, with a
+ * WARN naming both sizes.
+ */
+static void inproc_truncation_early(const fit_plugin_t *p, void *ctx_l, void *ctx_c)
+{
+    const size_t send_size = 40999, recv_size = 12345;
+    char *buf = calloc(1, send_size + 2 * recv_size);
+    void *smh = NULL, *rmh = NULL, *rreq, *sreq = NULL, *data;
+    size_t cap = recv_size;
+    ncclResult_t rc = ncclSuccess;
+    int tag = 1, done = 0, size = -1, from;
+    char line[4096], s1[32], s2[32];
+    inproc_pair_t pr;
+    fit_bound_t b;
+
+    FIT_CHECK(buf != NULL, "calloc");
+    inproc_pair_open(p, ctx_l, ctx_c, &pr, NULL);
+    FIT_NCCL(p->net->regMr(pr.send_comm, buf, send_size, NCCL_PTR_HOST, &smh));
+    FIT_NCCL(p->net->regMr(pr.recv_comm, buf + send_size, 2 * recv_size, NCCL_PTR_HOST, &rmh));
+    from = fit_log_lines();
+    fit_log_allow_warns(1);
+    data = buf + send_size;
+    rreq = (void *)(uintptr_t)NCCL_NET_OPTIONAL_RECV_COMPLETION;
+    FIT_NCCL(p->net->irecv(pr.recv_comm, 1, &data, &cap, &tag, &rmh, NULL, &rreq));
+    FIT_CHECK(rreq != NULL, "irecv with the hint returned no request");
+    FIT_NCCL(p->net->test(rreq, &done, &size));
+    FIT_CHECK(done == 1 && size == 0, "a receive under the hint completes when posted, size 0 "
+              "(done %d, size %d)", done, size);
+    fit_bound_init(&b, "the oversized send", 10.0, 2000000000L);
+    while (sreq == NULL) {
+        FIT_NCCL(p->net->isend(pr.send_comm, buf, send_size, tag, smh, NULL, &sreq));
+        fit_bound_step(&b);
+    }
+    for (done = 0; !done && rc == ncclSuccess; fit_bound_step(&b))
+        rc = p->net->test(sreq, &done, &size);
+    FIT_CHECK(rc == ncclInvalidUsage, "send of %zu B into a %zu B receive: test() -> %d (%s)",
+              send_size, recv_size, (int)rc, fit_result_str(rc));
+    /* The receiver learns it from the data's completion, which the next irecv takes. */
+    data = buf + send_size + recv_size;
+    fit_bound_init(&b, "the receiver's irecv after the oversized send", 10.0, 2000000000L);
+    for (rc = ncclSuccess; rc == ncclSuccess; fit_bound_step(&b)) {
+        rreq = (void *)(uintptr_t)NCCL_NET_OPTIONAL_RECV_COMPLETION;
+        rc = p->net->irecv(pr.recv_comm, 1, &data, &cap, &tag, &rmh, NULL, &rreq);
+        FIT_CHECK(rc != ncclSuccess || rreq != NULL, "irecv returned no request");
+        if (rc == ncclSuccess)
+            FIT_NCCL(p->net->test(rreq, &done, NULL));
+    }
+    FIT_CHECK(rc == ncclInvalidUsage, "the receiver's irecv after the oversized send -> %d (%s)",
+              (int)rc, fit_result_str(rc));
+    snprintf(s1, sizeof(s1), "%zu", send_size);
+    snprintf(s2, sizeof(s2), "%zu", recv_size);
+    FIT_CHECK(fit_log_find(from, NCCL_LOG_WARN, s1, s2, "early", line, sizeof(line)) >= 0,
+              "no WARN names both sizes %s and %s and the early completion", s1, s2);
+    printf("  WARN: %s\n", line);
+    FIT_NCCL(p->net->deregMr(pr.send_comm, smh));
+    FIT_NCCL(p->net->deregMr(pr.recv_comm, rmh));
+    inproc_pair_close(p, &pr);
+    fit_log_allow_warns(0);
+    free(buf);
+    fit_pass("hint: receive of %zu B done at post; send of %zu B -> ncclInvalidUsage on both "
+             "sides, WARN naming both sizes", recv_size, send_size);
+}
+
 int main(int argc, char **argv)
 {
     const char *path = fit_plugin_path(&argc, argv);
@@ -406,6 +489,8 @@ int main(int argc, char **argv)
 
     inproc_parallel(&plugin, ctx_a, ctx_b);
     inproc_truncation(&plugin, ctx_b, ctx_a);
+    if (getenv("FIT_EXPECT_EARLY") != NULL && atoi(getenv("FIT_EXPECT_EARLY")) == 1)
+        inproc_truncation_early(&plugin, ctx_b, ctx_a);
     inproc_close_busy(&plugin, ctx_a, ctx_b);
 
     inproc_pair_close(&plugin, &pair);

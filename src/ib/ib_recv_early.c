@@ -1,0 +1,89 @@
+/*
+ * Receives NCCL lets complete early. For LL and LL128 NCCL's kernel finds
+ * the data by the flags inside it, so NCCL passes
+ * NCCL_NET_OPTIONAL_RECV_COMPLETION in *request on entry to irecv (n == 1;
+ * NCCL_NET_OPTIONAL_RECV_COMPLETION=0 turns it off): the receive may be
+ * reported done before its data lands. Reporting it done as soon as the
+ * clear-to-send is out takes the completion's detection (a CQ poll in a
+ * later pass of NCCL's proxy) out of every step, so the next clear-to-send
+ * goes as soon as NCCL's kernel has read the data.
+ *
+ * The data still comes as RDMA writes ending in a WRITE_WITH_IMM that
+ * consumes a receive WR and leaves a completion: later irecv calls poll
+ * them, check the size against the posted buffer (a send that did not fit
+ * fails the comm with ncclInvalidUsage at the next call) and free the FIFO
+ * slot for reuse. Only single-QP receives on one port take this path; a
+ * split or merged receive counts its parts as before.
+ */
+#include <arpa/inet.h>
+#include <stdio.h>
+
+#include "core/log.h"
+#include "ib/ib_comm.h"
+#include "nccl/net_const.h"
+
+int ferry_ib_recv_early_wanted(const ferry_ib_recv_comm_t *rc, void *hint, int n, int nq)
+{
+    return hint == (void *)NCCL_NET_OPTIONAL_RECV_COMPLETION && n == 1 && nq == 1 &&
+           !rc->base.conn.multi;
+}
+
+int ferry_ib_recv_early_slot_busy(ferry_ib_recv_comm_t *rc, uint32_t s)
+{
+    /*
+     * Early receives leave their completions for later: each irecv takes those
+     * in the CQ (none to wait for, so NCCL's test() need not poll), which frees
+     * their FIFO slots and surfaces a send that did not fit at this call.
+     */
+    if (rc->early_mask == 0)
+        return 0;
+    if (ferry_ib_cq_drain(&rc->base, 0) < 0)
+        return -1;
+    return (rc->early_mask >> s) & 1U; /* 32 receives ago, its data not yet seen land. */
+}
+
+void ferry_ib_recv_early_post(ferry_ib_recv_comm_t *rc, ferry_px_req_t *req, uint32_t s,
+                              uint64_t seq)
+{
+    rc->early_seq[s] = seq;
+    rc->early_cap[s] = req->sub[0].capacity;
+    rc->early_mask |= 1U << s;
+    rc->fifo_reqs[s] = NULL;
+    FERRY_IB_DIAG_ADD(rc->early_posted, 1);
+    /* Done now, with no size known: NCCL reads LL sizes from the data's flags. */
+    ferry_px_req_parts_finish(req, atomic_load_explicit(&req->nparts, memory_order_relaxed), 0);
+}
+
+int ferry_ib_recv_early_landed(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc)
+{
+    uint32_t seq = FERRY_IB_WR_SEQ(wc->wr_id), s = seq % FERRY_IB_FIFO_SLOTS;
+    uint32_t got;
+
+    if (!((rc->early_mask >> s) & 1U) || (uint32_t)rc->early_seq[s] != seq)
+        return 0;
+    rc->early_mask &= ~(1U << s);
+    FERRY_IB_DIAG_ADD(rc->early_landed, 1);
+    got = ntohl(wc->imm_data);
+    if (got <= rc->early_cap[s])
+        return 1;
+    FERRY_WARN("ib recv comm from %s on %s: message %u: the peer sent %u bytes into a receive "
+               "of %zu bytes that NCCL let complete early (LL/LL128, "
+               "NCCL_NET_OPTIONAL_RECV_COMPLETION); nothing was written. Every receive must "
+               "be at least as large as its send (a size mismatch between ranks)",
+               rc->base.conn.peer, ferry_ib_comm_where(&rc->base), seq, got, rc->early_cap[s]);
+    ferry_px_ring_fail(&rc->base.ring, FERRY_ERR_USAGE,
+                       "message %u of %u bytes did not fit its early-completed receive of %zu "
+                       "bytes", seq, got, rc->early_cap[s]);
+    return 1;
+}
+
+int ferry_ib_recv_early_words(const ferry_ib_recv_comm_t *rc, char *buf, size_t len)
+{
+    uint64_t posted = FERRY_IB_DIAG_GET(rc->early_posted);
+
+    if (posted == 0)
+        return 0;
+    return snprintf(buf, len, "; receives completed early (NCCL_NET_OPTIONAL_RECV_COMPLETION) "
+                    "%llu, of which landed %llu", (unsigned long long)posted,
+                    (unsigned long long)FERRY_IB_DIAG_GET(rc->early_landed));
+}
