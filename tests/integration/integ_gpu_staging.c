@@ -30,6 +30,7 @@
 
 #include "fakecuda.h"
 #include "harness.h"
+#include "harness_cuda.h"
 
 #define GS_SLOT      ((size_t)4 << 20)   /* One message's place in a region. */
 #define GS_DEPTH     4
@@ -39,12 +40,7 @@
 
 static struct {
     void *dl;
-    int (*retain)(void **, int);
-    int (*set_current)(void *);
-    int (*alloc)(unsigned long long *, size_t);
-    int (*free_)(unsigned long long);
-    int (*htod)(unsigned long long, const void *, size_t);
-    int (*dtoh)(void *, unsigned long long, size_t);
+    fit_cu_t drv;
     fakecuda_copies_fn copies;
     fakecuda_streams_fn streams, blocking;
     fakecuda_fail_copies_after_fn fail_copies_after;
@@ -52,35 +48,17 @@ static struct {
     fakecuda_hold_copies_fn hold;
 } gs_cu;
 
-static void *gs_sym(const char *name)
-{
-    void *p = dlsym(gs_cu.dl, name);
-
-    FIT_CHECK(p != NULL, "libcuda.so.1 has no %s: LD_LIBRARY_PATH must select tests/fakecuda",
-              name);
-    return p;
-}
-
 static void gs_cuda_open(void)
 {
-    void *ctx = NULL;
-
     gs_cu.dl = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     FIT_CHECK(gs_cu.dl != NULL, "the plugin did not load libcuda.so.1 (fakecuda) at init");
-    *(void **)&gs_cu.retain = gs_sym("cuDevicePrimaryCtxRetain");
-    *(void **)&gs_cu.set_current = gs_sym("cuCtxSetCurrent");
-    *(void **)&gs_cu.alloc = gs_sym("cuMemAlloc_v2");
-    *(void **)&gs_cu.free_ = gs_sym("cuMemFree_v2");
-    *(void **)&gs_cu.htod = gs_sym("cuMemcpyHtoD_v2");
-    *(void **)&gs_cu.dtoh = gs_sym("cuMemcpyDtoH_v2");
-    *(void **)&gs_cu.copies = gs_sym("fakecuda_copies");
-    *(void **)&gs_cu.streams = gs_sym("fakecuda_streams");
-    *(void **)&gs_cu.blocking = gs_sym("fakecuda_blocking");
-    *(void **)&gs_cu.fail_copies_after = gs_sym("fakecuda_fail_copies_after");
-    *(void **)&gs_cu.fail_host_alloc = gs_sym("fakecuda_fail_next_host_alloc");
-    *(void **)&gs_cu.hold = gs_sym("fakecuda_hold_copies");
-    FIT_CHECK(gs_cu.retain(&ctx, 0) == 0 && gs_cu.set_current(ctx) == 0,
-              "cannot make the primary context current");
+    fit_cu_open(gs_cu.dl, &gs_cu.drv);
+    *(void **)&gs_cu.copies = fit_cu_sym(gs_cu.dl, "fakecuda_copies");
+    *(void **)&gs_cu.streams = fit_cu_sym(gs_cu.dl, "fakecuda_streams");
+    *(void **)&gs_cu.blocking = fit_cu_sym(gs_cu.dl, "fakecuda_blocking");
+    *(void **)&gs_cu.fail_copies_after = fit_cu_sym(gs_cu.dl, "fakecuda_fail_copies_after");
+    *(void **)&gs_cu.fail_host_alloc = fit_cu_sym(gs_cu.dl, "fakecuda_fail_next_host_alloc");
+    *(void **)&gs_cu.hold = fit_cu_sym(gs_cu.dl, "fakecuda_hold_copies");
 }
 
 /* A registered buffer region: device memory (fakecuda) or host memory. */
@@ -103,7 +81,7 @@ static void gs_region_open(const fit_plugin_t *p, gs_region_t *r, void *comm, in
     r->gpu = gpu;
     r->comm = comm;
     if (gpu)
-        FIT_CHECK(gs_cu.alloc(&r->dev, GS_REGION) == 0, "cuMemAlloc of %zu bytes", GS_REGION);
+        FIT_CHECK(gs_cu.drv.alloc(&r->dev, GS_REGION) == 0, "cuMemAlloc of %zu bytes", GS_REGION);
     else
         FIT_CHECK((r->host = malloc(GS_REGION)) != NULL, "malloc");
     FIT_NCCL(p->net->regMr(comm, gs_region_addr(r, 0), GS_REGION,
@@ -115,7 +93,7 @@ static void gs_region_close(const fit_plugin_t *p, gs_region_t *r)
 {
     FIT_NCCL(p->net->deregMr(r->comm, r->mh));
     if (r->gpu)
-        FIT_CHECK(gs_cu.free_(r->dev) == 0, "cuMemFree");
+        FIT_CHECK(gs_cu.drv.free_(r->dev) == 0, "cuMemFree");
     else
         free(r->host);
 }
@@ -123,7 +101,7 @@ static void gs_region_close(const fit_plugin_t *p, gs_region_t *r)
 static void gs_region_write(gs_region_t *r, size_t off, const void *src, size_t len)
 {
     if (r->gpu)
-        FIT_CHECK(gs_cu.htod(r->dev + off, src, len) == 0, "cuMemcpyHtoD %zu bytes", len);
+        FIT_CHECK(gs_cu.drv.htod(r->dev + off, src, len) == 0, "cuMemcpyHtoD %zu bytes", len);
     else
         memcpy(r->host + off, src, len);
 }
@@ -131,7 +109,7 @@ static void gs_region_write(gs_region_t *r, size_t off, const void *src, size_t 
 static void gs_region_read(gs_region_t *r, size_t off, void *dst, size_t len)
 {
     if (r->gpu)
-        FIT_CHECK(gs_cu.dtoh(dst, r->dev + off, len) == 0, "cuMemcpyDtoH %zu bytes", len);
+        FIT_CHECK(gs_cu.drv.dtoh(dst, r->dev + off, len) == 0, "cuMemcpyDtoH %zu bytes", len);
     else
         memcpy(dst, r->host + off, len);
 }
@@ -373,7 +351,7 @@ static void gs_reg_faults(const fit_plugin_t *p, void *ctx)
               (int)rc, fit_result_str(rc));
     FIT_CHECK(fit_log_find(from, NCCL_LOG_WARN, "cannot stage it", "CUDA_ERROR_INVALID_VALUE",
                            NULL, NULL, 0) >= 0, "no WARN names cuPointerGetAttribute's error");
-    FIT_CHECK(gs_cu.alloc(&dev, 1 << 20) == 0, "cuMemAlloc");
+    FIT_CHECK(gs_cu.drv.alloc(&dev, 1 << 20) == 0, "cuMemAlloc");
     gs_cu.fail_host_alloc(1);
     mh = (void *)1;
     rc = p->net->regMr(pr.recv_comm, (void *)(uintptr_t)dev, 1 << 20, NCCL_PTR_CUDA, &mh);
@@ -381,7 +359,7 @@ static void gs_reg_faults(const fit_plugin_t *p, void *ctx)
               fit_result_str(rc));
     FIT_CHECK(fit_log_find(from, NCCL_LOG_WARN, "cuMemHostAlloc", "CUDA_ERROR_OUT_OF_MEMORY",
                            NULL, line, sizeof(line)) >= 0, "no WARN names cuMemHostAlloc");
-    FIT_CHECK(gs_cu.free_(dev) == 0, "cuMemFree");
+    FIT_CHECK(gs_cu.drv.free_(dev) == 0, "cuMemFree");
     gs_pair_close(p, &pr);
     fit_log_expect_clear();
     fit_pass("regMr: host memory as CUDA and a failed pinned allocation rejected: %s", line);

@@ -210,7 +210,7 @@ static void gg_mode_cudaflush(const char *path)
               gg_cu.flushes() - f0);
     FIT_CHECK(gg_flush_qpn() == 0, "NCCL_FERRY_IB_FLUSH=cuda made a flush QP");
     /* A thread without a current context: ferry makes the buffer's primary context current. */
-    FIT_CHECK(gg_cu.set_current(NULL) == 0, "cuCtxSetCurrent(NULL)");
+    FIT_CHECK(gg_cu.drv.set_current(NULL) == 0, "cuCtxSetCurrent(NULL)");
     rdata = gg_addr(&rg, 0);
     FIT_NCCL(gg_flush(&e, 1, &rdata, &isize, &rg.mh, &made));
     FIT_CHECK(made && gg_cu.flushes() == f0 + 7, "flush without a current context: %s, %ld calls",
@@ -285,7 +285,7 @@ static void gg_mode_faults(const char *path)
     ncclResult_t rc;
 
     gg_open(&e, path, 1);
-    FIT_CHECK(gg_cu.alloc(&dev, 1 << 20) == 0, "cuMemAlloc");
+    FIT_CHECK(gg_cu.drv.alloc(&dev, 1 << 20) == 0, "cuMemAlloc");
     fit_log_allow_warns(1);
     FIT_CHECK(gg_inject(NULL, FAKEIBV_FAULT_REG_MR, 0, 0, 1, 0) == 0, "inject");
     rc = e.plugin.net->regMr(e.recv_comm, (void *)(uintptr_t)dev, 1 << 20, NCCL_PTR_CUDA, &mh);
@@ -310,7 +310,7 @@ static void gg_mode_faults(const char *path)
               fit_log_find(0, NCCL_LOG_WARN, needle, "Invalid argument (EINVAL)",
                            "NCCL_DMABUF_ENABLE", NULL, 0) >= 0,
               "no WARN naming the DMA-BUF buffer, fd, errno and NCCL_DMABUF_ENABLE");
-    FIT_CHECK(gg_cu.free_(dev) == 0, "cuMemFree");
+    FIT_CHECK(gg_cu.drv.free_(dev) == 0, "cuMemFree");
     fit_pass("registration faults on GPU memory (reg_mr, reg_dmabuf_mr): ncclSystemError, WARN "
              "with buffer, type, device, errno and what to check");
 

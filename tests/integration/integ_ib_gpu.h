@@ -17,6 +17,7 @@
 #include "fakecuda.h"
 #include "fakeibv.h"
 #include "harness.h"
+#include "harness_cuda.h"
 
 #define GG_SLOT   (((size_t)8 << 20) + 8192) /* The largest message plus room for poison. */
 #define GG_EXTRA  4096                       /* Receives are posted this much larger. */
@@ -24,12 +25,7 @@
 
 /* fakecuda's driver calls, found by gg_libs_open. */
 typedef struct gg_cu {
-    int (*retain)(void **, int);
-    int (*set_current)(void *);
-    int (*alloc)(unsigned long long *, size_t);
-    int (*free_)(unsigned long long);
-    int (*htod)(unsigned long long, const void *, size_t);
-    int (*dtoh)(void *, unsigned long long, size_t);
+    fit_cu_t drv;
     int (*dmabuf_fd)(void *, unsigned long long, size_t, int, unsigned long long);
     fakecuda_flushes_fn flushes;
     fakecuda_fail_next_flush_fn fail_flush;

@@ -21,32 +21,16 @@ int gg_reads_flush = 1;
 
 static int (*gg_qp_stats)(uint32_t, struct fakeibv_qp_stats *);
 
-static void *gg_sym(void *dl, const char *name)
-{
-    void *p = dlsym(dl, name);
-
-    FIT_CHECK(p != NULL, "libcuda.so.1 has no %s: LD_LIBRARY_PATH must select tests/fakecuda",
-              name);
-    return p;
-}
-
 /* After init: the plugin loaded libcuda.so.1 (its DMA-BUF question) and libibverbs.so.1. */
 void gg_libs_open(void)
 {
-    void *cu = dlopen("libcuda.so.1", RTLD_NOW), *ibv, *ctx = NULL;
+    void *cu = dlopen("libcuda.so.1", RTLD_NOW), *ibv;
 
     FIT_CHECK(cu != NULL, "no libcuda.so.1: %s", dlerror());
-    *(void **)&gg_cu.retain = gg_sym(cu, "cuDevicePrimaryCtxRetain");
-    *(void **)&gg_cu.set_current = gg_sym(cu, "cuCtxSetCurrent");
-    *(void **)&gg_cu.alloc = gg_sym(cu, "cuMemAlloc_v2");
-    *(void **)&gg_cu.free_ = gg_sym(cu, "cuMemFree_v2");
-    *(void **)&gg_cu.htod = gg_sym(cu, "cuMemcpyHtoD_v2");
-    *(void **)&gg_cu.dtoh = gg_sym(cu, "cuMemcpyDtoH_v2");
-    *(void **)&gg_cu.dmabuf_fd = gg_sym(cu, "cuMemGetHandleForAddressRange");
-    *(void **)&gg_cu.flushes = gg_sym(cu, "fakecuda_flushes");
-    *(void **)&gg_cu.fail_flush = gg_sym(cu, "fakecuda_fail_next_flush");
-    FIT_CHECK(gg_cu.retain(&ctx, 0) == 0 && gg_cu.set_current(ctx) == 0,
-              "cannot make the primary context current");
+    fit_cu_open(cu, &gg_cu.drv);
+    *(void **)&gg_cu.dmabuf_fd = fit_cu_sym(cu, "cuMemGetHandleForAddressRange");
+    *(void **)&gg_cu.flushes = fit_cu_sym(cu, "fakecuda_flushes");
+    *(void **)&gg_cu.fail_flush = fit_cu_sym(cu, "fakecuda_fail_next_flush");
     ibv = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
     FIT_CHECK(ibv != NULL, "the plugin did not load libibverbs.so.1");
     *(void **)&gg_qp_stats = dlvsym(ibv, "fakeibv_qp_stats", "FAKEIBV_1.0");
@@ -66,7 +50,7 @@ void gg_buf_open(const fit_plugin_t *p, gg_buf_t *b, void *comm, int gpu, size_t
     b->comm = comm;
     b->size = size;
     if (gpu)
-        FIT_CHECK(gg_cu.alloc(&b->dev, size) == 0, "cuMemAlloc of %zu bytes", size);
+        FIT_CHECK(gg_cu.drv.alloc(&b->dev, size) == 0, "cuMemAlloc of %zu bytes", size);
     else
         FIT_CHECK((b->host = aligned_alloc(4096, size)) != NULL, "malloc");
     FIT_NCCL(p->net->regMr(comm, gg_addr(b, 0), size, gpu ? NCCL_PTR_CUDA : NCCL_PTR_HOST,
@@ -77,7 +61,7 @@ void gg_buf_open(const fit_plugin_t *p, gg_buf_t *b, void *comm, int gpu, size_t
 void gg_buf_free(gg_buf_t *b)
 {
     if (b->gpu)
-        FIT_CHECK(gg_cu.free_(b->dev) == 0, "cuMemFree");
+        FIT_CHECK(gg_cu.drv.free_(b->dev) == 0, "cuMemFree");
     else
         free(b->host);
 }
@@ -85,7 +69,7 @@ void gg_buf_free(gg_buf_t *b)
 void gg_write(gg_buf_t *b, size_t off, const void *src, size_t len)
 {
     if (b->gpu)
-        FIT_CHECK(gg_cu.htod(b->dev + off, src, len) == 0, "cuMemcpyHtoD %zu bytes", len);
+        FIT_CHECK(gg_cu.drv.htod(b->dev + off, src, len) == 0, "cuMemcpyHtoD %zu bytes", len);
     else
         memcpy(b->host + off, src, len);
 }
@@ -93,7 +77,7 @@ void gg_write(gg_buf_t *b, size_t off, const void *src, size_t len)
 void gg_read(gg_buf_t *b, size_t off, void *dst, size_t len)
 {
     if (b->gpu)
-        FIT_CHECK(gg_cu.dtoh(dst, b->dev + off, len) == 0, "cuMemcpyDtoH %zu bytes", len);
+        FIT_CHECK(gg_cu.drv.dtoh(dst, b->dev + off, len) == 0, "cuMemcpyDtoH %zu bytes", len);
     else
         memcpy(dst, b->host + off, len);
 }
