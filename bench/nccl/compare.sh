@@ -5,7 +5,7 @@
 #   bench/nccl/compare.sh [--quick] [--nccl system|torch|both] [--reps N]
 #                         [--budget S] [--sizes LIST] [--no-proof] [--ib]
 #                         [--gdr [--gdr-nccl-ib] [--flush-time]] [--step-time]
-#                         [--pc-sample HZ] [--multirail]
+#                         [--pc-sample HZ] [--multirail] [--iters N] [--iter-bytes B]
 #                         [--variant LABEL:VAR=V[,VAR=V...]]... [OUTDIR]
 #
 # Two ranks on GPU 0, each its own NCCL_HOSTID, under MPS, NCCL_SOCKET_IFNAME=lo,
@@ -66,6 +66,8 @@
 # the same two ports, merged by NCCL).
 # --iter-bytes B caps a comparison run's iterations at max(5, B/size) (default
 # 256M; more gives large sizes more iterations and steadier medians).
+# --iters N: at most N iterations per size (default 1000; 1000 all_reduces of
+# 4-16 KiB last only 40-60 ms, so small-size comparisons want 20000).
 # --variant adds a ferry configuration with extra variables (e.g.
 # ferry-s8:NCCL_FERRY_STREAMS=8) to the interleaved rotation; the summary lists
 # each variant's ratio to ferry's defaults. --no-proof skips (a).
@@ -95,6 +97,7 @@ STEP_TIME=0
 PC_HZ=0
 MULTIRAIL=0
 ITER_BYTES=256M
+ITERS=1000
 VARIANTS=()
 
 while [ $# -gt 0 ]; do
@@ -113,6 +116,7 @@ while [ $# -gt 0 ]; do
     --pc-sample) IB=1; STEP_TIME=1; PC_HZ=$2; shift ;;
     --multirail) IB=1; MULTIRAIL=1 ;;
     --iter-bytes) ITER_BYTES=$2; shift ;;
+    --iters) ITERS=$2; shift ;;
     --variant) VARIANTS+=("${2%%:*}"); FNB_VARIANT_ENV[${2%%:*}]=${2#*:}; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) usage >&2; exit 2 ;;
@@ -125,7 +129,7 @@ done
 
 # FNB_PROOF_TIMEOUT_S / FNB_CMP_TIMEOUT_S: what one proof / comparison run may take.
 PROOF_OPTS=(-b 4K -e 256M -f 4 -n 10 -w 2 --iter-bytes 256M -T "${FNB_PROOF_TIMEOUT_S:-150}")
-CMP_OPTS=(-n 1000 -w 10 --iter-bytes "$ITER_BYTES" -T "${FNB_CMP_TIMEOUT_S:-90}")
+CMP_OPTS=(-n "$ITERS" -w 10 --iter-bytes "$ITER_BYTES" -T "${FNB_CMP_TIMEOUT_S:-90}")
 if [ "$QUICK" = 1 ]; then
   NCCL_SEL=${NCCL_SEL:-system}
   REPS_MIN=1; REPS_MAX=1

@@ -306,7 +306,9 @@ typedef struct ferry_ib_recv_comm {
     uint64_t               early_posted, early_landed;
 } ferry_ib_recv_comm_t;
 
-/* ib_recv_early.c: receives NCCL lets complete early (NCCL_NET_OPTIONAL_RECV_COMPLETION). */
+/* ib_recv_early.c: receives NCCL lets complete early (NCCL_NET_OPTIONAL_RECV_COMPLETION).
+ * Their completions are taken once this many are outstanding (or a FIFO slot is reused). */
+#define FERRY_IB_EARLY_POLL 8
 int ferry_ib_recv_early_wanted(const ferry_ib_recv_comm_t *rc, void *hint, int n, int nq);
 /* 1: FIFO slot s still waits for an early receive's data (retry later); -1: the comm failed. */
 int ferry_ib_recv_early_slot_busy(ferry_ib_recv_comm_t *rc, uint32_t s);

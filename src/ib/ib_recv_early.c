@@ -31,11 +31,14 @@ int ferry_ib_recv_early_wanted(const ferry_ib_recv_comm_t *rc, void *hint, int n
 int ferry_ib_recv_early_slot_busy(ferry_ib_recv_comm_t *rc, uint32_t s)
 {
     /*
-     * Early receives leave their completions for later: each irecv takes those
-     * in the CQ (none to wait for, so NCCL's test() need not poll), which frees
-     * their FIFO slots and surfaces a send that did not fit at this call.
+     * Early receives leave their completions for later, and an irecv takes them
+     * in one go once FERRY_IB_EARLY_POLL of them are out, or when this slot's
+     * is: that frees their FIFO slots and surfaces a send that did not fit.
+     * Not on every irecv: each poll that finds work costs NCCL's proxy thread
+     * a pass through the CQ (on the GPU machine, polling at every irecv lost
+     * what early completion gained; bench/results/2026-12-03-gpu-ib-early-recv).
      */
-    if (rc->early_mask == 0)
+    if (!((rc->early_mask >> s) & 1U) && __builtin_popcount(rc->early_mask) < FERRY_IB_EARLY_POLL)
         return 0;
     if (ferry_ib_cq_drain(&rc->base, 0) < 0)
         return -1;
