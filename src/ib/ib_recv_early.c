@@ -16,6 +16,7 @@
  * split or merged receive counts its parts as before.
  */
 #include <arpa/inet.h>
+#include <stdatomic.h>
 #include <stdio.h>
 
 #include "core/log.h"
@@ -48,6 +49,14 @@ int ferry_ib_recv_early_slot_busy(ferry_ib_recv_comm_t *rc, uint32_t s)
 void ferry_ib_recv_early_post(ferry_ib_recv_comm_t *rc, ferry_px_req_t *req, uint32_t s,
                               uint64_t seq)
 {
+    static atomic_int said;
+
+    if (atomic_exchange_explicit(&said, 1, memory_order_relaxed) == 0)
+        FERRY_INFO(FERRY_LOG_NET, "ib recv comm #%u from %s on %s: receives NCCL marks "
+                   "NCCL_NET_OPTIONAL_RECV_COMPLETION (LL, LL128) complete when posted, their "
+                   "data's completions checked later (once per process; "
+                   "NCCL_NET_OPTIONAL_RECV_COMPLETION=0 waits for each)", rc->base.ring.serial,
+                   rc->base.conn.peer, ferry_ib_comm_where(&rc->base));
     rc->early_seq[s] = seq;
     rc->early_cap[s] = req->sub[0].capacity;
     rc->early_mask |= 1U << s;
@@ -87,6 +96,6 @@ int ferry_ib_recv_early_words(const ferry_ib_recv_comm_t *rc, char *buf, size_t 
     if (posted == 0)
         return 0;
     return snprintf(buf, len, "; receives completed early (NCCL_NET_OPTIONAL_RECV_COMPLETION) "
-                    "%llu, of which landed %llu", (unsigned long long)posted,
+                    "%llu, of which seen landed %llu", (unsigned long long)posted,
                     (unsigned long long)FERRY_IB_DIAG_GET(rc->early_landed));
 }
