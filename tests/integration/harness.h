@@ -198,9 +198,10 @@ typedef struct fit_xfer_opts {
     int           depth;        /* Requests in flight per side (1..32). */
     size_t        recv_extra;   /* Added to the posted receive size when recv_sizes is NULL. */
     size_t        endless_size; /* Size of every message when nmsgs < 0. */
-    int           use_hint;     /* Pass NCCL_NET_OPTIONAL_RECV_COMPLETION in *request to irecv:
-                                 * a receive may then complete before its data (size 0); in
-                                 * one process its bytes are checked after the send's. */
+    int           use_hint;     /* Pass NCCL_NET_OPTIONAL_RECV_COMPLETION in *request to irecv
+                                 * (1: every receive, 2: every other one, as NCCL mixing LL and
+                                 * Simple): a receive may then complete before its data (size
+                                 * 0); in one process its bytes are checked after the send's. */
     uint64_t      seed;         /* Message i carries fit pattern seed + i. */
     double        seconds;      /* Deadline for the whole sequence. */
     int           tag;          /* Tag on isend/irecv. */
@@ -219,7 +220,7 @@ typedef struct fit_xfer_result {
     int          done[2];   /* Messages completed per role. */
     int          retries[2];/* isend/irecv that returned a NULL request. */
     int          early;     /* Receives done before their data (hint, size 0; in one process). */
-    int          sized;     /* Receives of >= 1 byte tested with a sizes array (early's bound). */
+    int          sized;     /* Hinted receives of >= 1 byte tested with sizes (early's bound). */
     double       seconds;   /* Wall time of the sequence. */
 } fit_xfer_result_t;
 

@@ -37,6 +37,12 @@ static size_t fit_msg_size(const fit_xfer_opts_t *o, int i)
     return o->nmsgs < 0 ? o->endless_size : o->sizes[i];
 }
 
+/* Whether receive i carries NCCL's optional-completion hint (use_hint 2: every other one). */
+static int fit_msg_hinted(const fit_xfer_opts_t *o, int i)
+{
+    return o->use_hint == 1 || (o->use_hint == 2 && i % 2 == 0);
+}
+
 static size_t fit_msg_recv_size(const fit_xfer_opts_t *o, int i)
 {
     if (o->nmsgs >= 0 && o->recv_sizes != NULL)
@@ -136,7 +142,7 @@ static int fit_side_post(fit_side_t *s, fit_xfer_result_t *r)
             void *mh = s->mh;
 
             memset(slot, FIT_POISON, rsize);
-            req = o->use_hint ? (void *)(uintptr_t)NCCL_NET_OPTIONAL_RECV_COMPLETION
+            req = fit_msg_hinted(o, i) ? (void *)(uintptr_t)NCCL_NET_OPTIONAL_RECV_COMPLETION
                               : (void *)(uintptr_t)0xdeadbeef;
             rc = s->p->net->irecv(s->comm, 1, &data, &rsize, &tag, &mh, NULL, &req);
             if (rc != ncclSuccess) {
@@ -184,9 +190,9 @@ static int fit_side_test(fit_side_t *s, fit_xfer_result_t *r)
      * unknown (0), as NCCL allows for LL: its bytes are checked once the
      * sender's completion says they are there (in one process).
      */
-    if (sizes_arg != NULL && s->role == FIT_RECV && fit_msg_size(o, i) > 0)
+    if (sizes_arg != NULL && s->role == FIT_RECV && fit_msg_hinted(o, i) && fit_msg_size(o, i) > 0)
         r->sized++;
-    if (sizes_arg != NULL && s->role == FIT_RECV && o->use_hint && s->peer_done != NULL &&
+    if (sizes_arg != NULL && s->role == FIT_RECV && fit_msg_hinted(o, i) && s->peer_done != NULL &&
         sizes[0] == 0 && fit_msg_size(o, i) > 0)
         r->early++;
     else if (sizes_arg != NULL)
