@@ -301,7 +301,7 @@ typedef struct ferry_ib_recv_comm {
     /* Receives reported done when posted (ib_recv_early.c): the FIFO slots whose data has
      * not been seen land yet, their messages and buffer sizes; counts for the dump. */
     uint32_t               early_mask;
-    uint64_t               early_seq[FERRY_IB_FIFO_SLOTS];
+    uint32_t               early_seq[FERRY_IB_FIFO_SLOTS]; /* As FERRY_IB_WR_SEQ has it. */
     size_t                 early_cap[FERRY_IB_FIFO_SLOTS];
     uint64_t               early_posted, early_landed;
 } ferry_ib_recv_comm_t;
@@ -310,7 +310,8 @@ typedef struct ferry_ib_recv_comm {
  * Their completions are taken once this many are outstanding (or a FIFO slot is reused). */
 #define FERRY_IB_EARLY_POLL 8
 int ferry_ib_recv_early_wanted(const ferry_ib_recv_comm_t *rc, void *hint, int n, int nq);
-/* 1: FIFO slot s still waits for an early receive's data (retry later); -1: the comm failed. */
+/* 1: FIFO slot s still waits for an early receive's data (retry later); < 0: the comm's
+ * failure status. */
 int ferry_ib_recv_early_slot_busy(ferry_ib_recv_comm_t *rc, uint32_t s);
 void ferry_ib_recv_early_post(ferry_ib_recv_comm_t *rc, ferry_px_req_t *req, uint32_t s,
                               uint64_t seq);

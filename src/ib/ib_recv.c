@@ -135,7 +135,7 @@ ferry_status_t ferry_ib_irecv(void *recv_comm, int n, void **data, size_t *sizes
     /* FIFO slot s may still wait for an early receive's data, even for a normal receive. */
     err = ferry_ib_recv_early_slot_busy(rc, s);
     if (err != 0)
-        return err < 0 ? (ferry_status_t)atomic_load(&rc->base.ring.failed) : FERRY_OK;
+        return err < 0 ? (ferry_status_t)err : FERRY_OK;
     req = ferry_px_ring_post(&rc->base.ring, n, subs, 0, (uint32_t)nq, 0);
     if (req == NULL)
         return FERRY_OK; /* 32 in flight: NCCL retries. */

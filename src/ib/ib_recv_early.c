@@ -39,10 +39,13 @@ int ferry_ib_recv_early_slot_busy(ferry_ib_recv_comm_t *rc, uint32_t s)
      * a pass through the CQ (on the GPU machine, polling at every irecv lost
      * what early completion gained; bench/results/2026-12-03-gpu-ib-early-recv).
      */
+    long st;
+
     if (!((rc->early_mask >> s) & 1U) && __builtin_popcount(rc->early_mask) < FERRY_IB_EARLY_POLL)
         return 0;
-    if (ferry_ib_cq_drain(&rc->base, 0) < 0)
-        return -1;
+    st = ferry_ib_cq_drain(&rc->base, 0);
+    if (st < 0)
+        return (int)st;
     return (rc->early_mask >> s) & 1U; /* 32 receives ago, its data not yet seen land. */
 }
 
@@ -57,7 +60,7 @@ void ferry_ib_recv_early_post(ferry_ib_recv_comm_t *rc, ferry_px_req_t *req, uin
                    "data's completions checked later (once per process; "
                    "NCCL_NET_OPTIONAL_RECV_COMPLETION=0 waits for each)", rc->base.ring.serial,
                    rc->base.conn.peer, ferry_ib_comm_where(&rc->base));
-    rc->early_seq[s] = seq;
+    rc->early_seq[s] = (uint32_t)seq;
     rc->early_cap[s] = req->sub[0].capacity;
     rc->early_mask |= 1U << s;
     rc->fifo_reqs[s] = NULL;
@@ -71,18 +74,20 @@ int ferry_ib_recv_early_landed(ferry_ib_recv_comm_t *rc, const struct ibv_wc *wc
     uint32_t seq = FERRY_IB_WR_SEQ(wc->wr_id), s = seq % FERRY_IB_FIFO_SLOTS;
     uint32_t got;
 
-    if (!((rc->early_mask >> s) & 1U) || (uint32_t)rc->early_seq[s] != seq)
+    if (!((rc->early_mask >> s) & 1U) || rc->early_seq[s] != seq)
         return 0;
     rc->early_mask &= ~(1U << s);
     FERRY_IB_DIAG_ADD(rc->early_landed, 1);
     got = ntohl(wc->imm_data);
     if (got <= rc->early_cap[s])
         return 1;
-    FERRY_WARN("ib recv comm from %s on %s: message %u: the peer sent %u bytes into a receive "
-               "of %zu bytes that NCCL let complete early (LL/LL128, "
-               "NCCL_NET_OPTIONAL_RECV_COMPLETION); nothing was written. Every receive must "
-               "be at least as large as its send (a size mismatch between ranks)",
-               rc->base.conn.peer, ferry_ib_comm_where(&rc->base), seq, got, rc->early_cap[s]);
+    FERRY_WARN("ib recv comm #%u from %s on %s, QP 0x%x: message %u: the peer sent %u bytes "
+               "into a receive of %zu bytes that NCCL let complete early (LL/LL128, "
+               "NCCL_NET_OPTIONAL_RECV_COMPLETION: reported done when posted, its data "
+               "awaited since); nothing was written. Every receive must be at least as large "
+               "as its send (a size mismatch between ranks)", rc->base.ring.serial,
+               rc->base.conn.peer, ferry_ib_comm_where(&rc->base), wc->qp_num, seq, got,
+               rc->early_cap[s]);
     ferry_px_ring_fail(&rc->base.ring, FERRY_ERR_USAGE,
                        "message %u of %u bytes did not fit its early-completed receive of %zu "
                        "bytes", seq, got, rc->early_cap[s]);

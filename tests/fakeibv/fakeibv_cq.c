@@ -259,24 +259,14 @@ int fakeibv_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
      * Consumers spin here; taking the lock every time made the thread that
      * delivers completions (the "device") sleep on it and wait for a wake.
      */
+    if (!fakeibv_cq_looks_empty(cq)) {
+        pthread_mutex_lock(&cq->lock);
+        while (i < n && fakeibv_cq_pop_locked(cq, &wc[i]))
+            i++;
+        pthread_mutex_unlock(&cq->lock);
+    }
     if (fakeibv_trace.on)
-        fakeibv_trace_poll_gap(cq);
-    if (fakeibv_cq_looks_empty(cq)) {
-        if (fakeibv_trace.on) {
-            fakeibv_trace_add(&fakeibv_trace.poll_calls, 1);
-            fakeibv_trace_add(&fakeibv_trace.poll_empty, 1);
-        }
-        return 0;
-    }
-    pthread_mutex_lock(&cq->lock);
-    while (i < n && fakeibv_cq_pop_locked(cq, &wc[i]))
-        i++;
-    pthread_mutex_unlock(&cq->lock);
-    if (fakeibv_trace.on) {
-        fakeibv_trace_add(&fakeibv_trace.poll_calls, 1);
-        fakeibv_trace_add(&fakeibv_trace.poll_empty, i == 0 ? 1 : 0);
-        fakeibv_trace_add(&fakeibv_trace.cqes, (uint64_t)i);
-    }
+        fakeibv_trace_polled(cq, i);
     return i;
 }
 

@@ -400,9 +400,13 @@ struct fakeibv_trace {
     uint64_t poll_gap_ns, poll_gap_n;           /* Between two polls of one CQ (under 1 ms). */
     uint64_t post_call_ns;                      /* Time spent in ibv_post_send. */
 };
-void fakeibv_trace_posted(struct fakeibv_qp *qp, enum ibv_wr_opcode op, uint64_t now);
+/* A WR posted into slot w: its counts, its post time, the QP's reaction time. */
+void fakeibv_trace_posted(struct fakeibv_qp *qp, const struct ibv_send_wr *wr,
+                          struct fakeibv_swqe *w);
 void fakeibv_trace_placed(struct fakeibv_qp *qp, int imm);
-void fakeibv_trace_poll_gap(struct fakeibv_cq *cq);
+/* A poll of cq that returned got CQEs; a responder request served from t0. */
+void fakeibv_trace_polled(struct fakeibv_cq *cq, int got);
+void fakeibv_trace_served(uint64_t t0);
 extern struct fakeibv_trace fakeibv_trace;
 uint64_t fakeibv_trace_now_ns(void);
 int fakeibv_trace_kind(enum ibv_wr_opcode op);

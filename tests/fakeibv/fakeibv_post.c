@@ -105,14 +105,8 @@ int fakeibv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_se
                                wr);
         if (rc != 0)
             break;
-        if (fakeibv_trace.on) {
-            qp->sq[qp->sq_head % qp->sq_depth].post_ns = fakeibv_trace_now_ns();
-            fakeibv_trace_posted(qp, wr->opcode, qp->sq[qp->sq_head % qp->sq_depth].post_ns);
-            fakeibv_trace_add(&fakeibv_trace.wrs[fakeibv_trace_kind(wr->opcode)], 1);
-            fakeibv_trace_add(&fakeibv_trace.signalled,
-                              (qp->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED)) ? 1 : 0);
-            fakeibv_trace_add(&fakeibv_trace.inlined, (wr->send_flags & IBV_SEND_INLINE) ? 1 : 0);
-        }
+        if (fakeibv_trace.on)
+            fakeibv_trace_posted(qp, wr, &qp->sq[qp->sq_head % qp->sq_depth]);
         qp->sq_head++;
         queued = 1;
     }

@@ -56,10 +56,17 @@ void fakeibv_trace_acked(const struct fakeibv_swqe *w)
  * write landing to its next post of the other kind says how quickly its
  * progress loop reacts (waits for its GPU included).
  */
-void fakeibv_trace_posted(struct fakeibv_qp *qp, enum ibv_wr_opcode op, uint64_t now)
+void fakeibv_trace_posted(struct fakeibv_qp *qp, const struct ibv_send_wr *wr,
+                          struct fakeibv_swqe *w)
 {
-    uint64_t t;
+    enum ibv_wr_opcode op = wr->opcode;
+    uint64_t now = fakeibv_trace_now_ns(), t;
 
+    w->post_ns = now;
+    fakeibv_trace_add(&fakeibv_trace.wrs[fakeibv_trace_kind(op)], 1);
+    fakeibv_trace_add(&fakeibv_trace.signalled,
+                      (qp->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED)) ? 1 : 0);
+    fakeibv_trace_add(&fakeibv_trace.inlined, (wr->send_flags & IBV_SEND_INLINE) ? 1 : 0);
     if (op == IBV_WR_RDMA_WRITE_WITH_IMM) {
         t = __atomic_exchange_n(&qp->trace_in_write_ns, 0, __ATOMIC_RELAXED);
         if (t != 0 && now > t) {
@@ -84,7 +91,7 @@ void fakeibv_trace_placed(struct fakeibv_qp *qp, int imm)
 /* How often the client comes back to a CQ: its progress loop's period (gaps
  * over 1 ms are idle time, not a loop, and left out). Unlocked: one
  * thread polls a CQ, and a torn stamp only skews a diagnostic. */
-void fakeibv_trace_poll_gap(struct fakeibv_cq *cq)
+void fakeibv_trace_polled(struct fakeibv_cq *cq, int got)
 {
     uint64_t now = fakeibv_trace_now_ns(), last = cq->trace_last_poll_ns;
 
@@ -93,6 +100,16 @@ void fakeibv_trace_poll_gap(struct fakeibv_cq *cq)
         fakeibv_trace_add(&fakeibv_trace.poll_gap_ns, now - last);
         fakeibv_trace_add(&fakeibv_trace.poll_gap_n, 1);
     }
+    fakeibv_trace_add(&fakeibv_trace.poll_calls, 1);
+    fakeibv_trace_add(&fakeibv_trace.poll_empty, got == 0 ? 1 : 0);
+    fakeibv_trace_add(&fakeibv_trace.cqes, (uint64_t)got);
+}
+
+void fakeibv_trace_served(uint64_t t0)
+{
+    fakeibv_trace_add(&fakeibv_trace.responder_reqs, 1);
+    fakeibv_trace_add(&fakeibv_trace.serve_ns, fakeibv_trace_now_ns() - t0);
+    fakeibv_trace_add(&fakeibv_trace.serve_n, 1);
 }
 
 static double fakeibv_trace_mean_us(const uint64_t *sum, const uint64_t *n)

@@ -547,6 +547,7 @@ void *fakeibv_responder_main(void *argp)
         goto out;
     for (;;) {
         int rc = fakeibv_io_read(fd, &h, sizeof(h)), in_err;
+        uint64_t t0;
 
         if (rc != 0)
             break;
@@ -583,18 +584,11 @@ void *fakeibv_responder_main(void *argp)
                 break;
             continue;
         }
-        if (fakeibv_trace.on) {
-            uint64_t t0 = fakeibv_trace_now_ns();
-
-            fakeibv_trace_add(&fakeibv_trace.responder_reqs, 1);
-            if (fakeibv_serve(qp, &src, &h) != 0)
-                break;
-            fakeibv_trace_add(&fakeibv_trace.serve_ns, fakeibv_trace_now_ns() - t0);
-            fakeibv_trace_add(&fakeibv_trace.serve_n, 1);
-            continue;
-        }
+        t0 = fakeibv_trace.on ? fakeibv_trace_now_ns() : 0;
         if (fakeibv_serve(qp, &src, &h) != 0)
             break;
+        if (t0 != 0)
+            fakeibv_trace_served(t0);
     }
 out:
     pthread_mutex_lock(&qp->lock);

@@ -184,11 +184,29 @@ static void inproc_sweep(const fit_plugin_t *p, inproc_pair_t *pr)
                "sweep 1..64 MiB, receives posted 3 MiB larger", NULL);
 }
 
+/*
+ * A run under NCCL's optional-completion hint (hint: 1 every receive, 2 every other one; more
+ * than min_sized hinted receives tested with sizes). The
+ * ib backend reports a hinted single-QP receive done as soon as its clear-to-send is out
+ * (FIT_EXPECT_EARLY=1), the socket backend only once its bytes are in (0). Either way irecv
+ * overwrites *request and every byte arrives.
+ */
+static void inproc_hint_run(const fit_plugin_t *p, inproc_pair_t *pr, const size_t *sizes, int n,
+                            int hint, int min_sized, uint64_t seed, const char *what)
+{
+    const char *expect = getenv("FIT_EXPECT_EARLY");
+    int sized, early = inproc_run(p, pr, sizes, n, 8, 0, hint, seed, what, &sized);
+
+    FIT_CHECK(sized > min_sized && (expect == NULL || early == (atoi(expect) ? sized : 0)),
+              "%s: %d of the %d hinted non-empty receives tested with sizes completed before "
+              "their data (size 0), expected %s", what, early, sized,
+              expect != NULL && atoi(expect) ? "all" : "none");
+}
+
 static void inproc_zero_and_hint(const fit_plugin_t *p, inproc_pair_t *pr)
 {
     size_t zeros[32], small[64], mixed[96];
-    const char *expect;
-    int i, early, sized;
+    int i;
 
     for (i = 0; i < 32; i++)
         zeros[i] = 0;
@@ -196,18 +214,8 @@ static void inproc_zero_and_hint(const fit_plugin_t *p, inproc_pair_t *pr)
     inproc_run(p, pr, zeros, 16, 8, 65536, 0, 5100, "zero-byte sends into 64 KiB receives", NULL);
     for (i = 0; i < 64; i++)
         small[i] = (size_t)(i * 977) % 70000;
-    /*
-     * NCCL's hint for LL receives: the ib backend reports a single-QP receive done as soon
-     * as its clear-to-send is out (FIT_EXPECT_EARLY=1), the socket backend only once its
-     * bytes are in (0). Either way irecv overwrites *request and every byte arrives.
-     */
-    early = inproc_run(p, pr, small, 64, 8, 0, 1, 5200,
-                       "optional-completion hint in *request: overwritten, data right", &sized);
-    expect = getenv("FIT_EXPECT_EARLY");
-    FIT_CHECK(sized > 40 && (expect == NULL || early == (atoi(expect) ? sized : 0)),
-              "optional-completion hint: %d of the %d non-empty receives tested with sizes "
-              "completed before their data (size 0), expected %s", early, sized,
-              expect != NULL && atoi(expect) ? "all" : "none");
+    inproc_hint_run(p, pr, small, 64, 1, 40, 5200,
+                    "optional-completion hint in *request: overwritten, data right");
     /*
      * Every other receive hinted, as when NCCL alternates LL and Simple on one comm: a plain
      * receive may land in a FIFO slot whose hinted receive's data has not been seen yet (it
@@ -215,12 +223,8 @@ static void inproc_zero_and_hint(const fit_plugin_t *p, inproc_pair_t *pr)
      */
     for (i = 0; i < 96; i++)
         mixed[i] = (size_t)(i * 1237) % 9000 + 1;
-    early = inproc_run(p, pr, mixed, 96, 8, 0, 2, 5250,
-                       "every other receive hinted: data right, sizes right", &sized);
-    FIT_CHECK(sized > 30 && (expect == NULL || early == (atoi(expect) ? sized : 0)),
-              "half hinted: %d of the %d hinted receives tested with sizes completed before "
-              "their data, expected %s", early, sized,
-              expect != NULL && atoi(expect) ? "all" : "none");
+    inproc_hint_run(p, pr, mixed, 96, 2, 30, 5250,
+                    "every other receive hinted: data right, sizes right");
     /* Deep window: 32 in flight (NCCL_NET_MAX_REQUESTS), receives posted first. */
     for (i = 0; i < 64; i++)
         small[i] = (size_t)(i * 4099) % 300000 + 1;
