@@ -12,10 +12,15 @@
 #
 #   bench/duplex.sh [--size SIZE] [--depth N] [--conns N] [--reps N] [--time S]
 #                   [--build DIR] [--proxy-sleep US] [--variant LABEL:VAR=V[,VAR=V...]]...
-#                   [OUTDIR]
+#                   [--rank-cpus A:B] [OUTDIR]
 #
 # --variant adds ferry with extra variables to the rotation (e.g.
 # nob:NCCL_FERRY_RECV_BLOCK=0); its median is reported against ferry's.
+# --rank-cpus A:B binds the two runs as two ranks would be bound: rank A's
+# sender (direction a) and receiver (direction b) on A, rank B's on B. A is
+# one CPU (both copies of a rank on one core, as under mpirun's one-core
+# binding, or two cores of which nccl-tests' spinning main thread takes one)
+# or two, "S,R" (the rank's sends on S, its receives on R).
 # --proxy-sleep is ferry-bench's: idle proxy passes sleep instead of spinning.
 # Defaults: 1M, depth 4, 4 connections (NCCL's 4 channels over ferry at 400
 # Gbps), 5 repetitions of 2 s. Streams and threads per connection come from
@@ -30,6 +35,7 @@ TIME=2
 BUILD=
 OUTDIR=
 PROXY_SLEEP=0
+RANK_CPUS=
 VARIANTS=()
 declare -A VARIANT_ENV=()
 while [ $# -gt 0 ]; do
@@ -41,6 +47,7 @@ while [ $# -gt 0 ]; do
     --time) TIME=$2; shift ;;
     --build) BUILD=$2; shift ;;
     --proxy-sleep) PROXY_SLEEP=$2; shift ;;
+    --rank-cpus) RANK_CPUS=$2; shift ;;
     --variant) VARIANTS+=("${2%%:*}"); VARIANT_ENV[${2%%:*}]=${2#*:}; shift ;;
     -h|--help) sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "duplex.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -64,6 +71,17 @@ FB=$BUILD/bench/ferry-bench
 PLUGIN=$(find "$BUILD" -name libnccl-net-ferry.so -print -quit)
 [ -n "$PLUGIN" ] || { echo "duplex.sh: no libnccl-net-ferry.so under $BUILD" >&2; exit 2; }
 
+# Per direction, the ferry-bench options that bind its sender and receiver.
+declare -A BIND=([a]= [b]=)
+if [ -n "$RANK_CPUS" ]; then
+  [[ $RANK_CPUS =~ ^([0-9]+)(,([0-9]+))?:([0-9]+)(,([0-9]+))?$ ]] ||
+    { echo "duplex.sh: --rank-cpus takes A:B, each a CPU or S,R (got '$RANK_CPUS')" >&2; exit 2; }
+  a_send=${BASH_REMATCH[1]} a_recv=${BASH_REMATCH[3]:-${BASH_REMATCH[1]}}
+  b_send=${BASH_REMATCH[4]} b_recv=${BASH_REMATCH[6]:-${BASH_REMATCH[4]}}
+  BIND[a]="--cpu-send $a_send --cpu-recv $b_recv"
+  BIND[b]="--cpu-send $b_send --cpu-recv $a_recv"
+fi
+
 echo "rep,mode,dir,size,depth,conns,gbps" >"$OUTDIR/duplex.csv"
 : >"$OUTDIR/duplex.txt"
 fail=0
@@ -76,7 +94,7 @@ for rep in $(seq 1 "$REPS"); do
     fi
     for dir in a b; do
       env "${vars[@]}" "$FB" --plugin "$PLUGIN" --mode "$impl" --conns "$CONNS" --depth "$DEPTH" \
-            --min "$SIZE" --max "$SIZE" --proxy-sleep "$PROXY_SLEEP" --reps 1 --time "$TIME" --timeout 120 \
+            --min "$SIZE" --max "$SIZE" --proxy-sleep "$PROXY_SLEEP" ${BIND[$dir]} --reps 1 --time "$TIME" --timeout 120 \
             --csv "$OUTDIR/run-$rep-$mode-$dir.csv" >"$OUTDIR/run-$rep-$mode-$dir.log" 2>&1 &
     done
     wait
@@ -102,7 +120,7 @@ mr=$(med raw)
        "(ferry/raw $(awk -v a="${mf:-0}" -v b="${mr:-0}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "?" }'))"
   echo
   echo "Both directions at once, $SIZE messages, depth $DEPTH, $CONNS connections each way," \
-       "medians of $REPS interleaved repetitions ($(nproc) CPUs, proxy sleep $PROXY_SLEEP us):"
+       "medians of $REPS interleaved repetitions ($(nproc) CPUs, proxy sleep $PROXY_SLEEP us${RANK_CPUS:+, ranks on CPUs $RANK_CPUS}):"
   echo
   for v in "${VARIANTS[@]}"; do
     mv_=$(med "$v")

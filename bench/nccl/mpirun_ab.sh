@@ -6,7 +6,7 @@
 #                           [--configs ferry,socket-default,socket-2x2]
 #                           [--variant LABEL:VAR=V[,VAR=V...]]... [--bind core|none]
 #                           [--mpirun-args "mpirun options"] [--args "nccl-tests options"]
-#                           [OUTDIR]
+#                           [--threads S] [OUTDIR]
 #
 # nccl-tests is not part of ferry: build it yourself (bench/nccl/README.md,
 # "nccl-tests through ferry") and pass its all_reduce_perf. Two ranks on GPU 0,
@@ -18,6 +18,9 @@
 # mpirun's own binding, one core per rank; none lets the ranks run anywhere.
 # --mpirun-args adds mapping options (e.g. "--map-by slot:PE=2": two cores per
 # rank).
+# --threads S: S seconds into every run, each rank's threads' CPU over 2 s
+# (thread_cpu.py: logs/threads-rep<R>-<config>.tsv, threads.md per
+# configuration; give --args one size and enough iterations to be mid-run).
 # First a proof run (NCCL_DEBUG=INFO) that ferry carried every channel.
 # Output in OUTDIR (default $OUT, else bench/results/<date>-gpu): raw-mpirun.csv
 # (compare.sh's columns), runs.tsv, proof-mpirun.txt, bindings.txt,
@@ -33,6 +36,7 @@ CONFIGS=ferry,socket-default,socket-2x2
 BIND=core
 MPIRUN_ARGS=
 ARGS="-b 4K -e 256M -f 4 -g 1 -w 5 -n 20"
+THREADS=
 OUTDIR_ARG=
 VARIANTS=()
 
@@ -47,6 +51,7 @@ while [ $# -gt 0 ]; do
     --bind) BIND=$2; shift ;;
     --mpirun-args) MPIRUN_ARGS=$2; shift ;;
     --args) ARGS=$2; shift ;;
+    --threads) THREADS=$2; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) usage >&2; exit 2 ;;
     *) OUTDIR_ARG=$1 ;;
@@ -56,6 +61,7 @@ done
 
 [ -x "$TESTS" ] || { echo "mpirun_ab.sh: --tests must name a built all_reduce_perf (got '$TESTS')" >&2; exit 2; }
 case $REPS in ''|*[!0-9]*) echo "mpirun_ab.sh: --reps needs a number" >&2; exit 2 ;; esac
+case $THREADS in ''|*[!0-9]*) [ -z "$THREADS" ] || { echo "mpirun_ab.sh: --threads needs whole seconds" >&2; exit 2; } ;; esac
 case $BIND in core|none) ;; *) echo "mpirun_ab.sh: --bind is core or none" >&2; exit 2 ;; esac
 command -v mpirun >/dev/null || { echo "mpirun_ab.sh: mpirun not found" >&2; exit 2; }
 
@@ -84,6 +90,16 @@ mpirun_ab_run() {
   # shellcheck disable=SC2086 # ARGS and MPIRUN_ARGS are lists of options
   timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 --report-bindings "${bind[@]}" \
     $MPIRUN_ARGS "${xs[@]}" "$WRAP" "$TESTS" $ARGS >"$log" 2>&1
+}
+
+# The ranks' PIDs: processes running $TESTS itself (argv[0]) or through an
+# interpreter (argv[1], a script), not mpirun or timeout naming it later.
+mpirun_ab_rank_pids() {
+  local p args
+  for p in $(pgrep -f -- "$TESTS"); do
+    args=$(tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | head -2)
+    case $args in "$TESTS"|"$TESTS"$'\n'*|*$'\n'"$TESTS") echo "$p" ;; esac
+  done
 }
 
 # nccl-tests rows (out-of-place columns) to compare.sh's CSV columns.
@@ -118,7 +134,17 @@ for rep in $(seq "$REPS"); do
   for config in $(fnb_rotate "$rep" "${CFG_LIST[@]}"); do
     log=$OUTDIR/logs/mpirun-rep$rep-$config.log
     start=$SECONDS
-    mpirun_ab_run "$config" "$log"
+    if [ -n "$THREADS" ]; then
+      mpirun_ab_run "$config" "$log" &
+      run_pid=$!
+      sleep "$THREADS"
+      # shellcheck disable=SC2046 # one PID per rank
+      python3 "$FNB_DIR/thread_cpu.py" --window 2 $(mpirun_ab_rank_pids) \
+        >"$OUTDIR/logs/threads-rep$rep-$config.tsv" 2>&1
+      wait "$run_pid"
+    else
+      mpirun_ab_run "$config" "$log"
+    fi
     rc=$?
     rows=$(mpirun_ab_rows "$log" "$config")
     [ -n "$rows" ] || { [ $rc -ne 0 ] || rc=99; }
@@ -132,5 +158,6 @@ for rep in $(seq "$REPS"); do
   done
 done
 python3 "$FNB_DIR/summarize.py" "$OUTDIR" >/dev/null || failed=1
+[ -z "$THREADS" ] || python3 "$FNB_DIR/thread_cpu.py" --table "$OUTDIR" >/dev/null || failed=1
 sed -n '1,200p' "$OUTDIR/summary.md"
 exit $failed

@@ -158,6 +158,12 @@ check duplex 0 env NCCL_SOCKET_IFNAME=lo "$HERE/../../duplex.sh" --build "$FNB_B
 check duplex_report 0 grep -q '^# duplex: ferry [0-9.]* GB/s, raw TCP [0-9.]* GB/s per direction (ferry/raw [0-9.]*)' "$WORK/dx/duplex.md"
 check duplex_variant 0 grep -q 'variant s2 (NCCL_FERRY_STREAMS=2): [0-9.]* GB/s per direction' "$WORK/dx/duplex.md"
 check duplex_bad_option 2 "$HERE/../../duplex.sh" --nonsense
+# --rank-cpus: each direction's sender and receiver bound where the two ranks are.
+check duplex_rank_cpus 0 env NCCL_SOCKET_IFNAME=lo "$HERE/../../duplex.sh" --build "$FNB_BUILD" --reps 1 \
+      --time 0.2 --size 256K --conns 1 --rank-cpus 0:1 "$WORK/dxr"
+check duplex_rank_cpus_report 0 grep -q 'ranks on CPUs 0:1' "$WORK/dxr/duplex.md"
+check duplex_rank_cpus_bad 2 "$HERE/../../duplex.sh" --rank-cpus 0-1
+check duplex_rank_cpus_bad_msg 0 grep -q 'rank-cpus takes A:B' "$WORK/duplex_rank_cpus_bad.out"
 # pcie_load (built with the bench, against the mock runtime) and loaded_ceiling.sh.
 check pcie_load 0 "$WORK/build-gpu/nccl-bench/pcie_load" --rate 0.5 --seconds 0.3
 expect pcie_load 'pcie_load: [0-9.]* GB/s each way'
@@ -189,6 +195,13 @@ check mpirun_ab_wrong 1 env MOCK_WRONG=1 "$HERE/../mpirun_ab.sh" --tests "$HERE/
 check mpirun_ab_unchecked 0 env MOCK_UNCHECKED=1 "$HERE/../mpirun_ab.sh" --tests "$HERE/mock_all_reduce_perf" \
       --reps 1 --configs socket-default "$WORK/mab3"
 check mpirun_ab_unchecked_note 0 grep -q '^Results not checked in 9 of 9 rows' "$WORK/mab3/summary.md"
+# --threads: each run's threads sampled mid-run, a table per configuration.
+check mpirun_ab_threads 0 env MOCK_BUSY_S=5 "$HERE/../mpirun_ab.sh" --tests "$HERE/mock_all_reduce_perf" \
+      --reps 1 --configs ferry,socket-default --threads 1 "$WORK/mab4"
+check mpirun_ab_threads_rows 0 test "$(awk -F'\t' 'NR > 1 && $3 == "bash" && $4 > 0.2' \
+      "$WORK/mab4/logs/threads-rep1-ferry.tsv" | wc -l)" = 2
+check mpirun_ab_threads_table 0 grep -q '^| bash | [01]\.[0-9][0-9] |' "$WORK/mab4/threads.md"
+check mpirun_ab_threads_bad 2 "$HERE/../mpirun_ab.sh" --tests "$HERE/mock_all_reduce_perf" --threads soon
 check mpirun_ab_no_tests 2 "$HERE/../mpirun_ab.sh" --tests /nonexistent/all_reduce_perf
 check cpuload 0 "$HERE/../cpuload.sh" --size 4K --iters 2 --settle 1 "$WORK/cpu"
 check cpuload_report 0 grep -q '^## socket-2x2 (exit 0)' "$WORK/cpu/cpuload.md"

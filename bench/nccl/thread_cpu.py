@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Per-thread CPU of running processes over a window, from /proc.
+
+    thread_cpu.py --window S PID...        one sample: prints TSV rows
+    thread_cpu.py --table OUTDIR           threads-*.tsv of a run -> threads.md
+
+Sample: reads /proc/PID/task/*/stat and status at the start and the end of
+the window; per thread, CPU seconds per second of wall (utime + stime), the
+voluntary and involuntary context switches per second, the CPU it last ran on
+and its name (NCCL names its proxy threads, CUDA its helpers, ferry its
+own). Columns: pid, tid, name, cpu, vol_per_s, invol_per_s, last_cpu.
+
+Table: mpirun_ab.sh --threads writes one threads-rep<R>-<config>.tsv per run;
+the table gives, per configuration and thread name (threads of one name in a
+rank summed, then ranks averaged), the median over repetitions. It tells which
+threads a rank's cores go to: a CPU-bound rank shows its threads' CPU adding
+up to the cores it was given.
+"""
+import glob
+import os
+import re
+import statistics
+import sys
+import time
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def read_task(pid, tid):
+    base = "/proc/%s/task/%s" % (pid, tid)
+    try:
+        with open(base + "/stat") as f:
+            stat = f.read()
+        with open(base + "/status") as f:
+            status = f.read()
+    except OSError:
+        return None
+    # The name is in parentheses and may hold spaces; fields follow the last ')'.
+    name = stat[stat.index("(") + 1:stat.rindex(")")]
+    fields = stat[stat.rindex(")") + 2:].split()
+    cpu_ticks = int(fields[11]) + int(fields[12])  # utime, stime
+    last_cpu = int(fields[36])
+    vol = int(re.search(r"voluntary_ctxt_switches:\s+(\d+)", status).group(1))
+    invol = int(re.search(r"nonvoluntary_ctxt_switches:\s+(\d+)", status).group(1))
+    return name, cpu_ticks, vol, invol, last_cpu
+
+
+def snapshot(pids):
+    snap = {}
+    for pid in pids:
+        for tid in os.listdir("/proc/%s/task" % pid) if os.path.isdir("/proc/%s/task" % pid) else []:
+            t = read_task(pid, tid)
+            if t is not None:
+                snap[(pid, tid)] = t
+    return snap
+
+
+def sample(window, pids):
+    t0, a = time.monotonic(), snapshot(pids)
+    time.sleep(window)
+    t1, b = time.monotonic(), snapshot(pids)
+    wall = t1 - t0
+    print("pid\ttid\tname\tcpu\tvol_per_s\tinvol_per_s\tlast_cpu")
+    for key in sorted(b, key=lambda k: (int(k[0]), int(k[1]))):
+        if key not in a:
+            continue
+        name, ticks, vol, invol, last = b[key]
+        _, ticks0, vol0, invol0, _ = a[key]
+        print("%s\t%s\t%s\t%.3f\t%.0f\t%.0f\t%d" % (key[0], key[1], name, (ticks - ticks0) / TICK / wall,
+                                                  (vol - vol0) / wall, (invol - invol0) / wall, last))
+
+
+def table(outdir):
+    # per config -> per thread name -> list over runs of the per-rank mean
+    data = {}
+    for path in sorted(glob.glob(os.path.join(outdir, "logs", "threads-rep*-*.tsv"))):
+        config = re.match(r"threads-rep\d+-(.*)\.tsv", os.path.basename(path)).group(1)
+        per_rank = {}
+        with open(path) as f:
+            rows = [line.rstrip("\n").split("\t") for line in f if not line.startswith("pid")]
+        for pid, _tid, name, cpu, vol, invol, _last in (r for r in rows if len(r) == 7):
+            # Numbered thread names (cuda00001400006, NCCL Progress 3) collapse to one kind.
+            kind = re.sub(r"\d+", "N", name).strip()
+            acc = per_rank.setdefault(kind, {}).setdefault(pid, [0.0, 0.0, 0.0, 0])
+            acc[0] += float(cpu)
+            acc[1] += float(vol)
+            acc[2] += float(invol)
+            acc[3] += 1
+        for kind, ranks in per_rank.items():
+            n = len(ranks)
+            mean = [sum(r[i] for r in ranks.values()) / n for i in range(4)]
+            data.setdefault(config, {}).setdefault(kind, []).append(mean)
+    out = ["# CPU per rank by thread (mpirun_ab.sh --threads)", "",
+           "CPU seconds per second of wall per rank (threads of one kind summed), voluntary and",
+           "involuntary switches per second, threads of that kind per rank: medians over repetitions.",
+           ""]
+    for config in sorted(data):
+        out += ["## %s" % config, "", "| thread | CPU | vol/s | invol/s | threads |", "|---|---|---|---|---|"]
+        kinds = data[config]
+        total = 0.0
+        for kind in sorted(kinds, key=lambda k: -statistics.median(m[0] for m in kinds[k])):
+            ms = kinds[kind]
+            cpu = statistics.median(m[0] for m in ms)
+            total += cpu
+            out.append("| %s | %.2f | %.0f | %.0f | %.0f |" % (
+                kind, cpu, statistics.median(m[1] for m in ms), statistics.median(m[2] for m in ms),
+                statistics.median(m[3] for m in ms)))
+        out += ["| all | %.2f | | | |" % total, ""]
+    with open(os.path.join(outdir, "threads.md"), "w") as f:
+        f.write("\n".join(out) + "\n")
+    print("\n".join(out))
+
+
+def main(argv):
+    if len(argv) == 3 and argv[1] == "--table":
+        table(argv[2])
+        return 0
+    if len(argv) >= 4 and argv[1] == "--window":
+        sample(float(argv[2]), argv[3:])
+        return 0
+    sys.stderr.write(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
