@@ -56,6 +56,17 @@ while [ $# -gt 0 ]; do
   shift
 done
 
+# Per direction, the ferry-bench options that bind its sender and receiver.
+declare -A BIND=([a]= [b]=)
+if [ -n "$RANK_CPUS" ]; then
+  [[ $RANK_CPUS =~ ^([0-9]+)(,([0-9]+))?:([0-9]+)(,([0-9]+))?$ ]] ||
+    { echo "duplex.sh: --rank-cpus takes A:B, each a CPU or S,R (got '$RANK_CPUS')" >&2; exit 2; }
+  a_send=${BASH_REMATCH[1]} a_recv=${BASH_REMATCH[3]:-${BASH_REMATCH[1]}}
+  b_send=${BASH_REMATCH[4]} b_recv=${BASH_REMATCH[6]:-${BASH_REMATCH[4]}}
+  BIND[a]="--cpu-send $a_send --cpu-recv $b_recv"
+  BIND[b]="--cpu-send $b_send --cpu-recv $a_recv"
+fi
+
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BUILD:-$repo/build-bench}
 OUTDIR=${OUTDIR:-${OUT:-$repo/bench/results/$(date +%Y-%m-%d)-duplex}}
@@ -70,17 +81,6 @@ fi
 FB=$BUILD/bench/ferry-bench
 PLUGIN=$(find "$BUILD" -name libnccl-net-ferry.so -print -quit)
 [ -n "$PLUGIN" ] || { echo "duplex.sh: no libnccl-net-ferry.so under $BUILD" >&2; exit 2; }
-
-# Per direction, the ferry-bench options that bind its sender and receiver.
-declare -A BIND=([a]= [b]=)
-if [ -n "$RANK_CPUS" ]; then
-  [[ $RANK_CPUS =~ ^([0-9]+)(,([0-9]+))?:([0-9]+)(,([0-9]+))?$ ]] ||
-    { echo "duplex.sh: --rank-cpus takes A:B, each a CPU or S,R (got '$RANK_CPUS')" >&2; exit 2; }
-  a_send=${BASH_REMATCH[1]} a_recv=${BASH_REMATCH[3]:-${BASH_REMATCH[1]}}
-  b_send=${BASH_REMATCH[4]} b_recv=${BASH_REMATCH[6]:-${BASH_REMATCH[4]}}
-  BIND[a]="--cpu-send $a_send --cpu-recv $b_recv"
-  BIND[b]="--cpu-send $b_send --cpu-recv $a_recv"
-fi
 
 echo "rep,mode,dir,size,depth,conns,gbps" >"$OUTDIR/duplex.csv"
 : >"$OUTDIR/duplex.txt"
