@@ -57,7 +57,7 @@ while [ $# -gt 0 ]; do
 done
 
 # Per direction, the ferry-bench options that bind its sender and receiver.
-declare -A BIND=([a]= [b]=)
+declare -A BIND=([a]="" [b]="")
 if [ -n "$RANK_CPUS" ]; then
   [[ $RANK_CPUS =~ ^([0-9]+)(,([0-9]+))?:([0-9]+)(,([0-9]+))?$ ]] ||
     { echo "duplex.sh: --rank-cpus takes A:B, each a CPU or S,R (got '$RANK_CPUS')" >&2; exit 2; }
@@ -93,6 +93,7 @@ for rep in $(seq 1 "$REPS"); do
       IFS=, read -r -a vars <<<"${VARIANT_ENV[$mode]}"
     fi
     for dir in a b; do
+      # shellcheck disable=SC2086 # BIND holds ferry-bench options, one word each
       env "${vars[@]}" "$FB" --plugin "$PLUGIN" --mode "$impl" --conns "$CONNS" --depth "$DEPTH" \
             --min "$SIZE" --max "$SIZE" --proxy-sleep "$PROXY_SLEEP" ${BIND[$dir]} --reps 1 --time "$TIME" --timeout 120 \
             --csv "$OUTDIR/run-$rep-$mode-$dir.csv" >"$OUTDIR/run-$rep-$mode-$dir.log" 2>&1 &
