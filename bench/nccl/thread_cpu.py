@@ -48,7 +48,11 @@ def read_task(pid, tid):
 def snapshot(pids):
     snap = {}
     for pid in pids:
-        for tid in os.listdir("/proc/%s/task" % pid) if os.path.isdir("/proc/%s/task" % pid) else []:
+        try:
+            tids = os.listdir("/proc/%s/task" % pid)
+        except OSError:  # The rank exited before or during the window.
+            continue
+        for tid in tids:
             t = read_task(pid, tid)
             if t is not None:
                 snap[(pid, tid)] = t
