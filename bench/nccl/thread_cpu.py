@@ -8,7 +8,9 @@ Sample: reads /proc/PID/task/*/stat and status at the start and the end of
 the window; per thread, CPU seconds per second of wall (utime + stime), the
 voluntary and involuntary context switches per second, the CPU it last ran on
 and its name (NCCL names its proxy threads, CUDA its helpers, ferry its
-own). Columns: pid, tid, name, cpu, vol_per_s, invol_per_s, last_cpu.
+own). In between, every 20 ms, the CPU each thread is on: which threads
+share a core. Columns: pid, tid, name, cpu, vol_per_s, invol_per_s,
+last_cpu, cpus (CPU:percent of those looks, most first).
 
 Table: mpirun_ab.sh --threads writes one threads-rep<R>-<config>.tsv per run;
 the table gives, per configuration and thread name (threads of one name in a
@@ -59,19 +61,35 @@ def snapshot(pids):
     return snap
 
 
+def where(snap, seen):
+    for key, t in snap.items():
+        counts = seen.setdefault(key, {})
+        counts[t[4]] = counts.get(t[4], 0) + 1
+
+
 def sample(window, pids):
+    seen = {}
     t0, a = time.monotonic(), snapshot(pids)
-    time.sleep(window)
+    where(a, seen)
+    while time.monotonic() - t0 < window - 0.02:
+        time.sleep(0.02)
+        where(snapshot(pids), seen)
     t1, b = time.monotonic(), snapshot(pids)
     wall = t1 - t0
-    print("pid\ttid\tname\tcpu\tvol_per_s\tinvol_per_s\tlast_cpu")
+    print("pid\ttid\tname\tcpu\tvol_per_s\tinvol_per_s\tlast_cpu\tcpus")
     for key in sorted(b, key=lambda k: (int(k[0]), int(k[1]))):
         if key not in a:
             continue
         name, ticks, vol, invol, last = b[key]
         _, ticks0, vol0, invol0, _ = a[key]
-        print("%s\t%s\t%s\t%.3f\t%.0f\t%.0f\t%d" % (key[0], key[1], name, (ticks - ticks0) / TICK / wall,
-                                                  (vol - vol0) / wall, (invol - invol0) / wall, last))
+        counts = seen.get(key, {})
+        total = sum(counts.values()) or 1
+        cpus = ",".join("%d:%d" % (c, round(100.0 * n / total))
+                        for c, n in sorted(counts.items(), key=lambda cn: -cn[1]))
+        print("%s\t%s\t%s\t%.3f\t%.0f\t%.0f\t%d\t%s" % (key[0], key[1], name,
+                                                      (ticks - ticks0) / TICK / wall,
+                                                      (vol - vol0) / wall, (invol - invol0) / wall,
+                                                      last, cpus))
 
 
 def table(outdir):
@@ -82,7 +100,8 @@ def table(outdir):
         per_rank = {}
         with open(path) as f:
             rows = [line.rstrip("\n").split("\t") for line in f if not line.startswith("pid")]
-        for pid, _tid, name, cpu, vol, invol, _last in (r for r in rows if len(r) == 7):
+        # Rows of 7 columns come from runs before the cpus column.
+        for pid, _tid, name, cpu, vol, invol in (r[:6] for r in rows if len(r) in (7, 8)):
             # Numbered thread names (cuda00001400006, NCCL Progress 3) collapse to one kind.
             kind = re.sub(r"\d+", "N", name).strip()
             acc = per_rank.setdefault(kind, {}).setdefault(pid, [0.0, 0.0, 0.0, 0])

@@ -200,6 +200,9 @@ check mpirun_ab_threads 0 env MOCK_BUSY_S=5 "$HERE/../mpirun_ab.sh" --tests "$HE
       --reps 1 --configs ferry,socket-default --threads 1 "$WORK/mab4"
 check mpirun_ab_threads_rows 0 test "$(awk -F'\t' 'NR > 1 && $3 == "bash" && $4 > 0.2' \
       "$WORK/mab4/logs/threads-rep1-ferry.tsv" | wc -l)" = 2
+# Each busy rank was seen on some CPU in most of the window's looks.
+check mpirun_ab_threads_where 0 test "$(awk -F'\t' 'NR > 1 && $3 == "bash" && $8 ~ /^[0-9]+:([5-9][0-9]|100)(,|$)/' \
+      "$WORK/mab4/logs/threads-rep1-ferry.tsv" | wc -l)" = 2
 check mpirun_ab_threads_table 0 grep -q '^| bash | [01]\.[0-9][0-9] |' "$WORK/mab4/threads.md"
 check mpirun_ab_threads_bad 2 "$HERE/../mpirun_ab.sh" --tests "$HERE/mock_all_reduce_perf" --threads soon
 check mpirun_ab_no_tests 2 "$HERE/../mpirun_ab.sh" --tests /nonexistent/all_reduce_perf
