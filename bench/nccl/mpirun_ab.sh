@@ -61,7 +61,7 @@ done
 
 [ -x "$TESTS" ] || { echo "mpirun_ab.sh: --tests must name a built all_reduce_perf (got '$TESTS')" >&2; exit 2; }
 case $REPS in ''|*[!0-9]*) echo "mpirun_ab.sh: --reps needs a number" >&2; exit 2 ;; esac
-case $THREADS in ''|*[!0-9]*) [ -z "$THREADS" ] || { echo "mpirun_ab.sh: --threads needs whole seconds" >&2; exit 2; } ;; esac
+case $THREADS in *[!0-9]*) echo "mpirun_ab.sh: --threads needs whole seconds" >&2; exit 2 ;; esac
 case $BIND in core|none) ;; *) echo "mpirun_ab.sh: --bind is core or none" >&2; exit 2 ;; esac
 command -v mpirun >/dev/null || { echo "mpirun_ab.sh: mpirun not found" >&2; exit 2; }
 

@@ -28,26 +28,30 @@ import time
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def read_task(pid, tid):
-    base = "/proc/%s/task/%s" % (pid, tid)
+def read_stat(pid, tid):
+    """(name, CPU ticks, CPU last run on) of a thread, None once it is gone."""
     try:
-        with open(base + "/stat") as f:
+        with open("/proc/%s/task/%s/stat" % (pid, tid)) as f:
             stat = f.read()
-        with open(base + "/status") as f:
-            status = f.read()
     except OSError:
         return None
     # The name is in parentheses and may hold spaces; fields follow the last ')'.
-    name = stat[stat.index("(") + 1:stat.rindex(")")]
     fields = stat[stat.rindex(")") + 2:].split()
-    cpu_ticks = int(fields[11]) + int(fields[12])  # utime, stime
-    last_cpu = int(fields[36])
-    vol = int(re.search(r"voluntary_ctxt_switches:\s+(\d+)", status).group(1))
-    invol = int(re.search(r"nonvoluntary_ctxt_switches:\s+(\d+)", status).group(1))
-    return name, cpu_ticks, vol, invol, last_cpu
+    return stat[stat.index("(") + 1:stat.rindex(")")], int(fields[11]) + int(fields[12]), int(fields[36])
 
 
-def snapshot(pids):
+def read_switches(pid, tid):
+    try:
+        with open("/proc/%s/task/%s/status" % (pid, tid)) as f:
+            status = f.read()
+    except OSError:
+        return None
+    return (int(re.search(r"\bvoluntary_ctxt_switches:\s+(\d+)", status).group(1)),
+            int(re.search(r"nonvoluntary_ctxt_switches:\s+(\d+)", status).group(1)))
+
+
+def snapshot(pids, switches):
+    """{(pid, tid): (name, ticks, last_cpu[, vol, invol])}; the switches only when asked."""
     snap = {}
     for pid in pids:
         try:
@@ -55,33 +59,35 @@ def snapshot(pids):
         except OSError:  # The rank exited before or during the window.
             continue
         for tid in tids:
-            t = read_task(pid, tid)
-            if t is not None:
-                snap[(pid, tid)] = t
+            t = read_stat(pid, tid)
+            sw = read_switches(pid, tid) if switches and t is not None else ()
+            if t is not None and sw is not None:
+                snap[(pid, tid)] = t + sw
     return snap
 
 
 def where(snap, seen):
     for key, t in snap.items():
         counts = seen.setdefault(key, {})
-        counts[t[4]] = counts.get(t[4], 0) + 1
+        counts[t[2]] = counts.get(t[2], 0) + 1
 
 
 def sample(window, pids):
     seen = {}
-    t0, a = time.monotonic(), snapshot(pids)
+    t0, a = time.monotonic(), snapshot(pids, True)
     where(a, seen)
+    # In between, only where each thread runs: one stat read per thread.
     while time.monotonic() - t0 < window - 0.02:
         time.sleep(0.02)
-        where(snapshot(pids), seen)
-    t1, b = time.monotonic(), snapshot(pids)
+        where(snapshot(pids, False), seen)
+    t1, b = time.monotonic(), snapshot(pids, True)
     wall = t1 - t0
     print("pid\ttid\tname\tcpu\tvol_per_s\tinvol_per_s\tlast_cpu\tcpus")
     for key in sorted(b, key=lambda k: (int(k[0]), int(k[1]))):
         if key not in a:
             continue
-        name, ticks, vol, invol, last = b[key]
-        _, ticks0, vol0, invol0, _ = a[key]
+        name, ticks, last, vol, invol = b[key]
+        _, ticks0, _, vol0, invol0 = a[key]
         counts = seen.get(key, {})
         total = sum(counts.values()) or 1
         cpus = ",".join("%d:%d" % (c, round(100.0 * n / total))
