@@ -6,6 +6,7 @@
 
 #include "core/log.h"
 #include "proxy/stream.h"
+#include "proxy/worker_place.h"
 
 /*
  * Messages up to this size are pushed by the thread that posts them: one
@@ -104,6 +105,7 @@ ferry_status_t ferry_px_stream_init(ferry_px_stream_t *comm, ferry_px_req_kind_t
     comm->ops = ops;
     comm->assist_max = FERRY_PX_ASSIST_MAX;
     comm->assist_test_max = FERRY_PX_ASSIST_MAX;
+    atomic_init(&comm->caller_cpu, -1);
     for (i = 0; i < FERRY_PX_MAX_WORKERS; i++) {
         comm->workers[i].wake_fd = -1;
         comm->workers[i].ep_fd = -1;
@@ -125,6 +127,7 @@ ferry_px_req_t *ferry_px_stream_post(ferry_px_stream_t *comm, void *buf, size_t 
     ferry_px_req_t *req;
     int alone;
 
+    ferry_px_place_note_caller(comm);
     pthread_mutex_lock(&comm->ring.lock);
     req = ferry_px_ring_slot_locked(&comm->ring);
     if (req == NULL) {

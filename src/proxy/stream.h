@@ -96,6 +96,7 @@ typedef struct ferry_px_worker_stats {
     _Atomic uint64_t woken_post;  /*   a kick (a post, a failure, close); */
     _Atomic uint64_t woken_io;    /*   one of its sockets; */
     _Atomic uint64_t woken_timer; /*   the timeout (held-back completions, safety net). */
+    _Atomic uint64_t placed;      /* Times its CPUs were cut again around the posting CPU. */
 } ferry_px_worker_stats_t;
 
 typedef struct ferry_px_worker {
@@ -110,6 +111,9 @@ typedef struct ferry_px_worker {
     int                  ep_fd;     /* -1: the worker waits in ppoll. */
     short                ep_events[FERRY_PX_MAX_LANES]; /* POLLIN/POLLOUT registered, 0: none. */
     int                  ep_lane_fd[FERRY_PX_MAX_LANES];
+    /* With place_away (worker_place.c): the CPUs it may use, and the posting CPU cut out. */
+    cpu_set_t            base_cpus;
+    int                  placed_for;
 } ferry_px_worker_t;
 
 typedef struct ferry_px_stream {
@@ -143,6 +147,8 @@ typedef struct ferry_px_stream {
     int                   use_epoll;     /* Workers wait in epoll (worker_epoll.c), not ppoll. */
     int                   has_cpus;      /* Workers run on `cpus` (near the NIC) when set. */
     cpu_set_t             cpus;
+    int                   place_away;    /* Workers keep off caller_cpu (worker_place.h). */
+    _Atomic int           caller_cpu;    /* CPU of the last post, -1 before the first. */
     ferry_px_worker_t     workers[FERRY_PX_MAX_WORKERS];
 } ferry_px_stream_t;
 

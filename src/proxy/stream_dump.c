@@ -27,15 +27,22 @@ static void ferry_px_dump_workers(FILE *out, const ferry_px_stream_t *comm)
         uint64_t slept = atomic_load_explicit(&st->sleeps, memory_order_relaxed);
 
         sleeps += slept;
+        char placed[96] = "";
+
+        if (comm->place_away)
+            snprintf(placed, sizeof(placed), "; kept off the posting CPU, moved %" PRIu64
+                     " times, last off CPU %d",
+                     (uint64_t)atomic_load_explicit(&st->placed, memory_order_relaxed),
+                     comm->workers[i].placed_for);
         fprintf(out, "NET/ferry :     thread %d (ferry-%c%u-%d): %" PRIu64 " sweeps (%" PRIu64
                 " found nothing), slept %" PRIu64 " times: woken %" PRIu64 " by posts, %" PRIu64
-                " by its streams, %" PRIu64 " by the timer\n",
+                " by its streams, %" PRIu64 " by the timer%s\n",
                 i, comm->ring.kind == FERRY_PX_SEND ? 's' : 'r', comm->ring.serial % 100000, i,
                 (uint64_t)atomic_load_explicit(&st->sweeps, memory_order_relaxed),
                 (uint64_t)atomic_load_explicit(&st->idle_sweeps, memory_order_relaxed), slept,
                 (uint64_t)atomic_load_explicit(&st->woken_post, memory_order_relaxed),
                 (uint64_t)atomic_load_explicit(&st->woken_io, memory_order_relaxed),
-                (uint64_t)atomic_load_explicit(&st->woken_timer, memory_order_relaxed));
+                (uint64_t)atomic_load_explicit(&st->woken_timer, memory_order_relaxed), placed);
     }
     fprintf(out, "NET/ferry :     helper wake-ups: %" PRIu64 " for %" PRIu64 " chunks (%.2f per "
             "chunk), %" PRIu64 " of them kicks by posts\n", sleeps, chunks,

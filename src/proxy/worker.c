@@ -18,6 +18,7 @@
 
 #include "core/log.h"
 #include "proxy/stream.h"
+#include "proxy/worker_place.h"
 #include "proxy/worker_wait.h"
 
 /* A safety net only: every state change that matters kicks the worker. */
@@ -181,11 +182,16 @@ static void *ferry_px_worker_main(void *arg)
                                                   &comm->cpus) != 0)
         FERRY_INFO(FERRY_LOG_NET, "%s: could not place helper thread near the NIC; it runs "
                    "anywhere in the process' CPU mask", name);
+    if (comm->place_away)
+        ferry_px_place_start(w);
     ps.n = 0;
     while (!atomic_load_explicit(&comm->stop, memory_order_acquire)) {
         uint32_t gen = atomic_load(&comm->kick_gen);
-        long work = ferry_px_worker_sweep(w, have_poll ? &ps : NULL);
+        long work;
 
+        if (comm->place_away)
+            ferry_px_place_follow(w);
+        work = ferry_px_worker_sweep(w, have_poll ? &ps : NULL);
         have_poll = 0;
         ferry_px_stat_add(&w->stats.sweeps, 1);
         if (work <= 0)

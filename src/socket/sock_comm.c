@@ -20,7 +20,8 @@ ferry_status_t ferry_sock_comm_create(ferry_px_req_kind_t kind, int dev, const i
         status = FERRY_ERR_NO_MEMORY;
         goto err_close_fds;
     }
-    status = ferry_px_stream_init(&comm->px, kind, "socket", peer, nlanes, cfg->threads,
+    status = ferry_px_stream_init(&comm->px, kind, "socket", peer, nlanes,
+                                  kind == FERRY_PX_SEND ? cfg->send_threads : cfg->recv_threads,
                                   cfg->chunk_min, cfg->chunk_max,
                                   kind == FERRY_PX_SEND ? &ferry_sock_send_lane_ops
                                                         : &ferry_sock_recv_lane_ops,
@@ -42,6 +43,7 @@ ferry_status_t ferry_sock_comm_create(ferry_px_req_kind_t kind, int dev, const i
     comm->px.use_epoll = cfg->epoll;
     comm->px.has_cpus = ferry_sock_state.devs[dev].has_cpus;
     comm->px.cpus = ferry_sock_state.devs[dev].cpus;
+    comm->px.place_away = cfg->helper_place == FERRY_SOCK_PLACE_AWAY;
     for (i = 0; i < nlanes; i++)
         comm->lanes[i].fd = fds[i];
     /* The receiver's tuning would not apply before accept: set options on each fd here. */

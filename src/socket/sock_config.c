@@ -28,6 +28,12 @@ _Static_assert(FERRY_SOCK_CFG_COUNT <= sizeof(((ferry_sock_config_t *)0)->src) /
 #define FERRY_SOCK_CFG_FIELD(_f) .offset = offsetof(ferry_sock_config_t, _f), \
                                  .width = sizeof(((ferry_sock_config_t *)0)->_f)
 
+static const ferry_cfg_choice_t ferry_sock_cfg_places[] = {
+    {"mask", FERRY_SOCK_PLACE_MASK},
+    {"away", FERRY_SOCK_PLACE_AWAY},
+    {NULL, 0},
+};
+
 static const ferry_cfg_var_t ferry_sock_cfg_vars[FERRY_SOCK_CFG_COUNT] = {
     [FERRY_SOCK_CFG_SOCKET_NTHREADS] = {"NCCL_SOCKET_NTHREADS", FERRY_CFG_KIND_INT,
         FERRY_SOCK_CFG_FIELD(socket_nthreads), 0, 1, FERRY_SOCK_MAX_THREADS,
@@ -101,6 +107,17 @@ static const ferry_cfg_var_t ferry_sock_cfg_vars[FERRY_SOCK_CFG_COUNT] = {
         FERRY_SOCK_CFG_FIELD(ignore_cpu_affinity), 0, INT_MIN, INT_MAX,
         "an integer (non-zero: streams and threads are chosen for every online CPU, not the "
         "process' affinity mask)"},
+    [FERRY_SOCK_CFG_SEND_THREADS] = {"NCCL_FERRY_SEND_THREADS", FERRY_CFG_KIND_INT,
+        FERRY_SOCK_CFG_FIELD(send_threads), -1, -1, FERRY_SOCK_MAX_THREADS,
+        "-1 (as NCCL_FERRY_THREADS) or helper threads per send connection, 0..16"},
+    [FERRY_SOCK_CFG_RECV_THREADS] = {"NCCL_FERRY_RECV_THREADS", FERRY_CFG_KIND_INT,
+        FERRY_SOCK_CFG_FIELD(recv_threads), -1, -1, FERRY_SOCK_MAX_THREADS,
+        "-1 (as NCCL_FERRY_THREADS) or helper threads per receive connection, 0..16"},
+    [FERRY_SOCK_CFG_HELPER_PLACE] = {"NCCL_FERRY_HELPER_PLACE", FERRY_CFG_KIND_CHOICE,
+        FERRY_SOCK_CFG_FIELD(helper_place), FERRY_SOCK_PLACE_MASK, 0, 0,
+        "mask (helper threads run anywhere in the process' CPU mask, near the NIC where it "
+        "can) or away (the same, but off the CPU NCCL's thread last posted from)",
+        .choices = ferry_sock_cfg_places},
 };
 
 int ferry_sock_config_cpus(int ignore_mask, int *mask_p)
@@ -125,6 +142,21 @@ static int ferry_sock_cfg_auto_threads(int ncpus, int streams)
     if (ncpus <= FERRY_SOCK_NOHELPER_CPUS)
         return 0;
     return streams < FERRY_SOCK_MAX_THREADS ? streams : FERRY_SOCK_MAX_THREADS;
+}
+
+/*
+ * One side's helpers: NCCL_FERRY_SEND_THREADS / NCCL_FERRY_RECV_THREADS win for
+ * their side, otherwise the side follows the threads chosen for both. Never
+ * more than the streams.
+ */
+static void ferry_sock_cfg_derive_side(ferry_sock_config_t *cfg, int id, int *side)
+{
+    if (*side < 0) {
+        *side = cfg->threads;
+        cfg->src[id] = FERRY_CFG_DERIVED;
+    }
+    if (*side > cfg->streams)
+        *side = cfg->streams;
 }
 
 /*
@@ -169,14 +201,19 @@ static void ferry_sock_cfg_derive_lanes(ferry_sock_config_t *cfg)
      * each is one more socket to poll per call and one more buffer to keep
      * warm. nccl-tests under mpirun (one core per rank, 2 channels): one
      * stream 1.00-1.12x four at every size, 1.06-1.10x from 4 MiB up
-     * (bench/results/2026-11-29-gpu-onecore, run2).
+     * (bench/results/2026-11-29-gpu-onecore, run2). The same for one side's
+     * single helper (NCCL_FERRY_SEND_THREADS / RECV_THREADS = 1): one thread
+     * per side moves every stream of it.
      */
-    if (cfg->threads == 0 && cfg->src[FERRY_SOCK_CFG_STREAMS] == FERRY_CFG_DEFAULT) {
+    if (cfg->threads == 0 && cfg->send_threads <= 1 && cfg->recv_threads <= 1 &&
+        cfg->src[FERRY_SOCK_CFG_STREAMS] == FERRY_CFG_DEFAULT) {
         cfg->streams = 1;
         cfg->src[FERRY_SOCK_CFG_STREAMS] = FERRY_CFG_DERIVED;
     }
     if (cfg->threads > cfg->streams)
         cfg->threads = cfg->streams;
+    ferry_sock_cfg_derive_side(cfg, FERRY_SOCK_CFG_SEND_THREADS, &cfg->send_threads);
+    ferry_sock_cfg_derive_side(cfg, FERRY_SOCK_CFG_RECV_THREADS, &cfg->recv_threads);
     if (cfg->ncpus == 1 && cfg->threads > 0)
         FERRY_WARN("%d helper threads per connection (%s) in a process bound to one CPU: they "
                    "take turns with NCCL's own thread for that CPU (0.75-0.94x measured under "
@@ -200,6 +237,13 @@ static void ferry_sock_cfg_lanes_words(int streams, int threads, char *buf, size
 /* Which variable set streams or threads, for the line; NULL when the CPUs chose both. */
 static const char *ferry_sock_cfg_lanes_setter(const ferry_sock_config_t *cfg)
 {
+    int send = cfg->src[FERRY_SOCK_CFG_SEND_THREADS] == FERRY_CFG_ENV;
+    int recv = cfg->src[FERRY_SOCK_CFG_RECV_THREADS] == FERRY_CFG_ENV;
+
+    if (send || recv)
+        return send && recv ? "NCCL_FERRY_SEND_THREADS and NCCL_FERRY_RECV_THREADS"
+               : send       ? "NCCL_FERRY_SEND_THREADS"
+                            : "NCCL_FERRY_RECV_THREADS";
     if (cfg->src[FERRY_SOCK_CFG_THREADS] == FERRY_CFG_ENV)
         return cfg->src[FERRY_SOCK_CFG_STREAMS] == FERRY_CFG_ENV
                    ? "NCCL_FERRY_STREAMS and NCCL_FERRY_THREADS"
@@ -227,7 +271,12 @@ void ferry_sock_config_lanes_line(const ferry_sock_config_t *cfg, char *buf, siz
     else
         snprintf(where, sizeof(where), "%d CPU%s in the affinity mask", cfg->ncpus,
                  cfg->ncpus == 1 ? "" : "s");
-    ferry_sock_cfg_lanes_words(cfg->streams, cfg->threads, chosen, sizeof(chosen));
+    if (cfg->send_threads == cfg->recv_threads)
+        ferry_sock_cfg_lanes_words(cfg->streams, cfg->send_threads, chosen, sizeof(chosen));
+    else
+        snprintf(chosen, sizeof(chosen), "%d stream%s, %d helper thread%s per send and %d per "
+                 "receive", cfg->streams, cfg->streams == 1 ? "" : "s", cfg->send_threads,
+                 cfg->send_threads == 1 ? "" : "s", cfg->recv_threads);
     ferry_sock_cfg_lanes_words(auto_threads == 0 ? 1 : FERRY_SOCK_DEFAULT_STREAMS, auto_threads,
                                dflt, sizeof(dflt));
     if (setter != NULL)
@@ -301,7 +350,7 @@ void ferry_sock_config_format(const ferry_sock_config_t *cfg, char *buf, size_t 
              "spin=%dus(%s) inject_delay=%dus(%s) speed=%dMbps(%s) inline_max=%zu(%s) "
              "assist_max=%lld(%s) notsent_lowat=%d(%s) zerocopy=%d/%zu(%s) solo_max=%zu(%s) "
              "gpu_staging=%d(%s) epoll=%d(%s) socket_timeout=%ds(%s) ignore_cpu_affinity=%d(%s) "
-             "cpus=%d(derived)",
+             "send_threads=%d(%s) recv_threads=%d(%s) helper_place=%s(%s) cpus=%d(derived)",
              cfg->streams, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_STREAMS]), cfg->threads,
              ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_THREADS]), cfg->chunk_min, cfg->chunk_max,
              ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_CHUNK_MAX] != FERRY_CFG_DEFAULT
@@ -321,5 +370,9 @@ void ferry_sock_config_format(const ferry_sock_config_t *cfg, char *buf, size_t 
              cfg->epoll, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_EPOLL]),
              cfg->socket_timeout_s, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_SOCKET_TIMEOUT_S]),
              cfg->ignore_cpu_affinity,
-             ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_IGNORE_CPU_AFFINITY]), cfg->ncpus);
+             ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_IGNORE_CPU_AFFINITY]), cfg->send_threads,
+             ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_SEND_THREADS]), cfg->recv_threads,
+             ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_RECV_THREADS]),
+             cfg->helper_place == FERRY_SOCK_PLACE_AWAY ? "away" : "mask",
+             ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_HELPER_PLACE]), cfg->ncpus);
 }

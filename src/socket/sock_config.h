@@ -38,10 +38,19 @@ typedef struct ferry_sock_config {
     /* Keepalive + TCP_USER_TIMEOUT on data streams: a silent peer fails after this; 0 off. */
     int    socket_timeout_s;
     int    ignore_cpu_affinity;    /* NCCL_IGNORE_CPU_AFFINITY: non-zero counts every online CPU. */
+    int    send_threads;           /* Effective helper threads per send comm (0..streams). */
+    int    recv_threads;           /* Effective helper threads per receive comm (0..streams). */
+    int    helper_place;           /* FERRY_SOCK_PLACE_*: where helper threads may run. */
     int    ncpus;                  /* CPUs the stream/thread defaults were chosen for (derived). */
     int    ncpus_mask;             /* CPUs in the process' affinity mask, 0 when unread. */
-    ferry_cfg_src_t src[24];       /* Source of each value, indexed as the table in sock_config.c. */
+    ferry_cfg_src_t src[32];       /* Source of each value, indexed as the table in sock_config.c. */
 } ferry_sock_config_t;
+
+/* NCCL_FERRY_HELPER_PLACE. */
+enum {
+    FERRY_SOCK_PLACE_MASK, /* Anywhere in the process' mask (near the NIC where it can). */
+    FERRY_SOCK_PLACE_AWAY  /* The same, but off the CPU NCCL's thread posts from. */
+};
 
 /* Index of each variable in sock_config.c's table; also indexes ferry_sock_config_t.src. */
 typedef enum ferry_sock_cfg_id {
@@ -66,6 +75,9 @@ typedef enum ferry_sock_cfg_id {
     FERRY_SOCK_CFG_EPOLL,
     FERRY_SOCK_CFG_SOCKET_TIMEOUT_S,
     FERRY_SOCK_CFG_IGNORE_CPU_AFFINITY,
+    FERRY_SOCK_CFG_SEND_THREADS,
+    FERRY_SOCK_CFG_RECV_THREADS,
+    FERRY_SOCK_CFG_HELPER_PLACE,
     FERRY_SOCK_CFG_COUNT
 } ferry_sock_cfg_id_t;
 

@@ -208,8 +208,11 @@ ferry_status_t ferry_sock_init(const ferry_config_t *core)
     }
     ferry_sock_state.ndev = n;
     ferry_sock_state.gpu = ferry_sock_gpu_on(cfg->gpu_staging);
-    FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET, "socket backend using%s; %d streams, %d threads "
-               "per connection, spin %d us", line, cfg->streams, cfg->threads, cfg->spin_us);
+    FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET, "socket backend using%s; %d streams, %d / %d "
+               "helper threads per send / receive connection%s, spin %d us", line, cfg->streams,
+               cfg->send_threads, cfg->recv_threads,
+               cfg->helper_place == FERRY_SOCK_PLACE_AWAY ? " (off NCCL's thread's CPU)" : "",
+               cfg->spin_us);
     ferry_sock_config_lanes_line(cfg, line, sizeof(line));
     FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET, "%s", line);
     return FERRY_OK;

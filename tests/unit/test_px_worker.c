@@ -3,6 +3,8 @@
  * the counters the dump shows. Real threads on a comm whose lanes are played
  * by the test (they move nothing and wait on no socket), every wait bounded.
  */
+#include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -287,6 +289,109 @@ static void test_message_timeline(void **state)
     free(c);
 }
 
+/* Pin the calling thread to one CPU and check it runs there now. */
+static void pin_self(int cpu)
+{
+    cpu_set_t one;
+
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(one), &one), 0);
+    assert_int_equal(sched_getcpu(), cpu);
+}
+
+/* Wait (at most 5 s) until worker w has moved its CPUs n times. */
+static void wait_placed(ferry_px_stream_t *c, int w, uint64_t n)
+{
+    int tries;
+
+    for (tries = 0; tries < 5000 && atomic_load(&c->workers[w].stats.placed) < n; tries++)
+        sleep_ms(1);
+    assert_int_equal(atomic_load(&c->workers[w].stats.placed), n);
+}
+
+static int worker_may_run_on(ferry_px_stream_t *c, int w, int cpu)
+{
+    cpu_set_t set;
+
+    assert_int_equal(pthread_getaffinity_np(c->workers[w].thread, sizeof(set), &set), 0);
+    return CPU_ISSET(cpu, &set);
+}
+
+/*
+ * place_away: a helper keeps off the CPU the posts come from, follows that
+ * CPU when it moves, keeps every other CPU it had, and the dump says so.
+ * With one CPU to its name it stays there. Needs two CPUs in the mask.
+ */
+static void test_place_away_follows_posting_cpu(void **state)
+{
+    ferry_px_stream_t *c = calloc(1, sizeof(*c));
+    static char buf[3][64];
+    cpu_set_t mine, saved;
+    int a = -1, b = -1, cpu;
+    char *text = NULL, want[64];
+
+    (void)state;
+    assert_non_null(c);
+    assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(saved), &saved), 0);
+    mine = saved;
+    for (cpu = 0; cpu < CPU_SETSIZE && b < 0; cpu++)
+        if (CPU_ISSET(cpu, &mine)) {
+            if (a < 0)
+                a = cpu;
+            else
+                b = cpu;
+        }
+    if (b < 0) {
+        free(c);
+        skip(); /* One CPU: nowhere to keep off to. */
+    }
+    assert_int_equal(ferry_px_stream_init(c, FERRY_PX_RECV, "test", "10.0.0.5:5", 1, 1, 64 << 10,
+                                        1 << 20, &idle_ops, &test_ring_ops), FERRY_OK);
+    c->place_away = 1;
+    park(c, 0, 0);
+    assert_int_equal(ferry_px_stream_start(c), FERRY_OK); /* The worker inherits the whole mask. */
+    wait_all_asleep(c);
+    assert_int_equal(atomic_load(&c->workers[0].stats.placed), 0); /* No post yet: left alone. */
+
+    pin_self(a);
+    assert_non_null(ferry_px_stream_post(c, buf[0], sizeof(buf[0]), NULL, 0));
+    wait_placed(c, 0, 1);
+    assert_false(worker_may_run_on(c, 0, a));
+    assert_true(worker_may_run_on(c, 0, b));
+
+    /* The posting thread moves to b: the worker takes a back and leaves b. */
+    pin_self(b);
+    park(c, 0, 1);
+    assert_non_null(ferry_px_stream_post(c, buf[1], sizeof(buf[1]), NULL, 0));
+    wait_placed(c, 0, 2);
+    assert_true(worker_may_run_on(c, 0, a));
+    assert_false(worker_may_run_on(c, 0, b));
+    dump_text(&text);
+    snprintf(want, sizeof(want), "kept off the posting CPU, moved 2 times, last off CPU %d", b);
+    assert_non_null(strstr(text, want));
+    free(text);
+    ferry_px_stream_stop(c);
+
+    /* Given only the posting CPU (has_cpus), the worker stays on it: never an empty set. */
+    assert_int_equal(ferry_px_stream_init(c, FERRY_PX_RECV, "test", "10.0.0.5:6", 1, 1, 64 << 10,
+                                        1 << 20, &idle_ops, &test_ring_ops), FERRY_OK);
+    c->place_away = 1;
+    c->has_cpus = 1;
+    CPU_ZERO(&c->cpus);
+    CPU_SET(b, &c->cpus);
+    park(c, 0, 0);
+    assert_int_equal(ferry_px_stream_start(c), FERRY_OK);
+    wait_all_asleep(c);
+    assert_non_null(ferry_px_stream_post(c, buf[2], sizeof(buf[2]), NULL, 0));
+    wait_placed(c, 0, 1);
+    assert_true(worker_may_run_on(c, 0, b));
+    assert_false(worker_may_run_on(c, 0, a));
+    ferry_px_stream_stop(c);
+    assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(saved), &saved), 0);
+    free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -294,6 +399,7 @@ int main(void)
         cmocka_unit_test(test_send_post_wakes_one_per_chunk_and_dump),
         cmocka_unit_test(test_dump_without_helpers),
         cmocka_unit_test(test_message_timeline),
+        cmocka_unit_test(test_place_away_follows_posting_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

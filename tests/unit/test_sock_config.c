@@ -87,6 +87,13 @@ static const sock_var_case_t sock_vars[] = {
      "ignore_cpu_affinity=1(env)", "x",
      "an integer (non-zero: streams and threads are chosen for every online CPU, not the "
      "process' affinity mask)"},
+    {FERRY_SOCK_CFG_SEND_THREADS, "NCCL_FERRY_SEND_THREADS", "0", "send_threads=0(env)", "17",
+     "-1 (as NCCL_FERRY_THREADS) or helper threads per send connection, 0..16"},
+    {FERRY_SOCK_CFG_RECV_THREADS, "NCCL_FERRY_RECV_THREADS", "1", "recv_threads=1(env)", "-2",
+     "-1 (as NCCL_FERRY_THREADS) or helper threads per receive connection, 0..16"},
+    {FERRY_SOCK_CFG_HELPER_PLACE, "NCCL_FERRY_HELPER_PLACE", "away", "helper_place=away(env)",
+     "near", "mask (helper threads run anywhere in the process' CPU mask, near the NIC where it "
+     "can) or away (the same, but off the CPU NCCL's thread last posted from)"},
 };
 #define NSOCK_VARS ((int)(sizeof(sock_vars) / sizeof(sock_vars[0])))
 
@@ -117,7 +124,9 @@ static void test_every_variable_has_a_row(void **state)
                      "inline_max=32768(default) assist_max=-1(default) "                      \
                      "notsent_lowat=0(default) zerocopy=0/65536(default) "                    \
                      "solo_max=65536(default) gpu_staging=0(default) epoll=0(default) "      \
-                     "socket_timeout=30s(default) ignore_cpu_affinity=0(default) cpus=16(derived)"
+                     "socket_timeout=30s(default) ignore_cpu_affinity=0(default) "             \
+                     "send_threads=4(derived) recv_threads=4(derived) helper_place=mask(default) " \
+                     "cpus=16(derived)"
 
 static void test_defaults(void **state)
 {
@@ -229,7 +238,9 @@ static void test_env_values_together(void **state)
                               "inline_max=32768(default) assist_max=16384(env) "
                               "notsent_lowat=0(default) zerocopy=1/8192(env) solo_max=0(env) "
                               "gpu_staging=0(default) epoll=0(default) socket_timeout=0s(env) "
-                              "ignore_cpu_affinity=0(default) cpus=8(derived)");
+                              "ignore_cpu_affinity=0(default) send_threads=2(derived) "
+                              "recv_threads=2(derived) helper_place=mask(default) "
+                              "cpus=8(derived)");
     setenv("NCCL_FERRY_SOCKET_TIMEOUT_S", "3600", 1);
     assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
     assert_int_equal(cfg.socket_timeout_s, 3600);
@@ -391,6 +402,47 @@ static void test_cpu_count_chooses(void **state)
     }
 }
 
+/* One side's helper count wins for that side; the other follows the CPUs' choice. */
+static void test_side_threads(void **state)
+{
+    ferry_sock_config_t cfg;
+    char line[512];
+
+    (void)state;
+    /* 2 CPUs: no helpers by default, so one stream; receive comms get the one asked for. */
+    setenv("NCCL_FERRY_RECV_THREADS", "1", 1);
+    assert_int_equal(ferry_sock_config_load_ncpus(&cfg, 2), FERRY_OK);
+    assert_int_equal(cfg.threads, 0);
+    assert_int_equal(cfg.streams, 1);
+    assert_int_equal(cfg.send_threads, 0);
+    assert_int_equal(cfg.src[FERRY_SOCK_CFG_SEND_THREADS], FERRY_CFG_DERIVED);
+    assert_int_equal(cfg.recv_threads, 1);
+    assert_int_equal(cfg.src[FERRY_SOCK_CFG_RECV_THREADS], FERRY_CFG_ENV);
+    ferry_sock_config_lanes_line(&cfg, line, sizeof(line));
+    assert_string_equal(line, "socket backend: 1 stream, 0 helper threads per send and 1 per "
+                              "receive per connection, set by NCCL_FERRY_RECV_THREADS (explicit "
+                              "settings win; the default for 2 CPUs in the affinity mask would "
+                              "be 1 stream, no helper threads (NCCL's thread moves every byte))");
+    /* 16 CPUs: 4 streams; send comms without helpers, receive comms capped at the streams. */
+    clear_env(NULL);
+    setenv("NCCL_FERRY_SEND_THREADS", "0", 1);
+    setenv("NCCL_FERRY_RECV_THREADS", "9", 1);
+    assert_int_equal(ferry_sock_config_load_ncpus(&cfg, 16), FERRY_OK);
+    assert_int_equal(cfg.streams, 4);
+    assert_int_equal(cfg.threads, 4);
+    assert_int_equal(cfg.send_threads, 0);
+    assert_int_equal(cfg.recv_threads, 4);
+    ferry_sock_config_lanes_line(&cfg, line, sizeof(line));
+    assert_non_null(strstr(line, "4 streams, 0 helper threads per send and 4 per receive per "
+                                 "connection, set by NCCL_FERRY_SEND_THREADS and "
+                                 "NCCL_FERRY_RECV_THREADS"));
+    /* Placement is a word; anything else is refused with the words accepted. */
+    clear_env(NULL);
+    setenv("NCCL_FERRY_HELPER_PLACE", "AWAY", 1);
+    assert_int_equal(ferry_sock_config_load_ncpus(&cfg, 2), FERRY_OK);
+    assert_int_equal(cfg.helper_place, FERRY_SOCK_PLACE_AWAY);
+}
+
 /* Explicit settings win over the CPU-based choice, for every mask size; the line says so. */
 static void test_cpu_count_explicit_wins(void **state)
 {
@@ -545,6 +597,7 @@ int main(void)
         cmocka_unit_test_setup(test_one_cpu, clear_env),
         cmocka_unit_test_setup(test_cpu_count_chooses, clear_env),
         cmocka_unit_test_setup(test_cpu_count_explicit_wins, clear_env),
+        cmocka_unit_test_setup(test_side_threads, clear_env),
         cmocka_unit_test_setup(test_ignore_cpu_affinity, clear_env),
         cmocka_unit_test_setup(test_bad_values_warn, clear_env),
         cmocka_unit_test_setup(test_chunk_min_above_max, clear_env),

@@ -1,0 +1,56 @@
+/*
+ * Helper placement away from the posting thread (worker_place.h).
+ *
+ * Why: a helper sleeps in poll() and is woken by its socket; the scheduler
+ * tends to run the wakee on the waker's core, which on a two-CPU rank is the
+ * core of NCCL's proxy thread, while the other core runs the application's
+ * waiting main thread. The helpers then take turns with the proxy thread
+ * and the second core idles in sched_yield.
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+
+#include "proxy/worker_place.h"
+
+void ferry_px_place_note_caller(ferry_px_stream_t *comm)
+{
+    int cpu;
+
+    if (!comm->place_away)
+        return;
+    cpu = sched_getcpu();
+    if (cpu >= 0 && cpu != atomic_load_explicit(&comm->caller_cpu, memory_order_relaxed))
+        atomic_store_explicit(&comm->caller_cpu, cpu, memory_order_relaxed);
+}
+
+void ferry_px_place_start(ferry_px_worker_t *w)
+{
+    ferry_px_stream_t *comm = w->comm;
+
+    w->placed_for = -1;
+    if (comm->has_cpus)
+        w->base_cpus = comm->cpus;
+    else if (pthread_getaffinity_np(pthread_self(), sizeof(w->base_cpus), &w->base_cpus) != 0)
+        CPU_ZERO(&w->base_cpus);
+}
+
+void ferry_px_place_follow(ferry_px_worker_t *w)
+{
+    ferry_px_stream_t *comm = w->comm;
+    int cpu = atomic_load_explicit(&comm->caller_cpu, memory_order_relaxed);
+    cpu_set_t set;
+
+    if (cpu < 0 || cpu == w->placed_for)
+        return;
+    w->placed_for = cpu;
+    set = w->base_cpus;
+    if (cpu < CPU_SETSIZE)
+        CPU_CLR(cpu, &set);
+    if (CPU_COUNT(&set) == 0)
+        set = w->base_cpus; /* One CPU: nowhere else to go. */
+    if (CPU_COUNT(&set) == 0)
+        return;
+    if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0)
+        ferry_px_stat_add(&w->stats.placed, 1);
+}
