@@ -274,8 +274,8 @@ void ferry_sock_config_lanes_line(const ferry_sock_config_t *cfg, char *buf, siz
     if (cfg->send_threads == cfg->recv_threads)
         ferry_sock_cfg_lanes_words(cfg->streams, cfg->send_threads, chosen, sizeof(chosen));
     else
-        snprintf(chosen, sizeof(chosen), "%d stream%s, %d helper thread%s per send and %d per "
-                 "receive", cfg->streams, cfg->streams == 1 ? "" : "s", cfg->send_threads,
+        snprintf(chosen, sizeof(chosen), "%d stream%s, %d helper thread%s for sends and %d for "
+                 "receives", cfg->streams, cfg->streams == 1 ? "" : "s", cfg->send_threads,
                  cfg->send_threads == 1 ? "" : "s", cfg->recv_threads);
     ferry_sock_cfg_lanes_words(auto_threads == 0 ? 1 : FERRY_SOCK_DEFAULT_STREAMS, auto_threads,
                                dflt, sizeof(dflt));

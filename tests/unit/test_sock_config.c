@@ -419,8 +419,8 @@ static void test_side_threads(void **state)
     assert_int_equal(cfg.recv_threads, 1);
     assert_int_equal(cfg.src[FERRY_SOCK_CFG_RECV_THREADS], FERRY_CFG_ENV);
     ferry_sock_config_lanes_line(&cfg, line, sizeof(line));
-    assert_string_equal(line, "socket backend: 1 stream, 0 helper threads per send and 1 per "
-                              "receive per connection, set by NCCL_FERRY_RECV_THREADS (explicit "
+    assert_string_equal(line, "socket backend: 1 stream, 0 helper threads for sends and 1 for "
+                              "receives per connection, set by NCCL_FERRY_RECV_THREADS (explicit "
                               "settings win; the default for 2 CPUs in the affinity mask would "
                               "be 1 stream, no helper threads (NCCL's thread moves every byte))");
     /* 16 CPUs: 4 streams; send comms without helpers, receive comms capped at the streams. */
@@ -433,7 +433,7 @@ static void test_side_threads(void **state)
     assert_int_equal(cfg.send_threads, 0);
     assert_int_equal(cfg.recv_threads, 4);
     ferry_sock_config_lanes_line(&cfg, line, sizeof(line));
-    assert_non_null(strstr(line, "4 streams, 0 helper threads per send and 4 per receive per "
+    assert_non_null(strstr(line, "4 streams, 0 helper threads for sends and 4 for receives per "
                                  "connection, set by NCCL_FERRY_SEND_THREADS and "
                                  "NCCL_FERRY_RECV_THREADS"));
     /* Placement is a word; anything else is refused with the words accepted. */
