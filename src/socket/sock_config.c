@@ -19,6 +19,16 @@
  * size, no helpers 0.59-0.94x of them from 256 KiB up (run8).
  */
 #define FERRY_SOCK_NOHELPER_CPUS   2
+/*
+ * With exactly this many CPUs NCCL's thread still moves every receive, and
+ * each send comm gets one helper kept off NCCL's thread's CPU: it takes the
+ * core the application's waiting main thread yields. nccl-tests under mpirun
+ * with 2 cores per rank: 1.30-1.54x no helpers at 1-256 MiB, level below;
+ * the same helpers on the receive side 1.59x, unplaced helpers on both sides
+ * 1.05x (bench/results/2026-12-04-gpu-cpu-place). With 4 cores the per-stream
+ * helpers stay ahead (0.56-0.89x for this mode from 1 MiB up, same record).
+ */
+#define FERRY_SOCK_SENDHELPER_CPUS 2
 
 _Static_assert(FERRY_SOCK_CFG_COUNT <= sizeof(((ferry_sock_config_t *)0)->src) /
                                            sizeof(((ferry_sock_config_t *)0)->src[0]),
@@ -29,6 +39,7 @@ _Static_assert(FERRY_SOCK_CFG_COUNT <= sizeof(((ferry_sock_config_t *)0)->src) /
                                  .width = sizeof(((ferry_sock_config_t *)0)->_f)
 
 static const ferry_cfg_choice_t ferry_sock_cfg_places[] = {
+    {"auto", -1},
     {"mask", FERRY_SOCK_PLACE_MASK},
     {"away", FERRY_SOCK_PLACE_AWAY},
     {NULL, 0},
@@ -114,9 +125,10 @@ static const ferry_cfg_var_t ferry_sock_cfg_vars[FERRY_SOCK_CFG_COUNT] = {
         FERRY_SOCK_CFG_FIELD(recv_threads), -1, -1, FERRY_SOCK_MAX_THREADS,
         "-1 (as NCCL_FERRY_THREADS) or helper threads per receive connection, 0..16"},
     [FERRY_SOCK_CFG_HELPER_PLACE] = {"NCCL_FERRY_HELPER_PLACE", FERRY_CFG_KIND_CHOICE,
-        FERRY_SOCK_CFG_FIELD(helper_place), FERRY_SOCK_PLACE_MASK, 0, 0,
-        "mask (helper threads run anywhere in the process' CPU mask, near the NIC where it "
-        "can) or away (the same, but off the CPU NCCL's thread last posted from)",
+        FERRY_SOCK_CFG_FIELD(helper_place), -1, 0, 0,
+        "auto (away on 2 CPUs, mask otherwise), mask (helper threads run anywhere in the "
+        "process' CPU mask, near the NIC where it can) or away (the same, but off the CPU "
+        "NCCL's thread last posted from)",
         .choices = ferry_sock_cfg_places},
 };
 
@@ -153,6 +165,10 @@ static void ferry_sock_cfg_derive_side(ferry_sock_config_t *cfg, int id, int *si
 {
     if (*side < 0) {
         *side = cfg->threads;
+        /* Two CPUs and nobody chose the helpers: one per send comm (FERRY_SOCK_SENDHELPER_CPUS). */
+        if (id == FERRY_SOCK_CFG_SEND_THREADS && cfg->ncpus == FERRY_SOCK_SENDHELPER_CPUS &&
+            cfg->threads == 0 && cfg->src[FERRY_SOCK_CFG_THREADS] == FERRY_CFG_DERIVED)
+            *side = 1;
         cfg->src[id] = FERRY_CFG_DERIVED;
     }
     if (*side > cfg->streams)
@@ -214,6 +230,11 @@ static void ferry_sock_cfg_derive_lanes(ferry_sock_config_t *cfg)
         cfg->threads = cfg->streams;
     ferry_sock_cfg_derive_side(cfg, FERRY_SOCK_CFG_SEND_THREADS, &cfg->send_threads);
     ferry_sock_cfg_derive_side(cfg, FERRY_SOCK_CFG_RECV_THREADS, &cfg->recv_threads);
+    if (cfg->helper_place < 0) {
+        cfg->helper_place = cfg->ncpus == FERRY_SOCK_SENDHELPER_CPUS ? FERRY_SOCK_PLACE_AWAY
+                                                                      : FERRY_SOCK_PLACE_MASK;
+        cfg->src[FERRY_SOCK_CFG_HELPER_PLACE] = FERRY_CFG_DERIVED;
+    }
     if (cfg->ncpus == 1 && cfg->threads > 0)
         FERRY_WARN("%d helper threads per connection (%s) in a process bound to one CPU: they "
                    "take turns with NCCL's own thread for that CPU (0.75-0.94x measured under "
@@ -223,15 +244,23 @@ static void ferry_sock_cfg_derive_lanes(ferry_sock_config_t *cfg)
                                                                 : "NCCL_SOCKET_NTHREADS");
 }
 
-/* "1 stream, no helper threads" / "4 streams, 4 helper threads". */
-static void ferry_sock_cfg_lanes_words(int streams, int threads, char *buf, size_t len)
+/*
+ * "1 stream, no helper threads (...)" / "4 streams, 4 helper threads" /
+ * "1 stream, 1 helper thread for sends and 0 for receives".
+ */
+static void ferry_sock_cfg_lanes_words(int streams, int send, int recv, char *buf, size_t len)
 {
-    if (threads == 0)
+    const char *s = streams == 1 ? "" : "s";
+
+    if (send == 0 && recv == 0)
         snprintf(buf, len, "%d stream%s, no helper threads (NCCL's thread moves every byte)",
-                 streams, streams == 1 ? "" : "s");
+                 streams, s);
+    else if (send == recv)
+        snprintf(buf, len, "%d stream%s, %d helper thread%s", streams, s, send,
+                 send == 1 ? "" : "s");
     else
-        snprintf(buf, len, "%d stream%s, %d helper thread%s", streams, streams == 1 ? "" : "s",
-                 threads, threads == 1 ? "" : "s");
+        snprintf(buf, len, "%d stream%s, %d helper thread%s for sends and %d for receives",
+                 streams, s, send, send == 1 ? "" : "s", recv);
 }
 
 /* Which variable set streams or threads, for the line; NULL when the CPUs chose both. */
@@ -263,7 +292,9 @@ void ferry_sock_config_lanes_line(const ferry_sock_config_t *cfg, char *buf, siz
 {
     const char *setter = ferry_sock_cfg_lanes_setter(cfg);
     int auto_threads = ferry_sock_cfg_auto_threads(cfg->ncpus, FERRY_SOCK_DEFAULT_STREAMS);
-    char chosen[96], dflt[96], where[96];
+    int auto_send = cfg->ncpus == FERRY_SOCK_SENDHELPER_CPUS ? 1 : auto_threads;
+    const char *why;
+    char chosen[112], dflt[112], where[96];
 
     if (cfg->ignore_cpu_affinity)
         snprintf(where, sizeof(where), "%d online CPUs (NCCL_IGNORE_CPU_AFFINITY=%d; the "
@@ -271,22 +302,23 @@ void ferry_sock_config_lanes_line(const ferry_sock_config_t *cfg, char *buf, siz
     else
         snprintf(where, sizeof(where), "%d CPU%s in the affinity mask", cfg->ncpus,
                  cfg->ncpus == 1 ? "" : "s");
-    if (cfg->send_threads == cfg->recv_threads)
-        ferry_sock_cfg_lanes_words(cfg->streams, cfg->send_threads, chosen, sizeof(chosen));
-    else
-        snprintf(chosen, sizeof(chosen), "%d stream%s, %d helper thread%s for sends and %d for "
-                 "receives", cfg->streams, cfg->streams == 1 ? "" : "s", cfg->send_threads,
-                 cfg->send_threads == 1 ? "" : "s", cfg->recv_threads);
-    ferry_sock_cfg_lanes_words(auto_threads == 0 ? 1 : FERRY_SOCK_DEFAULT_STREAMS, auto_threads,
-                               dflt, sizeof(dflt));
-    if (setter != NULL)
+    ferry_sock_cfg_lanes_words(cfg->streams, cfg->send_threads, cfg->recv_threads, chosen,
+                               sizeof(chosen));
+    ferry_sock_cfg_lanes_words(auto_threads == 0 ? 1 : FERRY_SOCK_DEFAULT_STREAMS, auto_send,
+                               auto_threads, dflt, sizeof(dflt));
+    if (setter != NULL) {
         snprintf(buf, len, "socket backend: %s per connection, set by %s (explicit settings win; "
                  "the default for %s would be %s)", chosen, setter, where, dflt);
+        return;
+    }
+    if (cfg->ncpus == FERRY_SOCK_SENDHELPER_CPUS)
+        why = "2 CPUs: NCCL's thread moves the receives, and each send comm's helper runs off "
+              "that thread's CPU, on the core the application's waiting thread yields";
+    else if (auto_threads == 0)
+        why = "1 CPU leaves no core for helpers: measured faster without them under mpirun";
     else
-        snprintf(buf, len, "socket backend: %s per connection, chosen for %s (%s)", chosen, where,
-                 auto_threads == 0 ? "up to 2 CPUs leave no core for helpers: measured faster "
-                                     "without them under mpirun"
-                                   : "from 3 CPUs, helpers copy beside NCCL's thread");
+        why = "from 3 CPUs, helpers copy beside NCCL's thread";
+    snprintf(buf, len, "socket backend: %s per connection, chosen for %s (%s)", chosen, where, why);
 }
 
 /*
