@@ -92,8 +92,9 @@ static const sock_var_case_t sock_vars[] = {
     {FERRY_SOCK_CFG_RECV_THREADS, "NCCL_FERRY_RECV_THREADS", "1", "recv_threads=1(env)", "-2",
      "-1 (as NCCL_FERRY_THREADS) or helper threads per receive connection, 0..16"},
     {FERRY_SOCK_CFG_HELPER_PLACE, "NCCL_FERRY_HELPER_PLACE", "away", "helper_place=away(env)",
-     "near", "mask (helper threads run anywhere in the process' CPU mask, near the NIC where it "
-     "can) or away (the same, but off the CPU NCCL's thread last posted from)"},
+     "near", "auto (away on 2 CPUs, mask otherwise), mask (helper threads run anywhere in the "
+     "process' CPU mask, near the NIC where it can) or away (the same, but off the CPU NCCL's "
+     "thread last posted from)"},
 };
 #define NSOCK_VARS ((int)(sizeof(sock_vars) / sizeof(sock_vars[0])))
 
@@ -125,7 +126,7 @@ static void test_every_variable_has_a_row(void **state)
                      "notsent_lowat=0(default) zerocopy=0/65536(default) "                    \
                      "solo_max=65536(default) gpu_staging=0(default) epoll=0(default) "      \
                      "socket_timeout=30s(default) ignore_cpu_affinity=0(default) "             \
-                     "send_threads=4(derived) recv_threads=4(derived) helper_place=mask(default) " \
+                     "send_threads=4(derived) recv_threads=4(derived) helper_place=mask(derived) " \
                      "cpus=16(derived)"
 
 static void test_defaults(void **state)
@@ -239,7 +240,7 @@ static void test_env_values_together(void **state)
                               "notsent_lowat=0(default) zerocopy=1/8192(env) solo_max=0(env) "
                               "gpu_staging=0(default) epoll=0(default) socket_timeout=0s(env) "
                               "ignore_cpu_affinity=0(default) send_threads=2(derived) "
-                              "recv_threads=2(derived) helper_place=mask(default) "
+                              "recv_threads=2(derived) helper_place=mask(derived) "
                               "cpus=8(derived)");
     setenv("NCCL_FERRY_SOCKET_TIMEOUT_S", "3600", 1);
     assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
@@ -362,21 +363,26 @@ static void test_one_cpu(void **state)
 /* One row per mask size: what the defaults become, and the line's reason. */
 typedef struct cpu_case {
     int         ncpus;
-    int         streams, threads;
+    int         streams, threads, send, recv, place;
     const char *line;
 } cpu_case_t;
 
 static const cpu_case_t cpu_cases[] = {
-    {1, 1, 0, "socket backend: 1 stream, no helper threads (NCCL's thread moves every byte) per "
-              "connection, chosen for 1 CPU in the affinity mask (up to 2 CPUs leave no core for "
-              "helpers: measured faster without them under mpirun)"},
-    {2, 1, 0, "socket backend: 1 stream, no helper threads (NCCL's thread moves every byte) per "
-              "connection, chosen for 2 CPUs in the affinity mask (up to 2 CPUs leave no core for "
-              "helpers: measured faster without them under mpirun)"},
-    {4, 4, 4, "socket backend: 4 streams, 4 helper threads per connection, chosen for 4 CPUs in "
-              "the affinity mask (from 3 CPUs, helpers copy beside NCCL's thread)"},
-    {16, 4, 4, "socket backend: 4 streams, 4 helper threads per connection, chosen for 16 CPUs "
-               "in the affinity mask (from 3 CPUs, helpers copy beside NCCL's thread)"},
+    {1, 1, 0, 0, 0, FERRY_SOCK_PLACE_MASK,
+     "socket backend: 1 stream, no helper threads (NCCL's thread moves every byte) per "
+     "connection, chosen for 1 CPU in the affinity mask (1 CPU leaves no core for helpers: "
+     "measured faster without them under mpirun)"},
+    {2, 1, 0, 1, 0, FERRY_SOCK_PLACE_AWAY,
+     "socket backend: 1 stream, 1 helper thread for sends and 0 for receives per connection, "
+     "chosen for 2 CPUs in the affinity mask (2 CPUs: NCCL's thread moves the receives, and each "
+     "send comm's helper runs off that thread's CPU, on the core the application's waiting "
+     "thread yields)"},
+    {4, 4, 4, 4, 4, FERRY_SOCK_PLACE_MASK,
+     "socket backend: 4 streams, 4 helper threads per connection, chosen for 4 CPUs in "
+     "the affinity mask (from 3 CPUs, helpers copy beside NCCL's thread)"},
+    {16, 4, 4, 4, 4, FERRY_SOCK_PLACE_MASK,
+     "socket backend: 4 streams, 4 helper threads per connection, chosen for 16 CPUs "
+     "in the affinity mask (from 3 CPUs, helpers copy beside NCCL's thread)"},
 };
 
 /* The CPU count (injected, as the mask would give it) chooses streams and threads. */
@@ -396,6 +402,10 @@ static void test_cpu_count_chooses(void **state)
         assert_int_equal(cfg.streams, c->streams);
         assert_int_equal(cfg.threads, c->threads);
         assert_int_equal(cfg.src[FERRY_SOCK_CFG_THREADS], FERRY_CFG_DERIVED);
+        assert_int_equal(cfg.send_threads, c->send);
+        assert_int_equal(cfg.recv_threads, c->recv);
+        assert_int_equal(cfg.helper_place, c->place);
+        assert_int_equal(cfg.src[FERRY_SOCK_CFG_HELPER_PLACE], FERRY_CFG_DERIVED);
         assert_int_equal(last_warn[0], '\0');
         ferry_sock_config_lanes_line(&cfg, line, sizeof(line));
         assert_string_equal(line, c->line);
@@ -409,20 +419,47 @@ static void test_side_threads(void **state)
     char line[512];
 
     (void)state;
-    /* 2 CPUs: no helpers by default, so one stream; receive comms get the one asked for. */
-    setenv("NCCL_FERRY_RECV_THREADS", "1", 1);
+    /* 2 CPUs: one send helper by default; NCCL_FERRY_SEND_THREADS=0 takes it away. */
+    setenv("NCCL_FERRY_SEND_THREADS", "0", 1);
     assert_int_equal(ferry_sock_config_load_ncpus(&cfg, 2), FERRY_OK);
     assert_int_equal(cfg.threads, 0);
     assert_int_equal(cfg.streams, 1);
     assert_int_equal(cfg.send_threads, 0);
-    assert_int_equal(cfg.src[FERRY_SOCK_CFG_SEND_THREADS], FERRY_CFG_DERIVED);
-    assert_int_equal(cfg.recv_threads, 1);
-    assert_int_equal(cfg.src[FERRY_SOCK_CFG_RECV_THREADS], FERRY_CFG_ENV);
+    assert_int_equal(cfg.src[FERRY_SOCK_CFG_SEND_THREADS], FERRY_CFG_ENV);
+    assert_int_equal(cfg.recv_threads, 0);
+    assert_int_equal(cfg.src[FERRY_SOCK_CFG_RECV_THREADS], FERRY_CFG_DERIVED);
     ferry_sock_config_lanes_line(&cfg, line, sizeof(line));
-    assert_string_equal(line, "socket backend: 1 stream, 0 helper threads for sends and 1 for "
-                              "receives per connection, set by NCCL_FERRY_RECV_THREADS (explicit "
-                              "settings win; the default for 2 CPUs in the affinity mask would "
-                              "be 1 stream, no helper threads (NCCL's thread moves every byte))");
+    assert_string_equal(line, "socket backend: 1 stream, no helper threads (NCCL's thread moves "
+                              "every byte) per connection, set by NCCL_FERRY_SEND_THREADS "
+                              "(explicit settings win; the default for 2 CPUs in the affinity "
+                              "mask would be 1 stream, 1 helper thread for sends and 0 for "
+                              "receives)");
+    /* 2 CPUs, a receive helper asked for: the send side keeps the CPUs' choice. */
+    clear_env(NULL);
+    setenv("NCCL_FERRY_RECV_THREADS", "1", 1);
+    assert_int_equal(ferry_sock_config_load_ncpus(&cfg, 2), FERRY_OK);
+    assert_int_equal(cfg.streams, 1);
+    assert_int_equal(cfg.send_threads, 1);
+    assert_int_equal(cfg.recv_threads, 1);
+    assert_int_equal(cfg.helper_place, FERRY_SOCK_PLACE_AWAY);
+    /* Helpers chosen by NCCL_FERRY_THREADS: both sides follow it, no extra send helper. */
+    clear_env(NULL);
+    setenv("NCCL_FERRY_THREADS", "0", 1);
+    assert_int_equal(ferry_sock_config_load_ncpus(&cfg, 2), FERRY_OK);
+    assert_int_equal(cfg.send_threads, 0);
+    assert_int_equal(cfg.recv_threads, 0);
+    /* 3 CPUs and more: the placement is the mask's unless asked. */
+    clear_env(NULL);
+    assert_int_equal(ferry_sock_config_load_ncpus(&cfg, 3), FERRY_OK);
+    assert_int_equal(cfg.helper_place, FERRY_SOCK_PLACE_MASK);
+    setenv("NCCL_FERRY_HELPER_PLACE", "away", 1);
+    assert_int_equal(ferry_sock_config_load_ncpus(&cfg, 3), FERRY_OK);
+    assert_int_equal(cfg.helper_place, FERRY_SOCK_PLACE_AWAY);
+    assert_int_equal(cfg.src[FERRY_SOCK_CFG_HELPER_PLACE], FERRY_CFG_ENV);
+    clear_env(NULL);
+    setenv("NCCL_FERRY_HELPER_PLACE", "mask", 1);
+    assert_int_equal(ferry_sock_config_load_ncpus(&cfg, 2), FERRY_OK);
+    assert_int_equal(cfg.helper_place, FERRY_SOCK_PLACE_MASK);
     /* 16 CPUs: 4 streams; send comms without helpers, receive comms capped at the streams. */
     clear_env(NULL);
     setenv("NCCL_FERRY_SEND_THREADS", "0", 1);
@@ -491,8 +528,8 @@ static void test_cpu_count_explicit_wins(void **state)
     ferry_sock_config_lanes_line(&cfg, line, sizeof(line));
     assert_string_equal(line, "socket backend: 4 streams, 4 helper threads per connection, set "
                               "by NCCL_FERRY_THREADS (explicit settings win; the default for 2 "
-                              "CPUs in the affinity mask would be 1 stream, no helper threads "
-                              "(NCCL's thread moves every byte))");
+                              "CPUs in the affinity mask would be 1 stream, 1 helper thread for "
+                              "sends and 0 for receives)");
 }
 
 /*
