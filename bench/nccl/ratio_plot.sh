@@ -6,7 +6,9 @@
 #   bench/nccl/ratio_plot.sh OUT_PNG CONFIG_A CONFIG_B LABEL=SUMMARY_CSV... [--title T]
 #
 # Plots median busbw of CONFIG_A / CONFIG_B (all_reduce, the first NCCL build
-# of each file) at every size both have. Needs gnuplot.
+# of each file) at every size both have. CONFIG_B may join several with '+'
+# (socket-default+socket-2x2): the better of them at each size. Prints each
+# point ("ratio_plot.sh: LABEL SIZE RATIO") as it plots it. Needs gnuplot.
 set -euo pipefail
 usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [ $# -ge 4 ] || usage
@@ -35,10 +37,13 @@ for run in "${runs[@]}"; do
   awk -F, -v a="$a" -v b="$b" '
     NR == 2 { build = $1 }
     NR > 1 && $1 == build && $4 == "all_reduce" && $3 == a { ba[$5] = $7 }
-    NR > 1 && $1 == build && $4 == "all_reduce" && $3 == b { bb[$5] = $7 }
+    BEGIN { nb = split(b, bs, "+"); for (k = 1; k <= nb; k++) isb[bs[k]] = 1 }
+    NR > 1 && $1 == build && $4 == "all_reduce" && ($3 in isb) && (!($5 in bb) || $7 > bb[$5]) {
+      bb[$5] = $7 }
     END { for (s in ba) if ((s in bb) && bb[s] > 0) print s, ba[s] / bb[s] }' "$csv" |
     sort -n >"$tmp/$i.dat"
   [ -s "$tmp/$i.dat" ] || { echo "ratio_plot.sh: no size with both $a and $b in $csv" >&2; exit 2; }
+  awk -v label="$label" '{ printf "ratio_plot.sh: %s %s %.3f\n", label, $1, $2 }' "$tmp/$i.dat"
   plots="${plots:+$plots, }'$tmp/$i.dat' using 1:2 with linespoints lw 2 title '$label'"
 done
 gnuplot <<GP

@@ -30,6 +30,18 @@
  */
 #define FERRY_SOCK_SENDHELPER_CPUS 2
 
+/*
+ * Only where a launcher gave the process its two CPUs: on a host that has
+ * just two, every process shares them and there is no core for a helper to
+ * take. ferry-bench on the 2-core VM (its two processes on the same two
+ * CPUs): 0.45-0.80x raw TCP at 4 connections with the send helpers, 1.07-1.30x
+ * without (bench/results/2026-12-04-vm-ferry-bench).
+ */
+static int ferry_sock_cfg_send_helper_mode(const ferry_sock_config_t *cfg)
+{
+    return cfg->ncpus == FERRY_SOCK_SENDHELPER_CPUS && cfg->cpus_bound;
+}
+
 _Static_assert(FERRY_SOCK_CFG_COUNT <= sizeof(((ferry_sock_config_t *)0)->src) /
                                            sizeof(((ferry_sock_config_t *)0)->src[0]),
                "ferry_sock_config_t.src holds a source per variable");
@@ -120,19 +132,20 @@ static const ferry_cfg_var_t ferry_sock_cfg_vars[FERRY_SOCK_CFG_COUNT] = {
         "process' affinity mask)"},
     [FERRY_SOCK_CFG_SEND_THREADS] = {"NCCL_FERRY_SEND_THREADS", FERRY_CFG_KIND_INT,
         FERRY_SOCK_CFG_FIELD(send_threads), -1, -1, FERRY_SOCK_MAX_THREADS,
-        "-1 (as NCCL_FERRY_THREADS) or helper threads per send connection, 0..16"},
+        "-1 (as NCCL_FERRY_THREADS; 1 on 2 CPUs a launcher gave) or helper threads per send "
+        "connection, 0..16"},
     [FERRY_SOCK_CFG_RECV_THREADS] = {"NCCL_FERRY_RECV_THREADS", FERRY_CFG_KIND_INT,
         FERRY_SOCK_CFG_FIELD(recv_threads), -1, -1, FERRY_SOCK_MAX_THREADS,
         "-1 (as NCCL_FERRY_THREADS) or helper threads per receive connection, 0..16"},
     [FERRY_SOCK_CFG_HELPER_PLACE] = {"NCCL_FERRY_HELPER_PLACE", FERRY_CFG_KIND_CHOICE,
         FERRY_SOCK_CFG_FIELD(helper_place), -1, 0, 0,
-        "auto (away on 2 CPUs, mask otherwise), mask (helper threads run anywhere in the "
-        "process' CPU mask, near the NIC where it can) or away (the same, but off the CPU "
-        "NCCL's thread last posted from)",
+        "auto (away on 2 CPUs a launcher gave, mask otherwise), mask (helper threads run "
+        "anywhere in the process' CPU mask, near the NIC where it can) or away (the same, but "
+        "off the CPU NCCL's thread last posted from)",
         .choices = ferry_sock_cfg_places},
 };
 
-int ferry_sock_config_cpus(int ignore_mask, int *mask_p)
+int ferry_sock_config_cpus(int ignore_mask, int *mask_p, int *bound_p)
 {
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     cpu_set_t set;
@@ -143,8 +156,10 @@ int ferry_sock_config_cpus(int ignore_mask, int *mask_p)
     *mask_p = mask;
     if (online < 1)
         online = 1;
+    *bound_p = 0;
     if (ignore_mask || mask == 0)
         return online > INT_MAX ? INT_MAX : (int)online;
+    *bound_p = mask < online;
     return mask;
 }
 
@@ -166,7 +181,7 @@ static void ferry_sock_cfg_derive_side(ferry_sock_config_t *cfg, int id, int *si
     if (*side < 0) {
         *side = cfg->threads;
         /* Two CPUs and nobody chose the helpers: one per send comm (FERRY_SOCK_SENDHELPER_CPUS). */
-        if (id == FERRY_SOCK_CFG_SEND_THREADS && cfg->ncpus == FERRY_SOCK_SENDHELPER_CPUS &&
+        if (id == FERRY_SOCK_CFG_SEND_THREADS && ferry_sock_cfg_send_helper_mode(cfg) &&
             cfg->threads == 0 && cfg->src[FERRY_SOCK_CFG_THREADS] == FERRY_CFG_DERIVED)
             *side = 1;
         cfg->src[id] = FERRY_CFG_DERIVED;
@@ -231,8 +246,8 @@ static void ferry_sock_cfg_derive_lanes(ferry_sock_config_t *cfg)
     ferry_sock_cfg_derive_side(cfg, FERRY_SOCK_CFG_SEND_THREADS, &cfg->send_threads);
     ferry_sock_cfg_derive_side(cfg, FERRY_SOCK_CFG_RECV_THREADS, &cfg->recv_threads);
     if (cfg->helper_place < 0) {
-        cfg->helper_place = cfg->ncpus == FERRY_SOCK_SENDHELPER_CPUS ? FERRY_SOCK_PLACE_AWAY
-                                                                      : FERRY_SOCK_PLACE_MASK;
+        cfg->helper_place = ferry_sock_cfg_send_helper_mode(cfg) ? FERRY_SOCK_PLACE_AWAY
+                                                                  : FERRY_SOCK_PLACE_MASK;
         cfg->src[FERRY_SOCK_CFG_HELPER_PLACE] = FERRY_CFG_DERIVED;
     }
     if (cfg->ncpus == 1 && cfg->threads > 0)
@@ -292,7 +307,7 @@ void ferry_sock_config_lanes_line(const ferry_sock_config_t *cfg, char *buf, siz
 {
     const char *setter = ferry_sock_cfg_lanes_setter(cfg);
     int auto_threads = ferry_sock_cfg_auto_threads(cfg->ncpus, FERRY_SOCK_DEFAULT_STREAMS);
-    int auto_send = cfg->ncpus == FERRY_SOCK_SENDHELPER_CPUS ? 1 : auto_threads;
+    int auto_send = ferry_sock_cfg_send_helper_mode(cfg) ? 1 : auto_threads;
     const char *why;
     char chosen[112], dflt[112], where[96];
 
@@ -311,9 +326,13 @@ void ferry_sock_config_lanes_line(const ferry_sock_config_t *cfg, char *buf, siz
                  "the default for %s would be %s)", chosen, setter, where, dflt);
         return;
     }
-    if (cfg->ncpus == FERRY_SOCK_SENDHELPER_CPUS)
-        why = "2 CPUs: NCCL's thread moves the receives, and each send comm's helper runs off "
-              "that thread's CPU, on the core the application's waiting thread yields";
+    if (ferry_sock_cfg_send_helper_mode(cfg))
+        why = "2 CPUs given to this process: NCCL's thread moves the receives, and each send "
+              "comm's helper runs off that thread's CPU, on the core the application's waiting "
+              "thread yields";
+    else if (cfg->ncpus == FERRY_SOCK_SENDHELPER_CPUS)
+        why = "2 CPUs that are the whole host's, shared with its other processes: no core for "
+              "helpers";
     else if (auto_threads == 0)
         why = "1 CPU leaves no core for helpers: measured faster without them under mpirun";
     else
@@ -336,12 +355,25 @@ static void ferry_sock_cfg_derive_spin(ferry_sock_config_t *cfg)
     cfg->src[FERRY_SOCK_CFG_SPIN_US] = FERRY_CFG_DERIVED;
 }
 
+static ferry_status_t ferry_sock_config_load_cpus(ferry_sock_config_t *cfg, int ncpus, int bound);
+
 ferry_status_t ferry_sock_config_load(ferry_sock_config_t *cfg)
 {
-    return ferry_sock_config_load_ncpus(cfg, 0);
+    return ferry_sock_config_load_cpus(cfg, 0, 0);
 }
 
 ferry_status_t ferry_sock_config_load_ncpus(ferry_sock_config_t *cfg, int ncpus)
+{
+    return ferry_sock_config_load_cpus(cfg, ncpus, 1);
+}
+
+ferry_status_t ferry_sock_config_load_host_cpus(ferry_sock_config_t *cfg, int ncpus)
+{
+    return ferry_sock_config_load_cpus(cfg, ncpus, 0);
+}
+
+/* ncpus > 0: injected (tests), bound or not as said; 0: read from the process. */
+static ferry_status_t ferry_sock_config_load_cpus(ferry_sock_config_t *cfg, int ncpus, int bound)
 {
     ferry_status_t status;
 
@@ -357,8 +389,10 @@ ferry_status_t ferry_sock_config_load_ncpus(ferry_sock_config_t *cfg, int ncpus)
     if (ncpus > 0) {
         cfg->ncpus = ncpus;
         cfg->ncpus_mask = ncpus;
+        cfg->cpus_bound = bound;
     } else {
-        cfg->ncpus = ferry_sock_config_cpus(cfg->ignore_cpu_affinity != 0, &cfg->ncpus_mask);
+        cfg->ncpus = ferry_sock_config_cpus(cfg->ignore_cpu_affinity != 0, &cfg->ncpus_mask,
+                                            &cfg->cpus_bound);
     }
     ferry_sock_cfg_derive_lanes(cfg);
     ferry_sock_cfg_derive_spin(cfg);

@@ -43,6 +43,12 @@ typedef struct ferry_sock_config {
     int    helper_place;           /* FERRY_SOCK_PLACE_*: where helper threads may run. */
     int    ncpus;                  /* CPUs the stream/thread defaults were chosen for (derived). */
     int    ncpus_mask;             /* CPUs in the process' affinity mask, 0 when unread. */
+    /*
+     * 1 when the mask holds fewer CPUs than the host has online: a launcher
+     * (mpirun, Slurm, taskset) gave the process these CPUs. 0 when they are
+     * the whole host's, shared with every other process on it.
+     */
+    int    cpus_bound;
     ferry_cfg_src_t src[32];       /* Source of each value, indexed as the table in sock_config.c. */
 } ferry_sock_config_t;
 
@@ -90,15 +96,19 @@ typedef enum ferry_sock_cfg_id {
 ferry_status_t ferry_sock_config_load(ferry_sock_config_t *cfg);
 /*
  * The same with the CPU count injected (tests; > 0), instead of the
- * affinity mask (or every online CPU with NCCL_IGNORE_CPU_AFFINITY=1).
+ * affinity mask (or every online CPU with NCCL_IGNORE_CPU_AFFINITY=1): a
+ * mask of ncpus CPUs on a larger host (cpus_bound).
  */
 ferry_status_t ferry_sock_config_load_ncpus(ferry_sock_config_t *cfg, int ncpus);
+/* The same for a mask that holds all of a host's ncpus CPUs (not bound). */
+ferry_status_t ferry_sock_config_load_host_cpus(ferry_sock_config_t *cfg, int ncpus);
 /*
  * The CPUs the process may run on: the affinity mask, or with ignore_mask
  * every online CPU (NCCL_IGNORE_CPU_AFFINITY=1). *mask_p gets the mask's
- * count (0 when it cannot be read).
+ * count (0 when it cannot be read), *bound_p whether the mask holds fewer
+ * CPUs than are online (always 0 with ignore_mask).
  */
-int ferry_sock_config_cpus(int ignore_mask, int *mask_p);
+int ferry_sock_config_cpus(int ignore_mask, int *mask_p, int *bound_p);
 /*
  * The one INFO line saying what streams and threads were chosen and why:
  * the CPU count and where it came from, the CPU-based default, and which

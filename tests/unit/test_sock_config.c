@@ -88,13 +88,14 @@ static const sock_var_case_t sock_vars[] = {
      "an integer (non-zero: streams and threads are chosen for every online CPU, not the "
      "process' affinity mask)"},
     {FERRY_SOCK_CFG_SEND_THREADS, "NCCL_FERRY_SEND_THREADS", "0", "send_threads=0(env)", "17",
-     "-1 (as NCCL_FERRY_THREADS) or helper threads per send connection, 0..16"},
+     "-1 (as NCCL_FERRY_THREADS; 1 on 2 CPUs a launcher gave) or helper threads per send "
+     "connection, 0..16"},
     {FERRY_SOCK_CFG_RECV_THREADS, "NCCL_FERRY_RECV_THREADS", "1", "recv_threads=1(env)", "-2",
      "-1 (as NCCL_FERRY_THREADS) or helper threads per receive connection, 0..16"},
     {FERRY_SOCK_CFG_HELPER_PLACE, "NCCL_FERRY_HELPER_PLACE", "away", "helper_place=away(env)",
-     "near", "auto (away on 2 CPUs, mask otherwise), mask (helper threads run anywhere in the "
-     "process' CPU mask, near the NIC where it can) or away (the same, but off the CPU NCCL's "
-     "thread last posted from)"},
+     "near", "auto (away on 2 CPUs a launcher gave, mask otherwise), mask (helper threads run "
+     "anywhere in the process' CPU mask, near the NIC where it can) or away (the same, but off "
+     "the CPU NCCL's thread last posted from)"},
 };
 #define NSOCK_VARS ((int)(sizeof(sock_vars) / sizeof(sock_vars[0])))
 
@@ -374,9 +375,9 @@ static const cpu_case_t cpu_cases[] = {
      "measured faster without them under mpirun)"},
     {2, 1, 0, 1, 0, FERRY_SOCK_PLACE_AWAY,
      "socket backend: 1 stream, 1 helper thread for sends and 0 for receives per connection, "
-     "chosen for 2 CPUs in the affinity mask (2 CPUs: NCCL's thread moves the receives, and each "
-     "send comm's helper runs off that thread's CPU, on the core the application's waiting "
-     "thread yields)"},
+     "chosen for 2 CPUs in the affinity mask (2 CPUs given to this process: NCCL's thread moves "
+     "the receives, and each send comm's helper runs off that thread's CPU, on the core the "
+     "application's waiting thread yields)"},
     {4, 4, 4, 4, 4, FERRY_SOCK_PLACE_MASK,
      "socket backend: 4 streams, 4 helper threads per connection, chosen for 4 CPUs in "
      "the affinity mask (from 3 CPUs, helpers copy beside NCCL's thread)"},
@@ -410,6 +411,34 @@ static void test_cpu_count_chooses(void **state)
         ferry_sock_config_lanes_line(&cfg, line, sizeof(line));
         assert_string_equal(line, c->line);
     }
+}
+
+/*
+ * Two CPUs that are the whole host's (a 2-CPU machine, no binding): shared with
+ * every other process there, so no helpers at all, as before the send helpers.
+ */
+static void test_two_cpus_whole_host(void **state)
+{
+    ferry_sock_config_t cfg;
+    char line[512];
+
+    (void)state;
+    assert_int_equal(ferry_sock_config_load_host_cpus(&cfg, 2), FERRY_OK);
+    assert_int_equal(cfg.cpus_bound, 0);
+    assert_int_equal(cfg.streams, 1);
+    assert_int_equal(cfg.send_threads, 0);
+    assert_int_equal(cfg.recv_threads, 0);
+    assert_int_equal(cfg.helper_place, FERRY_SOCK_PLACE_MASK);
+    ferry_sock_config_lanes_line(&cfg, line, sizeof(line));
+    assert_string_equal(line, "socket backend: 1 stream, no helper threads (NCCL's thread moves "
+                              "every byte) per connection, chosen for 2 CPUs in the affinity mask "
+                              "(2 CPUs that are the whole host's, shared with its other "
+                              "processes: no core for helpers)");
+    /* Asked for, the send helper is there all the same. */
+    setenv("NCCL_FERRY_SEND_THREADS", "1", 1);
+    assert_int_equal(ferry_sock_config_load_host_cpus(&cfg, 2), FERRY_OK);
+    assert_int_equal(cfg.send_threads, 1);
+    assert_int_equal(cfg.recv_threads, 0);
 }
 
 /* One side's helper count wins for that side; the other follows the CPUs' choice. */
@@ -542,18 +571,21 @@ static void test_ignore_cpu_affinity(void **state)
     ferry_sock_config_t cfg;
     cpu_set_t all, one;
     char line[512];
-    int mask;
+    int mask, bound;
 
     (void)state;
     assert_int_equal(sched_getaffinity(0, sizeof(all), &all), 0);
-    assert_int_equal(ferry_sock_config_cpus(0, &mask), CPU_COUNT(&all));
+    assert_int_equal(ferry_sock_config_cpus(0, &mask, &bound), CPU_COUNT(&all));
     assert_int_equal(mask, CPU_COUNT(&all));
-    assert_int_equal(ferry_sock_config_cpus(1, &mask), (int)online);
+    assert_int_equal(bound, CPU_COUNT(&all) < online);
+    assert_int_equal(ferry_sock_config_cpus(1, &mask, &bound), (int)online);
+    assert_int_equal(bound, 0);
     CPU_ZERO(&one);
     CPU_SET(sched_getcpu() >= 0 ? sched_getcpu() : 0, &one);
     assert_int_equal(sched_setaffinity(0, sizeof(one), &one), 0);
     assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
     assert_int_equal(cfg.ncpus, 1);
+    assert_int_equal(cfg.cpus_bound, online > 1);
     assert_int_equal(cfg.threads, 0);
     setenv("NCCL_IGNORE_CPU_AFFINITY", "1", 1);
     assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
@@ -635,6 +667,7 @@ int main(void)
         cmocka_unit_test_setup(test_cpu_count_chooses, clear_env),
         cmocka_unit_test_setup(test_cpu_count_explicit_wins, clear_env),
         cmocka_unit_test_setup(test_side_threads, clear_env),
+        cmocka_unit_test_setup(test_two_cpus_whole_host, clear_env),
         cmocka_unit_test_setup(test_ignore_cpu_affinity, clear_env),
         cmocka_unit_test_setup(test_bad_values_warn, clear_env),
         cmocka_unit_test_setup(test_chunk_min_above_max, clear_env),

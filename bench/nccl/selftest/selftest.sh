@@ -187,6 +187,17 @@ if command -v gnuplot >/dev/null; then
   check ratio_plot 0 "$HERE/../ratio_plot.sh" "$WORK/ratio.png" ferry socket-default "two reps=$WORK/mab/summary.csv"
   check ratio_plot_png 0 test -s "$WORK/ratio.png"
   check ratio_plot_no_pair 2 "$HERE/../ratio_plot.sh" "$WORK/ratio2.png" ferry nonesuch "x=$WORK/mab/summary.csv"
+  # Against the better of two: 3.0 / max(1.0, 2.0) at 4 KiB, 2.0 / max(4.0, 1.0) at 8 KiB.
+  printf '%s\n' build,nccl_version,config,op,size_bytes,runs,busbw_median \
+    mpirun,2.28.3,ferry,all_reduce,4096,1,3.0 mpirun,2.28.3,socket-default,all_reduce,4096,1,1.0 \
+    mpirun,2.28.3,socket-2x2,all_reduce,4096,1,2.0 mpirun,2.28.3,ferry,all_reduce,8192,1,2.0 \
+    mpirun,2.28.3,socket-default,all_reduce,8192,1,4.0 mpirun,2.28.3,socket-2x2,all_reduce,8192,1,1.0 \
+    >"$WORK/best.csv"
+  check ratio_plot_best 0 "$HERE/../ratio_plot.sh" "$WORK/ratio3.png" ferry socket-default+socket-2x2 \
+    "best=$WORK/best.csv"
+  expect ratio_plot_best '^ratio_plot.sh: best 4096 1.500$'
+  expect ratio_plot_best '^ratio_plot.sh: best 8192 0.500$'
+
 fi
 check mpirun_ab_wrong 1 env MOCK_WRONG=1 "$HERE/../mpirun_ab.sh" --tests "$HERE/mock_all_reduce_perf" \
       --reps 1 --configs socket-default "$WORK/mab2"
