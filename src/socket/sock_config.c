@@ -23,10 +23,10 @@
  * With exactly this many CPUs NCCL's thread still moves every receive, and
  * each send comm gets one helper kept off NCCL's thread's CPU: it takes the
  * core the application's waiting main thread yields. nccl-tests under mpirun
- * with 2 cores per rank: 1.30-1.54x no helpers at 1-256 MiB, level below;
- * the same helpers on the receive side 1.59x, unplaced helpers on both sides
- * 1.05x (bench/results/2026-12-04-gpu-cpu-place). With 4 cores the per-stream
- * helpers stay ahead (0.56-0.89x for this mode from 1 MiB up, same record).
+ * with 2 cores per rank: 1.25-1.61x no helpers at 1-256 MiB, level below; at
+ * 64 MiB the same helpers on the receive side gave 1.59x, unplaced helpers on
+ * both sides 1.05x (bench/results/2026-12-04-gpu-cpu-place). With 4 cores the
+ * per-stream helpers stay ahead (this mode 0.56-0.89x them from 1 MiB up).
  */
 #define FERRY_SOCK_SENDHELPER_CPUS 2
 

@@ -193,8 +193,11 @@ ferry_status_t ferry_sock_init(const ferry_config_t *core)
         d->speed_mbps = ferry_sock_dev_speed(
             d->ifc.name, cfg->speed_mbps,
             !ferry_sock_dev_tuner_on(core) ? "ferry's tuner is off"
-            : cfg->threads == 0 ? "no helper threads, and 2 NCCL channels suit NCCL's one copying thread"
-                                : NULL);
+            : cfg->threads != 0 ? NULL
+            : cfg->send_threads == 0 && cfg->recv_threads == 0
+                ? "no helper threads, and 2 NCCL channels suit NCCL's one copying thread"
+                : "helpers on one side only, beside NCCL's thread: 2 NCCL channels (1.02-1.11x "
+                  "4 with a send helper per comm at 2 CPUs)");
         ferry_sock_dev_pci_path(d->ifc.name, d->pci_path, sizeof(d->pci_path));
         ferry_sock_dev_placement(d);
         ferry_sock_addr_str((const struct sockaddr *)&d->ifc.addr, d->addr_str,
