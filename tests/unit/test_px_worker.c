@@ -318,6 +318,16 @@ static int worker_may_run_on(ferry_px_stream_t *c, int w, int cpu)
     return CPU_ISSET(cpu, &set);
 }
 
+/* Post a receive, wait for worker 0's n-th move, check it may run on `on` and not on `off`. */
+static void post_and_check_placed(ferry_px_stream_t *c, char *buf, size_t len, uint64_t n, int on,
+                                  int off)
+{
+    assert_non_null(ferry_px_stream_post(c, buf, len, NULL, 0));
+    wait_placed(c, 0, n);
+    assert_true(worker_may_run_on(c, 0, on));
+    assert_false(worker_may_run_on(c, 0, off));
+}
+
 /*
  * place_away: a helper keeps off the CPU the posts come from, follows that
  * CPU when it moves, keeps every other CPU it had, and the dump says so.
@@ -355,18 +365,12 @@ static void test_place_away_follows_posting_cpu(void **state)
     assert_int_equal(atomic_load(&c->workers[0].stats.placed), 0); /* No post yet: left alone. */
 
     pin_self(a);
-    assert_non_null(ferry_px_stream_post(c, buf[0], sizeof(buf[0]), NULL, 0));
-    wait_placed(c, 0, 1);
-    assert_false(worker_may_run_on(c, 0, a));
-    assert_true(worker_may_run_on(c, 0, b));
+    post_and_check_placed(c, buf[0], sizeof(buf[0]), 1, b, a);
 
     /* The posting thread moves to b: the worker takes a back and leaves b. */
     pin_self(b);
     park(c, 0, 1);
-    assert_non_null(ferry_px_stream_post(c, buf[1], sizeof(buf[1]), NULL, 0));
-    wait_placed(c, 0, 2);
-    assert_true(worker_may_run_on(c, 0, a));
-    assert_false(worker_may_run_on(c, 0, b));
+    post_and_check_placed(c, buf[1], sizeof(buf[1]), 2, a, b);
     dump_text(&text);
     snprintf(want, sizeof(want), "kept off the posting CPU, moved 2 times, last off CPU %d", b);
     assert_non_null(strstr(text, want));
@@ -383,10 +387,7 @@ static void test_place_away_follows_posting_cpu(void **state)
     park(c, 0, 0);
     assert_int_equal(ferry_px_stream_start(c), FERRY_OK);
     wait_all_asleep(c);
-    assert_non_null(ferry_px_stream_post(c, buf[2], sizeof(buf[2]), NULL, 0));
-    wait_placed(c, 0, 1);
-    assert_true(worker_may_run_on(c, 0, b));
-    assert_false(worker_may_run_on(c, 0, a));
+    post_and_check_placed(c, buf[2], sizeof(buf[2]), 1, b, a);
     ferry_px_stream_stop(c);
     assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(saved), &saved), 0);
     free(c);
