@@ -6,7 +6,6 @@
 
 #include "core/log.h"
 #include "proxy/stream.h"
-#include "proxy/worker_place.h"
 
 /*
  * Messages up to this size are pushed by the thread that posts them: one
@@ -115,6 +114,22 @@ ferry_status_t ferry_px_stream_init(ferry_px_stream_t *comm, ferry_px_req_kind_t
 
 static void ferry_px_stream_note_small(ferry_px_stream_t *comm);
 
+/*
+ * With place_away the helpers keep off the CPU the posts come from
+ * (worker_place.c): note it on the comm. sched_getcpu() is a vDSO read, no
+ * syscall; the store only when it changed.
+ */
+static void ferry_px_stream_note_caller(ferry_px_stream_t *comm)
+{
+    int cpu;
+
+    if (!comm->place_away)
+        return;
+    cpu = sched_getcpu();
+    if (cpu >= 0 && cpu != atomic_load_explicit(&comm->caller_cpu, memory_order_relaxed))
+        atomic_store_explicit(&comm->caller_cpu, cpu, memory_order_relaxed);
+}
+
 static void ferry_px_stream_release(ferry_px_stream_t *comm, size_t size, uint32_t nchunks,
                                     int alone);
 
@@ -127,7 +142,7 @@ ferry_px_req_t *ferry_px_stream_post(ferry_px_stream_t *comm, void *buf, size_t 
     ferry_px_req_t *req;
     int alone;
 
-    ferry_px_place_note_caller(comm);
+    ferry_px_stream_note_caller(comm);
     pthread_mutex_lock(&comm->ring.lock);
     req = ferry_px_ring_slot_locked(&comm->ring);
     if (req == NULL) {

@@ -113,7 +113,7 @@ typedef struct ferry_px_worker {
     int                  ep_lane_fd[FERRY_PX_MAX_LANES];
     /* With place_away (worker_place.c): the CPUs it may use, and the posting CPU cut out. */
     cpu_set_t            base_cpus;
-    int                  placed_for;
+    _Atomic int          placed_for;    /* Written by the worker, read by the dump. */
 } ferry_px_worker_t;
 
 typedef struct ferry_px_stream {

@@ -33,7 +33,7 @@ static void ferry_px_dump_workers(FILE *out, const ferry_px_stream_t *comm)
             snprintf(placed, sizeof(placed), "; kept off the posting CPU, moved %" PRIu64
                      " times, last off CPU %d",
                      (uint64_t)atomic_load_explicit(&st->placed, memory_order_relaxed),
-                     comm->workers[i].placed_for);
+                     atomic_load_explicit(&comm->workers[i].placed_for, memory_order_relaxed));
         fprintf(out, "NET/ferry :     thread %d (ferry-%c%u-%d): %" PRIu64 " sweeps (%" PRIu64
                 " found nothing), slept %" PRIu64 " times: woken %" PRIu64 " by posts, %" PRIu64
                 " by its streams, %" PRIu64 " by the timer%s\n",

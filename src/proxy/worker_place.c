@@ -4,8 +4,8 @@
  * Why: a helper sleeps in poll() and is woken by its socket; the scheduler
  * tends to run the wakee on the waker's core, which on a two-CPU rank is the
  * core of NCCL's proxy thread, while the other core runs the application's
- * waiting main thread. The helpers then take turns with the proxy thread
- * and the second core idles in sched_yield.
+ * waiting main thread. The helpers then take turns with the proxy thread,
+ * and the second core only runs that thread's yielding wait.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -13,22 +13,11 @@
 
 #include "proxy/worker_place.h"
 
-void ferry_px_place_note_caller(ferry_px_stream_t *comm)
-{
-    int cpu;
-
-    if (!comm->place_away)
-        return;
-    cpu = sched_getcpu();
-    if (cpu >= 0 && cpu != atomic_load_explicit(&comm->caller_cpu, memory_order_relaxed))
-        atomic_store_explicit(&comm->caller_cpu, cpu, memory_order_relaxed);
-}
-
 void ferry_px_place_start(ferry_px_worker_t *w)
 {
     ferry_px_stream_t *comm = w->comm;
 
-    w->placed_for = -1;
+    atomic_store_explicit(&w->placed_for, -1, memory_order_relaxed);
     if (comm->has_cpus)
         w->base_cpus = comm->cpus;
     else if (pthread_getaffinity_np(pthread_self(), sizeof(w->base_cpus), &w->base_cpus) != 0)
@@ -41,9 +30,9 @@ void ferry_px_place_follow(ferry_px_worker_t *w)
     int cpu = atomic_load_explicit(&comm->caller_cpu, memory_order_relaxed);
     cpu_set_t set;
 
-    if (cpu < 0 || cpu == w->placed_for)
+    if (cpu < 0 || cpu == atomic_load_explicit(&w->placed_for, memory_order_relaxed))
         return;
-    w->placed_for = cpu;
+    atomic_store_explicit(&w->placed_for, cpu, memory_order_relaxed);
     set = w->base_cpus;
     if (cpu < CPU_SETSIZE)
         CPU_CLR(cpu, &set);

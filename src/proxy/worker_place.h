@@ -3,15 +3,14 @@
  * thread). With place_away a comm's helpers keep off the CPU its posts last
  * came from: on a rank with two CPUs that leaves the proxy thread one core
  * and gives the helpers the other, instead of the scheduler waking a helper
- * on its waker's core (worker_place.c).
+ * on its waker's core (worker_place.c). Posts note their CPU on the comm
+ * (caller_cpu, stream.c).
  */
 #ifndef FERRY_PROXY_WORKER_PLACE_H
 #define FERRY_PROXY_WORKER_PLACE_H
 
 #include "proxy/stream.h"
 
-/* The posting thread's CPU, kept on the comm; one vDSO call, no syscall. */
-void ferry_px_place_note_caller(ferry_px_stream_t *comm);
 /* A helper's start: the CPUs it may use (the comm's placement set, or its own mask). */
 void ferry_px_place_start(ferry_px_worker_t *w);
 /*
