@@ -250,13 +250,18 @@ static void ferry_sock_cfg_derive_lanes(ferry_sock_config_t *cfg)
                                                                   : FERRY_SOCK_PLACE_MASK;
         cfg->src[FERRY_SOCK_CFG_HELPER_PLACE] = FERRY_CFG_DERIVED;
     }
-    if (cfg->ncpus == 1 && cfg->threads > 0)
+    if (cfg->ncpus == 1 && (cfg->send_threads > 0 || cfg->recv_threads > 0))
         FERRY_WARN("%d helper threads per connection (%s) in a process bound to one CPU: they "
                    "take turns with NCCL's own thread for that CPU (0.75-0.94x measured under "
                    "mpirun); unset it, or give each rank more CPUs (mpirun --bind-to none, or "
-                   "--map-by slot:PE=N)", cfg->threads,
+                   "--map-by slot:PE=N)",
+                   cfg->send_threads > cfg->recv_threads ? cfg->send_threads : cfg->recv_threads,
                    cfg->src[FERRY_SOCK_CFG_THREADS] == FERRY_CFG_ENV ? "NCCL_FERRY_THREADS"
-                                                                : "NCCL_SOCKET_NTHREADS");
+                   : cfg->src[FERRY_SOCK_CFG_SOCKET_NTHREADS] == FERRY_CFG_ENV
+                       ? "NCCL_SOCKET_NTHREADS"
+                   : cfg->src[FERRY_SOCK_CFG_SEND_THREADS] == FERRY_CFG_ENV
+                       ? "NCCL_FERRY_SEND_THREADS"
+                       : "NCCL_FERRY_RECV_THREADS");
 }
 
 /*

@@ -502,6 +502,14 @@ static void test_side_threads(void **state)
     assert_non_null(strstr(line, "4 streams, 0 helper threads for sends and 4 for receives per "
                                  "connection, set by NCCL_FERRY_SEND_THREADS and "
                                  "NCCL_FERRY_RECV_THREADS"));
+    /* One side's helpers on one CPU get the same WARN, naming the side's variable. */
+    clear_env(NULL);
+    last_warn[0] = '\0';
+    setenv("NCCL_FERRY_RECV_THREADS", "1", 1);
+    assert_int_equal(ferry_sock_config_load_ncpus(&cfg, 1), FERRY_OK);
+    assert_int_equal(cfg.recv_threads, 1);
+    assert_non_null(strstr(last_warn, "1 helper threads per connection (NCCL_FERRY_RECV_THREADS) "
+                                      "in a process bound to one CPU"));
     /* Placement is a word; anything else is refused with the words accepted. */
     clear_env(NULL);
     setenv("NCCL_FERRY_HELPER_PLACE", "AWAY", 1);

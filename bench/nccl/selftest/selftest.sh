@@ -199,6 +199,14 @@ if command -v gnuplot >/dev/null; then
   expect ratio_plot_best '^ratio_plot.sh: best 8192 0.500$'
 
 fi
+# cpu_matrix.sh: one mpirun_ab.sh run per binding, the ratio table over them.
+check cpu_matrix 0 "$HERE/../cpu_matrix.sh" --tests "$HERE/mock_all_reduce_perf" --reps 1 \
+      --bindings 1,none "$WORK/cm"
+expect cpu_matrix '^| 4 KiB | 2.00 | 2.00 |$'
+expect cpu_matrix '^| 256 MiB | 2.00 | 2.00 |$'
+check cpu_matrix_bindings 0 grep -q 'bound to' "$WORK/cm/1/bindings.txt"
+check cpu_matrix_bad_binding 2 "$HERE/../cpu_matrix.sh" --tests "$HERE/mock_all_reduce_perf" \
+      --bindings 1,two "$WORK/cm2"
 check mpirun_ab_wrong 1 env MOCK_WRONG=1 "$HERE/../mpirun_ab.sh" --tests "$HERE/mock_all_reduce_perf" \
       --reps 1 --configs socket-default "$WORK/mab2"
 # nccl-tests -c 0 (a bound measured without checking): N/A is not a failure,

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# cpu_matrix.sh: ferry's socket backend by CPU budget in one command:
+# mpirun_ab.sh at 1, 2 and 4 cores per rank and unbound (each binding's
+# configurations interleaved as mpirun_ab.sh does), then ferry's defaults
+# against the better of NCCL's Socket default and Socket 2x2 at every size and
+# binding: matrix.md (ratios of medians) and matrix.png (ratio_plot.sh).
+#
+#   bench/nccl/cpu_matrix.sh --tests PATH/all_reduce_perf [--reps N]
+#                            [--bindings 1,2,4,none] [--variant LABEL:VAR=V[,VAR=V...]]...
+#                            [--args "nccl-tests options"] [OUTDIR]
+#
+# Bindings: N = mpirun's --map-by slot:PE=N (1: mpirun's own default, one core
+# per rank), none = --bind-to none. Output: OUTDIR/<binding>/ (mpirun_ab.sh's
+# files), OUTDIR/matrix.md, OUTDIR/matrix.png (needs gnuplot; without it the
+# table only). OUTDIR defaults to $OUT, else bench/results/<date>-gpu. Exit 0
+# only if every binding's run passed.
+set -uo pipefail
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+TESTS=
+REPS=4
+BINDINGS=1,2,4,none
+ARGS=
+OUTDIR_ARG=
+VARIANTS=()
+
+usage() { sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
+while [ $# -gt 0 ]; do
+  case $1 in
+    --tests) TESTS=$2; shift ;;
+    --reps) REPS=$2; shift ;;
+    --bindings) BINDINGS=$2; shift ;;
+    --variant) VARIANTS+=(--variant "$2"); shift ;;
+    --args) ARGS=$2; shift ;;
+    -h|--help) usage; exit 0 ;;
+    -*) usage >&2; exit 2 ;;
+    *) OUTDIR_ARG=$1 ;;
+  esac
+  shift
+done
+
+[ -x "$TESTS" ] || { echo "cpu_matrix.sh: --tests must name a built all_reduce_perf (got '$TESTS')" >&2; exit 2; }
+IFS=, read -r -a BIND_LIST <<<"$BINDINGS"
+for b in "${BIND_LIST[@]}"; do
+  case $b in none|[1-9]|[1-9][0-9]) ;; *) echo "cpu_matrix.sh: a binding is a core count or none (got '$b')" >&2; exit 2 ;; esac
+done
+OUTDIR=$(fnb_outdir "$OUTDIR_ARG") || exit 2
+
+# cpu_matrix_label BINDING: the words for the table and the plot.
+cpu_matrix_label() {
+  case $1 in
+    none) echo "no binding" ;;
+    1) echo "1 core per rank" ;;
+    *) echo "$1 cores per rank" ;;
+  esac
+}
+
+failed=0
+plot_runs=()
+for b in "${BIND_LIST[@]}"; do
+  opts=()
+  case $b in
+    none) opts=(--bind none) ;;
+    1) ;;
+    *) opts=(--mpirun-args "--map-by slot:PE=$b") ;;
+  esac
+  [ -n "$ARGS" ] && opts+=(--args "$ARGS")
+  fnb_log "cpu_matrix: binding $b"
+  "$FNB_DIR/mpirun_ab.sh" --tests "$TESTS" --reps "$REPS" "${opts[@]}" "${VARIANTS[@]}" \
+    "$OUTDIR/$b" >"$OUTDIR/$b.out" 2>&1 || { failed=1; fnb_log "cpu_matrix: binding $b failed ($OUTDIR/$b.out)"; }
+  [ -s "$OUTDIR/$b/summary.csv" ] && plot_runs+=("$(cpu_matrix_label "$b")=$OUTDIR/$b/summary.csv")
+done
+[ ${#plot_runs[@]} -gt 0 ] || { echo "cpu_matrix.sh: no binding produced a summary" >&2; exit 1; }
+
+# The ratios, from the same medians ratio_plot.sh draws.
+python3 - "$OUTDIR/matrix.md" "${plot_runs[@]}" <<'PY' || failed=1
+import csv, sys
+out, runs = sys.argv[1], [r.split("=", 1) for r in sys.argv[2:]]
+table, sizes = {}, set()
+for label, path in runs:
+    med = {}
+    rows = list(csv.DictReader(open(path)))
+    build = rows[0]["build"] if rows else None
+    for r in rows:
+        if r["build"] == build and r["op"] == "all_reduce":
+            med[(r["config"], int(r["size_bytes"]))] = float(r["busbw_median"])
+    for (config, size), bw in med.items():
+        best = max(med.get(("socket-default", size), 0), med.get(("socket-2x2", size), 0))
+        if config == "ferry" and best > 0:
+            table[(label, size)] = bw / best
+            sizes.add(size)
+def human(n):
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+with open(out, "w") as f:
+    f.write("# ferry's defaults / the better of NCCL Socket default and Socket 2x2, all_reduce busbw"
+            " (ratio of medians)\n\n")
+    f.write("| size | " + " | ".join(l for l, _ in runs) + " |\n")
+    f.write("|---|" + "---|" * len(runs) + "\n")
+    for s in sorted(sizes):
+        cells = [f"{table[(l, s)]:.2f}" if (l, s) in table else "-" for l, _ in runs]
+        f.write(f"| {human(s)} | " + " | ".join(cells) + " |\n")
+PY
+if command -v gnuplot >/dev/null; then
+  "$FNB_DIR/ratio_plot.sh" "$OUTDIR/matrix.png" ferry socket-default+socket-2x2 "${plot_runs[@]}" \
+    --title "all_reduce busbw, ferry / the better of NCCL Socket default and 2x2, by CPU binding" \
+    >"$OUTDIR/matrix-points.txt" || failed=1
+else
+  fnb_log "cpu_matrix: gnuplot not installed, no matrix.png"
+fi
+cat "$OUTDIR/matrix.md"
+exit $failed
