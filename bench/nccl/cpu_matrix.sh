@@ -74,36 +74,44 @@ for b in "${BIND_LIST[@]}"; do
 done
 [ ${#plot_runs[@]} -gt 0 ] || { echo "cpu_matrix.sh: no binding produced a summary" >&2; exit 1; }
 
-# The ratios, from the same medians ratio_plot.sh draws.
+# The ratios, from the same medians ratio_plot.sh draws, and per repetition
+# (the k-th run of each configuration ran in repetition k): how many ferry won.
 python3 - "$OUTDIR/matrix.md" "${plot_runs[@]}" <<'PY' || failed=1
-import csv, sys
+import csv, os, sys
 out, runs = sys.argv[1], [r.split("=", 1) for r in sys.argv[2:]]
 table, sizes = {}, set()
 for label, path in runs:
-    med = {}
+    med, reps = {}, {}
     rows = list(csv.DictReader(open(path)))
     build = rows[0]["build"] if rows else None
     for r in rows:
         if r["build"] == build and r["op"] == "all_reduce":
             med[(r["config"], int(r["size_bytes"]))] = float(r["busbw_median"])
+    raw = os.path.join(os.path.dirname(path), "raw-mpirun.csv")
+    for r in csv.DictReader(open(raw)) if os.path.exists(raw) else []:
+        reps.setdefault((r["label"], int(r["size_bytes"])), []).append(float(r["busbw_gbps"]))
     for (config, size), bw in med.items():
         best = max(med.get(("socket-default", size), 0), med.get(("socket-2x2", size), 0))
-        if config == "ferry" and best > 0:
-            table[(label, size)] = bw / best
-            sizes.add(size)
+        if config != "ferry" or best <= 0:
+            continue
+        f = reps.get(("ferry", size), [])
+        a, b = reps.get(("socket-default", size), []), reps.get(("socket-2x2", size), [])
+        n = min(len(f), len(a), len(b))
+        won = sum(1 for k in range(n) if f[k] >= max(a[k], b[k]))
+        table[(label, size)] = f"{bw / best:.2f} ({won}/{n})" if n else f"{bw / best:.2f}"
+        sizes.add(size)
 def human(n):
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if n >= 1 << shift and n % (1 << shift) == 0:
             return f"{n >> shift} {unit}"
     return f"{n} B"
 with open(out, "w") as f:
-    f.write("# ferry's defaults / the better of NCCL Socket default and Socket 2x2, all_reduce busbw"
-            " (ratio of medians)\n\n")
+    f.write("# ferry's defaults / the better of NCCL Socket default and Socket 2x2, all_reduce busbw\n\n"
+            "Ratio of medians; in brackets, the repetitions in which ferry beat both.\n\n")
     f.write("| size | " + " | ".join(l for l, _ in runs) + " |\n")
     f.write("|---|" + "---|" * len(runs) + "\n")
     for s in sorted(sizes):
-        cells = [f"{table[(l, s)]:.2f}" if (l, s) in table else "-" for l, _ in runs]
-        f.write(f"| {human(s)} | " + " | ".join(cells) + " |\n")
+        f.write(f"| {human(s)} | " + " | ".join(table.get((l, s), "-") for l, _ in runs) + " |\n")
 PY
 if command -v gnuplot >/dev/null; then
   "$FNB_DIR/ratio_plot.sh" "$OUTDIR/matrix.png" ferry socket-default+socket-2x2 "${plot_runs[@]}" \

@@ -202,8 +202,8 @@ fi
 # cpu_matrix.sh: one mpirun_ab.sh run per binding, the ratio table over them.
 check cpu_matrix 0 "$HERE/../cpu_matrix.sh" --tests "$HERE/mock_all_reduce_perf" --reps 1 \
       --bindings 1,none "$WORK/cm"
-expect cpu_matrix '^| 4 KiB | 2.00 | 2.00 |$'
-expect cpu_matrix '^| 256 MiB | 2.00 | 2.00 |$'
+expect cpu_matrix '^| 4 KiB | 2.00 (1/1) | 2.00 (1/1) |$'
+expect cpu_matrix '^| 256 MiB | 2.00 (1/1) | 2.00 (1/1) |$'
 check cpu_matrix_bindings 0 grep -q 'bound to' "$WORK/cm/1/bindings.txt"
 check cpu_matrix_bad_binding 2 "$HERE/../cpu_matrix.sh" --tests "$HERE/mock_all_reduce_perf" \
       --bindings 1,two "$WORK/cm2"
