@@ -13,6 +13,9 @@
 # with PyTorch's python and NCCL_NET=ferry, and passes only when the script
 # prints PASS, the log shows "Loaded net plugin ferry (v11)" and every
 # "Channel ... via" line says NET/ferry. Writes torch_ddp.log and torch_ddp.txt.
+# FNB_DDP_ARGS passes more options to torch_ddp.py, e.g. "--time-steps 50
+# --rank-cpus 0,1:2,3" (the step time of a larger model, each rank on two CPUs
+# of its own); the step-time line is in torch_ddp.txt.
 set -uo pipefail
 # shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -20,7 +23,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 IB=0
 GDR=0
 case ${1:-} in
-  -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
   --ib) IB=1; shift ;;
   --gdr) IB=1; GDR=1; shift ;;
 esac
@@ -33,6 +36,9 @@ if [ "$IB" = 1 ]; then
   LOG=$OUTDIR/torch_ddp_ib.log
 fi
 [ "$GDR" = 1 ] && LOG=$OUTDIR/torch_ddp_gdr.log
+
+# FNB_DDP_ARGS is a list of options: split on white space on purpose.
+read -r -a DDP_ARGS <<<"${FNB_DDP_ARGS:-}"
 
 main() {
   local rc verdict=PASS counts
@@ -57,7 +63,7 @@ main() {
   env -u NCCL_SOCKET_NTHREADS -u NCCL_NSOCKS_PERTHREAD \
       NCCL_NET_PLUGIN="$FNB_PLUGIN" NCCL_NET=ferry NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0 \
       NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV "${IB_ENV[@]}" \
-      timeout -k 10 150 "$PY" "$FNB_DIR/torch_ddp.py" >"$LOG" 2>&1
+      timeout -k 10 150 "$PY" "$FNB_DIR/torch_ddp.py" "${DDP_ARGS[@]}" >"$LOG" 2>&1
   rc=$?
   counts=$(fnb_proof_check "$LOG" ferry)
   if [ $rc -ne 0 ] || ! grep -q '^torch_ddp: PASS' "$LOG" || ! fnb_proof_check "$LOG" ferry >/dev/null; then

@@ -228,5 +228,23 @@ check mpirun_ab_no_tests 2 "$HERE/../mpirun_ab.sh" --tests /nonexistent/all_redu
 check cpuload 0 "$HERE/../cpuload.sh" --size 4K --iters 2 --settle 1 "$WORK/cpu"
 check cpuload_report 0 grep -q '^## socket-2x2 (exit 0)' "$WORK/cpu/cpuload.md"
 
+# torch_ddp.py's checks and its timed steps on the CPU (gloo), each rank bound to a CPU of its
+# own, where a python with torch is installed (Debian's python3-torch will do).
+TORCH_PY=
+for py in python3 /usr/bin/python3; do
+  if "$py" -c 'import torch' 2>/dev/null; then TORCH_PY=$py; break; fi
+done
+if [ -n "$TORCH_PY" ]; then
+  check torch_ddp_cpu 0 timeout 240 "$TORCH_PY" "$HERE/../torch_ddp.py" --backend gloo --device cpu \
+        --time-steps 3 --time-hidden 64 --host-ms 1 --rank-cpus 0:0
+  expect torch_ddp_cpu '^torch_ddp: step time median [0-9.]* ms, p10 [0-9.]*, p90 [0-9.]*, over 3 steps'
+  expect torch_ddp_cpu '^torch_ddp: PASS$'
+  check torch_ddp_bad_cpus 2 "$TORCH_PY" "$HERE/../torch_ddp.py" --backend gloo --device cpu \
+        --rank-cpus 0
+  expect torch_ddp_bad_cpus 'names 1 ranks, --world is 2'
+else
+  echo "skip torch_ddp_cpu: no python with torch"
+fi
+
 echo "$PASSED passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]
