@@ -3,7 +3,8 @@
  * connection (ferry's NCCL_FERRY_STREAMS/THREADS, or NCCL's
  * NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD), chunking, socket options and
  * the data path's knobs. Parsed once by the socket backend's init
- * (sock_config.c), with the source of every value for the effective-config
+ * (sock_config.c; the CPU-based choice of streams and threads in
+ * sock_config_cpus.c), with the source of every value for the effective-config
  * line. What both backends read (interface, family, connect retries, hello
  * timeout, dump signal, stall warning, tuner) stays in core/config.h.
  */
@@ -13,6 +14,10 @@
 #include <stddef.h>
 
 #include "core/config.h"
+
+#define FERRY_SOCK_DEFAULT_STREAMS 4
+#define FERRY_SOCK_MAX_STREAMS     64
+#define FERRY_SOCK_MAX_THREADS     16
 
 typedef struct ferry_sock_config {
     int    socket_nthreads;        /* NCCL_SOCKET_NTHREADS as given, 0 = unset. */
@@ -115,6 +120,12 @@ int ferry_sock_config_cpus(int ignore_mask, int *mask_p, int *bound_p);
  * explicit variable overrode it.
  */
 void ferry_sock_config_lanes_line(const ferry_sock_config_t *cfg, char *buf, size_t len);
+/*
+ * Streams, threads per side and helper placement from the variables and the
+ * CPU budget in cfg (ncpus, cpus_bound): sock_config_cpus.c, called by the
+ * loads above once the table is parsed.
+ */
+void ferry_sock_config_derive_lanes(ferry_sock_config_t *cfg);
 /* " streams=4(default) threads=4(derived) ..." appended to the effective-config line. */
 void ferry_sock_config_format(const ferry_sock_config_t *cfg, char *buf, size_t len);
 

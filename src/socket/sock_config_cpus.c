@@ -1,0 +1,245 @@
+/*
+ * Streams and helper threads from the CPUs the process has (sock_config.h):
+ * the CPU count and whether a launcher gave them, the defaults each budget
+ * gets, the per-side helpers, and the INFO line that says what was chosen
+ * and why. The measurements behind each choice are in the comments below and
+ * in docs/tuning.md.
+ */
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "socket/sock_config.h"
+
+/*
+ * Up to this many CPUs, NCCL's own thread moves every stream: no helpers.
+ * One core per rank: helpers on it 0.75-0.94x (bench/results/
+ * 2026-11-29-gpu-onecore, run1). Two cores per rank: no helpers 1.00-1.27x
+ * the helpers at every size (run7). Four: helpers ahead of Socket at every
+ * size, no helpers 0.59-0.94x of them from 256 KiB up (run8).
+ */
+#define FERRY_SOCK_NOHELPER_CPUS   2
+/*
+ * With exactly this many CPUs NCCL's thread still moves every receive, and
+ * each send comm gets one helper kept off NCCL's thread's CPU: it takes the
+ * core the application's waiting main thread yields. nccl-tests under mpirun
+ * with 2 cores per rank: 1.25-1.61x no helpers at 1-256 MiB, level below; at
+ * 64 MiB the same helpers on the receive side gave 1.59x, unplaced helpers on
+ * both sides 1.05x (bench/results/2026-12-04-gpu-cpu-place). With 4 cores the
+ * per-stream helpers stay ahead (this mode 0.56-0.89x them from 1 MiB up).
+ */
+#define FERRY_SOCK_SENDHELPER_CPUS 2
+
+/*
+ * Only where a launcher gave the process its two CPUs: on a host that has
+ * just two, every process shares them and there is no core for a helper to
+ * take. ferry-bench on the 2-core VM (its two processes on the same two
+ * CPUs): 0.45-0.80x raw TCP at 4 connections with the send helpers, 1.07-1.30x
+ * without (bench/results/2026-12-04-vm-ferry-bench).
+ */
+static int ferry_sock_cfg_send_helper_mode(const ferry_sock_config_t *cfg)
+{
+    return cfg->ncpus == FERRY_SOCK_SENDHELPER_CPUS && cfg->cpus_bound;
+}
+
+int ferry_sock_config_cpus(int ignore_mask, int *mask_p, int *bound_p)
+{
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    int mask = 0;
+
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+        mask = CPU_COUNT(&set);
+    *mask_p = mask;
+    if (online < 1)
+        online = 1;
+    *bound_p = 0;
+    if (ignore_mask || mask == 0)
+        return online > INT_MAX ? INT_MAX : (int)online;
+    *bound_p = mask < online;
+    return mask;
+}
+
+/* Helper threads per connection for a process on ncpus CPUs, when nobody said. */
+static int ferry_sock_cfg_auto_threads(int ncpus, int streams)
+{
+    if (ncpus <= FERRY_SOCK_NOHELPER_CPUS)
+        return 0;
+    return streams < FERRY_SOCK_MAX_THREADS ? streams : FERRY_SOCK_MAX_THREADS;
+}
+
+/*
+ * One side's helpers: NCCL_FERRY_SEND_THREADS / NCCL_FERRY_RECV_THREADS win for
+ * their side, otherwise the side follows the threads chosen for both. Never
+ * more than the streams.
+ */
+static void ferry_sock_cfg_derive_side(ferry_sock_config_t *cfg, int id, int *side)
+{
+    if (*side < 0) {
+        *side = cfg->threads;
+        /* Two CPUs and nobody chose the helpers: one per send comm (FERRY_SOCK_SENDHELPER_CPUS). */
+        if (id == FERRY_SOCK_CFG_SEND_THREADS && ferry_sock_cfg_send_helper_mode(cfg) &&
+            cfg->threads == 0 && cfg->src[FERRY_SOCK_CFG_THREADS] == FERRY_CFG_DERIVED)
+            *side = 1;
+        cfg->src[id] = FERRY_CFG_DERIVED;
+    }
+    if (*side > cfg->streams)
+        *side = cfg->streams;
+}
+
+/*
+ * Streams and threads: ferry's own variables win; otherwise NCCL's
+ * NTHREADS x NSOCKS_PERTHREAD are honoured as NCCL would (product capped at 64
+ * by cutting streams per thread); otherwise a default chosen from the CPUs
+ * the process has (cfg->ncpus).
+ */
+void ferry_sock_config_derive_lanes(ferry_sock_config_t *cfg)
+{
+    int nt = cfg->socket_nthreads, ns = cfg->nsocks_perthread;
+    int few = cfg->ncpus <= FERRY_SOCK_NOHELPER_CPUS;
+
+    if (cfg->src[FERRY_SOCK_CFG_STREAMS] == FERRY_CFG_DEFAULT && (nt > 0 || ns > 0)) {
+        if (nt == 0)
+            nt = cfg->threads > 0 ? cfg->threads : FERRY_SOCK_DEFAULT_STREAMS;
+        if (ns == 0)
+            ns = 1;
+        if (nt * ns > FERRY_SOCK_MAX_STREAMS)
+            ns = FERRY_SOCK_MAX_STREAMS / nt;
+        cfg->streams = nt * ns;
+        /* NCCL_NSOCKS_PERTHREAD alone asks for sockets, not for helpers on too few CPUs. */
+        if (cfg->src[FERRY_SOCK_CFG_THREADS] == FERRY_CFG_DEFAULT &&
+            !(few && cfg->socket_nthreads == 0)) {
+            cfg->threads = nt;
+            cfg->src[FERRY_SOCK_CFG_THREADS] = FERRY_CFG_DERIVED;
+        }
+        cfg->src[FERRY_SOCK_CFG_STREAMS] = FERRY_CFG_DERIVED;
+    }
+    if (cfg->threads < 0) {
+        /*
+         * A process on one or two CPUs (mpirun binds each rank to a core by
+         * default, or to PE=N) has no core to spare for helper threads:
+         * NCCL's own thread then moves every stream, as NCCL's socket
+         * transport does (FERRY_SOCK_NOHELPER_CPUS for the measurements).
+         */
+        cfg->threads = ferry_sock_cfg_auto_threads(cfg->ncpus, cfg->streams);
+        cfg->src[FERRY_SOCK_CFG_THREADS] = FERRY_CFG_DERIVED;
+    }
+    /*
+     * NCCL's thread moving every stream itself gains nothing from several:
+     * each is one more socket to poll per call and one more buffer to keep
+     * warm. nccl-tests under mpirun (one core per rank, 2 channels): one
+     * stream 1.00-1.12x four at every size, 1.06-1.10x from 4 MiB up
+     * (bench/results/2026-11-29-gpu-onecore, run2). The same for one side's
+     * single helper (NCCL_FERRY_SEND_THREADS / RECV_THREADS = 1): one thread
+     * per side moves every stream of it.
+     */
+    if (cfg->threads == 0 && cfg->send_threads <= 1 && cfg->recv_threads <= 1 &&
+        cfg->src[FERRY_SOCK_CFG_STREAMS] == FERRY_CFG_DEFAULT) {
+        cfg->streams = 1;
+        cfg->src[FERRY_SOCK_CFG_STREAMS] = FERRY_CFG_DERIVED;
+    }
+    if (cfg->threads > cfg->streams)
+        cfg->threads = cfg->streams;
+    ferry_sock_cfg_derive_side(cfg, FERRY_SOCK_CFG_SEND_THREADS, &cfg->send_threads);
+    ferry_sock_cfg_derive_side(cfg, FERRY_SOCK_CFG_RECV_THREADS, &cfg->recv_threads);
+    if (cfg->helper_place < 0) {
+        cfg->helper_place = ferry_sock_cfg_send_helper_mode(cfg) ? FERRY_SOCK_PLACE_AWAY
+                                                                  : FERRY_SOCK_PLACE_MASK;
+        cfg->src[FERRY_SOCK_CFG_HELPER_PLACE] = FERRY_CFG_DERIVED;
+    }
+    if (cfg->ncpus == 1 && (cfg->send_threads > 0 || cfg->recv_threads > 0))
+        FERRY_WARN("%d helper threads per connection (%s) in a process bound to one CPU: they "
+                   "take turns with NCCL's own thread for that CPU (0.75-0.94x measured under "
+                   "mpirun); unset it, or give each rank more CPUs (mpirun --bind-to none, or "
+                   "--map-by slot:PE=N)",
+                   cfg->send_threads > cfg->recv_threads ? cfg->send_threads : cfg->recv_threads,
+                   cfg->src[FERRY_SOCK_CFG_THREADS] == FERRY_CFG_ENV ? "NCCL_FERRY_THREADS"
+                   : cfg->src[FERRY_SOCK_CFG_SOCKET_NTHREADS] == FERRY_CFG_ENV
+                       ? "NCCL_SOCKET_NTHREADS"
+                   : cfg->src[FERRY_SOCK_CFG_SEND_THREADS] == FERRY_CFG_ENV
+                       ? "NCCL_FERRY_SEND_THREADS"
+                       : "NCCL_FERRY_RECV_THREADS");
+}
+
+/*
+ * "1 stream, no helper threads (...)" / "4 streams, 4 helper threads" /
+ * "1 stream, 1 helper thread for sends and 0 for receives".
+ */
+static void ferry_sock_cfg_lanes_words(int streams, int send, int recv, char *buf, size_t len)
+{
+    const char *s = streams == 1 ? "" : "s";
+
+    if (send == 0 && recv == 0)
+        snprintf(buf, len, "%d stream%s, no helper threads (NCCL's thread moves every byte)",
+                 streams, s);
+    else if (send == recv)
+        snprintf(buf, len, "%d stream%s, %d helper thread%s", streams, s, send,
+                 send == 1 ? "" : "s");
+    else
+        snprintf(buf, len, "%d stream%s, %d helper thread%s for sends and %d for receives",
+                 streams, s, send, send == 1 ? "" : "s", recv);
+}
+
+/* Which variable set streams or threads, for the line; NULL when the CPUs chose both. */
+static const char *ferry_sock_cfg_lanes_setter(const ferry_sock_config_t *cfg)
+{
+    int send = cfg->src[FERRY_SOCK_CFG_SEND_THREADS] == FERRY_CFG_ENV;
+    int recv = cfg->src[FERRY_SOCK_CFG_RECV_THREADS] == FERRY_CFG_ENV;
+
+    if (send || recv)
+        return send && recv ? "NCCL_FERRY_SEND_THREADS and NCCL_FERRY_RECV_THREADS"
+               : send       ? "NCCL_FERRY_SEND_THREADS"
+                            : "NCCL_FERRY_RECV_THREADS";
+    if (cfg->src[FERRY_SOCK_CFG_THREADS] == FERRY_CFG_ENV)
+        return cfg->src[FERRY_SOCK_CFG_STREAMS] == FERRY_CFG_ENV
+                   ? "NCCL_FERRY_STREAMS and NCCL_FERRY_THREADS"
+                   : "NCCL_FERRY_THREADS";
+    if (cfg->src[FERRY_SOCK_CFG_STREAMS] == FERRY_CFG_ENV)
+        return "NCCL_FERRY_STREAMS";
+    if (cfg->src[FERRY_SOCK_CFG_SOCKET_NTHREADS] == FERRY_CFG_ENV)
+        return cfg->src[FERRY_SOCK_CFG_NSOCKS_PERTHREAD] == FERRY_CFG_ENV
+                   ? "NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD"
+                   : "NCCL_SOCKET_NTHREADS";
+    if (cfg->src[FERRY_SOCK_CFG_NSOCKS_PERTHREAD] == FERRY_CFG_ENV)
+        return "NCCL_NSOCKS_PERTHREAD";
+    return NULL;
+}
+
+void ferry_sock_config_lanes_line(const ferry_sock_config_t *cfg, char *buf, size_t len)
+{
+    const char *setter = ferry_sock_cfg_lanes_setter(cfg);
+    int auto_threads = ferry_sock_cfg_auto_threads(cfg->ncpus, FERRY_SOCK_DEFAULT_STREAMS);
+    int auto_send = ferry_sock_cfg_send_helper_mode(cfg) ? 1 : auto_threads;
+    const char *why;
+    char chosen[112], dflt[112], where[96];
+
+    if (cfg->ignore_cpu_affinity)
+        snprintf(where, sizeof(where), "%d online CPUs (NCCL_IGNORE_CPU_AFFINITY=%d; the "
+                 "affinity mask holds %d)", cfg->ncpus, cfg->ignore_cpu_affinity, cfg->ncpus_mask);
+    else
+        snprintf(where, sizeof(where), "%d CPU%s in the affinity mask", cfg->ncpus,
+                 cfg->ncpus == 1 ? "" : "s");
+    ferry_sock_cfg_lanes_words(cfg->streams, cfg->send_threads, cfg->recv_threads, chosen,
+                               sizeof(chosen));
+    ferry_sock_cfg_lanes_words(auto_threads == 0 ? 1 : FERRY_SOCK_DEFAULT_STREAMS, auto_send,
+                               auto_threads, dflt, sizeof(dflt));
+    if (setter != NULL) {
+        snprintf(buf, len, "socket backend: %s per connection, set by %s (explicit settings win; "
+                 "the default for %s would be %s)", chosen, setter, where, dflt);
+        return;
+    }
+    if (ferry_sock_cfg_send_helper_mode(cfg))
+        why = "2 CPUs given to this process: NCCL's thread moves the receives, and each send "
+              "comm's helper runs off that thread's CPU, on the core the application's waiting "
+              "thread yields";
+    else if (cfg->ncpus == FERRY_SOCK_SENDHELPER_CPUS)
+        why = "2 CPUs that are the whole host's, shared with its other processes: no core for "
+              "helpers";
+    else if (auto_threads == 0)
+        why = "1 CPU leaves no core for helpers: measured faster without them under mpirun";
+    else
+        why = "from 3 CPUs, helpers copy beside NCCL's thread";
+    snprintf(buf, len, "socket backend: %s per connection, chosen for %s (%s)", chosen, where, why);
+}
