@@ -1,3 +1,9 @@
+/*
+ * The socket backend's variables (sock_config.h): one table row per variable,
+ * its parse with the source of every value, and the words the
+ * effective-config line shows for them. Streams and threads are then derived
+ * from the CPU budget in sock_config_cpus.c.
+ */
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
