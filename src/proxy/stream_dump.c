@@ -25,10 +25,9 @@ static void ferry_px_dump_workers(FILE *out, const ferry_px_stream_t *comm)
     for (i = 0; i < comm->nworkers; i++) {
         const ferry_px_worker_stats_t *st = &comm->workers[i].stats;
         uint64_t slept = atomic_load_explicit(&st->sleeps, memory_order_relaxed);
-
-        sleeps += slept;
         char placed[96] = "";
 
+        sleeps += slept;
         if (comm->place_away)
             snprintf(placed, sizeof(placed), "; kept off the posting CPU, moved %" PRIu64
                      " times, last off CPU %d",

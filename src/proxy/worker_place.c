@@ -10,17 +10,16 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <string.h>
 
+#include "core/log.h"
 #include "proxy/worker_place.h"
 
 void ferry_px_place_start(ferry_px_worker_t *w)
 {
-    ferry_px_stream_t *comm = w->comm;
-
+    /* After the worker's start placed it near the NIC, or left it the process' mask. */
     atomic_store_explicit(&w->placed_for, -1, memory_order_relaxed);
-    if (comm->has_cpus)
-        w->base_cpus = comm->cpus;
-    else if (pthread_getaffinity_np(pthread_self(), sizeof(w->base_cpus), &w->base_cpus) != 0)
+    if (pthread_getaffinity_np(pthread_self(), sizeof(w->base_cpus), &w->base_cpus) != 0)
         CPU_ZERO(&w->base_cpus);
 }
 
@@ -29,6 +28,8 @@ void ferry_px_place_follow(ferry_px_worker_t *w)
     ferry_px_stream_t *comm = w->comm;
     int cpu = atomic_load_explicit(&comm->caller_cpu, memory_order_relaxed);
     cpu_set_t set;
+    char desc[160];
+    int rc;
 
     if (cpu < 0 || cpu == atomic_load_explicit(&w->placed_for, memory_order_relaxed))
         return;
@@ -40,6 +41,13 @@ void ferry_px_place_follow(ferry_px_worker_t *w)
         set = w->base_cpus; /* One CPU: nowhere else to go. */
     if (CPU_COUNT(&set) == 0)
         return;
-    if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0)
+    rc = pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+    if (rc == 0) {
         ferry_px_stat_add(&w->stats.placed, 1);
+        return;
+    }
+    ferry_px_ring_describe(&comm->ring, desc, sizeof(desc));
+    FERRY_INFO(FERRY_LOG_NET, "%s: helper thread %d could not keep off CPU %d, where NCCL's "
+               "thread posts from (%s); it stays on the CPUs it had, beside that thread", desc,
+               w->index, cpu, strerror(rc));
 }

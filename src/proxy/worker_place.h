@@ -11,7 +11,7 @@
 
 #include "proxy/stream.h"
 
-/* A helper's start: the CPUs it may use (the comm's placement set, or its own mask). */
+/* A helper's start: the CPUs it may use are the ones it runs on now (near the NIC, or the mask). */
 void ferry_px_place_start(ferry_px_worker_t *w);
 /*
  * Before each sweep: if the posting CPU moved since the worker last looked,

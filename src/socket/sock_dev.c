@@ -155,6 +155,23 @@ static void ferry_sock_dev_placement(ferry_sock_dev_t *d)
     d->has_cpus = CPU_COUNT(&d->cpus) > 0;
 }
 
+/*
+ * Why loopback reports 100 Gbps (2 NCCL channels) instead of 400, or NULL
+ * when nothing of ferry's asks for fewer channels.
+ */
+static const char *ferry_sock_dev_slow_why(const ferry_config_t *core,
+                                           const ferry_sock_config_t *cfg)
+{
+    if (!ferry_sock_dev_tuner_on(core))
+        return "ferry's tuner is off";
+    if (cfg->threads != 0)
+        return NULL;
+    if (cfg->send_threads == 0 && cfg->recv_threads == 0)
+        return "no helper threads, and 2 NCCL channels suit NCCL's one copying thread";
+    return "helpers on one side only, beside NCCL's thread: 2 NCCL channels (1.02-1.11x 4 with "
+           "a send helper per comm at 2 CPUs)";
+}
+
 ferry_status_t ferry_sock_init(const ferry_config_t *core)
 {
     const ferry_sock_config_t *cfg = &ferry_sock_state.cfg;
@@ -190,14 +207,8 @@ ferry_status_t ferry_sock_init(const ferry_config_t *core)
         ferry_sock_dev_t *d = &ferry_sock_state.devs[i];
 
         d->ifc = ifs[i];
-        d->speed_mbps = ferry_sock_dev_speed(
-            d->ifc.name, cfg->speed_mbps,
-            !ferry_sock_dev_tuner_on(core) ? "ferry's tuner is off"
-            : cfg->threads != 0 ? NULL
-            : cfg->send_threads == 0 && cfg->recv_threads == 0
-                ? "no helper threads, and 2 NCCL channels suit NCCL's one copying thread"
-                : "helpers on one side only, beside NCCL's thread: 2 NCCL channels (1.02-1.11x "
-                  "4 with a send helper per comm at 2 CPUs)");
+        d->speed_mbps = ferry_sock_dev_speed(d->ifc.name, cfg->speed_mbps,
+                                             ferry_sock_dev_slow_why(core, cfg));
         ferry_sock_dev_pci_path(d->ifc.name, d->pci_path, sizeof(d->pci_path));
         ferry_sock_dev_placement(d);
         ferry_sock_addr_str((const struct sockaddr *)&d->ifc.addr, d->addr_str,
