@@ -199,6 +199,20 @@ if command -v gnuplot >/dev/null; then
   expect ratio_plot_best '^ratio_plot.sh: best 8192 0.500$'
 
 fi
+# pool_matrix.py: two runs pooled per repetition. Paired against socket-2x2: 2/2, 4/2 and
+# 2.5/3 (median 1.00); against socket-default: 2/1, 4/2, 2.5/1 (median 2.00): the better Socket
+# is 2x2. ferry beat both in repetitions 1 and 2 of run a, not in run b's one.
+mkdir -p "$WORK/pool/a" "$WORK/pool/b"
+printf '%s\n' op,size_bytes,busbw_gbps,label all_reduce,4096,2,ferry all_reduce,4096,1,socket-default \
+  all_reduce,4096,2,socket-2x2 all_reduce,4096,4,ferry all_reduce,4096,2,socket-default \
+  all_reduce,4096,2,socket-2x2 >"$WORK/pool/a/raw-mpirun.csv"
+printf '%s\n' op,size_bytes,busbw_gbps,label all_reduce,4096,2.5,ferry all_reduce,4096,1,socket-default \
+  all_reduce,4096,3,socket-2x2 >"$WORK/pool/b/raw-mpirun.csv"
+check pool_matrix 0 "$HERE/../pool_matrix.py" --out "$WORK/pool" "two runs=$WORK/pool/a,$WORK/pool/b"
+expect pool_matrix '^| 4 KiB | 1.00 | \[0.83-2.00\] | socket-2x2 | 2/3 | 2 |$'
+check pool_matrix_csv 0 grep -q '^pooled,,ferry,all_reduce,4096,3,1.0000,' "$WORK/pool/pooled-two-runs.csv"
+check pool_matrix_no_run 1 "$HERE/../pool_matrix.py" --out "$WORK/pool" "x=$WORK/pool/none"
+expect pool_matrix_no_run 'raw-mpirun.csv not found'
 # cpu_matrix.sh: one mpirun_ab.sh run per binding, the ratio table over them.
 check cpu_matrix 0 "$HERE/../cpu_matrix.sh" --tests "$HERE/mock_all_reduce_perf" --reps 1 \
       --bindings 1,none "$WORK/cm"
