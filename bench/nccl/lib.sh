@@ -27,8 +27,12 @@ fnb_config_env() {
     socket-default) echo "NCCL_NET_PLUGIN=none NCCL_NET=Socket" ;;
     socket-1x1) echo "NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_SOCKET_NTHREADS=1 NCCL_NSOCKS_PERTHREAD=1" ;;
     socket-2x2) echo "NCCL_NET_PLUGIN=none NCCL_NET=Socket NCCL_SOCKET_NTHREADS=2 NCCL_NSOCKS_PERTHREAD=2" ;;
-    # A variant may name its own plugin build (NCCL_NET_PLUGIN=/path/old.so): A/B of two builds.
+    # A variant may name its own plugin build (NCCL_NET_PLUGIN=/path/old.so): A/B of two builds;
+    # one that names its network too (NCCL_NET_PLUGIN=none,NCCL_NET=Socket) is NCCL's own
+    # transport with extra variables (a profiler, say).
     *) case ",${FNB_VARIANT_ENV[$1]}" in
+         *,NCCL_NET_PLUGIN=*,NCCL_NET=*|*,NCCL_NET=*,NCCL_NET_PLUGIN=*)
+           echo "${FNB_VARIANT_ENV[$1]//,/ }" ;;
          *,NCCL_NET_PLUGIN=*) echo "NCCL_NET=ferry ${FNB_VARIANT_ENV[$1]//,/ }" ;;
          *) echo "NCCL_NET_PLUGIN=$FNB_PLUGIN NCCL_NET=ferry ${FNB_VARIANT_ENV[$1]//,/ }" ;;
        esac ;;

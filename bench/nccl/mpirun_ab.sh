@@ -107,7 +107,8 @@ mpirun_ab_rows() {
   local log=$1 label=$2 version net
   version=$(sed -n 's/.*nccl-library=\([0-9]*\).*/\1/p' "$log" | head -1)
   [ -n "$version" ] && version="$((version / 10000)).$((version / 100 % 100)).$((version % 100))"
-  case $label in socket-*) net=Socket ;; *) net=ferry ;; esac
+  # The network the configuration asks NCCL for (a variant may name Socket).
+  net=$(fnb_config_env "$label" | tr ' ' '\n' | sed -n 's/^NCCL_NET=//p' | tail -1)
   awk -v label="$label" -v ver="${version:-?}" -v net="$net" '
     $1 ~ /^[0-9]+$/ && NF >= 13 && $3 ~ /^(float|half|double|int|int32|bfloat16)$/ {
       printf "all_reduce,%s,%s,%s,%s,%s,%s,%s,0,2,%s,%s,%s\n", $1, $2, $3, $6, $7, $8, $9, ver, net, label

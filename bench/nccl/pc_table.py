@@ -85,7 +85,7 @@ def rows(a, b, limit):
     return [(k, a.get(k, 0.0), b.get(k, 0.0)) for k in keys]
 
 
-def main(outdir):
+def main(outdir, pairs=PAIRS):
     path = os.path.join(outdir, "logs", "flush-prof.txt")
     if not os.path.isfile(path):
         print(f"pc_table.py: no {path}", file=sys.stderr)
@@ -96,14 +96,14 @@ def main(outdir):
               file=sys.stderr)
         return 1
     names = resolve(samples)
-    md = ["## Proxy thread CPU by function (PC sampler, compare.sh --pc-sample)\n",
+    md = ["## Proxy thread CPU by function (PC sampler, FERRY_PROF_SAMPLE_HZ)\n",
           "Nanoseconds of NCCL's proxy thread per step-state record (wall time, sampled: "
           "the thread spins), summed over ranks "
           "and repetitions; records are the six step states NCCL's profiler reports, so "
           "the two transports are compared per unit of proxy work. `~name`: addr2line "
           "found no symbol, the nearest exported one is shown.\n"]
     for build in sorted({k[0] for k in totals}):
-        for ferry, nccl in PAIRS:
+        for ferry, nccl in pairs:
             fk, nk = (build, ferry), (build, nccl)
             if fk not in totals or nk not in totals:
                 continue
@@ -130,4 +130,8 @@ def main(outdir):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "."))
+    # pc_table.py [OUTDIR [FERRY:NCCL ...]]: other configuration pairs than compare.sh's
+    # (mpirun_ab.sh variants that load the profiler, say).
+    args = sys.argv[1:]
+    sys.exit(main(args[0] if args else ".",
+                  tuple(tuple(p.split(":", 1)) for p in args[1:]) or PAIRS))

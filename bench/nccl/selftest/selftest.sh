@@ -223,6 +223,10 @@ check cpu_matrix_bad_binding 2 "$HERE/../cpu_matrix.sh" --tests "$HERE/mock_all_
       --bindings 1,two "$WORK/cm2"
 check mpirun_ab_wrong 1 env MOCK_WRONG=1 "$HERE/../mpirun_ab.sh" --tests "$HERE/mock_all_reduce_perf" \
       --reps 1 --configs socket-default "$WORK/mab2"
+# A variant that names NCCL_NET too is NCCL's own transport with extra variables.
+check mpirun_ab_socket_variant 0 "$HERE/../mpirun_ab.sh" --tests "$HERE/mock_all_reduce_perf" --reps 1 \
+      --configs ferry --variant sock:NCCL_NET_PLUGIN=none,NCCL_NET=Socket,X=1 "$WORK/mab5"
+check mpirun_ab_socket_variant_net 0 grep -q '^all_reduce,4096,.*,1.00,0,.*,Socket,sock$' "$WORK/mab5/raw-mpirun.csv"
 # nccl-tests -c 0 (a bound measured without checking): N/A is not a failure,
 # and the summary says the rows went unchecked.
 check mpirun_ab_unchecked 0 env MOCK_UNCHECKED=1 "$HERE/../mpirun_ab.sh" --tests "$HERE/mock_all_reduce_perf" \
