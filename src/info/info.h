@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/cpu_quota.h"
 #include "nccl/net.h"
 
 #define FERRY_INFO_MAX_DEVS     16
@@ -120,6 +121,7 @@ typedef struct ferry_info_run {
     int    nwarns;
     char   cpus[256];            /* The process' CPU mask as a list. */
     int    ncpus;
+    ferry_cpu_quota_t quota;     /* The cgroup CPU quota over it (quota_us 0: none). */
     ferry_info_thread_t threads[FERRY_INFO_MAX_THREADS]; /* ferry-* threads seen. */
     int    nthreads;
     int    ndev;                 /* devices() as reported. */

@@ -102,7 +102,16 @@ static void ferry_info_json_run(const ferry_info_run_t *r)
     }
     printf("]");
     ferry_info_json_kv("cpus", r->cpus, 0);
-    printf(", \"ncpus\": %d, \"threads\": [", r->ncpus);
+    printf(", \"ncpus\": %d, \"cpu_quota\": ", r->ncpus);
+    if (r->quota.quota_us > 0) {
+        printf("{\"quota_us\": %lld, \"period_us\": %lld, \"cpus\": %d", r->quota.quota_us,
+               r->quota.period_us, ferry_cpu_quota_cpus(&r->quota));
+        ferry_info_json_kv("file", r->quota.file, 0);
+        printf("}");
+    } else {
+        printf("null");
+    }
+    printf(", \"threads\": [");
     for (i = 0; i < r->nthreads; i++) {
         printf("%s{", i ? ", " : "");
         ferry_info_json_kv("name", r->threads[i].name, 1);

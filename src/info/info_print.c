@@ -116,6 +116,12 @@ static void ferry_info_print_run(const ferry_info_run_t *r)
     }
     ferry_info_print_config(r);
     printf("  cpus:      %s (%d CPUs in this process' mask)\n", r->cpus, r->ncpus);
+    if (r->quota.quota_us > 0)
+        printf("  cpu quota: %lld us per %lld us, %d whole CPU%s of time (%s)\n",
+               r->quota.quota_us, r->quota.period_us, ferry_cpu_quota_cpus(&r->quota),
+               ferry_cpu_quota_cpus(&r->quota) == 1 ? "" : "s", r->quota.file);
+    else
+        printf("  cpu quota: none (no cgroup CPU limit over this process)\n");
     printf("  threads:  ");
     if (r->nthreads == 0)
         printf(" none (no helper threads started)");

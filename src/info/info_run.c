@@ -62,6 +62,7 @@ void ferry_info_run(const ferry_info_plugin_t *p, const char *backend, const fer
         snprintf(run->backend_asked, sizeof(run->backend_asked), "%s",
                  getenv("NCCL_FERRY_BACKEND"));
     run->ncpus = ferry_info_cpu_mask(0, run->cpus, sizeof(run->cpus));
+    (void)ferry_cpu_quota_read("", &run->quota);
     ferry_info_log_begin(run, o->verbose);
     rc = ferry_info_net_init(p, &ctx, ferry_info_logger);
     ferry_info_run_backend_name(run);

@@ -14,6 +14,7 @@
 #include <stddef.h>
 
 #include "core/config.h"
+#include "core/cpu_quota.h"
 
 #define FERRY_SOCK_DEFAULT_STREAMS 4
 #define FERRY_SOCK_MAX_STREAMS     64
@@ -48,6 +49,14 @@ typedef struct ferry_sock_config {
     int    helper_place;           /* FERRY_SOCK_PLACE_*: where helper threads may run. */
     int    ncpus;                  /* CPUs the stream/thread defaults were chosen for (derived). */
     int    ncpus_mask;             /* CPUs in the process' affinity mask, 0 when unread. */
+    /*
+     * The cgroup CPU quota over the process, if any (quota_us 0: none), and
+     * the whole CPUs it pays for (ncpus_quota). Where that is fewer than the
+     * mask (or the online CPUs) holds, it is the budget: ncpus.
+     */
+    ferry_cpu_quota_t quota;
+    int    ncpus_quota;
+    int    ncpus_given;            /* The mask's (or online) count before the quota capped it. */
     /*
      * 1 when the mask holds fewer CPUs than the host has online: a launcher
      * (mpirun, Slurm, taskset) gave the process these CPUs. 0 when they are
@@ -108,12 +117,24 @@ ferry_status_t ferry_sock_config_load_ncpus(ferry_sock_config_t *cfg, int ncpus)
 /* The same for a mask that holds all of a host's ncpus CPUs (not bound). */
 ferry_status_t ferry_sock_config_load_host_cpus(ferry_sock_config_t *cfg, int ncpus);
 /*
+ * The same for a mask of ncpus CPUs (bound or not as said) under a cgroup
+ * CPU quota (tests; the load above reads the process' own).
+ */
+ferry_status_t ferry_sock_config_load_quota(ferry_sock_config_t *cfg, int ncpus, int bound,
+                                            const ferry_cpu_quota_t *quota);
+/*
  * The CPUs the process may run on: the affinity mask, or with ignore_mask
  * every online CPU (NCCL_IGNORE_CPU_AFFINITY=1). *mask_p gets the mask's
  * count (0 when it cannot be read), *bound_p whether the mask holds fewer
  * CPUs than are online (always 0 with ignore_mask).
  */
 int ferry_sock_config_cpus(int ignore_mask, int *mask_p, int *bound_p);
+/*
+ * A cgroup CPU quota (quota_us 0: none) caps the CPU count the mask gave:
+ * fewer whole CPUs of time than the mask holds become the budget, and count
+ * as given to the process (cpus_bound), as a launcher's mask would.
+ */
+void ferry_sock_config_apply_quota(ferry_sock_config_t *cfg, const ferry_cpu_quota_t *quota);
 /*
  * The one INFO line saying what streams and threads were chosen and why:
  * the CPU count and where it came from, the CPU-based default, and which

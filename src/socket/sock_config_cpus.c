@@ -62,6 +62,31 @@ int ferry_sock_config_cpus(int ignore_mask, int *mask_p, int *bound_p)
     return mask;
 }
 
+/*
+ * A container's CPU limit leaves the host's every CPU in the mask but lets
+ * the threads together run only quota / period of them; past that the
+ * kernel stops them all until the next period (a 100 ms period: stalls of
+ * tens of ms). The defaults are then chosen for the CPUs the quota pays
+ * for. NCCL_IGNORE_CPU_AFFINITY sets the mask aside, not the quota: the
+ * time past it is not there to be had.
+ */
+void ferry_sock_config_apply_quota(ferry_sock_config_t *cfg, const ferry_cpu_quota_t *quota)
+{
+    cfg->quota = *quota;
+    cfg->ncpus_quota = ferry_cpu_quota_cpus(quota);
+    cfg->ncpus_given = cfg->ncpus;
+    if (cfg->ncpus_quota > 0 && cfg->ncpus_quota < cfg->ncpus) {
+        cfg->ncpus = cfg->ncpus_quota;
+        cfg->cpus_bound = 1;
+    }
+}
+
+/* 1 when the quota, not the mask, set the CPU budget. */
+static int ferry_sock_cfg_by_quota(const ferry_sock_config_t *cfg)
+{
+    return cfg->ncpus_quota > 0 && cfg->ncpus_quota < cfg->ncpus_given;
+}
+
 /* Helper threads per connection for a process on ncpus CPUs, when nobody said. */
 static int ferry_sock_cfg_auto_threads(int ncpus, int streams)
 {
@@ -150,17 +175,23 @@ void ferry_sock_config_derive_lanes(ferry_sock_config_t *cfg)
         cfg->src[FERRY_SOCK_CFG_HELPER_PLACE] = FERRY_CFG_DERIVED;
     }
     if (cfg->ncpus == 1 && (cfg->send_threads > 0 || cfg->recv_threads > 0))
-        FERRY_WARN("%d helper threads per connection (%s) in a process bound to one CPU: they "
-                   "take turns with NCCL's own thread for that CPU (0.75-0.94x measured under "
-                   "mpirun); unset it, or give each rank more CPUs (mpirun --bind-to none, or "
-                   "--map-by slot:PE=N)",
+        FERRY_WARN("%d helper threads per connection (%s) in a process %s%s%s: they take turns "
+                   "with NCCL's own thread for that CPU (0.75-0.94x measured under mpirun); unset "
+                   "it, or give each rank more CPUs (%s)",
                    cfg->send_threads > cfg->recv_threads ? cfg->send_threads : cfg->recv_threads,
                    cfg->src[FERRY_SOCK_CFG_THREADS] == FERRY_CFG_ENV ? "NCCL_FERRY_THREADS"
                    : cfg->src[FERRY_SOCK_CFG_SOCKET_NTHREADS] == FERRY_CFG_ENV
                        ? "NCCL_SOCKET_NTHREADS"
                    : cfg->src[FERRY_SOCK_CFG_SEND_THREADS] == FERRY_CFG_ENV
                        ? "NCCL_FERRY_SEND_THREADS"
-                       : "NCCL_FERRY_RECV_THREADS");
+                       : "NCCL_FERRY_RECV_THREADS",
+                   ferry_sock_cfg_by_quota(cfg) ? "with one CPU of time (the cgroup CPU quota in "
+                                                : "bound to one CPU",
+                   ferry_sock_cfg_by_quota(cfg) ? cfg->quota.file : "",
+                   ferry_sock_cfg_by_quota(cfg) ? ")" : "",
+                   ferry_sock_cfg_by_quota(cfg)
+                       ? "a CPU limit of 2 or more for the container or job"
+                       : "mpirun --bind-to none, or --map-by slot:PE=N");
 }
 
 /*
@@ -207,20 +238,36 @@ static const char *ferry_sock_cfg_lanes_setter(const ferry_sock_config_t *cfg)
     return NULL;
 }
 
+/*
+ * Where the CPU count came from: "2 CPUs in the affinity mask", "16 online
+ * CPUs (NCCL_IGNORE_CPU_AFFINITY=1; ...)", or the quota that capped either.
+ */
+static void ferry_sock_cfg_budget_words(const ferry_sock_config_t *cfg, char *buf, size_t len)
+{
+    const char *s = cfg->ncpus == 1 ? "" : "s";
+
+    if (ferry_sock_cfg_by_quota(cfg))
+        snprintf(buf, len, "%d CPU%s of time (the cgroup CPU quota, %lld us per %lld us in %s, "
+                 "caps the %d %s)", cfg->ncpus, s, cfg->quota.quota_us, cfg->quota.period_us,
+                 cfg->quota.file, cfg->ncpus_given,
+                 cfg->ignore_cpu_affinity ? "online CPUs NCCL_IGNORE_CPU_AFFINITY counts"
+                                          : "CPUs of the affinity mask");
+    else if (cfg->ignore_cpu_affinity)
+        snprintf(buf, len, "%d online CPU%s (NCCL_IGNORE_CPU_AFFINITY=%d; the affinity mask "
+                 "holds %d)", cfg->ncpus, s, cfg->ignore_cpu_affinity, cfg->ncpus_mask);
+    else
+        snprintf(buf, len, "%d CPU%s in the affinity mask", cfg->ncpus, s);
+}
+
 void ferry_sock_config_lanes_line(const ferry_sock_config_t *cfg, char *buf, size_t len)
 {
     const char *setter = ferry_sock_cfg_lanes_setter(cfg);
     int auto_threads = ferry_sock_cfg_auto_threads(cfg->ncpus, FERRY_SOCK_DEFAULT_STREAMS);
     int auto_send = ferry_sock_cfg_send_helper_mode(cfg) ? 1 : auto_threads;
     const char *why;
-    char chosen[112], dflt[112], where[96];
+    char chosen[112], dflt[112], where[400];
 
-    if (cfg->ignore_cpu_affinity)
-        snprintf(where, sizeof(where), "%d online CPUs (NCCL_IGNORE_CPU_AFFINITY=%d; the "
-                 "affinity mask holds %d)", cfg->ncpus, cfg->ignore_cpu_affinity, cfg->ncpus_mask);
-    else
-        snprintf(where, sizeof(where), "%d CPU%s in the affinity mask", cfg->ncpus,
-                 cfg->ncpus == 1 ? "" : "s");
+    ferry_sock_cfg_budget_words(cfg, where, sizeof(where));
     ferry_sock_cfg_lanes_words(cfg->streams, cfg->send_threads, cfg->recv_threads, chosen,
                                sizeof(chosen));
     ferry_sock_cfg_lanes_words(auto_threads == 0 ? 1 : FERRY_SOCK_DEFAULT_STREAMS, auto_send,

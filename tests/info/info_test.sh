@@ -56,6 +56,8 @@ socket)
     grep -qE '^    ifname +lo +env$' "$out" || fail "no 'ifname lo env' config row"
     grep -qE '^    backend +socket +env$' "$out" || fail "no 'backend socket env' config row"
     grep -qE '^  cpus: +[0-9]' "$out" || fail "no CPU mask"
+    grep -qE '^  cpu quota: +(none \(no cgroup CPU limit|[0-9]+ us per [0-9]+ us, [0-9]+ whole CPU)' \
+        "$out" || fail "no cgroup CPU quota line"
     grep -qE '^  verdict: +OK$' "$out" || fail "no OK verdict"
     grep -qx "healthy" "$out" || fail "not reported healthy"
     ;;
@@ -97,6 +99,9 @@ for name, r in runs.items():
     want(r["init_ok"] is True and r["healthy"] is True, name + ": init_ok and healthy")
     want(r["version"] == d["ferry_info_version"], name + ": version")
     want(r["ncpus"] >= 1 and r["cpus"], name + ": cpus")
+    q = r["cpu_quota"]
+    want(q is None or (q["cpus"] >= 1 and q["quota_us"] > 0 and q["period_us"] > 0 and q["file"]),
+         name + ": cpu_quota null or {quota_us, period_us, cpus, file}")
     want(r["ndev"] == len(r["devices"]) >= 1, name + ": ndev")
     cfg = {c["name"]: c for c in r["config"]}
     want(cfg["ifname"]["value"] == "=lo" and cfg["ifname"]["source"] == "env",

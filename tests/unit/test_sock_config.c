@@ -577,11 +577,17 @@ static void test_ignore_cpu_affinity(void **state)
 {
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     ferry_sock_config_t cfg;
+    ferry_cpu_quota_t quota;
     cpu_set_t all, one;
     char line[512];
-    int mask, bound;
+    int mask, bound, budget;
 
     (void)state;
+    /* A runner in a container with a CPU limit: the quota caps what the load derives. */
+    (void)ferry_cpu_quota_read("", &quota);
+    budget = ferry_cpu_quota_cpus(&quota) > 0 && ferry_cpu_quota_cpus(&quota) < online
+                 ? ferry_cpu_quota_cpus(&quota)
+                 : (int)online;
     assert_int_equal(sched_getaffinity(0, sizeof(all), &all), 0);
     assert_int_equal(ferry_sock_config_cpus(0, &mask, &bound), CPU_COUNT(&all));
     assert_int_equal(mask, CPU_COUNT(&all));
@@ -597,13 +603,85 @@ static void test_ignore_cpu_affinity(void **state)
     assert_int_equal(cfg.threads, 0);
     setenv("NCCL_IGNORE_CPU_AFFINITY", "1", 1);
     assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
-    assert_int_equal(cfg.ncpus, (int)online);
+    assert_int_equal(cfg.ncpus, budget);
     assert_int_equal(cfg.ncpus_mask, 1);
-    assert_int_equal(cfg.threads, online > 2 ? 4 : 0);
+    assert_int_equal(cfg.threads, budget > 2 ? 4 : 0);
     ferry_sock_config_lanes_line(&cfg, line, sizeof(line));
-    assert_non_null(strstr(line, "online CPUs (NCCL_IGNORE_CPU_AFFINITY=1; the affinity mask "
-                                 "holds 1)"));
+    if (budget == online)
+        assert_non_null(strstr(line, "online CPUs (NCCL_IGNORE_CPU_AFFINITY=1; the affinity "
+                                     "mask holds 1)"));
+    else
+        assert_non_null(strstr(line, "online CPUs NCCL_IGNORE_CPU_AFFINITY counts)"));
     assert_int_equal(sched_setaffinity(0, sizeof(all), &all), 0);
+}
+
+/*
+ * A cgroup CPU quota (a container's CPU limit) caps the CPUs the mask holds:
+ * the defaults are those of the CPUs it pays for, and the line says so.
+ */
+static void test_cpu_quota_caps(void **state)
+{
+    ferry_cpu_quota_t quota = {.quota_us = 150000, .period_us = 100000,
+                               .file = "/sys/fs/cgroup/cpu.max"};
+    ferry_sock_config_t cfg;
+    char line[512];
+
+    (void)state;
+    /* 16 CPUs in the mask, 1.5 CPUs of time: one CPU's defaults, no helpers. */
+    assert_int_equal(ferry_sock_config_load_quota(&cfg, 16, 0, &quota), FERRY_OK);
+    assert_int_equal(cfg.ncpus, 1);
+    assert_int_equal(cfg.ncpus_quota, 1);
+    assert_int_equal(cfg.ncpus_given, 16);
+    assert_int_equal(cfg.cpus_bound, 1);
+    assert_int_equal(cfg.streams, 1);
+    assert_int_equal(cfg.send_threads, 0);
+    assert_int_equal(cfg.recv_threads, 0);
+    ferry_sock_config_lanes_line(&cfg, line, sizeof(line));
+    assert_string_equal(line, "socket backend: 1 stream, no helper threads (NCCL's thread moves "
+                              "every byte) per connection, chosen for 1 CPU of time (the cgroup "
+                              "CPU quota, 150000 us per 100000 us in /sys/fs/cgroup/cpu.max, caps "
+                              "the 16 CPUs of the affinity mask) (1 CPU leaves no core for "
+                              "helpers: measured faster without them under mpirun)");
+    /* Two CPUs of time on the host's every CPU: given to the process, the send helper. */
+    quota.quota_us = 200000;
+    assert_int_equal(ferry_sock_config_load_quota(&cfg, 16, 0, &quota), FERRY_OK);
+    assert_int_equal(cfg.ncpus, 2);
+    assert_int_equal(cfg.cpus_bound, 1);
+    assert_int_equal(cfg.streams, 1);
+    assert_int_equal(cfg.send_threads, 1);
+    assert_int_equal(cfg.recv_threads, 0);
+    assert_int_equal(cfg.helper_place, FERRY_SOCK_PLACE_AWAY);
+    /* Three: the per-stream helpers, as for a mask of three. */
+    quota.quota_us = 390000;
+    assert_int_equal(ferry_sock_config_load_quota(&cfg, 16, 0, &quota), FERRY_OK);
+    assert_int_equal(cfg.ncpus, 3);
+    assert_int_equal(cfg.streams, 4);
+    assert_int_equal(cfg.threads, 4);
+    /* A quota above the mask changes nothing, and the line does not name it. */
+    quota.quota_us = 2000000;
+    assert_int_equal(ferry_sock_config_load_quota(&cfg, 2, 1, &quota), FERRY_OK);
+    assert_int_equal(cfg.ncpus, 2);
+    assert_int_equal(cfg.ncpus_quota, 20);
+    assert_int_equal(cfg.send_threads, 1);
+    ferry_sock_config_lanes_line(&cfg, line, sizeof(line));
+    assert_null(strstr(line, "quota"));
+    assert_non_null(strstr(line, "chosen for 2 CPUs in the affinity mask"));
+    /* Explicit settings still win, and the line names the quota as the default's budget. */
+    quota.quota_us = 100000;
+    setenv("NCCL_FERRY_THREADS", "4", 1);
+    assert_int_equal(ferry_sock_config_load_quota(&cfg, 16, 0, &quota), FERRY_OK);
+    assert_int_equal(cfg.threads, 4);
+    ferry_sock_config_lanes_line(&cfg, line, sizeof(line));
+    assert_non_null(strstr(line, "set by NCCL_FERRY_THREADS (explicit settings win; the default "
+                                 "for 1 CPU of time (the cgroup CPU quota, 100000 us per 100000 us "
+                                 "in /sys/fs/cgroup/cpu.max, caps the 16 CPUs of the affinity "
+                                 "mask) would be 1 stream, no helper threads"));
+    assert_non_null(strstr(last_warn, "4 helper threads per connection (NCCL_FERRY_THREADS) in "
+                                      "a process with one CPU of time (the cgroup CPU quota in "
+                                      "/sys/fs/cgroup/cpu.max): they take turns with NCCL's own "
+                                      "thread for that CPU"));
+    assert_non_null(strstr(last_warn, "give each rank more CPUs (a CPU limit of 2 or more for "
+                                      "the container or job)"));
 }
 
 /* A bad value fails the load with "NAME='value' is not valid: expected HELP; ...". */
@@ -677,6 +755,7 @@ int main(void)
         cmocka_unit_test_setup(test_side_threads, clear_env),
         cmocka_unit_test_setup(test_two_cpus_whole_host, clear_env),
         cmocka_unit_test_setup(test_ignore_cpu_affinity, clear_env),
+        cmocka_unit_test_setup(test_cpu_quota_caps, clear_env),
         cmocka_unit_test_setup(test_bad_values_warn, clear_env),
         cmocka_unit_test_setup(test_chunk_min_above_max, clear_env),
     };
