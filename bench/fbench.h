@@ -74,6 +74,7 @@ typedef struct fb_opts {
     const char *netns[2];                   /* [0] receiver's, [1] sender's namespace, or NULL. */
     const char *ifname[2];                  /* NCCL_SOCKET_IFNAME per side, or NULL: inherit. */
     int         cpu[2];                     /* Bind each side to this CPU (as mpirun binds ranks), -1: no. */
+    const char *cgroup[2];                  /* Run each side in this cgroup directory, or NULL. */
     int         proxy_sleep_us;             /* Idle proxy pass: 0 sched_yield (NCCL), else sleep this long. */
 } fb_opts_t;
 

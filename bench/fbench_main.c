@@ -69,6 +69,8 @@ static void fb_usage(void)
         "  --ifname-recv IF --ifname-send IF NCCL_SOCKET_IFNAME of each side\n"
         "  --cpu-recv N --cpu-send N         bind each side to one CPU, as mpirun binds ranks\n"
         "                    (ferry then runs without helper threads; raw keeps its threads)\n"
+        "  --cgroup-recv DIR --cgroup-send DIR   run each side in that cgroup (its directory,\n"
+        "                    e.g. one with a CPU limit, as a container runs a rank; root)\n"
         "  --proxy-sleep US  an idle proxy pass sleeps US microseconds instead of\n"
         "                    sched_yield() (NCCL's proxy spins; this shows what the spin costs)\n"
         "  --merge LIST      run ferry on the device makeVDevice makes of devices LIST\n"
@@ -183,6 +185,8 @@ static void fb_parse(fb_opts_t *o, int argc, char **argv)
         else if (strcmp(a, "--ifname-send") == 0) o->ifname[1] = v;
         else if (strcmp(a, "--cpu-recv") == 0)   o->cpu[0] = atoi(v);
         else if (strcmp(a, "--cpu-send") == 0)   o->cpu[1] = atoi(v);
+        else if (strcmp(a, "--cgroup-recv") == 0) o->cgroup[0] = v;
+        else if (strcmp(a, "--cgroup-send") == 0) o->cgroup[1] = v;
         else if (strcmp(a, "--proxy-sleep") == 0) o->proxy_sleep_us = atoi(v);
         else if (strcmp(a, "--merge") == 0)      setenv("FIT_MERGE", v, 1); /* fit_device reads it. */
         else FIT_FAIL("unknown option %s (see --help)", a);
@@ -259,6 +263,16 @@ static void fb_enter_side(const fb_opts_t *o, int side)
 
     if (o->ifname[side] != NULL)
         setenv("NCCL_SOCKET_IFNAME", o->ifname[side], 1);
+    if (o->cgroup[side] != NULL) {
+        FILE *f;
+
+        /* Before any thread starts: the threads made later are born in it. */
+        snprintf(path, sizeof(path), "%s/cgroup.procs", o->cgroup[side]);
+        f = fopen(path, "w");
+        FIT_CHECK(f != NULL && fprintf(f, "%d\n", (int)getpid()) > 0 && fclose(f) == 0,
+                  "move the %s into cgroup %s (%s): %s", side == 0 ? "receiver" : "sender",
+                  o->cgroup[side], path, strerror(errno));
+    }
     if (o->cpu[side] >= 0) {
         cpu_set_t set;
 
@@ -453,6 +467,9 @@ int main(int argc, char **argv)
            o.ifname[1] ? o.ifname[1] : getenv("NCCL_SOCKET_IFNAME"),
            o.netns[0] ? " netns " : "", o.netns[0] ? o.netns[0] : "", o.netns[1] ? " / " : "",
            o.netns[1] ? o.netns[1] : "", o.streams, o.threads, o.depth, o.reps);
+    if (o.cgroup[0] != NULL || o.cgroup[1] != NULL)
+        printf("  cgroup %s (receiver) %s (sender)\n", o.cgroup[0] ? o.cgroup[0] : "-",
+               o.cgroup[1] ? o.cgroup[1] : "-");
     fflush(stdout);
     FIT_CHECK(pipe2(ctrl, O_CLOEXEC) == 0 && pipe2(ack, O_CLOEXEC) == 0, "pipe: %s",
               strerror(errno));

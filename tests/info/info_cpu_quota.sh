@@ -57,12 +57,13 @@ fi
 set_quota 150000 || skip "cannot set a CPU quota on $cg"
 ncpus=$(nproc)
 
-# in_cgroup ARGS...: ferry-info in the cgroup (a child shell joins it, then
-# becomes ferry-info), output in $out; returns ferry-info's exit status.
+# in_cgroup: ferry-info in the cgroup (a child shell joins it, then becomes
+# ferry-info), output in $out; returns ferry-info's exit status.
 in_cgroup() {
     local rc=0
+    # shellcheck disable=SC2016 # $$ and $1 are the child shell's, on purpose.
     timeout 120 bash -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' _ "$cg" \
-        "$info" --backend socket --verbose "$@" >"$out" 2>&1 || rc=$?
+        "$info" --backend socket --verbose >"$out" 2>&1 || rc=$?
     return $rc
 }
 
