@@ -21,6 +21,8 @@
 # Needs root. Defaults: --quota 1, --reps 5, --bin build-bench/bench/ferry-bench; ferry-bench
 # options after "--" (sizes, --conns, --time), NCCL_SOCKET_IFNAME=lo unless set.
 set -uo pipefail
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/cgroup_quota.sh"
 
 QUOTA=1
 REPS=5
@@ -48,31 +50,17 @@ BENCH_OPTS=("$@")
 bin=$BIN
 [ -x "$bin" ] || { echo "quota_ab.sh: no $bin (build it: bench/run-loopback.sh)" >&2; exit 2; }
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
-quota_us=$(python3 -c "print(int(float('$QUOTA') * 100000))")
 
 CGROUPS=()
 cleanup() { for d in "${CGROUPS[@]}"; do rmdir "$d" 2>/dev/null; done; }
 trap cleanup EXIT
-# make_cgroup NAME: a cgroup with the quota; prints its directory.
-make_cgroup() {
-  local d
-  if [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
-    d=/sys/fs/cgroup/cpu/$1
-    mkdir "$d" && echo 100000 >"$d/cpu.cfs_period_us" && echo "$quota_us" >"$d/cpu.cfs_quota_us" || return 1
-  else
-    grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control || echo +cpu >/sys/fs/cgroup/cgroup.subtree_control || return 1
-    d=/sys/fs/cgroup/$1
-    mkdir "$d" && echo "$quota_us 100000" >"$d/cpu.max" || return 1
-  fi
-  echo "$d"
-}
-# throttled DIR: periods the kernel has throttled DIR's processes so far.
-throttled() { awk '$1 == "nr_throttled" { print $2 }' "$1/cpu.stat"; }
-
-cg_recv=$(make_cgroup "ferry-ab-recv-$$") || { echo "quota_ab.sh: cannot make a cgroup with a CPU quota" >&2; exit 1; }
-CGROUPS+=("$cg_recv")
-cg_send=$(make_cgroup "ferry-ab-send-$$") || { echo "quota_ab.sh: cannot make a cgroup with a CPU quota" >&2; exit 1; }
-CGROUPS+=("$cg_send")
+for side in recv send; do
+  d=$(cgq_make "ferry-ab-$side-$$") || { echo "quota_ab.sh: cannot make a cgroup here" >&2; exit 1; }
+  CGROUPS+=("$d")
+  cgq_set "$d" "$QUOTA" || { echo "quota_ab.sh: cannot set a $QUOTA-CPU limit on $d" >&2; exit 1; }
+done
+cg_recv=${CGROUPS[0]}
+cg_send=${CGROUPS[1]}
 mkdir -p "$OUTDIR"
 csv=$OUTDIR/quota_ab.csv
 rm -f "$csv"
@@ -82,7 +70,7 @@ for ((rep = 1; rep <= REPS; rep++)); do
     label=${CONFIGS[$(((k + rep - 1) % n))]}
     vars=()
     IFS=, read -ra vars <<<"${CONFIG_ENV[$label]}"
-    t_recv=$(throttled "$cg_recv"); t_send=$(throttled "$cg_send")
+    t_recv=$(cgq_throttled "$cg_recv"); t_send=$(cgq_throttled "$cg_send")
     one=$OUTDIR/.rep.csv
     echo "== rep $rep/$REPS: $label ${CONFIG_ENV[$label]}"
     if ! env "${vars[@]}" "$bin" --mode ferry --reps 1 --cgroup-recv "$cg_recv" \
@@ -90,7 +78,7 @@ for ((rep = 1; rep <= REPS; rep++)); do
       echo "quota_ab.sh: ferry-bench failed ($label, rep $rep): see $OUTDIR/$label-rep$rep.txt" >&2
       exit 1
     fi
-    t_recv=$(($(throttled "$cg_recv") - t_recv)); t_send=$(($(throttled "$cg_send") - t_send))
+    t_recv=$(($(cgq_throttled "$cg_recv") - t_recv)); t_send=$(($(cgq_throttled "$cg_send") - t_send))
     [ -f "$csv" ] || echo "config,round,throttled_recv,throttled_send,$(head -1 "$one")" >"$csv"
     tail -n +2 "$one" | sed "s/^/$label,$rep,$t_recv,$t_send,/" >>"$csv"
     rm -f "$one"

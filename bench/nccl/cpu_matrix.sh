@@ -10,7 +10,9 @@
 #                            [--args "nccl-tests options"] [OUTDIR]
 #
 # Bindings: N = mpirun's --map-by slot:PE=N (1: mpirun's own default, one core
-# per rank), none = --bind-to none. Output: OUTDIR/<binding>/ (mpirun_ab.sh's
+# per rank), none = --bind-to none, qC = --bind-to none with each rank in a
+# cgroup limited to C CPUs of time (a container's CPU limit; mpirun_ab.sh
+# --rank-quota, root). Output: OUTDIR/<binding>/ (mpirun_ab.sh's
 # files), OUTDIR/matrix.md, OUTDIR/matrix.png (needs gnuplot; without it the
 # table only). OUTDIR defaults to $OUT, else bench/results/<date>-gpu. Exit 0
 # only if every binding's run passed.
@@ -44,7 +46,10 @@ done
 [ -x "$TESTS" ] || { echo "cpu_matrix.sh: --tests must name a built all_reduce_perf (got '$TESTS')" >&2; exit 2; }
 IFS=, read -r -a BIND_LIST <<<"$BINDINGS"
 for b in "${BIND_LIST[@]}"; do
-  case $b in none|[1-9]|[1-9][0-9]) ;; *) echo "cpu_matrix.sh: a binding is a core count or none (got '$b')" >&2; exit 2 ;; esac
+  case $b in
+    none|[1-9]|[1-9][0-9]|q[0-9]|q[0-9][0-9]|q[0-9].[0-9]) ;;
+    *) echo "cpu_matrix.sh: a binding is a core count, none or qCPUS (got '$b')" >&2; exit 2 ;;
+  esac
 done
 OUTDIR=$(fnb_outdir "$OUTDIR_ARG") || exit 2
 
@@ -52,6 +57,8 @@ OUTDIR=$(fnb_outdir "$OUTDIR_ARG") || exit 2
 cpu_matrix_label() {
   case $1 in
     none) echo "no binding" ;;
+    q1) echo "1 CPU of time per rank" ;;
+    q*) echo "${1#q} CPUs of time per rank" ;;
     1) echo "1 core per rank" ;;
     *) echo "$1 cores per rank" ;;
   esac
@@ -63,6 +70,7 @@ for b in "${BIND_LIST[@]}"; do
   opts=()
   case $b in
     none) opts=(--bind none) ;;
+    q*) opts=(--bind none --rank-quota "${b#q}") ;;
     1) ;;
     *) opts=(--mpirun-args "--map-by slot:PE=$b") ;;
   esac

@@ -6,7 +6,7 @@
 #                           [--configs ferry,socket-default,socket-2x2]
 #                           [--variant LABEL:VAR=V[,VAR=V...]]... [--bind core|none]
 #                           [--mpirun-args "mpirun options"] [--args "nccl-tests options"]
-#                           [--threads S] [OUTDIR]
+#                           [--threads S] [--rank-quota CPUS] [OUTDIR]
 #
 # nccl-tests is not part of ferry: build it yourself (bench/nccl/README.md,
 # "nccl-tests through ferry") and pass its all_reduce_perf. Two ranks on GPU 0,
@@ -18,6 +18,10 @@
 # mpirun's own binding, one core per rank; none lets the ranks run anywhere.
 # --mpirun-args adds mapping options (e.g. "--map-by slot:PE=2": two cores per
 # rank).
+# --rank-quota CPUS: each rank in a cgroup of its own with a limit of CPUS
+# (e.g. 2, 1.5) CPUs of time, as a container with a CPU limit runs it; give
+# --bind none with it for a container's unbound mask (root; cgroup v1's cpu
+# hierarchy or v2 with cpu).
 # --threads S: S seconds into every run, each rank's threads' CPU over 2 s
 # (thread_cpu.py: logs/threads-rep<R>-<config>.tsv, threads.md per
 # configuration; give --args one size and enough iterations to be mid-run).
@@ -29,6 +33,8 @@
 set -uo pipefail
 # shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=bench/cgroup_quota.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../cgroup_quota.sh"
 
 TESTS=
 REPS=3
@@ -37,6 +43,7 @@ BIND=core
 MPIRUN_ARGS=
 ARGS="-b 4K -e 256M -f 4 -g 1 -w 5 -n 20"
 THREADS=
+RANK_QUOTA=
 OUTDIR_ARG=
 VARIANTS=()
 
@@ -52,6 +59,7 @@ while [ $# -gt 0 ]; do
     --mpirun-args) MPIRUN_ARGS=$2; shift ;;
     --args) ARGS=$2; shift ;;
     --threads) THREADS=$2; shift ;;
+    --rank-quota) RANK_QUOTA=$2; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) usage >&2; exit 2 ;;
     *) OUTDIR_ARG=$1 ;;
@@ -63,18 +71,47 @@ done
 case $REPS in ''|*[!0-9]*) echo "mpirun_ab.sh: --reps needs a number" >&2; exit 2 ;; esac
 case $THREADS in *[!0-9]*) echo "mpirun_ab.sh: --threads needs whole seconds" >&2; exit 2 ;; esac
 case $BIND in core|none) ;; *) echo "mpirun_ab.sh: --bind is core or none" >&2; exit 2 ;; esac
+case $RANK_QUOTA in ''|[0-9]*) ;; *) echo "mpirun_ab.sh: --rank-quota needs a CPU count (2, 1.5)" >&2; exit 2 ;; esac
 command -v mpirun >/dev/null || { echo "mpirun_ab.sh: mpirun not found" >&2; exit 2; }
 
 OUTDIR=$(fnb_outdir "$OUTDIR_ARG")
 IFS=, read -r -a CFG_LIST <<<"$CONFIGS"
 CFG_LIST+=("${VARIANTS[@]}")
 fnb_build_ferry "$OUTDIR/logs/build-ferry.log" || exit 1
-fnb_mps_start || exit 1
-trap fnb_mps_stop EXIT
 
-# Each rank its own host identity; every rank on GPU 0.
+# --rank-quota: a cgroup per rank, named <prefix><rank>, each with the limit.
+RANK_CG=
+RANK_CGS=()
+if [ -n "$RANK_QUOTA" ]; then
+  for r in 0 1; do
+    d=$(cgq_make "ferry-rank-$$-$r") || { echo "mpirun_ab.sh: --rank-quota: cannot make a cgroup (root, and cgroup v1's cpu or v2 with cpu)" >&2; exit 2; }
+    RANK_CGS+=("$d")
+    cgq_set "$d" "$RANK_QUOTA" || { echo "mpirun_ab.sh: cannot set a $RANK_QUOTA-CPU limit on $d" >&2; exit 2; }
+  done
+  RANK_CG=${RANK_CGS[0]%0}
+fi
+# shellcheck disable=SC2317 # called by the EXIT trap
+mpirun_ab_cleanup() {
+  local d
+  fnb_mps_stop
+  for d in "${RANK_CGS[@]}"; do rmdir "$d" 2>/dev/null; done
+}
+fnb_mps_start || exit 1
+trap mpirun_ab_cleanup EXIT
+
+# Each rank its own host identity; every rank on GPU 0; with --rank-quota, its own cgroup.
 WRAP=$OUTDIR/logs/rank.sh
-printf '#!/bin/bash\nexport NCCL_HOSTID=host$OMPI_COMM_WORLD_RANK NCCL_TESTS_DEVICE=0\nexec "$@"\n' >"$WRAP"
+# shellcheck disable=SC2016 # the rank script expands these, not this one
+{
+  echo '#!/bin/bash'
+  echo 'export NCCL_HOSTID=host$OMPI_COMM_WORLD_RANK NCCL_TESTS_DEVICE=0'
+  if [ -n "$RANK_CG" ]; then
+    echo "cg=$RANK_CG\$OMPI_COMM_WORLD_RANK"
+    echo 'echo $$ >"$cg/cgroup.procs" || { echo "rank $OMPI_COMM_WORLD_RANK: cannot join $cg" >&2; exit 97; }'
+    echo "echo \"# rank \$OMPI_COMM_WORLD_RANK in cgroup \$cg, limit $RANK_QUOTA CPUs\" >&2"
+  fi
+  echo 'exec "$@"'
+} >"$WRAP"
 chmod +x "$WRAP"
 
 # mpirun_ab_run CONFIG LOG [extra NAME=value...]: one nccl-tests run, bounded in time.
@@ -124,7 +161,7 @@ proof_rc=$?
   if fnb_proof_check "$proof_log"; then echo "proof passed"; else echo "proof FAILED"; proof_rc=1; fi
   fnb_proof_excerpt "$proof_log"
 } >"$OUTDIR/proof-mpirun.txt"
-grep -E 'bound to|not bound' "$proof_log" >"$OUTDIR/bindings.txt"
+grep -E 'bound to|not bound|in cgroup' "$proof_log" >"$OUTDIR/bindings.txt"
 cat "$OUTDIR/proof-mpirun.txt" >&2
 
 echo "op,size_bytes,count,type,time_us,algbw_gbps,busbw_gbps,wrong,iters,nranks,nccl_version,nccl_net,label" \

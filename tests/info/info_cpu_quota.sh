@@ -18,6 +18,8 @@
 # subtree_control). Exits 77 (skipped) when not root or when no cgroup with
 # a CPU limit can be made here.
 set -u
+# shellcheck source=bench/cgroup_quota.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../bench/cgroup_quota.sh"
 info=$(readlink -f "${1:?usage: info_cpu_quota.sh FERRY_INFO}")
 out=$(mktemp)
 cg=
@@ -36,34 +38,18 @@ fail() {
 }
 
 [ "$(id -u)" -eq 0 ] || skip "needs root to make a cgroup (uid $(id -u))"
-name="ferry-quota-test-$$"
-if [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
-    cg=/sys/fs/cgroup/cpu/$name
-    mkdir "$cg" 2>/dev/null || { cg=; skip "cannot make a cgroup under /sys/fs/cgroup/cpu"; }
-    quota_file=$cg/cpu.cfs_quota_us
-    # set_quota US: US microseconds of CPU time per 100 ms period.
-    set_quota() { echo 100000 >"$cg/cpu.cfs_period_us" && echo "$1" >"$cg/cpu.cfs_quota_us"; }
-elif grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
-    grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control ||
-        echo +cpu >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null ||
-        skip "cannot enable the cpu controller for the root cgroup's children (cgroup v2)"
-    cg=/sys/fs/cgroup/$name
-    mkdir "$cg" 2>/dev/null || { cg=; skip "cannot make a cgroup under /sys/fs/cgroup"; }
-    quota_file=$cg/cpu.max
-    set_quota() { echo "$1 100000" >"$cg/cpu.max"; }
-else
-    skip "no cgroup cpu controller here (neither v1's /sys/fs/cgroup/cpu nor v2's cpu)"
-fi
-set_quota 150000 || skip "cannot set a CPU quota on $cg"
+cg=$(cgq_make "ferry-quota-test-$$") ||
+    skip "no cgroup with a CPU limit can be made here (v1's /sys/fs/cgroup/cpu, or v2 with cpu)"
+quota_file=$(cgq_file "$cg")
+cgq_set "$cg" 1.5 || skip "cannot set a CPU quota on $cg"
 ncpus=$(nproc)
 
 # in_cgroup: ferry-info in the cgroup (a child shell joins it, then becomes
 # ferry-info), output in $out; returns ferry-info's exit status.
 in_cgroup() {
     local rc=0
-    # shellcheck disable=SC2016 # $$ and $1 are the child shell's, on purpose.
-    timeout 120 bash -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' _ "$cg" \
-        "$info" --backend socket --verbose >"$out" 2>&1 || rc=$?
+    (cgq_join "$cg" "$BASHPID" && exec timeout 120 "$info" --backend socket --verbose) \
+        >"$out" 2>&1 || rc=$?
     return $rc
 }
 
@@ -91,7 +77,7 @@ if [ "$ncpus" -ge 2 ]; then
 fi
 
 # A quota above the mask: nothing capped, the line says the mask.
-set_quota $((ncpus * 100000 + 50000)) || fail "cannot raise the quota on $cg"
+cgq_set "$cg" "$ncpus.5" || fail "cannot raise the quota on $cg"
 in_cgroup || fail "ferry-info exited $? under a quota above the mask"
 has "cpu quota: $((ncpus * 100000 + 50000)) us per 100000 us, $ncpus whole CPU"
 has "chosen for $ncpus CPU"

@@ -221,6 +221,20 @@ expect cpu_matrix '^| 256 MiB | 2.00 (1/1) | 2.00 (1/1) |$'
 check cpu_matrix_bindings 0 grep -q 'bound to' "$WORK/cm/1/bindings.txt"
 check cpu_matrix_bad_binding 2 "$HERE/../cpu_matrix.sh" --tests "$HERE/mock_all_reduce_perf" \
       --bindings 1,two "$WORK/cm2"
+# --rank-quota / binding qC: each rank in a cgroup of its own with a CPU limit, removed after.
+if [ "$(id -u)" = 0 ] && { [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ] ||
+     grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; }; then
+  check cpu_matrix_quota 0 "$HERE/../cpu_matrix.sh" --tests "$HERE/mock_all_reduce_perf" --reps 1 \
+        --bindings q1.5 "$WORK/cmq"
+  expect cpu_matrix_quota '^| 256 MiB | 2.00 (1/1) |$'
+  check cpu_matrix_quota_ranks 0 test "$(grep -c 'in cgroup .*/ferry-rank-[0-9]*-[01], limit 1.5 CPUs' \
+        "$WORK/cmq/q1.5/bindings.txt")" = 2
+  check cpu_matrix_quota_gone 0 test -z "$(find /sys/fs/cgroup -maxdepth 2 -name 'ferry-rank-*')"
+else
+  echo "selftest: cpu_matrix_quota skipped (needs root and a cgroup cpu controller)"
+fi
+check mpirun_ab_bad_quota 2 "$HERE/../mpirun_ab.sh" --tests "$HERE/mock_all_reduce_perf" \
+      --rank-quota lots "$WORK/mabq"
 check mpirun_ab_wrong 1 env MOCK_WRONG=1 "$HERE/../mpirun_ab.sh" --tests "$HERE/mock_all_reduce_perf" \
       --reps 1 --configs socket-default "$WORK/mab2"
 # A variant that names NCCL_NET too is NCCL's own transport with extra variables.
