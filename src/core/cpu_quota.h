@@ -27,10 +27,9 @@ typedef struct ferry_cpu_quota {
 int ferry_cpu_quota_read(const char *root, ferry_cpu_quota_t *q);
 
 /*
- * Whole CPUs the quota pays for: quota / period rounded down, at least 1;
- * 0 when q holds no quota.
- * A helper thread needs a core's worth of time to keep pace, and the rest
- * of a fraction does not give it one.
+ * Whole CPUs the quota pays for (0 when q holds none): quota / period
+ * rounded down, at least 1. A helper thread needs a core's worth of time to
+ * keep pace, and the rest of a fraction does not give it one.
  */
 int ferry_cpu_quota_cpus(const ferry_cpu_quota_t *q);
 

@@ -130,38 +130,29 @@ static void ferry_sock_cfg_derive_spin(ferry_sock_config_t *cfg)
     cfg->src[FERRY_SOCK_CFG_SPIN_US] = FERRY_CFG_DERIVED;
 }
 
-static ferry_status_t ferry_sock_config_load_cpus(ferry_sock_config_t *cfg, int ncpus, int bound,
-                                                  const ferry_cpu_quota_t *quota);
-
 static const ferry_cpu_quota_t ferry_sock_no_quota;
 
 ferry_status_t ferry_sock_config_load(ferry_sock_config_t *cfg)
 {
-    return ferry_sock_config_load_cpus(cfg, 0, 0, NULL);
+    return ferry_sock_config_load_quota(cfg, 0, 0, NULL);
 }
 
 ferry_status_t ferry_sock_config_load_ncpus(ferry_sock_config_t *cfg, int ncpus)
 {
-    return ferry_sock_config_load_cpus(cfg, ncpus, 1, &ferry_sock_no_quota);
+    return ferry_sock_config_load_quota(cfg, ncpus, 1, &ferry_sock_no_quota);
 }
 
 ferry_status_t ferry_sock_config_load_host_cpus(ferry_sock_config_t *cfg, int ncpus)
 {
-    return ferry_sock_config_load_cpus(cfg, ncpus, 0, &ferry_sock_no_quota);
-}
-
-ferry_status_t ferry_sock_config_load_quota(ferry_sock_config_t *cfg, int ncpus, int bound,
-                                            const ferry_cpu_quota_t *quota)
-{
-    return ferry_sock_config_load_cpus(cfg, ncpus, bound, quota);
+    return ferry_sock_config_load_quota(cfg, ncpus, 0, &ferry_sock_no_quota);
 }
 
 /*
- * ncpus > 0: injected (tests), bound or not as said, under quota; 0: the
- * mask (or the online CPUs) and the quota read from the process.
+ * ncpus > 0: injected (tests), bound or not as said; 0: the mask (or the
+ * online CPUs) read from the process. quota NULL: the process' own.
  */
-static ferry_status_t ferry_sock_config_load_cpus(ferry_sock_config_t *cfg, int ncpus, int bound,
-                                                  const ferry_cpu_quota_t *quota)
+ferry_status_t ferry_sock_config_load_quota(ferry_sock_config_t *cfg, int ncpus, int bound,
+                                            const ferry_cpu_quota_t *quota)
 {
     ferry_cpu_quota_t own;
     ferry_status_t status;

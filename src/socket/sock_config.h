@@ -118,7 +118,8 @@ ferry_status_t ferry_sock_config_load_ncpus(ferry_sock_config_t *cfg, int ncpus)
 ferry_status_t ferry_sock_config_load_host_cpus(ferry_sock_config_t *cfg, int ncpus);
 /*
  * The same for a mask of ncpus CPUs (bound or not as said) under a cgroup
- * CPU quota (tests; the load above reads the process' own).
+ * CPU quota (tests). ncpus 0 reads the mask, quota NULL the process' own
+ * quota: ferry_sock_config_load() is (0, 0, NULL).
  */
 ferry_status_t ferry_sock_config_load_quota(ferry_sock_config_t *cfg, int ncpus, int bound,
                                             const ferry_cpu_quota_t *quota);
