@@ -60,7 +60,8 @@ typedef struct ferry_sock_config {
     /*
      * 1 when the mask holds fewer CPUs than the host has online: a launcher
      * (mpirun, Slurm, taskset) gave the process these CPUs. 0 when they are
-     * the whole host's, shared with every other process on it.
+     * the whole host's, shared with every other process on it, or when a
+     * cgroup CPU limit caps them (time, not cores of its own).
      */
     int    cpus_bound;
     ferry_cfg_src_t src[32];       /* Source of each value, indexed as the table in sock_config.c. */
@@ -132,8 +133,8 @@ ferry_status_t ferry_sock_config_load_quota(ferry_sock_config_t *cfg, int ncpus,
 int ferry_sock_config_cpus(int ignore_mask, int *mask_p, int *bound_p);
 /*
  * A cgroup CPU quota (quota_us 0: none) caps the CPU count the mask gave:
- * fewer whole CPUs of time than the mask holds become the budget, and count
- * as given to the process (cpus_bound), as a launcher's mask would.
+ * fewer whole CPUs of time than the mask holds become the budget. They are
+ * time shared by every thread, not cores of the process' own (cpus_bound 0).
  */
 void ferry_sock_config_apply_quota(ferry_sock_config_t *cfg, const ferry_cpu_quota_t *quota);
 /*

@@ -69,6 +69,15 @@ int ferry_sock_config_cpus(int ignore_mask, int *mask_p, int *bound_p)
  * tens of ms). The defaults are then chosen for the CPUs the quota pays
  * for. NCCL_IGNORE_CPU_AFFINITY sets the mask aside, not the quota: the
  * time past it is not there to be had.
+ *
+ * Such CPUs are time, not cores of the process' own (cpus_bound 0): the
+ * 2-CPU send helper lives on the core a waiting application thread yields
+ * to it, but under a limit that thread spins on a core of its own and
+ * spends the limit all the same (nccl-tests' main thread: 1.00 CPU beside
+ * NCCL's thread's 0.99, bench/results/2026-12-03-gpu-cpu-threads), so a
+ * helper would push the rank past it. Under a 1-CPU limit per rank the
+ * helpers a large host's mask gave moved 0.17-0.92x the one-thread default
+ * (bench/results/2026-12-04-vm-cpu-quota).
  */
 void ferry_sock_config_apply_quota(ferry_sock_config_t *cfg, const ferry_cpu_quota_t *quota)
 {
@@ -77,7 +86,7 @@ void ferry_sock_config_apply_quota(ferry_sock_config_t *cfg, const ferry_cpu_quo
     cfg->ncpus_given = cfg->ncpus;
     if (cfg->ncpus_quota > 0 && cfg->ncpus_quota < cfg->ncpus) {
         cfg->ncpus = cfg->ncpus_quota;
-        cfg->cpus_bound = 1;
+        cfg->cpus_bound = 0;
     }
 }
 
@@ -281,6 +290,9 @@ void ferry_sock_config_lanes_line(const ferry_sock_config_t *cfg, char *buf, siz
         why = "2 CPUs given to this process: NCCL's thread moves the receives, and each send "
               "comm's helper runs off that thread's CPU, on the core the application's waiting "
               "thread yields";
+    else if (cfg->ncpus == FERRY_SOCK_SENDHELPER_CPUS && ferry_sock_cfg_by_quota(cfg))
+        why = "2 CPUs of time under a CPU limit: an application thread that waits by yielding "
+              "spends the limit too, so a helper would push the process past it";
     else if (cfg->ncpus == FERRY_SOCK_SENDHELPER_CPUS)
         why = "2 CPUs that are the whole host's, shared with its other processes: no core for "
               "helpers";

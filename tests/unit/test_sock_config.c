@@ -632,7 +632,7 @@ static void test_cpu_quota_caps(void **state)
     assert_int_equal(cfg.ncpus, 1);
     assert_int_equal(cfg.ncpus_quota, 1);
     assert_int_equal(cfg.ncpus_given, 16);
-    assert_int_equal(cfg.cpus_bound, 1);
+    assert_int_equal(cfg.cpus_bound, 0);
     assert_int_equal(cfg.streams, 1);
     assert_int_equal(cfg.send_threads, 0);
     assert_int_equal(cfg.recv_threads, 0);
@@ -642,14 +642,29 @@ static void test_cpu_quota_caps(void **state)
                               "CPU quota, 150000 us per 100000 us in /sys/fs/cgroup/cpu.max, caps "
                               "the 16 CPUs of the affinity mask) (1 CPU leaves no core for "
                               "helpers: measured faster without them under mpirun)");
-    /* Two CPUs of time on the host's every CPU: given to the process, the send helper. */
+    /*
+     * Two CPUs of time, on a mask of 16 or of 2 a launcher gave: time, not
+     * cores of its own, so no send helper (a waiting thread spends the limit).
+     */
     quota.quota_us = 200000;
     assert_int_equal(ferry_sock_config_load_quota(&cfg, 16, 0, &quota), FERRY_OK);
     assert_int_equal(cfg.ncpus, 2);
-    assert_int_equal(cfg.cpus_bound, 1);
+    assert_int_equal(cfg.cpus_bound, 0);
     assert_int_equal(cfg.streams, 1);
-    assert_int_equal(cfg.send_threads, 1);
+    assert_int_equal(cfg.send_threads, 0);
     assert_int_equal(cfg.recv_threads, 0);
+    assert_int_equal(cfg.helper_place, FERRY_SOCK_PLACE_MASK);
+    ferry_sock_config_lanes_line(&cfg, line, sizeof(line));
+    assert_string_equal(line, "socket backend: 1 stream, no helper threads (NCCL's thread moves "
+                              "every byte) per connection, chosen for 2 CPUs of time (the cgroup "
+                              "CPU quota, 200000 us per 100000 us in /sys/fs/cgroup/cpu.max, caps "
+                              "the 16 CPUs of the affinity mask) (2 CPUs of time under a CPU "
+                              "limit: an application thread that waits by yielding spends the "
+                              "limit too, so a helper would push the process past it)");
+    /* A 2-CPU mask under a 2-CPU limit: the limit caps nothing, the mask's send helper stays. */
+    assert_int_equal(ferry_sock_config_load_quota(&cfg, 2, 1, &quota), FERRY_OK);
+    assert_int_equal(cfg.cpus_bound, 1);
+    assert_int_equal(cfg.send_threads, 1);
     assert_int_equal(cfg.helper_place, FERRY_SOCK_PLACE_AWAY);
     /* Three: the per-stream helpers, as for a mask of three. */
     quota.quota_us = 390000;
