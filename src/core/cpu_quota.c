@@ -113,15 +113,23 @@ static void ferry_cpu_quota_mounts(const char *root, ferry_cgroup_at_t *v1, ferr
     fclose(f);
 }
 
+/* The first line of dir/name; 0 when it cannot be read. */
+static int ferry_cpu_quota_read_at(const char *dir, const char *name, char *buf, size_t len)
+{
+    char file[PATH_MAX];
+
+    return ferry_cpu_quota_join(file, sizeof(file), dir, name, "") &&
+           ferry_cpu_quota_read_line(file, buf, len);
+}
+
 /* The quota at one cgroup directory: 1 and quota/period when it has one. */
 static int ferry_cpu_quota_at(const char *dir, int v2, long long *quota, long long *period)
 {
-    char file[PATH_MAX], buf[128], word[32];
+    char buf[128], word[32];
     int n;
 
     if (v2) {
-        if (!ferry_cpu_quota_join(file, sizeof(file), dir, "/cpu.max", "") ||
-            !ferry_cpu_quota_read_line(file, buf, sizeof(buf)))
+        if (!ferry_cpu_quota_read_at(dir, "/cpu.max", buf, sizeof(buf)))
             return 0;
         /* "max 100000" (no limit) or "150000 100000". */
         n = sscanf(buf, "%31s %lld", word, period);
@@ -131,12 +139,10 @@ static int ferry_cpu_quota_at(const char *dir, int v2, long long *quota, long lo
             *period = FERRY_CPU_QUOTA_V2_PERIOD_US;
         *quota = strtoll(word, NULL, 10);
     } else {
-        if (!ferry_cpu_quota_join(file, sizeof(file), dir, "/cpu.cfs_quota_us", "") ||
-            !ferry_cpu_quota_read_line(file, buf, sizeof(buf)) || sscanf(buf, "%lld", quota) != 1)
-            return 0;
-        if (*quota <= 0 ||
-            !ferry_cpu_quota_join(file, sizeof(file), dir, "/cpu.cfs_period_us", "") ||
-            !ferry_cpu_quota_read_line(file, buf, sizeof(buf)) || sscanf(buf, "%lld", period) != 1)
+        if (!ferry_cpu_quota_read_at(dir, "/cpu.cfs_quota_us", buf, sizeof(buf)) ||
+            sscanf(buf, "%lld", quota) != 1 || *quota <= 0 ||
+            !ferry_cpu_quota_read_at(dir, "/cpu.cfs_period_us", buf, sizeof(buf)) ||
+            sscanf(buf, "%lld", period) != 1)
             return 0;
     }
     return *quota > 0 && *period > 0;

@@ -50,12 +50,11 @@ typedef struct ferry_sock_config {
     int    ncpus;                  /* CPUs the stream/thread defaults were chosen for (derived). */
     int    ncpus_mask;             /* CPUs in the process' affinity mask, 0 when unread. */
     /*
-     * The cgroup CPU quota over the process, if any (quota_us 0: none), and
-     * the whole CPUs it pays for (ncpus_quota). Where that is fewer than the
-     * mask (or the online CPUs) holds, it is the budget: ncpus.
+     * The cgroup CPU quota over the process, if any (quota_us 0: none). Where
+     * the whole CPUs it pays for are fewer than the mask (or the online
+     * CPUs) holds, they are the budget: ncpus.
      */
     ferry_cpu_quota_t quota;
-    int    ncpus_quota;
     int    ncpus_given;            /* The mask's (or online) count before the quota capped it. */
     /*
      * 1 when the mask holds fewer CPUs than the host has online: a launcher

@@ -81,11 +81,12 @@ int ferry_sock_config_cpus(int ignore_mask, int *mask_p, int *bound_p)
  */
 void ferry_sock_config_apply_quota(ferry_sock_config_t *cfg, const ferry_cpu_quota_t *quota)
 {
+    int n = ferry_cpu_quota_cpus(quota);
+
     cfg->quota = *quota;
-    cfg->ncpus_quota = ferry_cpu_quota_cpus(quota);
     cfg->ncpus_given = cfg->ncpus;
-    if (cfg->ncpus_quota > 0 && cfg->ncpus_quota < cfg->ncpus) {
-        cfg->ncpus = cfg->ncpus_quota;
+    if (n > 0 && n < cfg->ncpus) {
+        cfg->ncpus = n;
         cfg->cpus_bound = 0;
     }
 }
@@ -93,7 +94,7 @@ void ferry_sock_config_apply_quota(ferry_sock_config_t *cfg, const ferry_cpu_quo
 /* 1 when the quota, not the mask, set the CPU budget. */
 static int ferry_sock_cfg_by_quota(const ferry_sock_config_t *cfg)
 {
-    return cfg->ncpus_quota > 0 && cfg->ncpus_quota < cfg->ncpus_given;
+    return cfg->ncpus < cfg->ncpus_given;
 }
 
 /* Helper threads per connection for a process on ncpus CPUs, when nobody said. */
@@ -121,6 +122,31 @@ static void ferry_sock_cfg_derive_side(ferry_sock_config_t *cfg, int id, int *si
     }
     if (*side > cfg->streams)
         *side = cfg->streams;
+}
+
+/* Helpers asked for where one CPU (a mask's or a limit's) is all there is. */
+static void ferry_sock_cfg_warn_one_cpu(const ferry_sock_config_t *cfg)
+{
+    char where[320];
+
+    if (ferry_sock_cfg_by_quota(cfg))
+        snprintf(where, sizeof(where), "with one CPU of time (the cgroup CPU quota in %s)",
+                 cfg->quota.file);
+    else
+        snprintf(where, sizeof(where), "bound to one CPU");
+    FERRY_WARN("%d helper threads per connection (%s) in a process %s: they take turns with "
+               "NCCL's own thread for that CPU (0.75-0.94x measured under mpirun); unset it, or "
+               "give each rank more CPUs (%s)",
+               cfg->send_threads > cfg->recv_threads ? cfg->send_threads : cfg->recv_threads,
+               cfg->src[FERRY_SOCK_CFG_THREADS] == FERRY_CFG_ENV ? "NCCL_FERRY_THREADS"
+               : cfg->src[FERRY_SOCK_CFG_SOCKET_NTHREADS] == FERRY_CFG_ENV
+                   ? "NCCL_SOCKET_NTHREADS"
+               : cfg->src[FERRY_SOCK_CFG_SEND_THREADS] == FERRY_CFG_ENV
+                   ? "NCCL_FERRY_SEND_THREADS"
+                   : "NCCL_FERRY_RECV_THREADS",
+               where,
+               ferry_sock_cfg_by_quota(cfg) ? "a CPU limit of 2 or more for the container or job"
+                                            : "mpirun --bind-to none, or --map-by slot:PE=N");
 }
 
 /*
@@ -184,23 +210,7 @@ void ferry_sock_config_derive_lanes(ferry_sock_config_t *cfg)
         cfg->src[FERRY_SOCK_CFG_HELPER_PLACE] = FERRY_CFG_DERIVED;
     }
     if (cfg->ncpus == 1 && (cfg->send_threads > 0 || cfg->recv_threads > 0))
-        FERRY_WARN("%d helper threads per connection (%s) in a process %s%s%s: they take turns "
-                   "with NCCL's own thread for that CPU (0.75-0.94x measured under mpirun); unset "
-                   "it, or give each rank more CPUs (%s)",
-                   cfg->send_threads > cfg->recv_threads ? cfg->send_threads : cfg->recv_threads,
-                   cfg->src[FERRY_SOCK_CFG_THREADS] == FERRY_CFG_ENV ? "NCCL_FERRY_THREADS"
-                   : cfg->src[FERRY_SOCK_CFG_SOCKET_NTHREADS] == FERRY_CFG_ENV
-                       ? "NCCL_SOCKET_NTHREADS"
-                   : cfg->src[FERRY_SOCK_CFG_SEND_THREADS] == FERRY_CFG_ENV
-                       ? "NCCL_FERRY_SEND_THREADS"
-                       : "NCCL_FERRY_RECV_THREADS",
-                   ferry_sock_cfg_by_quota(cfg) ? "with one CPU of time (the cgroup CPU quota in "
-                                                : "bound to one CPU",
-                   ferry_sock_cfg_by_quota(cfg) ? cfg->quota.file : "",
-                   ferry_sock_cfg_by_quota(cfg) ? ")" : "",
-                   ferry_sock_cfg_by_quota(cfg)
-                       ? "a CPU limit of 2 or more for the container or job"
-                       : "mpirun --bind-to none, or --map-by slot:PE=N");
+        ferry_sock_cfg_warn_one_cpu(cfg);
 }
 
 /*

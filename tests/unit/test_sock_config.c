@@ -630,7 +630,7 @@ static void test_cpu_quota_caps(void **state)
     /* 16 CPUs in the mask, 1.5 CPUs of time: one CPU's defaults, no helpers. */
     assert_int_equal(ferry_sock_config_load_quota(&cfg, 16, 0, &quota), FERRY_OK);
     assert_int_equal(cfg.ncpus, 1);
-    assert_int_equal(cfg.ncpus_quota, 1);
+    assert_int_equal(ferry_cpu_quota_cpus(&cfg.quota), 1);
     assert_int_equal(cfg.ncpus_given, 16);
     assert_int_equal(cfg.cpus_bound, 0);
     assert_int_equal(cfg.streams, 1);
@@ -676,7 +676,7 @@ static void test_cpu_quota_caps(void **state)
     quota.quota_us = 2000000;
     assert_int_equal(ferry_sock_config_load_quota(&cfg, 2, 1, &quota), FERRY_OK);
     assert_int_equal(cfg.ncpus, 2);
-    assert_int_equal(cfg.ncpus_quota, 20);
+    assert_int_equal(ferry_cpu_quota_cpus(&cfg.quota), 20);
     assert_int_equal(cfg.send_threads, 1);
     ferry_sock_config_lanes_line(&cfg, line, sizeof(line));
     assert_null(strstr(line, "quota"));
