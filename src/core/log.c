@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <pthread.h>
+#include <time.h>
 
 #include "core/log.h"
 
@@ -51,4 +53,56 @@ void ferry_log(int level, unsigned long flags, const char *file, int line,
         fprintf(stderr, "ferry %s %s\n", level <= FERRY_LOG_WARN ? "WARN" : "INFO", msg);
     }
     errno = saved_errno;
+}
+
+/* One lock for every site: the limiter only runs on WARN paths, never per message. */
+static pthread_mutex_t ferry_log_limit_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned long long ferry_log_limit_total;
+
+static unsigned long long ferry_log_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec;
+}
+
+int ferry_log_limit_pass_at(struct ferry_log_limit *lim, unsigned long long now,
+                            unsigned long long *suppressed_out)
+{
+    const unsigned long long interval_ns = FERRY_LOG_LIMIT_INTERVAL_S * 1000000000ULL;
+    int pass;
+
+    *suppressed_out = 0;
+    pthread_mutex_lock(&ferry_log_limit_lock);
+    if (lim->window_start_ns == 0 || now - lim->window_start_ns >= interval_ns) {
+        *suppressed_out = lim->suppressed;
+        lim->window_start_ns = now;
+        lim->printed = 0;
+        lim->suppressed = 0;
+    }
+    pass = lim->printed < FERRY_LOG_LIMIT_BURST;
+    if (pass) {
+        lim->printed++;
+    } else {
+        lim->suppressed++;
+        ferry_log_limit_total++;
+    }
+    pthread_mutex_unlock(&ferry_log_limit_lock);
+    return pass;
+}
+
+int ferry_log_limit_pass(struct ferry_log_limit *lim, unsigned long long *suppressed_out)
+{
+    return ferry_log_limit_pass_at(lim, ferry_log_now_ns(), suppressed_out);
+}
+
+unsigned long long ferry_log_limit_suppressed_total(void)
+{
+    unsigned long long n;
+
+    pthread_mutex_lock(&ferry_log_limit_lock);
+    n = ferry_log_limit_total;
+    pthread_mutex_unlock(&ferry_log_limit_lock);
+    return n;
 }

@@ -31,6 +31,49 @@ void ferry_log(int level, unsigned long flags, const char *file, int line,
               "NET/ferry : " _fmt, ##__VA_ARGS__)
 #define FERRY_INFO(_flags, _fmt, ...) \
     ferry_log(FERRY_LOG_INFO, (_flags), __FILE__, __LINE__, "NET/ferry : " _fmt, ##__VA_ARGS__)
+/*
+ * A WARN that a remote party or a looping caller can trigger again and again
+ * (junk connections, a flooding peer, test() on garbage) goes through a limit
+ * of its own call site: the first FERRY_LOG_LIMIT_BURST lines of each
+ * FERRY_LOG_LIMIT_INTERVAL_S interval print, the rest are counted, and the
+ * first line after the interval ends says how many were suppressed.
+ */
+#define FERRY_LOG_LIMIT_BURST      10
+#define FERRY_LOG_LIMIT_INTERVAL_S 10
+
+struct ferry_log_limit {
+    unsigned long long window_start_ns; /* start of the current interval; 0 before the first */
+    unsigned int printed;               /* lines printed in this interval */
+    unsigned long long suppressed;      /* lines held back in this interval */
+};
+
+/*
+ * Whether a line of this site may print now (1) or is counted (0). When it
+ * may and an earlier interval held lines back, *suppressed_out gets their
+ * count (else 0), to be reported once. Thread-safe.
+ */
+int ferry_log_limit_pass(struct ferry_log_limit *lim, unsigned long long *suppressed_out);
+
+/* The same at a given CLOCK_MONOTONIC time in ns (tests step the clock with it). */
+int ferry_log_limit_pass_at(struct ferry_log_limit *lim, unsigned long long now_ns,
+                            unsigned long long *suppressed_out);
+
+/* Lines the limiter held back since the process started (all sites): for tests and the dump. */
+unsigned long long ferry_log_limit_suppressed_total(void);
+
+#define FERRY_WARN_LIMITED(_fmt, ...) \
+    do { \
+        static struct ferry_log_limit ferry_lim_; \
+        unsigned long long ferry_held_; \
+        if (ferry_log_limit_pass(&ferry_lim_, &ferry_held_)) { \
+            if (ferry_held_ > 0) \
+                FERRY_WARN("%llu more warnings like the next were suppressed in the last %d s " \
+                           "(at most %d a site per interval)", ferry_held_, \
+                           FERRY_LOG_LIMIT_INTERVAL_S, FERRY_LOG_LIMIT_BURST); \
+            FERRY_WARN(_fmt, ##__VA_ARGS__); \
+        } \
+    } while (0)
+
 #ifdef FERRY_ENABLE_TRACE
 #define FERRY_TRACE(_fmt, ...) \
     ferry_log(FERRY_LOG_TRACE, FERRY_LOG_NET, __FILE__, __LINE__, "NET/ferry : " _fmt, ##__VA_ARGS__)
