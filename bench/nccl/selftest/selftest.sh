@@ -260,6 +260,32 @@ check mpirun_ab_no_tests 2 "$HERE/../mpirun_ab.sh" --tests /nonexistent/all_redu
 check cpuload 0 "$HERE/../cpuload.sh" --size 4K --iters 2 --settle 1 "$WORK/cpu"
 check cpuload_report 0 grep -q '^## socket-2x2 (exit 0)' "$WORK/cpu/cpuload.md"
 
+# regenerate.sh end to end against a stand-in nccl-tests tree (its Makefile
+# installs the mock as both binaries), the mock mpirun and MPS: the build from
+# the source path, calibration bands, rotated repetitions, the proof, the
+# table with paired ratios and "level", and the outputs a record keeps.
+mkdir -p "$WORK/nt/src"
+printf '%s\n' 'BUILDDIR ?= ../build' '$(BUILDDIR)/%_perf:' \
+  '	mkdir -p $(BUILDDIR) && cp '"$HERE"'/mock_all_reduce_perf $@' >"$WORK/nt/src/Makefile"
+check regen 0 env FNB_BUILD="$FNB_BUILD" REGEN_NT_BUILD="$WORK/ntbuild" "$HERE/../../regenerate.sh" --nccl-tests "$WORK/nt" \
+      --topics socket2,socket8 --reps 3 --sizes 4K:1M --out "$WORK/regen"
+expect regen '^| socket, 2 ranks on one GPU, unbound, all_reduce | socket-default / socket-2x2 .* | 4 KiB 2.00x (2.00-2.00); 16 KiB 2.00x'
+expect regen '^| socket, 8 ranks on one GPU, unbound, alltoall |'
+check regen_files 0 test -s "$WORK/regen/raw.csv.xz" -a -s "$WORK/regen/summary.csv" -a -s "$WORK/regen/logs.tar.xz"
+check regen_outputs 0 test "$(find "$WORK/regen" -type f | wc -l)" -le 8
+check regen_proof 0 grep -q '^proof socket2: PASS' "$WORK/regen/proofs.txt"
+check regen_rotation 0 test "$(awk -F'\t' '$1 == "socket2" { printf "%s:%s ", $3, $4 }' "$WORK/regen/runs.tsv")" = \
+      "1:ferry 1:socket-default 1:socket-2x2 2:socket-default 2:socket-2x2 2:ferry 3:socket-2x2 3:ferry 3:socket-default "
+# Level: equal busbw gives an interval that holds 1.0.
+check regen_level 0 env FNB_BUILD="$FNB_BUILD" REGEN_NT_BUILD="$WORK/ntbuild" MOCK_FERRY_BW=1.00 "$HERE/../../regenerate.sh" \
+      --nccl-tests "$WORK/nt" --topics socket2 --reps 2 --sizes 4K:16K --out "$WORK/regen2"
+expect regen_level '| 4 KiB-16 KiB level |'
+check regen_wrong 1 env FNB_BUILD="$FNB_BUILD" REGEN_NT_BUILD="$WORK/ntbuild" MOCK_WRONG=1 "$HERE/../../regenerate.sh" \
+      --nccl-tests "$WORK/nt" --topics socket2 --reps 1 --sizes 1M:1M --out "$WORK/regen3"
+check regen_usage 2 "$HERE/../../regenerate.sh" --topics socket2
+expect regen_usage 'nccl-tests SRC is required'
+check regen_bad_topic 2 "$HERE/../../regenerate.sh" --nccl-tests "$WORK/nt" --topics nonesuch
+
 # torch_ddp.py's checks and its timed steps on the CPU (gloo), each rank bound to a CPU of its
 # own, where a python with torch is installed (Debian's python3-torch will do).
 TORCH_PY=

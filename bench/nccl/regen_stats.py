@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""regen_stats.py: the tables of a bench/regenerate.sh run.
+
+    bench/nccl/regen_stats.py DIR
+
+Reads DIR/raw.csv (or raw.csv.xz), DIR/topics.txt and DIR/env.txt; writes
+DIR/summary.csv and DIR/README.md.
+
+Per topic, operation and size, each repetition's busbw of ferry's
+configuration (the topic's first) is paired with each baseline's busbw of the
+same repetition (the runs of one repetition share its drift). For each
+baseline: the median of those ratios and its 95 % bootstrap interval (2,000
+resamples of the repetitions, seeded, so the same input gives the same
+table). The row reports the baseline ferry fares worst against. An interval
+that contains 1.0 reads "level"; otherwise "1.23x (1.10-1.35)".
+"""
+import csv
+import io
+import lzma
+import os
+import random
+import statistics
+import sys
+from collections import defaultdict
+
+BOOT = 2000
+SEED = 41
+
+
+def human(n):
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
+def read_raw(d):
+    path = os.path.join(d, "raw.csv")
+    if os.path.exists(path):
+        text = open(path).read()
+    elif os.path.exists(path + ".xz"):
+        text = lzma.open(path + ".xz", "rt").read()
+    else:
+        sys.exit(f"regen_stats.py: no raw.csv or raw.csv.xz in {d}")
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def read_topics(d):
+    topics = []
+    with open(os.path.join(d, "topics.txt")) as f:
+        for line in f:
+            name, setup, configs = line.rstrip("\n").split("|")
+            topics.append((name, setup, configs.split()))
+    return topics
+
+
+def read_env(d):
+    env = {}
+    path = os.path.join(d, "env.txt")
+    if os.path.exists(path):
+        for line in open(path):
+            k, _, v = line.partition(": ")
+            env[k.strip()] = v.strip()
+    return env
+
+
+def interval(ratios, rng):
+    meds = []
+    for _ in range(BOOT):
+        meds.append(statistics.median(rng.choice(ratios) for _ in ratios))
+    meds.sort()
+    return meds[int(0.025 * BOOT)], meds[int(0.975 * BOOT) - 1]
+
+
+def verdict(med, lo, hi):
+    if lo <= 1.0 <= hi:
+        return "level"
+    return f"{med:.2f}x ({lo:.2f}-{hi:.2f})"
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: regen_stats.py DIR")
+    d = sys.argv[1]
+    rows = read_raw(d)
+    topics = read_topics(d)
+    env = read_env(d)
+    # busbw[(topic, op, size, config)][rep] = busbw
+    busbw = defaultdict(dict)
+    versions = set()
+    for r in rows:
+        busbw[(r["topic"], r["op"], int(r["size"]), r["config"])][int(r["rep"])] = float(r["busbw"])
+        versions.add(r["nccl_version"])
+    rng = random.Random(SEED)
+    out = []
+    for name, setup, configs in topics:
+        ferry, bases = configs[0], configs[1:]
+        ops = sorted({k[1] for k in busbw if k[0] == name})
+        for op in ops:
+            sizes = sorted({k[2] for k in busbw if k[0] == name and k[1] == op})
+            for size in sizes:
+                mine = busbw.get((name, op, size, ferry), {})
+                worst = None
+                for base in bases:
+                    theirs = busbw.get((name, op, size, base), {})
+                    reps = sorted(set(mine) & set(theirs))
+                    ratios = [mine[k] / theirs[k] for k in reps if theirs[k] > 0]
+                    if not ratios:
+                        continue
+                    med = statistics.median(ratios)
+                    lo, hi = interval(ratios, rng)
+                    if worst is None or med < worst[1]:
+                        worst = (base, med, lo, hi, len(ratios),
+                                 statistics.median(theirs[k] for k in reps))
+                if worst is None:
+                    continue
+                base, med, lo, hi, n, base_bw = worst
+                out.append({
+                    "topic": name, "op": op, "size": size, "ferry": ferry, "against": base,
+                    "reps": n, "ferry_busbw": round(statistics.median(mine.values()), 3),
+                    "against_busbw": round(base_bw, 3), "ratio": round(med, 4),
+                    "lo": round(lo, 4), "hi": round(hi, 4), "verdict": verdict(med, lo, hi),
+                })
+    with open(os.path.join(d, "summary.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(out[0].keys()) if out else ["topic"])
+        w.writeheader()
+        w.writerows(out)
+    write_readme(d, topics, out, env, versions)
+    return 0
+
+
+def row_text(items):
+    """'4 KiB-64 KiB level; 256 KiB 1.23x (1.10-1.35); ...': runs of 'level' merged."""
+    parts = []
+    i = 0
+    while i < len(items):
+        j = i
+        if items[i]["verdict"] == "level":
+            while j + 1 < len(items) and items[j + 1]["verdict"] == "level":
+                j += 1
+        span = human(items[i]["size"]) if i == j else f"{human(items[i]['size'])}-{human(items[j]['size'])}"
+        parts.append(f"{span} {items[i]['verdict']}")
+        i = j + 1
+    return "; ".join(parts)
+
+
+def write_readme(d, topics, out, env, versions):
+    lines = ["# Regenerated results", ""]
+    lines.append(f"Command: `{env.get('command', 'bench/regenerate.sh')}` (SRC: an nccl-tests "
+                 f"source tree, {env.get('nccl-tests', '?')}).")
+    lines.append(f"NCCL {', '.join(sorted(versions))}; commit {env.get('commit', '?')[:12]} "
+                 f"({env.get('dirty-files', '?')} modified tracked files); {env.get('date', '?')}; "
+                 f"{env.get('gpu', '?')}; CUDA {env.get('cuda', '?')}; {env.get('host', '?')}.")
+    lines.append("")
+    lines.append("Busbw of ferry over the baseline, by size: the median of ratios paired by "
+                 "repetition, with its 95 % bootstrap interval; \"level\" where the interval "
+                 "contains 1.0. Against the baseline ferry fares worst against at that size.")
+    lines.append("")
+    lines.append("| setup | ferry against | result |")
+    lines.append("|---|---|---|")
+    for name, setup, configs in topics:
+        for op in sorted({o["op"] for o in out if o["topic"] == name}):
+            items = [o for o in out if o["topic"] == name and o["op"] == op]
+            against = " / ".join(configs[1:])
+            lines.append(f"| {setup}, {op} | {against} (the worse for ferry per size) | {row_text(items)} |")
+    lines.append("")
+    for name, setup, configs in topics:
+        for op in sorted({o["op"] for o in out if o["topic"] == name}):
+            lines.append(f"## {name}, {op}: {setup}")
+            lines.append("")
+            lines.append(f"| size | {configs[0]} GB/s | baseline | baseline GB/s | ratio | 95 % interval | reps | verdict |")
+            lines.append("|---|---|---|---|---|---|---|---|")
+            for o in (o for o in out if o["topic"] == name and o["op"] == op):
+                lines.append(f"| {human(o['size'])} | {o['ferry_busbw']:.2f} | {o['against']} | "
+                             f"{o['against_busbw']:.2f} | {o['ratio']:.3f} | {o['lo']:.3f}-{o['hi']:.3f} | "
+                             f"{o['reps']} | {o['verdict']} |")
+            lines.append("")
+    lines.append("## Method")
+    lines.append("")
+    lines.append("See the header of `bench/regenerate.sh`: a calibration run sets the iterations "
+                 "per size for a fixed minimum time per size; every repetition runs every "
+                 "configuration once in a Williams-design order; nccl-tests checks every result "
+                 "(-c 1); a proof run per topic shows that every channel went through ferry "
+                 "(`proofs.txt`). Every run's rows are in `raw.csv.xz`, their exit status and "
+                 "time in `runs.tsv`.")
+    lines.append("")
+    with open(os.path.join(d, "README.md"), "w") as f:
+        f.write("\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

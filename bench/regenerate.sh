@@ -1,0 +1,277 @@
+#!/usr/bin/env bash
+# regenerate.sh: the one command that regenerates the README's result rows, on
+# a GPU machine (one GPU is enough: the ranks share it under MPS, each its own
+# NCCL_HOSTID, so every channel goes through the network plugin).
+#
+#   bench/regenerate.sh --nccl-tests SRC [--topics T[,T...]] [--reps N]
+#                       [--min-time S] [--sizes 4K:256M] [--out DIR]
+#
+# SRC is an nccl-tests source tree (its top folder, holding src/Makefile); it
+# is built here, with MPI, for the GPU's own architecture only, into
+# bench/nccl/build/nccl-tests (ignored by git). ferry is built from this
+# checkout, fakeibv too for the ib topics.
+#
+# Topics (default socket2,ib2):
+#   socket2  2 ranks, all_reduce: ferry's socket backend against NCCL's Socket
+#            transport, default and 2 threads x 2 sockets (the better of them
+#            per size is the baseline)
+#   ib2      2 ranks, all_reduce, host buffers: ferry's ib backend against
+#            NCCL's own IB, both on the emulated verbs device (tests/fakeibv)
+#   gdr2     the same with GPU buffers (GPUDirect on the emulated device)
+#   socket8  8 ranks, all_reduce and alltoall, as socket2
+#   ib8      8 ranks, all_reduce and alltoall, as ib2
+# Every topic runs unbound (--bind-to none).
+#
+# Method. A calibration run of ferry's configuration times every size; each
+# size then gets iterations enough to run --min-time seconds (default 0.25),
+# sizes with similar counts sharing one nccl-tests call. Each of --reps
+# repetitions (default 5) runs every configuration once, in an order from a
+# Williams design (lib.sh, fnb_rotate), so each configuration follows every
+# other equally often. Per size, ferry's busbw is paired with each baseline's
+# of the same repetition; the row gives the median of those ratios and a 95 %
+# bootstrap interval, against the baseline ferry fares worst against. An
+# interval that contains 1.0 reads "level". Every run is checked by nccl-tests
+# (-c 1): a wrong element fails the command. A proof run per topic shows that
+# NCCL loaded ferry and sent every channel through it.
+#
+# Output (DIR, default $OUT, else bench/results/<date>-regen): README.md (the
+# rows in the README's form, the per-size tables, the method, versions,
+# commit and date), summary.csv, raw.csv.xz (every run's rows), runs.tsv,
+# proofs.txt, env.txt, topics.txt, logs.tar.xz (build and run logs). Exit 0
+# only when every run passed.
+set -uo pipefail
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/nccl/lib.sh"
+
+NT_SRC=
+TOPICS=socket2,ib2
+REPS=5
+MIN_TIME=0.25
+SIZES=4K:256M
+OUT_ARG=
+
+usage() { sed -n '2,41p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
+while [ $# -gt 0 ]; do
+  case $1 in
+    --nccl-tests) NT_SRC=${2:-}; shift ;;
+    --topics) TOPICS=${2:-}; shift ;;
+    --reps) REPS=${2:-}; shift ;;
+    --min-time) MIN_TIME=${2:-}; shift ;;
+    --sizes) SIZES=${2:-}; shift ;;
+    --out) OUT_ARG=${2:-}; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "regenerate.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+  shift
+done
+
+die_usage() { echo "regenerate.sh: $*" >&2; exit 2; }
+[ -n "$NT_SRC" ] || die_usage "--nccl-tests SRC is required (an nccl-tests source tree)"
+[ -f "$NT_SRC/src/Makefile" ] || die_usage "--nccl-tests: no src/Makefile under '$NT_SRC'"
+case $REPS in ''|*[!0-9]*|0) die_usage "--reps needs a whole number >= 1" ;; esac
+case $MIN_TIME in ''|*[!0-9.]*) die_usage "--min-time needs seconds (e.g. 0.25)" ;; esac
+case $SIZES in *:*) ;; *) die_usage "--sizes is FIRST:LAST (e.g. 4K:256M)" ;; esac
+IFS=, read -r -a TOPIC_LIST <<<"$TOPICS"
+for t in "${TOPIC_LIST[@]}"; do
+  case $t in socket2|ib2|gdr2|socket8|ib8) ;; *) die_usage "unknown topic '$t'" ;; esac
+done
+command -v mpirun >/dev/null || die_usage "mpirun not found (Open MPI)"
+command -v nvcc >/dev/null || [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ] ||
+  die_usage "nvcc not found (the CUDA toolkit builds nccl-tests)"
+
+OUTDIR=$(fnb_outdir "${OUT_ARG:-${OUT:-$FNB_REPO/bench/results/$(date +%Y-%m-%d)-regen}}") || exit 2
+LOGS=$OUTDIR/logs
+NT_BUILD=${REGEN_NT_BUILD:-$FNB_DIR/build/nccl-tests}
+export NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0
+
+# ---- builds ------------------------------------------------------------------
+mpi_home() {
+  local d
+  for d in "${MPI_HOME:-}" /usr/lib/x86_64-linux-gnu/openmpi /usr/lib64/openmpi /usr/local; do
+    [ -n "$d" ] && [ -f "$d/include/mpi.h" ] && { echo "$d"; return 0; }
+  done
+  return 1
+}
+
+gpu_arch() { # sm number of GPU 0, e.g. 90
+  timeout 20 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. '
+}
+
+build_nccl_tests() {
+  local mpi arch nccl_home=${NCCL_HOME:-/usr}
+  mpi=$(mpi_home) || { mpi=${MPI_HOME:-/usr}; fnb_log "no mpi.h found (set MPI_HOME); trying $mpi"; }
+  arch=$(gpu_arch)
+  [ -n "$arch" ] || arch=90
+  fnb_log "building nccl-tests from $NT_SRC (sm_$arch, MPI in $mpi) into $NT_BUILD"
+  make -C "$NT_SRC/src" -j "$(nproc)" MPI=1 MPI_HOME="$mpi" NCCL_HOME="$nccl_home" \
+    NVCC_GENCODE="-gencode=arch=compute_$arch,code=sm_$arch" BUILDDIR="$NT_BUILD" \
+    "$NT_BUILD/all_reduce_perf" "$NT_BUILD/alltoall_perf" >"$LOGS/build-nccl-tests.log" 2>&1 ||
+    { tail -n 30 "$LOGS/build-nccl-tests.log" >&2; return 1; }
+  [ -x "$NT_BUILD/all_reduce_perf" ] && [ -x "$NT_BUILD/alltoall_perf" ]
+}
+
+build_nccl_tests || { fnb_log "nccl-tests build failed"; exit 1; }
+fnb_build_ferry "$LOGS/build-ferry.log" || { fnb_log "ferry build failed"; exit 1; }
+NEED_IB=0
+for t in "${TOPIC_LIST[@]}"; do case $t in ib*|gdr*) NEED_IB=1 ;; esac; done
+if [ "$NEED_IB" = 1 ]; then
+  fnb_build_fakeibv "$LOGS/build-fakeibv.log" || { fnb_log "fakeibv build failed"; exit 1; }
+fi
+
+# ---- topics ------------------------------------------------------------------
+# topic_setup T: NP, OPS, CONFIGS (ferry's first), TOPIC_ENV (NAME=value for
+# every run of the topic), IB (1: ranks on fakeibv), SETUP (the README's words).
+FNB_VARIANT_ENV[ferry-ib-gdr]=NCCL_FERRY_BACKEND=ib,NCCL_FERRY_IB_GDR=1
+FNB_VARIANT_ENV[nccl-ib-gdr]=NCCL_NET_PLUGIN=none,NCCL_NET=IB,NCCL_GIN_TYPE=2
+topic_setup() {
+  IB=0
+  TOPIC_ENV=()
+  case $1 in
+    socket2|socket8) CONFIGS=(ferry socket-default socket-2x2) ;;
+    ib2|ib8) CONFIGS=(ferry-ib nccl-ib); IB=1; TOPIC_ENV=(FAKEIBV_DMABUF=0) ;;
+    gdr2) CONFIGS=(ferry-ib-gdr nccl-ib-gdr); IB=1
+          TOPIC_ENV=(FAKEIBV_DMABUF=1 NCCL_NET_GDR_LEVEL=SYS NCCL_NET_FORCE_FLUSH=1) ;;
+  esac
+  case $1 in
+    *8) NP=8; OPS=(all_reduce alltoall) ;;
+    *) NP=2; OPS=(all_reduce) ;;
+  esac
+  case $1 in
+    socket*) SETUP="socket, $NP ranks on one GPU, unbound" ;;
+    ib*) SETUP="ib on the emulated verbs device, host buffers, $NP ranks on one GPU, unbound" ;;
+    gdr*) SETUP="ib on the emulated verbs device, GPU buffers (GPUDirect), $NP ranks on one GPU, unbound" ;;
+  esac
+  if [ "$IB" = 1 ]; then
+    TOPIC_ENV+=("LD_LIBRARY_PATH=$FNB_FAKEIBV_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+  fi
+}
+
+# The rank wrapper: each rank its own host identity, every rank on GPU 0; on
+# fakeibv each rank also sees the emulated device's sysfs tree (with_sysfs.sh).
+WRAP=$LOGS/rank.sh
+# shellcheck disable=SC2016 # the rank script expands these
+{
+  echo '#!/bin/bash'
+  echo 'export NCCL_HOSTID=host$OMPI_COMM_WORLD_RANK NCCL_TESTS_DEVICE=0'
+  echo 'if [ "${REGEN_IB:-0}" = 1 ]; then exec '"$FNB_REPO"'/tests/fakeibv/test/with_sysfs.sh "$@"; fi'
+  echo 'exec "$@"'
+} >"$WRAP"
+chmod +x "$WRAP"
+
+# run_nt CONFIG OP LOG nccl-tests-args...: one nccl-tests call, bounded in time.
+run_nt() {
+  local config=$1 op=$2 log=$3 kv xs=()
+  shift 3
+  # shellcheck disable=SC2046 # fnb_config_env prints NAME=value words
+  for kv in $(fnb_config_env "$config") NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0 \
+            CUDA_MPS_PIPE_DIRECTORY="$CUDA_MPS_PIPE_DIRECTORY" REGEN_IB="$IB" "${TOPIC_ENV[@]}" \
+            ${RUN_EXTRA:-}; do
+    xs+=(-x "$kv")
+  done
+  timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$NP" --bind-to none "${xs[@]}" \
+    "$WRAP" "$NT_BUILD/${op}_perf" -g 1 -c 1 "$@" >"$log" 2>&1
+}
+
+# nt_rows LOG: "size time_us busbw wrong" per data line (out-of-place columns).
+# Only lines whose third field is the data type are rows: with 8 ranks NCCL's
+# INFO lines interleave and can start with digits.
+nt_rows() {
+  awk '$1 ~ /^[0-9]+$/ && NF >= 13 && $3 ~ /^(float|half|double|int|int32|bfloat16)$/ {
+         print $1, $6, $8, $9 }' "$1"
+}
+
+nt_version() {
+  local v
+  v=$(sed -n 's/.*nccl-library=\([0-9]*\).*/\1/p;s/.*NCCL version \([0-9.]*\).*/\1/p' "$1" | head -1)
+  case $v in *.*) echo "$v" ;; '') echo "?" ;; *) echo "$((v / 10000)).$((v / 100 % 100)).$((v % 100))" ;; esac
+}
+
+# bands SIZES_FILE: from "size time_us" lines, "first last iters warmup" per
+# nccl-tests call: iterations for MIN_TIME seconds per size, sizes whose
+# counts are within 4x of each other sharing a call at the largest count.
+bands() {
+  awk -v t="$MIN_TIME" '
+    { n = int(t * 1e6 / ($2 > 1 ? $2 : 1)) + 1; if (n < 5) n = 5; if (n > 20000) n = 20000
+      if (cnt == 0 || n * 4 < bn) { if (cnt) print first, last, bn, (bn / 10 > 2 ? int(bn / 10) : 2)
+                                     first = $1; bn = n }
+      last = $1; cnt++ }
+    END { if (cnt) print first, last, bn, (bn / 10 > 2 ? int(bn / 10) : 2) }' "$1"
+}
+
+record_env() {
+  {
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "commit: $(git -C "$FNB_REPO" rev-parse HEAD 2>/dev/null || echo unknown)"
+    echo "dirty-files: $(git -C "$FNB_REPO" status --porcelain 2>/dev/null | grep -vc '^??')"
+    echo "host: $(uname -r), $(nproc) CPUs"
+    echo "gpu: $(timeout 20 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
+    echo "cuda: $(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
+    echo "nccl-tests: $(git -C "$NT_SRC" describe --always 2>/dev/null || sed -n 's/.*NCCL_TESTS_VERSION *"*\([0-9.]*\).*/\1/p' "$NT_SRC/src/common.h" 2>/dev/null | head -1)"
+    echo "command: bench/regenerate.sh --nccl-tests SRC --topics $TOPICS --reps $REPS --min-time $MIN_TIME --sizes $SIZES"
+  } >"$OUTDIR/env.txt"
+}
+
+record_env
+fnb_mps_start || exit 1
+trap fnb_mps_stop EXIT
+FIRST=${SIZES%%:*}
+LAST=${SIZES##*:}
+echo "topic,op,rep,config,size,time_us,busbw,nccl_version" >"$OUTDIR/raw.csv"
+printf 'topic\top\trep\tconfig\tband\texit\tseconds\n' >"$OUTDIR/runs.tsv"
+failed=0
+for topic in "${TOPIC_LIST[@]}"; do
+  topic_setup "$topic"
+  echo "$topic|$SETUP|${CONFIGS[*]}" >>"$OUTDIR/topics.txt"
+  # Proof: NCCL loaded ferry and every channel went through it.
+  plog=$LOGS/proof-$topic.log
+  RUN_EXTRA="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET"
+  run_nt "${CONFIGS[0]}" all_reduce "$plog" -b 1M -e 1M -w 1 -n 2
+  prc=$?
+  RUN_EXTRA=
+  {
+    if [ $prc -eq 0 ] && fnb_proof_check "$plog" ferry; then echo "proof $topic: PASS"; else echo "proof $topic: FAIL (exit $prc)"; failed=1; fi
+    fnb_proof_excerpt "$plog" | cut -c1-200
+  } >"$LOGS/proof-$topic.txt" 2>&1
+  cat "$LOGS/proof-$topic.txt" >>"$OUTDIR/proofs.txt"
+  fnb_log "$(head -2 "$LOGS/proof-$topic.txt" | tr '\n' ' ')"
+  for op in "${OPS[@]}"; do
+    # Calibration: ferry's configuration, few iterations, every size.
+    clog=$LOGS/calib-$topic-$op.log
+    run_nt "${CONFIGS[0]}" "$op" "$clog" -b "$FIRST" -e "$LAST" -f 4 -w 2 -n 5 ||
+      { fnb_log "$topic $op: calibration run failed"; failed=1; continue; }
+    nt_rows "$clog" | awk '{ print $1, $2 }' >"$LOGS/calib-$topic-$op.txt"
+    bands "$LOGS/calib-$topic-$op.txt" >"$LOGS/bands-$topic-$op.txt"
+    fnb_log "$topic $op bands (first last iters warmup): $(tr '\n' ';' <"$LOGS/bands-$topic-$op.txt")"
+    for rep in $(seq "$REPS"); do
+      for config in $(fnb_rotate "$rep" "${CONFIGS[@]}"); do
+        b=0
+        while read -r first last iters warm; do
+          b=$((b + 1))
+          log=$LOGS/$topic-$op-rep$rep-$config-b$b.log
+          start=$SECONDS
+          run_nt "$config" "$op" "$log" -b "$first" -e "$last" -f 4 -w "$warm" -n "$iters"
+          rc=$?
+          rows=$(nt_rows "$log")
+          [ -n "$rows" ] || [ $rc -ne 0 ] || rc=99
+          # A wrong element in the checked column fails the run.
+          awk '$4 ~ /^[0-9]+$/ && $4 != 0 { bad = 1 } END { exit bad }' <<<"$rows" || rc=98
+          ver=$(nt_version "$log")
+          awk -v t="$topic" -v o="$op" -v r="$rep" -v c="$config" -v v="$ver" \
+            'NF >= 3 { printf "%s,%s,%s,%s,%s,%s,%s,%s\n", t, o, r, c, $1, $2, $3, v }' \
+            <<<"$rows" >>"$OUTDIR/raw.csv"
+          printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$topic" "$op" "$rep" "$config" "$b" "$rc" \
+            "$((SECONDS - start))" >>"$OUTDIR/runs.tsv"
+          [ $rc -eq 0 ] || { failed=1; fnb_log "$topic $op rep $rep $config band $b: exit $rc"; }
+        done <"$LOGS/bands-$topic-$op.txt"
+      done
+      fnb_log "$topic $op rep $rep done"
+    done
+  done
+done
+python3 "$FNB_DIR/regen_stats.py" "$OUTDIR" || failed=1
+xz -9 -f "$OUTDIR/raw.csv" || failed=1
+# The logs in one archive: a reader keeps README.md, summary.csv and raw.csv.xz.
+tar -cJf "$OUTDIR/logs.tar.xz" -C "$OUTDIR" logs && rm -rf "$LOGS"
+sed -n '1,80p' "$OUTDIR/README.md" 2>/dev/null
+exit $failed
