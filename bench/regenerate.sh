@@ -4,12 +4,13 @@
 # NCCL_HOSTID, so every channel goes through the network plugin).
 #
 #   bench/regenerate.sh --nccl-tests SRC [--topics T[,T...]] [--reps N]
-#                       [--min-time S] [--sizes 4K:256M] [--out DIR]
+#                       [--min-time S] [--sizes 4K:256M] [--out DIR] [--commit ID]
 #
 # SRC is an nccl-tests source tree (its top folder, holding src/Makefile); it
 # is built here, with MPI, for the GPU's own architecture only, into
 # bench/nccl/build/nccl-tests (ignored by git). ferry is built from this
-# checkout, fakeibv too for the ib topics.
+# checkout, fakeibv too for the ib topics. --commit names the commit the tree
+# is, where it runs as a copy whose .git does not know it.
 #
 # Topics (default socket2,ib2):
 #   socket2  2 ranks, all_reduce: ferry's socket backend against NCCL's Socket
@@ -49,8 +50,9 @@ REPS=5
 MIN_TIME=0.25
 SIZES=4K:256M
 OUT_ARG=
+COMMIT=
 
-usage() { sed -n '2,41p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,42p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
   case $1 in
@@ -60,6 +62,7 @@ while [ $# -gt 0 ]; do
     --min-time) MIN_TIME=${2:-}; shift ;;
     --sizes) SIZES=${2:-}; shift ;;
     --out) OUT_ARG=${2:-}; shift ;;
+    --commit) COMMIT=${2:-}; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "regenerate.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -169,8 +172,9 @@ run_nt() {
             ${RUN_EXTRA:-}; do
     xs+=(-x "$kv")
   done
+  # stdin from /dev/null: mpirun forwards stdin and would eat the band list being read.
   timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$NP" --bind-to none "${xs[@]}" \
-    "$WRAP" "$NT_BUILD/${op}_perf" -g 1 -c 1 "$@" >"$log" 2>&1
+    "$WRAP" "$NT_BUILD/${op}_perf" -g 1 -c 1 "$@" </dev/null >"$log" 2>&1
 }
 
 # nt_rows LOG: "size time_us busbw wrong" per data line (out-of-place columns).
@@ -188,26 +192,49 @@ nt_version() {
 }
 
 # bands SIZES_FILE: from "size time_us" lines, "first last iters warmup" per
-# nccl-tests call: iterations for MIN_TIME seconds per size, sizes whose
-# counts are within 4x of each other sharing a call at the largest count.
+# nccl-tests call: iterations for MIN_TIME seconds per size, consecutive sizes
+# whose counts are within 8x of each other sharing a call at their largest
+# count (so every size runs at least MIN_TIME).
 bands() {
   awk -v t="$MIN_TIME" '
+    function emit() { print first, last, hi, (hi / 10 > 2 ? int(hi / 10) : 2) }
     { n = int(t * 1e6 / ($2 > 1 ? $2 : 1)) + 1; if (n < 5) n = 5; if (n > 20000) n = 20000
-      if (cnt == 0 || n * 4 < bn) { if (cnt) print first, last, bn, (bn / 10 > 2 ? int(bn / 10) : 2)
-                                     first = $1; bn = n }
+      if (cnt > 0 && (n > hi ? n : hi) <= 8 * (n < lo ? n : lo)) {
+        if (n > hi) hi = n; if (n < lo) lo = n
+      } else {
+        if (cnt) emit()
+        first = $1; lo = n; hi = n
+      }
       last = $1; cnt++ }
-    END { if (cnt) print first, last, bn, (bn / 10 > 2 ? int(bn / 10) : 2) }' "$1"
+    END { if (cnt) emit() }' "$1"
+}
+
+# The nccl-tests version of SRC: its own git description when SRC is the top of
+# a repository, else the version its sources declare.
+nt_src_version() {
+  local top v
+  top=$(git -C "$NT_SRC" rev-parse --show-toplevel 2>/dev/null)
+  if [ -n "$top" ] && [ "$(cd "$top" && pwd -P)" = "$(cd "$NT_SRC" && pwd -P)" ]; then
+    git -C "$NT_SRC" describe --always --tags 2>/dev/null && return
+  fi
+  v=$(grep -rhoE 'NCCL_TESTS_VERSION[ "]*[0-9][0-9.]*' "$NT_SRC/src" 2>/dev/null | grep -oE '[0-9][0-9.]*$' | head -1)
+  echo "${v:-unknown}"
 }
 
 record_env() {
   {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "commit: $(git -C "$FNB_REPO" rev-parse HEAD 2>/dev/null || echo unknown)"
-    echo "dirty-files: $(git -C "$FNB_REPO" status --porcelain 2>/dev/null | grep -vc '^??')"
+    if [ -n "$COMMIT" ]; then
+      echo "commit: $COMMIT (given: the tree ran as a copy)"
+      echo "dirty-files: ?"
+    else
+      echo "commit: $(git -C "$FNB_REPO" rev-parse HEAD 2>/dev/null || echo unknown)"
+      echo "dirty-files: $(git -C "$FNB_REPO" status --porcelain 2>/dev/null | grep -vc '^??')"
+    fi
     echo "host: $(uname -r), $(nproc) CPUs"
     echo "gpu: $(timeout 20 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
     echo "cuda: $(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
-    echo "nccl-tests: $(git -C "$NT_SRC" describe --always 2>/dev/null || sed -n 's/.*NCCL_TESTS_VERSION *"*\([0-9.]*\).*/\1/p' "$NT_SRC/src/common.h" 2>/dev/null | head -1)"
+    echo "nccl-tests: $(nt_src_version)"
     echo "command: bench/regenerate.sh --nccl-tests SRC --topics $TOPICS --reps $REPS --min-time $MIN_TIME --sizes $SIZES"
   } >"$OUTDIR/env.txt"
 }
@@ -238,7 +265,7 @@ for topic in "${TOPIC_LIST[@]}"; do
   for op in "${OPS[@]}"; do
     # Calibration: ferry's configuration, few iterations, every size.
     clog=$LOGS/calib-$topic-$op.log
-    run_nt "${CONFIGS[0]}" "$op" "$clog" -b "$FIRST" -e "$LAST" -f 4 -w 2 -n 5 ||
+    run_nt "${CONFIGS[0]}" "$op" "$clog" -b "$FIRST" -e "$LAST" -f 4 -w 20 -n 5 ||
       { fnb_log "$topic $op: calibration run failed"; failed=1; continue; }
     nt_rows "$clog" | awk '{ print $1, $2 }' >"$LOGS/calib-$topic-$op.txt"
     bands "$LOGS/calib-$topic-$op.txt" >"$LOGS/bands-$topic-$op.txt"
