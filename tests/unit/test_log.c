@@ -15,6 +15,8 @@ static int lines;
 static char last[1024];
 
 static void capture(int level, unsigned long flags, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void capture(int level, unsigned long flags, const char *file, int line, const char *fmt, ...)
 {
     va_list ap;
 
