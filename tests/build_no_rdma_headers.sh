@@ -11,9 +11,9 @@
 # an unprivileged user make a user + mount namespace (unshare -r).
 #
 # usage: tests/build_no_rdma_headers.sh [build-dir]   (default build-nordma)
-# Extra CMake arguments: FERRY_NORDMA_CMAKE_ARGS; compiler launcher (ccache)
-# is used when installed. Prints "N passed, N failed"; exits non-zero on
-# any failure.
+# Extra CMake arguments: FERRY_NORDMA_CMAKE_ARGS; parallel jobs for build and
+# ctest: FERRY_NORDMA_JOBS (default 2); ccache is used when installed.
+# Prints "N passed, N failed"; exits non-zero on any failure.
 set -euo pipefail
 
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,7 +29,7 @@ fi
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache)
 
-export FERRY_SRC=$src FERRY_BUILD=$build FERRY_TESTS=$tests
+export FERRY_SRC=$src FERRY_BUILD=$build FERRY_TESTS=$tests FERRY_JOBS=${FERRY_NORDMA_JOBS:-2}
 export FERRY_CMAKE_ARGS="${launcher[*]} ${FERRY_NORDMA_CMAKE_ARGS:-}"
 export NCCL_SOCKET_IFNAME=lo
 mkdir -p "$build"
@@ -60,10 +60,10 @@ unshare "${unshare_args[@]}" bash -euo pipefail -c '
         echo "FAIL: unit_test_verbs_abi registered although the headers are hidden"
         exit 1
     fi
-    cmake --build "$FERRY_BUILD" -j2 >"$FERRY_BUILD/nordma-build.log" 2>&1 ||
+    cmake --build "$FERRY_BUILD" -j"$FERRY_JOBS" >"$FERRY_BUILD/nordma-build.log" 2>&1 ||
         { tail -50 "$FERRY_BUILD/nordma-build.log"; echo "FAIL: build"; exit 1; }
     echo "configure + build: ok"
-    ctest --test-dir "$FERRY_BUILD" -j2 -R "$FERRY_TESTS" --output-on-failure \
+    ctest --test-dir "$FERRY_BUILD" -j"$FERRY_JOBS" -R "$FERRY_TESTS" --output-on-failure \
         >"$FERRY_BUILD/nordma-ctest.log" 2>&1
 '
 rc=$?
