@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include <infiniband/verbs.h>
+#include "ferry/verbs_abi.h"
 
 #include "core/backend.h"
 #include "ib/ib_config.h"

@@ -7,7 +7,7 @@
 #ifndef FERRY_IB_CM_H
 #define FERRY_IB_CM_H
 
-#include <infiniband/verbs.h>
+#include "ferry/verbs_abi.h"
 
 #include "core/status.h"
 #include "ib/ib_config.h"

@@ -13,7 +13,7 @@
 #ifndef FERRY_IB_CM_CONN_H
 #define FERRY_IB_CM_CONN_H
 
-#include <rdma/rdma_cma.h>
+#include "ferry/rdma_cm_abi.h"
 
 #include "ib/ib_cm_verbs.h"
 #include "ib/ib_comm.h"

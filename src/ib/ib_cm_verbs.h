@@ -2,14 +2,14 @@
  * librdmacm, loaded at run time (dlopen) like libibverbs (ib_verbs.h), and
  * only when NCCL_FERRY_IB_CM=rdmacm asks for it: the connection manager
  * entry points the rdmacm connection mode calls (ib_cm*.c), nothing else.
- * The structs are the installed <rdma/rdma_cma.h>'s.
+ * The structs are ferry/rdma_cm_abi.h's (no librdmacm-dev needed).
  */
 #ifndef FERRY_IB_CM_VERBS_H
 #define FERRY_IB_CM_VERBS_H
 
 #include <stddef.h>
 
-#include <rdma/rdma_cma.h>
+#include "ferry/rdma_cm_abi.h"
 
 #include "core/status.h"
 

@@ -11,7 +11,7 @@
 
 #include <stddef.h>
 
-#include <infiniband/verbs.h>
+#include "ferry/verbs_abi.h"
 
 #include "core/status.h"
 

@@ -21,7 +21,7 @@
 
 #include <netinet/in.h>
 #include <pthread.h>
-#include <rdma/rdma_cma.h>
+#include "ferry/rdma_cm_abi.h"
 #include <stdint.h>
 
 #define FCM_EXPORT __attribute__((visibility("default")))

@@ -6,7 +6,7 @@
 #ifndef FAKEIBV_INTERNAL_H
 #define FAKEIBV_INTERNAL_H
 
-#include <infiniband/verbs.h>
+#include "ferry/verbs_abi.h"
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -39,7 +39,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <rdma/rdma_cma.h>
+#include "ferry/rdma_cm_abi.h"
 
 #include "harness.h"
 #include "ib/ib_handle.h"

@@ -7,7 +7,7 @@
  */
 #include <cuda_runtime.h>
 #include <fcntl.h>
-#include <infiniband/verbs.h>
+#include "ferry/verbs_abi.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

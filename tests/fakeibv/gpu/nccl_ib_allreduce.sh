@@ -79,7 +79,7 @@ case " $modes " in
         cat "$work/cc.log"; echo "FAIL: nccl_allreduce did not compile"; exit 1
     fi ;;
 esac
-if ! cc_cuda "$work/fakeibv_gpu_selftest" "$here/fakeibv_gpu_selftest.c" -I"$src" -L"$fakelib" -libverbs >>"$work/cc.log" 2>&1; then
+if ! cc_cuda "$work/fakeibv_gpu_selftest" "$here/fakeibv_gpu_selftest.c" -I"$src" -I"$src/../../include" -L"$fakelib" -libverbs >>"$work/cc.log" 2>&1; then
     cat "$work/cc.log"; echo "FAIL: fakeibv_gpu_selftest did not compile"; exit 1
 fi
 

@@ -5,7 +5,7 @@
 #ifndef FAKEIBV_TEST_UTIL_H
 #define FAKEIBV_TEST_UTIL_H
 
-#include <infiniband/verbs.h>
+#include "ferry/verbs_abi.h"
 #include <stddef.h>
 #include <stdint.h>
 

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
-#include <rdma/rdma_cma.h>
+#include "ferry/rdma_cm_abi.h"
 
 #include "fakeibv_test_util.h"
 
