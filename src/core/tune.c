@@ -140,9 +140,9 @@ int ferry_tune_coll(const ferry_tune_t *t, int coll, size_t nbytes, float *table
     } else if (nbytes >= FERRY_TUNE_LL_CHANNEL_BYTES * t->nranks * FERRY_TUNE_MIN_CHANNELS) {
         /*
          * LL's ceiling is the path's, not a channel's (2 and 4 channels both
-         * stop at 0.95 GB/s), so more channels only add messages: a 32 KiB
-         * all_reduce on 4 channels moved 0.77x what it did on 2. Below this
-         * size NCCL itself uses fewer channels; it keeps that choice.
+         * stop at it), so more channels only add messages and slow a small
+         * all_reduce down. Below this size NCCL itself uses fewer channels;
+         * it keeps that choice.
          */
         *nchannels = FERRY_TUNE_MIN_CHANNELS;
         changed = 1;

@@ -4,9 +4,10 @@
  *
  * NCCL's cost model assumes its LL protocols reach half the link's bandwidth.
  * Over a host-staged network (the GPU writes into host memory, the transport
- * copies it, the peer's GPU polls host memory) they top out near 1 GB/s of bus
- * bandwidth whatever the link (measured: bench/results/2026-11-29-gpu-tuner),
- * so on a fast link NCCL picks LL up to 1 MiB where Simple is 2-4x faster.
+ * copies it, the peer's GPU polls host memory) they top out at a bus
+ * bandwidth set by that path, whatever the link (NCCL_FERRY_TUNER_LL_BW), so
+ * on a fast link NCCL picks LL up to 1 MiB where Simple is several times
+ * faster.
  * The tuner puts that ceiling into LL's predicted time. It also keeps a
  * Simple collective to the channels its size can fill, so the channels a
  * fast link earns for large messages do not cost small ones.

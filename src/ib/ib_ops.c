@@ -426,9 +426,11 @@ const ferry_backend_ops_t ferry_ib_ops = {
     .name           = "ib",
     .host_staged    = 0,
     /*
-     * 1 MiB: all_reduce through ferry-ib on the emulated NIC, 5 interleaved
-     * repetitions (bench/results/2026-12-02-gpu-multirail): 4 MiB 1.16x the
-     * busbw of 2 MiB per channel, 1-256 MiB otherwise within 3 %.
+     * 1 MiB per channel: the NIC moves the bytes, so a channel costs ferry-ib
+     * a QP's work requests rather than a copying thread, and mid-size
+     * all_reduce gains from spreading over more channels sooner than the
+     * core's default of 2 MiB allows; larger sizes fill every channel either
+     * way.
      */
     .tuner_channel_bytes = (size_t)1 << 20,
     .usable         = ferry_ib_usable,

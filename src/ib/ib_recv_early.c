@@ -36,8 +36,7 @@ int ferry_ib_recv_early_slot_busy(ferry_ib_recv_comm_t *rc, uint32_t s)
      * in one go once FERRY_IB_EARLY_POLL of them are out, or when this slot's
      * is: that frees their FIFO slots and surfaces a send that did not fit.
      * Not on every irecv: each poll that finds work costs NCCL's proxy thread
-     * a pass through the CQ (on the GPU machine, polling at every irecv lost
-     * what early completion gained; bench/results/2026-12-03-gpu-ib-early-recv).
+     * a pass through the CQ, on the very path early completion shortens.
      */
     long st;
 

@@ -2,11 +2,10 @@
  * The engine's clocks, both CLOCK_MONOTONIC nanoseconds.
  *
  * NCCL's proxy thread calls test() and isend() in a tight loop and each
- * request is stamped three times, so the clock is on its hot path: the
- * GPU host's vDSO clock_gettime costs ~37 ns (fenced rdtscp, seqlock, a
- * library call), and sampling that thread put ferry's clock reads at
- * 75-90 ns per proxy-step state more than NCCL's IB makes
- * (bench/results/2026-12-02-gpu-pc-sample). Where the kernel itself keeps
+ * request is stamped three times, so the clock is on its hot path: a vDSO
+ * clock_gettime is a fenced rdtscp, a seqlock and a library call, and per
+ * proxy-step state those reads add up to what separates ferry from NCCL's
+ * IB at small sizes. Where the kernel itself keeps
  * time with the TSC (x86-64, clocksource "tsc"), ferry_px_now_ns() reads
  * the TSC inline and scales it by a rate measured against CLOCK_MONOTONIC;
  * the anchor is renewed once a second (clock.c), so the two never drift

@@ -127,8 +127,9 @@ typedef struct ferry_px_ring {
  * (the stall warning, the backend's peer checks), which a reading a few
  * calls old only delays by those calls. An old reading only makes a
  * deadline later, never earlier; a stamp that starts a wait reads the
- * clock itself, so a wait never looks longer than it is. Sampling NCCL's proxy thread put the coarse reads of idle
- * calls at ~50 ns per proxy-step state (bench/results/2026-12-02-gpu-pc-sample).
+ * clock itself, so a wait never looks longer than it is. NCCL makes many
+ * such idle calls per proxy step, so even the coarse clock's read on each
+ * was a visible share of a small message's time.
  */
 #define FERRY_PX_RING_CLOCK_EVERY 8
 

@@ -16,7 +16,7 @@
 /*
  * Messages up to this size are latency-bound: they switch on the spin window.
  * NCCL's bulk traffic comes as 512 KiB..1 MiB slices; below that a wake-up
- * per chunk is a visible share of the message time (measured: bench/results).
+ * per chunk is a visible share of the message time.
  */
 #define FERRY_PX_SMALL (256 << 10)
 /*
@@ -31,13 +31,12 @@
  * copy engine for all of them (the reason for the 32 KiB limit above). But
  * when one comm of a kind is all that posts (a ping-pong, a one-channel p2p
  * exchange), there is nobody else to serve, and each message above 32 KiB
- * otherwise pays a helper wake-up on each side (64 KiB ping-pong: 1.6-1.7x
- * raw TCP on 16 cores, 4.4x on 2). The limit (solo_max, NCCL_FERRY_SOLO_MAX)
- * defaults to one chunk, 64 KiB: larger messages are cut over the streams,
- * and on 16 cores their helpers copying in parallel beat one thread (256 KiB
- * 1.43x raw with NCCL's thread sending it all, 1.16x without; on 2 cores the
- * other way round, 0.74x vs 1.34x). A comm is alone when no other comm of its
- * kind posted within this window before it.
+ * otherwise pays a helper wake-up on each side, most of a small message's
+ * time. The limit (solo_max, NCCL_FERRY_SOLO_MAX) defaults to one chunk,
+ * 64 KiB: larger messages are cut over the streams, and with cores to spare
+ * their helpers copying in parallel beat one thread sending it all. A comm
+ * is alone when no other comm of its kind posted within this window before
+ * it.
  */
 #define FERRY_PX_SOLO_WINDOW_NS 2000000ULL
 
@@ -288,8 +287,7 @@ int ferry_px_stream_claim(ferry_px_stream_t *comm, ferry_px_claim_t *claim_p)
  * one, its posted size is only an upper bound), a comm alone (ping-pong), or
  * every message when there are no helpers. On bulk traffic the thread that
  * serves every channel would otherwise move a quarter of all bytes itself
- * and hold lane 0 away from its worker (ferry-bench 64 KiB x 4 connections:
- * bench/results/2026-11-29-gpu-tuner).
+ * and hold lane 0 away from its worker.
  */
 static int ferry_px_stream_test_assists(ferry_px_stream_t *comm, const ferry_px_req_t *req)
 {

@@ -109,8 +109,8 @@ static void ferry_px_worker_sleep(ferry_px_worker_t *w, ferry_px_pollset_t *ps)
  * Spinning pays only while the spinners leave cores to everyone else: NCCL
  * opens a send and a receive comm per channel and peer, and with one worker
  * per stream a 2-rank job on 16 cores had 32 workers spinning, starving
- * NCCL's own proxy threads (1 MiB all_reduce at 0.37x with a 200 us window).
- * So at most a quarter of the process' CPUs spin at once.
+ * NCCL's own proxy threads. So at most a quarter of the process' CPUs spin
+ * at once.
  */
 static _Atomic int ferry_px_spinners;
 static int ferry_px_spin_max;

@@ -116,11 +116,10 @@ static const ferry_cfg_var_t ferry_sock_cfg_vars[FERRY_SOCK_CFG_COUNT] = {
 };
 
 /*
- * Spinning before sleeping was measured on the GPU machine (bench/results/
- * 2026-11-29-gpu-tuning, runs 2-8): once NCCL's thread sends small messages
- * itself and reads them inside test(), a spinning worker saves nothing at
- * 4 KiB and costs 9-19 % at 256 KiB-1 MiB, where NCCL opens many comms and
- * the spinners take the cores the copies need. Off unless asked for.
+ * Spinning before sleeping: once NCCL's thread sends small messages itself
+ * and reads them inside test(), a spinning worker has no wake-up left to
+ * save on small messages, and at mid sizes, where NCCL opens many comms, the
+ * spinners take the cores the copies need. Off unless asked for.
  */
 static void ferry_sock_cfg_derive_spin(ferry_sock_config_t *cfg)
 {

@@ -15,29 +15,29 @@
 
 /*
  * Up to this many CPUs, NCCL's own thread moves every stream: no helpers.
- * One core per rank: helpers on it 0.75-0.94x (bench/results/
- * 2026-11-29-gpu-onecore, run1). Two cores per rank: no helpers 1.00-1.27x
- * the helpers at every size (run7). Four: helpers ahead of Socket at every
- * size, no helpers 0.59-0.94x of them from 256 KiB up (run8).
+ * On one or two cores per rank a helper only takes turns on the cores that
+ * NCCL's proxy thread and the application's main thread already keep busy,
+ * and each hand-off adds a wake-up; from four, helpers get cores of their
+ * own and copy in parallel with NCCL's thread.
  */
 #define FERRY_SOCK_NOHELPER_CPUS   2
 /*
  * With exactly this many CPUs NCCL's thread still moves every receive, and
  * each send comm gets one helper kept off NCCL's thread's CPU: it takes the
- * core the application's waiting main thread yields. nccl-tests under mpirun
- * with 2 cores per rank: 1.25-1.61x no helpers at 1-256 MiB, level below; at
- * 64 MiB the same helpers on the receive side gave 1.59x, unplaced helpers on
- * both sides 1.05x (bench/results/2026-12-04-gpu-cpu-place). With 4 cores the
- * per-stream helpers stay ahead (this mode 0.56-0.89x them from 1 MiB up).
+ * core the application's waiting main thread yields. One side only, since
+ * with helpers on both every copy lands on the helpers' core while NCCL's
+ * idles; the send side, so that NCCL's thread copies the receives while the
+ * helpers send. Left unplaced, the scheduler wakes helpers beside NCCL's
+ * thread. With 4 cores the per-stream helpers have cores enough and stay
+ * ahead.
  */
 #define FERRY_SOCK_SENDHELPER_CPUS 2
 
 /*
  * Only where a launcher gave the process its two CPUs: on a host that has
  * just two, every process shares them and there is no core for a helper to
- * take. ferry-bench on the 2-core VM (its two processes on the same two
- * CPUs): 0.45-0.80x raw TCP at 4 connections with the send helpers, 1.07-1.30x
- * without (bench/results/2026-12-04-vm-ferry-bench).
+ * take: the helper then competes with the other process' threads for the
+ * same two cores.
  */
 static int ferry_sock_cfg_send_helper_mode(const ferry_sock_config_t *cfg)
 {
@@ -73,11 +73,9 @@ int ferry_sock_config_cpus(int ignore_mask, int *mask_p, int *bound_p)
  * Such CPUs are time, not cores of the process' own (cpus_bound 0): the
  * 2-CPU send helper lives on the core a waiting application thread yields
  * to it, but under a limit that thread spins on a core of its own and
- * spends the limit all the same (nccl-tests' main thread: 1.00 CPU beside
- * NCCL's thread's 0.99, bench/results/2026-12-03-gpu-cpu-threads), so a
- * helper would push the rank past it. Under a 1-CPU limit per rank the
- * helpers a large host's mask gave moved 0.17-0.92x the one-thread default
- * (bench/results/2026-12-04-vm-cpu-quota).
+ * spends the limit all the same, so a helper would push the rank past it.
+ * Helpers sized for a large host's mask are throttled under a limit, not
+ * helped: each stop costs the rest of the period.
  */
 void ferry_sock_config_apply_quota(ferry_sock_config_t *cfg, const ferry_cpu_quota_t *quota)
 {
@@ -189,11 +187,9 @@ void ferry_sock_config_derive_lanes(ferry_sock_config_t *cfg)
     /*
      * NCCL's thread moving every stream itself gains nothing from several:
      * each is one more socket to poll per call and one more buffer to keep
-     * warm. nccl-tests under mpirun (one core per rank, 2 channels): one
-     * stream 1.00-1.12x four at every size, 1.06-1.10x from 4 MiB up
-     * (bench/results/2026-11-29-gpu-onecore, run2). The same for one side's
-     * single helper (NCCL_FERRY_SEND_THREADS / RECV_THREADS = 1): one thread
-     * per side moves every stream of it.
+     * warm, and the one thread copies them one after another anyway. The
+     * same for one side's single helper (NCCL_FERRY_SEND_THREADS /
+     * RECV_THREADS = 1): one thread per side moves every stream of it.
      */
     if (cfg->threads == 0 && cfg->send_threads <= 1 && cfg->recv_threads <= 1 &&
         cfg->src[FERRY_SOCK_CFG_STREAMS] == FERRY_CFG_DEFAULT) {

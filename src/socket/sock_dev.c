@@ -31,19 +31,17 @@ static int ferry_sock_dev_is_loopback(const char *ifname)
 
 /*
  * Speed in Mbps: NCCL_FERRY_SPEED_MBPS, else /sys/class/net/<if>/speed.
- * Loopback has no wire: it moves at memory speed (the 16-core GPU machine's
- * loopback TCP moved 19-21 GB/s each way at once, bench/duplex.sh). NCCL
- * sizes its channels from this number, and only 400 Gbps or more makes it
- * open 4 channels instead of 2 (+37-45 % at 16 MiB and up:
- * bench/results/2026-11-29-gpu-tuner). A fast link also makes NCCL's cost
- * model pick LL up to 1 MiB, where LL over
- * a host-staged path runs at 0.3x Simple; the bundled tuner (core/tune.h)
- * corrects that. Without the tuner (NCCL_FERRY_TUNER=0, or another tuner
+ * Loopback has no wire: it moves at memory speed, above any NIC's rate that
+ * NCCL knows (bench/duplex.sh measures it). NCCL sizes its channels from this
+ * number, and only 400 Gbps or more makes it open 4 channels instead of 2,
+ * which large messages need to keep enough streams busy. A fast link also
+ * makes NCCL's cost model pick LL up to 1 MiB, where LL over a host-staged
+ * path is far slower than Simple; the bundled tuner (core/tune.h) corrects
+ * that. Without the tuner (NCCL_FERRY_TUNER=0, or another tuner
  * named in NCCL_TUNER_PLUGIN) loopback says 100 Gbps: 2 channels, and NCCL's
  * own choices stay sound. So does a process without helper threads (bound to
  * one CPU, or NCCL_FERRY_THREADS=0): one thread, NCCL's, copies every byte,
- * and two more channels only add messages to it (nccl-tests under mpirun,
- * 2 channels 1.05-1.13x 4 at 16-256 MiB: bench/results/2026-11-29-gpu-onecore).
+ * and two more channels only add messages to it.
  * NCCL agrees the channel count across ranks at init, so ranks bound
  * differently still run alike. Other interfaces without a speed get NCCL's
  * 10 Gbps.

@@ -30,11 +30,13 @@ const char *ferry_sock_gpu_why_off(void)
 
 /*
  * Copies run in a context of ferry's own per device, made once and kept for
- * the process. Measured on the H200 under MPS: copy streams in the primary
- * context (NCCL's) never completed while NCCL's kernels ran, with one stream
- * per helper thread, even with CUDA_DEVICE_MAX_CONNECTIONS=32; in a separate
- * context they do (bench/results/2026-11-29-gpu-staging). Device memory is
- * addressed through the process's unified address space either way.
+ * the process. Copies queued in the primary context (NCCL's) can wait behind
+ * NCCL's persistent kernels, which spin until the network delivers the very
+ * bytes those copies carry: under MPS they never completed, even with a
+ * stream per helper thread and CUDA_DEVICE_MAX_CONNECTIONS=32. A separate
+ * context is scheduled beside NCCL's kernels.
+ * Device memory is addressed through the process's unified address space
+ * either way.
  */
 static pthread_mutex_t ferry_sock_gpu_ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 static ferry_cu_ctx_t ferry_sock_gpu_ctxs[FERRY_SOCK_GPU_MAX_DEVICES];

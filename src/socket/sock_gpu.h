@@ -8,9 +8,8 @@
  * Why: with host-only buffers NCCL's kernels read and write every byte
  * through mapped host memory, and their reads of it stall on PCIe. With GPU
  * buffers they work in device memory and the copy engines move the bytes in
- * bulk. Measured on one H200 it does not beat host staging, because the two
- * kernel copies of every byte through TCP remain
- * (bench/results/2026-11-29-gpu-staging); hence off by default.
+ * bulk. It does not beat host staging, because the two kernel copies of
+ * every byte through TCP remain; hence off by default.
  *
  * libcuda.so.1 is opened at run time: without a driver the plugin still
  * loads and advertises host memory only.
