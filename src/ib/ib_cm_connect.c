@@ -1,6 +1,6 @@
 /*
  * connect() in rdmacm mode. NCCL calls it again with the same handle until
- * it returns a comm; the stage the handle points to holds one rdma_cm id
+ * it returns a comm; the stage the handle refers to (ib_conn_stage.c) holds one rdma_cm id
  * per data QP on a non-blocking channel, and each call handles the events
  * that are there:
  *   RESOLVING: rdma_resolve_addr on every id; ADDR_RESOLVED -> rdma_resolve_route
@@ -40,7 +40,7 @@ static void ferry_ib_cm_stage_free(ferry_ib_cm_stage_t *st, ferry_ib_handle_t *h
     else
         ferry_ib_cm_conn_destroy(st->cm);
     free(st);
-    ferry_ib_handle_set_stage(h, NULL);
+    ferry_ib_handle_clear_stage(h);
 }
 
 static const char *ferry_ib_cm_step(const ferry_ib_cm_stage_t *st)
@@ -77,9 +77,6 @@ static ferry_status_t ferry_ib_cm_stage_create(int dev, ferry_ib_handle_t *h,
     ferry_status_t status;
     char who[96];
 
-    status = ferry_ib_handle_check(h, dev);
-    if (status != FERRY_OK)
-        return status;
     st = calloc(1, sizeof(*st));
     if (st == NULL)
         return FERRY_ERR_NO_MEMORY;
@@ -94,7 +91,12 @@ static ferry_status_t ferry_ib_cm_stage_create(int dev, ferry_ib_handle_t *h,
     st->nqps = nqps < 1 ? 1 : nqps > FERRY_IB_MAX_QPS ? FERRY_IB_MAX_QPS : nqps;
     st->token = h->token;
     st->conn_id = ferry_ib_random64();
-    ferry_ib_handle_set_stage(h, st);
+    status = ferry_ib_handle_set_stage(h, FERRY_STAGE_IB_CM, st, st->peer);
+    if (status != FERRY_OK) {
+        ferry_ib_cm_conn_destroy(st->cm);
+        free(st);
+        return status;
+    }
     *stage_p = st;
     has_src = ferry_ib_cm_dev_addr(dev, &src, &src_len);
     for (i = 0; i < st->nqps; i++) {
@@ -232,13 +234,13 @@ ferry_status_t ferry_ib_cm_connect(ferry_ctx_t *ctx, int dev, ferry_ib_handle_t 
     int fd;
 
     *send_comm_p = NULL;
-    status = ferry_ib_handle_stage(h, dev, (void **)&st);
+    status = ferry_ib_handle_stage(h, dev, FERRY_STAGE_IB_CM, (void **)&st);
     if (status != FERRY_OK)
         return status;
     if (st == NULL) {
         status = ferry_ib_cm_stage_create(dev, h, &st);
         if (status != FERRY_OK) {
-            if (h->stage != NULL)
+            if (!ferry_stage_ref_none(&h->stage))
                 ferry_ib_cm_stage_free(st, h);
             return status;
         }

@@ -527,9 +527,19 @@ ferry_status_t ferry_ib_handle_check(const ferry_ib_handle_t *h, int dev);
 ferry_status_t ferry_ib_handle_peer(const ferry_ib_handle_t *h, int dev,
                                     struct sockaddr_storage *ss, socklen_t *len_p,
                                     char *peer, size_t peer_len);
-/* The connect stage the handle holds (NULL on the first call), checked against the token. */
-ferry_status_t ferry_ib_handle_stage(ferry_ib_handle_t *h, int dev, void **stage_p);
-void ferry_ib_handle_set_stage(ferry_ib_handle_t *h, void *stage);
+/*
+ * ib_conn_stage.c. The connect this handle is in the middle of, NULL on its
+ * first call: the handle checked (ferry_ib_handle_check), then its stage
+ * reference (core/stage_table.h); one that is not this process's live
+ * connect of kind to this listener gets a WARN and FERRY_ERR_USAGE.
+ */
+ferry_status_t ferry_ib_handle_stage(ferry_ib_handle_t *h, int dev, ferry_stage_kind_t kind,
+                                     void **stage_p);
+/* A new connect's stage into the table, its reference into the handle; else WARN, no memory. */
+ferry_status_t ferry_ib_handle_set_stage(ferry_ib_handle_t *h, ferry_stage_kind_t kind,
+                                         void *stage, const char *peer);
+/* The connect ended: its slot is freed and the handle's reference zeroed. */
+void ferry_ib_handle_clear_stage(ferry_ib_handle_t *h);
 /* TC and SL are the connecting side's choice: NCCL_IB_TC/_SL, else the comm's class, else 0. */
 void ferry_ib_conn_class(ferry_ib_meta_t *m, const ferry_ctx_t *ctx, int traffic_class);
 /* How long an inbound connection may take to show it is a real peer (NCCL_FERRY_HELLO_TIMEOUT_MS). */

@@ -1,7 +1,7 @@
 /*
  * The non-blocking connect() state machine. NCCL calls connect() again
  * with the same handle until it returns a comm, so the state lives in a
- * stage object the handle points to. The send comm (CQ, QPs at INIT, CTS
+ * stage object the handle refers to (ib_conn_stage.c). The send comm (CQ, QPs at INIT, CTS
  * FIFO) is built on the first call; then
  *   CLOSED -> CONNECTING -> SEND_HELLO -> RECV_META -> SEND_READY -> (comm)
  * A refused or unreachable TCP connect goes back to CLOSED with a linear
@@ -59,7 +59,7 @@ static void ferry_ib_stage_free(ferry_ib_conn_stage_t *st, ferry_ib_handle_t *h)
     if (st->fd >= 0)
         close(st->fd);
     free(st);
-    ferry_ib_handle_set_stage(h, NULL);
+    ferry_ib_handle_clear_stage(h);
 }
 
 void ferry_ib_conn_class(ferry_ib_meta_t *m, const ferry_ctx_t *ctx, int traffic_class)
@@ -104,23 +104,6 @@ ferry_status_t ferry_ib_handle_peer(const ferry_ib_handle_t *h, int dev,
     return FERRY_OK;
 }
 
-ferry_status_t ferry_ib_handle_stage(ferry_ib_handle_t *h, int dev, void **stage_p)
-{
-    *stage_p = h->stage;
-    if (h->stage != NULL && h->stage_cookie != (h->token ^ (uint64_t)(uintptr_t)h->stage)) {
-        FERRY_WARN("connect(dev=%d): handle %p holds a stale or foreign connect state; pass the "
-                   "handle from the peer's listen unchanged", dev, (void *)h);
-        return FERRY_ERR_INVALID;
-    }
-    return FERRY_OK;
-}
-
-void ferry_ib_handle_set_stage(ferry_ib_handle_t *h, void *stage)
-{
-    h->stage = stage;
-    h->stage_cookie = stage != NULL ? h->token ^ (uint64_t)(uintptr_t)stage : 0;
-}
-
 static ferry_status_t ferry_ib_stage_create(const ferry_ctx_t *ctx, int dev, ferry_ib_handle_t *h,
                                             int traffic_class, ferry_ib_conn_stage_t **stage_p)
 {
@@ -129,9 +112,6 @@ static ferry_status_t ferry_ib_stage_create(const ferry_ctx_t *ctx, int dev, fer
     ferry_ib_comm_t *c;
     ferry_status_t status;
 
-    status = ferry_ib_handle_check(h, dev);
-    if (status != FERRY_OK)
-        return status;
     /* NCCL_IB_QPS_PER_CONNECTION on each port of the device, as NCCL's IB. */
     nqps = ferry_ib_state.cfg.qps_per_conn * ferry_ib_state.vdevs[dev].ndevs;
     st = calloc(1, sizeof(*st));
@@ -164,7 +144,12 @@ static ferry_status_t ferry_ib_stage_create(const ferry_ctx_t *ctx, int dev, fer
     st->out.hello.token = h->token;
     st->out.hello.conn_id = ferry_ib_random64();
     st->out.meta = c->conn.local;
-    ferry_ib_handle_set_stage(h, st);
+    status = ferry_ib_handle_set_stage(h, FERRY_STAGE_IB_OOB, st, st->peer);
+    if (status != FERRY_OK) {
+        ferry_ib_comm_destroy(c);
+        free(st);
+        return status;
+    }
     *stage_p = st;
     return FERRY_OK;
 }
@@ -279,7 +264,7 @@ ferry_status_t ferry_ib_connect(ferry_ctx_t *ctx, int dev, void *handle, int tra
     *send_comm_p = NULL;
     if (ferry_ib_state.cfg.cm == FERRY_IB_CM_RDMACM)
         return ferry_ib_cm_connect(ctx, dev, h, traffic_class, send_comm_p);
-    status = ferry_ib_handle_stage(h, dev, (void **)&st);
+    status = ferry_ib_handle_stage(h, dev, FERRY_STAGE_IB_OOB, (void **)&st);
     if (status != FERRY_OK)
         return status;
     if (st == NULL) {

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "core/api.h"
+#include "core/stage_table.h"
 
 #define FERRY_IB_MAGIC        0x62692d7972726566ULL /* "ferry-ib" */
 #define FERRY_IB_WIRE_VERSION 2
@@ -44,8 +45,10 @@
 /*
  * The 128-byte handle. Its first 48 bytes have the socket handle's layout
  * (magic value aside), so tools and tests that read the listen address
- * from a ferry handle read either. The stage fields are the connect side's:
- * NCCL passes the same buffer again on every connect() retry.
+ * from a ferry handle read either. The stage field is the connect side's:
+ * NCCL passes the same buffer again on every connect() retry, so connect()
+ * writes there the reference to its state in the connecting process's table
+ * (core/stage_table.h), never a pointer: the bytes come from another host.
  */
 typedef struct ferry_ib_handle {
     uint64_t magic;        /* FERRY_IB_MAGIC. */
@@ -57,8 +60,7 @@ typedef struct ferry_ib_handle {
     uint32_t scope_id;     /* IPv6 scope for link-local addresses. */
     uint32_t reserved;     /* Zero. */
     uint64_t token;        /* Random per listen; the connector's hello must carry it. */
-    uint64_t stage_cookie; /* Connect side only: token ^ stage pointer, 0 on the wire. */
-    void    *stage;        /* Connect side only: the connect state machine, NULL on the wire. */
+    ferry_stage_ref_t stage; /* Connect side only: its connect in progress; zero on the wire. */
     uint8_t  pad[FERRY_HANDLE_SIZE - 64];
 } ferry_ib_handle_t;
 _Static_assert(sizeof(ferry_ib_handle_t) == FERRY_HANDLE_SIZE, "handle must be 128 bytes");

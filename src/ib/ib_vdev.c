@@ -4,7 +4,15 @@
  * through makeVDevice into a device whose comms stripe every message over
  * QPs on each member. Merged devices are appended and never removed: NCCL
  * keeps their numbers and names for the process's life.
+ *
+ * NCCL may call makeVDevice from several threads at once (a communicator's
+ * init each). One lock makes the look-up of an existing merge and the
+ * append one step: two calls never fill the same slot, and two calls for
+ * the same ports get the same device. Readers take no lock: a slot is
+ * complete before nvdev's release store publishes it, and is not written
+ * again until fini.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -68,7 +76,9 @@ static const char *ferry_ib_vdev_refuse(int ndevs, const int *devs, char *why, s
     return NULL;
 }
 
-ferry_status_t ferry_ib_make_vdevice(int *dev_p, int ndevs, const int *devs)
+static pthread_mutex_t ferry_ib_vdev_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static ferry_status_t ferry_ib_make_vdevice_locked(int *dev_p, int ndevs, const int *devs)
 {
     ferry_ib_state_t *st = &ferry_ib_state;
     int n = atomic_load_explicit(&st->nvdev, memory_order_acquire), i;
@@ -120,6 +130,16 @@ ferry_status_t ferry_ib_make_vdevice(int *dev_p, int ndevs, const int *devs)
                "the others)", n, v->name, ndevs, list);
     *dev_p = n;
     return FERRY_OK;
+}
+
+ferry_status_t ferry_ib_make_vdevice(int *dev_p, int ndevs, const int *devs)
+{
+    ferry_status_t status;
+
+    pthread_mutex_lock(&ferry_ib_vdev_lock);
+    status = ferry_ib_make_vdevice_locked(dev_p, ndevs, devs);
+    pthread_mutex_unlock(&ferry_ib_vdev_lock);
+    return status;
 }
 
 void ferry_ib_vdev_props(const ferry_ib_vdev_t *v, ferry_props_t *props_p)

@@ -1,7 +1,9 @@
 /*
  * The non-blocking connect() state machine. NCCL calls connect() again with
  * the same handle until it returns a comm, so the state lives in a stage
- * object the handle points to. Each lane walks
+ * object the handle refers to (by a checked reference into this process's
+ * table, core/stage_table.h: the handle's bytes come from the peer's host,
+ * so nothing in them is followed as a pointer). Each lane walks
  *   CLOSED -> CONNECTING -> SEND_HELLO -> CONNECTED
  * and a refused or unreachable connect goes back to CLOSED with a linear
  * back-off (NCCL_SOCKET_RETRY_CNT x NCCL_SOCKET_RETRY_SLEEP_MSEC), without
@@ -57,17 +59,12 @@ static void ferry_sock_stage_free(ferry_sock_conn_stage_t *st, ferry_sock_handle
         if (st->lanes[i].fd >= 0)
             close(st->lanes[i].fd);
     free(st);
-    h->stage = NULL;
-    h->stage_cookie = 0;
+    ferry_stage_drop(&h->stage);
 }
 
-static ferry_status_t ferry_sock_stage_create(int dev, ferry_sock_handle_t *h,
-                                              ferry_sock_conn_stage_t **stage_p)
+/* Every call: a handle that is not a ferry socket handle is the clearest error. */
+static ferry_status_t ferry_sock_handle_check(int dev, const ferry_sock_handle_t *h)
 {
-    ferry_sock_conn_stage_t *st;
-    uint64_t conn_id = ferry_sock_random64();
-    int i;
-
     if (h->magic != FERRY_SOCK_MAGIC || h->version != FERRY_SOCK_WIRE_VERSION ||
         h->nlanes < 1 || h->nlanes > FERRY_SOCK_MAX_LANES ||
         (h->family != AF_INET && h->family != AF_INET6)) {
@@ -77,6 +74,42 @@ static ferry_status_t ferry_sock_stage_create(int dev, ferry_sock_handle_t *h,
                    h->nlanes);
         return FERRY_ERR_USAGE;
     }
+    return FERRY_OK;
+}
+
+/* The stage of the connect this handle is in the middle of; NULL before its first call. */
+static ferry_status_t ferry_sock_stage_find(int dev, ferry_sock_handle_t *h,
+                                            ferry_sock_conn_stage_t **stage_p)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    char why[320], peer[64];
+
+    *stage_p = NULL;
+    if (ferry_stage_ref_none(&h->stage))
+        return FERRY_OK;
+    *stage_p = ferry_stage_get(&h->stage, FERRY_STAGE_SOCK, h->token, why, sizeof(why));
+    if (*stage_p != NULL)
+        return FERRY_OK;
+    ferry_sock_addr_from_wire(&ss, &len, h->family == AF_INET ? AF_INET : AF_INET6, h->port,
+                              h->addr, h->scope_id);
+    ferry_sock_addr_str((struct sockaddr *)&ss, peer, sizeof(peer));
+    FERRY_WARN_LIMITED("connect(dev=%d) to %s: handle %p is not one that listen() produced, nor "
+                       "one that a connect() in this process is still working on (stale, forged, "
+                       "or from another process): %s; pass connect() the peer's handle exactly "
+                       "as its listen() produced it (connect-state bytes zero), and the same "
+                       "handle again on each call until it returns a comm", dev, peer, (void *)h,
+                       why);
+    return FERRY_ERR_USAGE;
+}
+
+static ferry_status_t ferry_sock_stage_create(int dev, ferry_sock_handle_t *h,
+                                              ferry_sock_conn_stage_t **stage_p)
+{
+    ferry_sock_conn_stage_t *st;
+    uint64_t conn_id = ferry_sock_random64();
+    int i;
+
     st = calloc(1, sizeof(*st));
     if (st == NULL)
         return FERRY_ERR_NO_MEMORY;
@@ -107,8 +140,12 @@ static ferry_status_t ferry_sock_stage_create(int dev, ferry_sock_handle_t *h,
         l->hello.token = h->token;
         l->hello.conn_id = conn_id;
     }
-    h->stage = st;
-    h->stage_cookie = h->token ^ (uint64_t)(uintptr_t)st;
+    if (ferry_stage_put(st, FERRY_STAGE_SOCK, h->token, &h->stage) != FERRY_OK) {
+        FERRY_WARN("connect(dev=%d) to %s: no room to keep the connect's state (too many "
+                   "connects in progress in this process)", dev, st->peer);
+        free(st);
+        return FERRY_ERR_NO_MEMORY;
+    }
     *stage_p = st;
     return FERRY_OK;
 }
@@ -192,13 +229,18 @@ ferry_status_t ferry_sock_connect(ferry_ctx_t *ctx, int dev, void *handle, int t
                                   void **send_comm_p)
 {
     ferry_sock_handle_t *h = handle;
-    ferry_sock_conn_stage_t *st = h->stage;
+    ferry_sock_conn_stage_t *st;
     int fds[FERRY_SOCK_MAX_LANES];
     ferry_sock_comm_t *comm;
     ferry_status_t status;
     int i, ready = 0;
 
     *send_comm_p = NULL;
+    status = ferry_sock_handle_check(dev, h);
+    if (status == FERRY_OK)
+        status = ferry_sock_stage_find(dev, h, &st);
+    if (status != FERRY_OK)
+        return status;
     if (st == NULL) {
         status = ferry_sock_stage_create(dev, h, &st);
         if (status != FERRY_OK)
@@ -210,10 +252,6 @@ ferry_status_t ferry_sock_connect(ferry_ctx_t *ctx, int dev, void *handle, int t
             ferry_sock_stage_free(st, h);
             return FERRY_ERR_INVALID;
         }
-    } else if (h->stage_cookie != (h->token ^ (uint64_t)(uintptr_t)st)) {
-        FERRY_WARN("connect(dev=%d): handle %p holds a stale or foreign connect state; pass the "
-                   "handle from the peer's listen unchanged", dev, handle);
-        return FERRY_ERR_INVALID;
     }
     for (i = 0; i < st->nlanes; i++) {
         status = ferry_sock_conn_lane_advance(st, i);

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "core/api.h"
+#include "core/stage_table.h"
 
 #define FERRY_SOCK_MAGIC        0x6b732d7972726566ULL /* "ferry-sk" */
 #define FERRY_SOCK_WIRE_VERSION 1
@@ -16,8 +17,10 @@
 
 /*
  * The 128-byte handle: listen() fills the first part, NCCL carries it to the
- * peer, and the peer's connect() keeps its state in the stage fields because
- * NCCL passes the same buffer again on every retry.
+ * peer, and the peer's connect() writes the reference to its state into
+ * `stage` because NCCL passes the same buffer again on every retry. Only a
+ * reference into the connecting process's table (core/stage_table.h), never
+ * a pointer: the bytes come from another host.
  */
 typedef struct ferry_sock_handle {
     uint64_t magic;          /* FERRY_SOCK_MAGIC. */
@@ -29,8 +32,7 @@ typedef struct ferry_sock_handle {
     uint32_t scope_id;       /* IPv6 scope for link-local addresses. */
     uint32_t reserved;       /* Zero. */
     uint64_t token;          /* Random; every stream must present it in its hello. */
-    uint64_t stage_cookie;   /* Connect side only: token ^ stage pointer, 0 on the wire. */
-    void    *stage;          /* Connect side only: in-progress connect state, NULL on the wire. */
+    ferry_stage_ref_t stage; /* Connect side only: its connect in progress; zero on the wire. */
     uint8_t  pad[FERRY_HANDLE_SIZE - 64];
 } ferry_sock_handle_t;
 _Static_assert(sizeof(ferry_sock_handle_t) == FERRY_HANDLE_SIZE, "handle must be 128 bytes");

@@ -37,6 +37,13 @@
  *                WARN, arena untouched, a real peer connects afterwards
  *     ib-meta    (ib) a token holder's metadata with 65535 QPs, a bad size,
  *                MTU or device name: accept -> ncclRemoteError + WARN
+ *     forged-stage connect handles whose connect-state bytes were not put
+ *                there by a connect() of this process: pointers with their
+ *                cookie, random, slot 0, the largest slot, a live connect's
+ *                with another key or in another listener's handle, the
+ *                parent's in a forked child, a finished connect's: connect
+ *                -> ncclInvalidUsage + WARN, nothing followed; the live
+ *                connect goes on to its own end and a real peer connects
  *
  * Every stranger kind above (strangers) also includes: a hello with
  * hdr_size 65535, and a valid hello sent one byte a second (dropped at the
@@ -62,6 +69,7 @@ static const struct {
     { "hundreds",  hostile_case_hundreds },
     { "huge",      hostile_case_huge },
     { "ib-meta",   hostile_case_ib_meta },
+    { "forged-stage", hostile_case_forged_stage },
 };
 
 int main(int argc, char **argv)

@@ -133,8 +133,8 @@ static void mis_garbage_handle(mis_env_t *e)
     ncclNetDeviceHandle_v11_t *dh = NULL;
     unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
     const char *what[2] = { "connect with a zeroed handle", "connect with a random handle" };
-    /* Zeroed: no ferry magic (a usage error); random: a stale connect state (refused). */
-    const ncclResult_t want[2] = { ncclInvalidUsage, ncclInternalError };
+    /* No ferry magic either way: a usage error, before any connect state is looked at. */
+    const ncclResult_t want[2] = { ncclInvalidUsage, ncclInvalidUsage };
     void *comm = NULL;
     size_t k;
     int i, from;

@@ -82,7 +82,7 @@ static void test_foreign_handle_rejected(void **state)
     void *comm = (void *)1;
 
     memset(&h, 0xab, sizeof(h));
-    h.stage = NULL;
+    memset(&h.stage, 0, sizeof(h.stage));
     assert_int_equal(ferry_sock_connect(NULL, 0, &h, -1, &comm), FERRY_ERR_USAGE);
     assert_null(comm);
 
@@ -96,22 +96,32 @@ static void test_foreign_handle_rejected(void **state)
     assert_int_equal(ferry_sock_connect(NULL, 0, &h, -1, &comm), FERRY_ERR_USAGE);
 }
 
-/* A handle whose stage pointer was not put there by our connect is refused, not followed. */
+/*
+ * A handle whose connect-state reference no connect of this process made is
+ * refused, not followed: the old layout's pointer with its cookie, a slot no
+ * connect used, slot 0, generation 0.
+ */
 static void test_stale_stage_rejected(void **state)
 {
+    static const ferry_stage_ref_t forged[] = {
+        { 0xdeadbeefU ^ 99U, 0, 0xdeadbeefULL }, /* The old pointer layout: token ^ ptr, ptr. */
+        { 1, 5, 0x1234 }, { 0xffffffffU, 1, 1 }, { 0, 1, 1 }, { 1, 0, 0 },
+    };
     ferry_sock_handle_t h;
     void *comm = (void *)1;
+    size_t i;
 
-    memset(&h, 0, sizeof(h));
-    h.magic = FERRY_SOCK_MAGIC;
-    h.version = FERRY_SOCK_WIRE_VERSION;
-    h.family = 2;
-    h.nlanes = 1;
-    h.token = 99;
-    h.stage = (void *)0xdeadbeef;
-    h.stage_cookie = 1;
-    assert_int_equal(ferry_sock_connect(NULL, 0, &h, -1, &comm), FERRY_ERR_INVALID);
-    assert_null(comm);
+    for (i = 0; i < sizeof(forged) / sizeof(forged[0]); i++) {
+        memset(&h, 0, sizeof(h));
+        h.magic = FERRY_SOCK_MAGIC;
+        h.version = FERRY_SOCK_WIRE_VERSION;
+        h.family = 2;
+        h.nlanes = 1;
+        h.token = 99;
+        h.stage = forged[i];
+        assert_int_equal(ferry_sock_connect(NULL, 0, &h, -1, &comm), FERRY_ERR_USAGE);
+        assert_null(comm);
+    }
 }
 
 static void test_wire_sizes(void **state)
@@ -120,6 +130,7 @@ static void test_wire_sizes(void **state)
     assert_int_equal(sizeof(ferry_sock_hello_t), 32);
     assert_int_equal(sizeof(ferry_sock_chunk_hdr_t), 32);
     assert_int_equal(offsetof(ferry_sock_handle_t, token), 40);
+    assert_int_equal(offsetof(ferry_sock_handle_t, stage), 48);
     assert_int_not_equal(FERRY_SOCK_CHUNK_CHECK(1, 0), FERRY_SOCK_CHUNK_CHECK(2, 0));
     assert_int_not_equal(FERRY_SOCK_CHUNK_CHECK(1, 5), FERRY_SOCK_CHUNK_CHECK(1, 6));
 }
