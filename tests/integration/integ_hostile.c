@@ -37,6 +37,10 @@
  *                WARN, arena untouched, a real peer connects afterwards
  *     ib-meta    (ib) a token holder's metadata with 65535 QPs, a bad size,
  *                MTU or device name: accept -> ncclRemoteError + WARN
+ *     ib-cts     (ib) a receiver whose clear-to-send entries change between two
+ *                isends of one receive (8 buffers then 1, a size, address,
+ *                key, tag or sequence): isend -> ncclRemoteError + WARN naming
+ *                peer, slot and field, never a crash; the comm stays failed
  *
  * Every stranger kind above (strangers) also includes: a hello with
  * hdr_size 65535, and a valid hello sent one byte a second (dropped at the
@@ -62,6 +66,7 @@ static const struct {
     { "hundreds",  hostile_case_hundreds },
     { "huge",      hostile_case_huge },
     { "ib-meta",   hostile_case_ib_meta },
+    { "ib-cts",    hostile_case_ib_cts },
 };
 
 int main(int argc, char **argv)
