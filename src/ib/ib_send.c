@@ -317,10 +317,11 @@ static int ferry_ib_send_match(ferry_ib_send_comm_t *sc, const ferry_ib_cts_t *e
     for (r = 0; r < nreqs && off < sizeof(tags); r++)
         off += (size_t)snprintf(tags + off, sizeof(tags) - off, "%s%d%s", r ? "," : "", e[r].tag,
                                 slot->reqs[r] != NULL ? "(taken)" : "");
-    FERRY_WARN("ib send comm to %s on %s: isend of %zu bytes with tag %d matches no free buffer "
-               "of the peer's receive %llu (tags %s); sends and receives must pair up in order "
-               "with matching tags", sc->base.conn.peer, ferry_ib_comm_where(&sc->base), size,
-               tag, (unsigned long long)sc->fifo_head, tags);
+    FERRY_WARN_LIMITED("ib send comm to %s on %s: isend of %zu bytes with tag %d matches no "
+                       "free buffer of the peer's receive %llu (tags %s); sends and receives "
+                       "must pair up in order with matching tags", sc->base.conn.peer,
+                       ferry_ib_comm_where(&sc->base), size, tag,
+                       (unsigned long long)sc->fifo_head, tags);
     return -1;
 }
 
@@ -391,11 +392,12 @@ ferry_status_t ferry_ib_isend(void *send_comm, void *data, size_t size, int tag,
         slot->nq = (uint8_t)nq;
     }
     if (size > e[r].size) {
-        FERRY_WARN("ib send comm to %s on %s: isend of %zu bytes (tag %d) does not fit the "
-                   "receive buffer of %llu bytes the peer posted for it (message %llu, buffer "
-                   "%d of %d); nothing is written, both sides fail with ncclInvalidUsage",
-                   conn->peer, ferry_ib_comm_where(&sc->base), size, tag,
-                   (unsigned long long)e[r].size, (unsigned long long)sc->fifo_head, r, nreqs);
+        FERRY_WARN_LIMITED("ib send comm to %s on %s: isend of %zu bytes (tag %d) does not fit "
+                           "the receive buffer of %llu bytes the peer posted for it (message "
+                           "%llu, buffer %d of %d); nothing is written, both sides fail with "
+                           "ncclInvalidUsage", conn->peer, ferry_ib_comm_where(&sc->base), size,
+                           tag, (unsigned long long)e[r].size,
+                           (unsigned long long)sc->fifo_head, r, nreqs);
         slot->trunc |= 1U << r;
         req->backend_word |= FERRY_IB_WORD_TRUNC;
     }
