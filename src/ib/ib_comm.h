@@ -238,6 +238,12 @@ typedef struct ferry_ib_send_comm {
      * (message fifo_head + 1 since cts_wait_ns, warned once per message).
      */
     uint64_t               cts_wait_msg, cts_wait_ns, cts_warned_msg;
+    /*
+     * The receive of message fifo_head as isend first read it whole: every
+     * isend of it matches against this copy, and finds the FIFO unchanged or
+     * fails the comm (ib_send_cts.c).
+     */
+    ferry_ib_cts_t         cts_seen[FERRY_IB_MAX_RECVS];
 } ferry_ib_send_comm_t;
 
 /*
@@ -426,6 +432,19 @@ void ferry_ib_comm_start(ferry_ib_comm_t *c, int fd);
  * isend's parser of the peer's CTS, callable alone for tests/fuzz.
  */
 int ferry_ib_cts_ready(const ferry_ib_cts_t *e, uint64_t want, int *nreqs_p);
+/*
+ * ib_send_cts.c: isend's read of the clear-to-send of message fifo_head.
+ * 1: its nreqs buffers are in sc->cts_seen, checked, and (matched > 0: isend
+ * already matched that many of them) the FIFO still says the same; 0: not
+ * in yet; < 0: the peer broke the protocol (WARN, the comm failed).
+ */
+long ferry_ib_send_cts_read(ferry_ib_send_comm_t *sc, int matched, int *nreqs_p);
+/* What is wrong with a copied receive of n entries for message want - 1 (in why), or 0. */
+int ferry_ib_cts_whole_why(const ferry_ib_cts_t *e, int n, uint64_t want, char *why,
+                           size_t len);
+/* The fields of n entries that differ between was and now, in words; returns their count. */
+int ferry_ib_cts_diff(const ferry_ib_cts_t *was, const ferry_ib_cts_t *now, int n, char *buf,
+                      size_t len);
 /* Why metadata is unusable, or NULL. */
 const char *ferry_ib_meta_check(const ferry_ib_meta_t *m, int nqps, int link_layer);
 /* "fakeib0:1" of a comm. */

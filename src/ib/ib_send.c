@@ -1,6 +1,6 @@
 /*
  * isend: find the receiver's clear-to-send in our CTS FIFO (or return a
- * NULL request: NCCL retries), match the tag against the receive's
+ * NULL request: NCCL retries; ib_send_cts.c reads and checks it), match the tag against the receive's
  * buffers, and once every buffer of the receive has its isend, RDMA-write
  * the data: on each data QP the message uses, a chain of WRITEs ending in
  * one signalled WRITE_WITH_IMM (imm_data: the size when n == 1; with
@@ -14,11 +14,6 @@
 
 #include "core/log.h"
 #include "ib/ib_comm.h"
-
-static inline uint64_t ferry_ib_load_acquire(const uint64_t *p)
-{
-    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
-}
 
 /* Bytes of buffer len that chain j of nq carries, at *off_p. */
 static inline size_t ferry_ib_chain_part(size_t len, int nq, int j, size_t *off_p)
@@ -307,20 +302,6 @@ static void ferry_ib_send_cts_wait(ferry_ib_send_comm_t *sc, size_t size, uint64
                (unsigned long long)((now - since) / 1000000000ULL), sc->base.conn.peer);
 }
 
-int ferry_ib_cts_ready(const ferry_ib_cts_t *e, uint64_t want, int *nreqs_p)
-{
-    uint32_t n = e[0].nreqs;
-    uint32_t i;
-
-    *nreqs_p = (int)n;
-    if (n < 1 || n > FERRY_IB_MAX_RECVS)
-        return -1;
-    for (i = 1; i < n; i++)
-        if (ferry_ib_load_acquire(&e[i].idx) != want)
-            return 0;
-    return 1;
-}
-
 /* The receive's buffer this isend goes to: the first unmatched one with its tag. */
 static int ferry_ib_send_match(ferry_ib_send_comm_t *sc, const ferry_ib_cts_t *e, int nreqs,
                                int tag, size_t size)
@@ -336,10 +317,11 @@ static int ferry_ib_send_match(ferry_ib_send_comm_t *sc, const ferry_ib_cts_t *e
     for (r = 0; r < nreqs && off < sizeof(tags); r++)
         off += (size_t)snprintf(tags + off, sizeof(tags) - off, "%s%d%s", r ? "," : "", e[r].tag,
                                 slot->reqs[r] != NULL ? "(taken)" : "");
-    FERRY_WARN("ib send comm to %s on %s: isend of %zu bytes with tag %d matches no free buffer "
-               "of the peer's receive %llu (tags %s); sends and receives must pair up in order "
-               "with matching tags", sc->base.conn.peer, ferry_ib_comm_where(&sc->base), size,
-               tag, (unsigned long long)sc->fifo_head, tags);
+    FERRY_WARN_LIMITED("ib send comm to %s on %s: isend of %zu bytes with tag %d matches no "
+                       "free buffer of the peer's receive %llu (tags %s); sends and receives "
+                       "must pair up in order with matching tags", sc->base.conn.peer,
+                       ferry_ib_comm_where(&sc->base), size, tag,
+                       (unsigned long long)sc->fifo_head, tags);
     return -1;
 }
 
@@ -349,8 +331,7 @@ ferry_status_t ferry_ib_isend(void *send_comm, void *data, size_t size, int tag,
     ferry_ib_send_comm_t *sc = send_comm;
     ferry_ib_conn_t *conn = &sc->base.conn;
     ferry_ib_send_slot_t *slot = &sc->slots[sc->fifo_head % FERRY_IB_FIFO_SLOTS];
-    const ferry_ib_cts_t *e = sc->fifo[sc->fifo_head % FERRY_IB_FIFO_SLOTS];
-    uint64_t want = sc->fifo_head + 1;
+    const ferry_ib_cts_t *e = sc->cts_seen; /* Checked copies, never the FIFO itself. */
     ferry_px_sub_t sub;
     ferry_px_req_t *req;
     int failed, nreqs, r, q0, nq;
@@ -375,7 +356,10 @@ ferry_status_t ferry_ib_isend(void *send_comm, void *data, size_t size, int tag,
         if (slot->chains > 0)
             return FERRY_OK;
     }
-    if (ferry_ib_load_acquire(&e[0].idx) != want) {
+    st = ferry_ib_send_cts_read(sc, slot->matched, &nreqs);
+    if (st < 0)
+        return (ferry_status_t)st;
+    if (st == 0) {
         /* NCCL retries isend in a tight loop: the comm's clock, read every few calls. */
         uint64_t now = ferry_px_ring_clock(&sc->base.ring);
 
@@ -383,18 +367,8 @@ ferry_status_t ferry_ib_isend(void *send_comm, void *data, size_t size, int tag,
         if (st < 0)
             return (ferry_status_t)st;
         ferry_ib_send_cts_wait(sc, size, now);
-        return FERRY_OK; /* No clear-to-send yet. */
+        return FERRY_OK; /* No clear-to-send yet, or a grouped receive's still landing. */
     }
-    st = ferry_ib_cts_ready(e, want, &nreqs);
-    if (st < 0) {
-        FERRY_WARN("ib send comm to %s on %s: the peer posted incorrect receive info for "
-                   "message %llu (%d buffers); mixed ferry builds?", conn->peer,
-                   ferry_ib_comm_where(&sc->base), (unsigned long long)sc->fifo_head, nreqs);
-        ferry_px_ring_fail(&sc->base.ring, FERRY_ERR_REMOTE, "bad CTS entry from the peer");
-        return FERRY_ERR_REMOTE;
-    }
-    if (st == 0)
-        return FERRY_OK; /* The entries of a grouped receive land one by one. */
     r = ferry_ib_send_match(sc, e, nreqs, tag, size);
     if (r < 0)
         return FERRY_ERR_USAGE;
@@ -418,11 +392,12 @@ ferry_status_t ferry_ib_isend(void *send_comm, void *data, size_t size, int tag,
         slot->nq = (uint8_t)nq;
     }
     if (size > e[r].size) {
-        FERRY_WARN("ib send comm to %s on %s: isend of %zu bytes (tag %d) does not fit the "
-                   "receive buffer of %llu bytes the peer posted for it (message %llu, buffer "
-                   "%d of %d); nothing is written, both sides fail with ncclInvalidUsage",
-                   conn->peer, ferry_ib_comm_where(&sc->base), size, tag,
-                   (unsigned long long)e[r].size, (unsigned long long)sc->fifo_head, r, nreqs);
+        FERRY_WARN_LIMITED("ib send comm to %s on %s: isend of %zu bytes (tag %d) does not fit "
+                           "the receive buffer of %llu bytes the peer posted for it (message "
+                           "%llu, buffer %d of %d); nothing is written, both sides fail with "
+                           "ncclInvalidUsage", conn->peer, ferry_ib_comm_where(&sc->base), size,
+                           tag, (unsigned long long)e[r].size,
+                           (unsigned long long)sc->fifo_head, r, nreqs);
         slot->trunc |= 1U << r;
         req->backend_word |= FERRY_IB_WORD_TRUNC;
     }

@@ -2,7 +2,8 @@
  * integ_hostile's pieces: the strangers this test opens against a ferry
  * listener (hostile_peer.c), the environment every case shares, and the
  * cases, one file per family (hostile_strangers.c, hostile_forged.c,
- * hostile_close.c, hostile_stage.c). What each case expects is in integ_hostile.c.
+ * hostile_close.c, hostile_stage.c, hostile_cts.c). What each case expects is in
+ * integ_hostile.c.
  */
 #ifndef FERRY_TESTS_INTEGRATION_HOSTILE_H
 #define FERRY_TESTS_INTEGRATION_HOSTILE_H
@@ -101,6 +102,7 @@ void hostile_case_burst(hostile_env_t *e);
 void hostile_case_hundreds(hostile_env_t *e);
 void hostile_case_huge(hostile_env_t *e);
 void hostile_case_ib_meta(hostile_env_t *e);
+void hostile_case_ib_cts(hostile_env_t *e);
 void hostile_case_wrap(hostile_env_t *e);
 void hostile_case_half_groups(hostile_env_t *e);
 void hostile_case_double_close(hostile_env_t *e);

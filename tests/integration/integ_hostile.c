@@ -44,6 +44,10 @@
  *                parent's in a forked child, a finished connect's: connect
  *                -> ncclInvalidUsage + WARN, nothing followed; the live
  *                connect goes on to its own end and a real peer connects
+ *     ib-cts     (ib) a receiver whose clear-to-send entries change between two
+ *                isends of one receive (8 buffers then 1, a size, address,
+ *                key, tag or sequence): isend -> ncclRemoteError + WARN naming
+ *                peer, slot and field, never a crash; the comm stays failed
  *
  * Every stranger kind above (strangers) also includes: a hello with
  * hdr_size 65535, and a valid hello sent one byte a second (dropped at the
@@ -70,6 +74,7 @@ static const struct {
     { "huge",      hostile_case_huge },
     { "ib-meta",   hostile_case_ib_meta },
     { "forged-stage", hostile_case_forged_stage },
+    { "ib-cts",    hostile_case_ib_cts },
 };
 
 int main(int argc, char **argv)
