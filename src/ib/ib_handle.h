@@ -12,8 +12,12 @@
  *                                          create CQ, QPs -> RTR -> RTS
  *                                   <---   metadata (192 B)
  *   QPs -> RTR -> RTS
- *   FERRY_IB_OOB_READY (1 B)         --->   recv comm returned
+ *   FERRY_IB_OOB_READY (1 B)         --->   recv comm returned by accept()
+ *   send comm returned by connect() <---   FERRY_IB_OOB_ACCEPTED (1 B)
  *
+ * A connection the acceptor drops before it reads the hello (an evicted
+ * stranger, ib_pending.c) is retried by the connector; one it drops later
+ * fails the connector's connect(), never a comm it already returned.
  * The TCP connection then stays open for the comms' life: EOF on it means
  * the peer process is gone (ib_poll.c). A normal close sends
  * FERRY_IB_OOB_BYE first, so the survivor can tell the two apart in its
@@ -27,7 +31,7 @@
 #include "core/api.h"
 
 #define FERRY_IB_MAGIC        0x62692d7972726566ULL /* "ferry-ib" */
-#define FERRY_IB_WIRE_VERSION 2
+#define FERRY_IB_WIRE_VERSION 3 /* 3: the ACCEPTED byte. */
 /* Data QPs per connection (NCCL_IB_QPS_PER_CONNECTION is capped here: one watch holds them). */
 #define FERRY_IB_MAX_QPS      16
 /* Sub-buffers of one receive (NCCL's maxRecvs). */
@@ -36,6 +40,7 @@
 #define FERRY_IB_FIFO_SLOTS   FERRY_MAX_REQUESTS
 
 #define FERRY_IB_OOB_READY    0x52 /* 'R': connector's QPs are at RTS. */
+#define FERRY_IB_OOB_ACCEPTED 0x41 /* 'A': acceptor's accept() returned the recv comm. */
 #define FERRY_IB_OOB_BYE      0x42 /* 'B': a normal close, sent just before the socket closes. */
 /* Merged devices: a failed port is ACTIVE again (ib_rejoin.c). */
 #define FERRY_IB_OOB_JOIN     0x4a /* 'J' member n: send comm, its QPs of member at INIT. */
