@@ -148,12 +148,16 @@ static ferry_status_t ferry_ib_accept_step(ferry_ib_listen_comm_t *lc, ferry_ib_
             if (why != NULL)
                 break;
             ferry_ib_pending_real(lc, p);
+            /* From here the stall limit counts per step: in a crowd, the whole handshake
+             * waits its turn on both sides. A stranger's counts from its connect. */
+            p->since_ns = now;
         }
         if (rc == 1) {
             status = ferry_ib_accept_build(lc, p);
             if (status != FERRY_OK)
                 return status;
             p->state = FERRY_IB_ACC_SEND_META;
+            p->since_ns = now; /* A real peer stalls when a step makes no progress. */
             p->sent = 0;
         }
         break;
@@ -162,6 +166,7 @@ static ferry_status_t ferry_ib_accept_step(ferry_ib_listen_comm_t *lc, ferry_ib_
                                &p->sent);
         if (rc == 1) {
             p->state = FERRY_IB_ACC_RECV_READY;
+            p->since_ns = now;
             p->got = 0;
         }
         break;
@@ -211,7 +216,8 @@ static void ferry_ib_accepted_say(ferry_ib_comm_t *c, int fd)
     if (rc != 1)
         FERRY_INFO(FERRY_LOG_NET, "ib accept from %s on %s: could not confirm the connection "
                    "(%s); the peer's connect fails on its side", c->conn.peer,
-                   ferry_ib_comm_where(c), rc == 0 ? "its socket is full" : ferry_ib_oob_strerror(rc));
+                   ferry_ib_comm_where(c),
+                   rc == 0 ? "its socket is full" : ferry_ib_oob_strerror(rc));
 }
 
 void ferry_ib_accepted(ferry_ib_comm_t *c, int fd)

@@ -177,23 +177,25 @@ static ferry_status_t ferry_ib_stage_create(const ferry_ctx_t *ctx, int dev, fer
 }
 
 /*
- * The acceptor closed or reset the connection before a byte of its answer:
- * a crowded listener evicted it unread (ib_pending.c), or the acceptor is
- * gone, which the next TCP connect finds out (refused).
+ * A crowded listener evicted this connection before our hello came in
+ * (ib_pending.c): its answer is FERRY_IB_OOB_EVICTED instead of the
+ * metadata, perhaps with a failed send of the hello before it.
  */
-static int ferry_ib_conn_dropped_early(const ferry_ib_conn_stage_t *st, int rc)
+static int ferry_ib_conn_evicted(ferry_ib_conn_stage_t *st)
 {
-    if (st->state != FERRY_IB_CONN_SEND_HELLO &&
-        (st->state != FERRY_IB_CONN_RECV_META || st->got != 0))
-        return 0;
-    return rc == FERRY_IB_OOB_EOF || rc == -ECONNRESET || rc == -EPIPE;
+    uint8_t b = 0;
+
+    if (st->state == FERRY_IB_CONN_RECV_META)
+        return st->got >= 1 && *(const uint8_t *)&st->in == FERRY_IB_OOB_EVICTED;
+    return st->state == FERRY_IB_CONN_SEND_HELLO && st->fd >= 0 &&
+           recv(st->fd, &b, 1, MSG_DONTWAIT) == 1 && b == FERRY_IB_OOB_EVICTED;
 }
 
 static ferry_status_t ferry_ib_conn_error(ferry_ib_conn_stage_t *st, int rc)
 {
     const ferry_config_t *cfg = &ferry_ib_core_cfg;
     int err = rc == FERRY_IB_OOB_EOF ? 0 : -rc;
-    int early = ferry_ib_conn_dropped_early(st, rc);
+    int early = ferry_ib_conn_evicted(st);
 
     if (st->fd >= 0)
         close(st->fd);
@@ -205,8 +207,8 @@ static ferry_status_t ferry_ib_conn_error(ferry_ib_conn_stage_t *st, int rc)
         st->next_try_ns = ferry_px_now_ns() +
                           (uint64_t)st->attempts * (uint64_t)cfg->retry_sleep_ms * 1000000ULL;
         FERRY_INFO(FERRY_LOG_NET, "ib connect to %s: %s%s; retry %d of %d", st->peer,
-                   ferry_ib_oob_strerror(rc), early ? " before it answered our hello (a "
-                   "crowded listener evicts unread connections)" : "", st->attempts,
+                   early ? "evicted" : ferry_ib_oob_strerror(rc),
+                   early ? " by the crowded listener before our hello came in" : "", st->attempts,
                    cfg->retry_cnt);
         return FERRY_OK;
     }
@@ -266,6 +268,8 @@ static ferry_status_t ferry_ib_conn_advance(ferry_ib_conn_stage_t *st, int *done
         /* fall through */
     case FERRY_IB_CONN_RECV_META:
         rc = ferry_ib_oob_recv(st->fd, &st->in, sizeof(st->in), &st->got);
+        if (ferry_ib_conn_evicted(st))
+            return ferry_ib_conn_error(st, FERRY_IB_OOB_EOF);
         if (rc <= 0)
             return rc == 0 ? FERRY_OK : ferry_ib_conn_error(st, rc);
         status = ferry_ib_comm_connect_qps(&st->comm->base, &st->in,

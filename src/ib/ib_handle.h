@@ -15,9 +15,10 @@
  *   FERRY_IB_OOB_READY (1 B)         --->   recv comm returned by accept()
  *   send comm returned by connect() <---   FERRY_IB_OOB_ACCEPTED (1 B)
  *
- * A connection the acceptor drops before it reads the hello (an evicted
- * stranger, ib_pending.c) is retried by the connector; one it drops later
- * fails the connector's connect(), never a comm it already returned.
+ * A connection the acceptor evicts before its hello came (ib_pending.c) gets
+ * FERRY_IB_OOB_EVICTED instead of the metadata, and the connector connects
+ * again; one the acceptor drops otherwise fails the connector's connect(),
+ * never a comm it already returned.
  * The TCP connection then stays open for the comms' life: EOF on it means
  * the peer process is gone (ib_poll.c). A normal close sends
  * FERRY_IB_OOB_BYE first, so the survivor can tell the two apart in its
@@ -41,6 +42,9 @@
 
 #define FERRY_IB_OOB_READY    0x52 /* 'R': connector's QPs are at RTS. */
 #define FERRY_IB_OOB_ACCEPTED 0x41 /* 'A': acceptor's accept() returned the recv comm. */
+/* 'E': evicted unread from a crowded listener, connect again. Never the metadata's first byte
+ * (its magic's, 0x66). */
+#define FERRY_IB_OOB_EVICTED  0x45
 #define FERRY_IB_OOB_BYE      0x42 /* 'B': a normal close, sent just before the socket closes. */
 /* Merged devices: a failed port is ACTIVE again (ib_rejoin.c). */
 #define FERRY_IB_OOB_JOIN     0x4a /* 'J' member n: send comm, its QPs of member at INIT. */

@@ -5,8 +5,9 @@
  * never evicted, since its connector goes on to believe in the connection.
  * Strangers (no checked hello yet) are capped at FERRY_IB_STRANGERS_MAX so
  * junk cannot exhaust memory: at the cap the oldest gets a last read and,
- * if it is still silent past FERRY_IB_STRANGER_GRACE_NS, is evicted; a
- * younger one makes new connections wait in the kernel's accept queue.
+ * if it is still silent past FERRY_IB_STRANGER_GRACE_NS, is evicted (told
+ * so with FERRY_IB_OOB_EVICTED: a real connector connects again); a younger
+ * one makes new connections wait in the kernel's accept queue.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,15 @@ static int ferry_ib_pending_last_read(ferry_ib_listen_comm_t *lc, ferry_ib_pendi
     return 1;
 }
 
+/* A real connector that was merely slow to say hello reads this and connects again. */
+static void ferry_ib_pending_evict(int fd)
+{
+    uint8_t evicted = FERRY_IB_OOB_EVICTED;
+    size_t sent = 0;
+
+    (void)ferry_ib_oob_send(fd, &evicted, 1, &sent);
+}
+
 int ferry_ib_pending_room(ferry_ib_listen_comm_t *lc, uint64_t now)
 {
     int i;
@@ -96,6 +106,7 @@ int ferry_ib_pending_room(ferry_ib_listen_comm_t *lc, uint64_t now)
                              (unsigned long long)((now - p->since_ns) / 1000000ULL), p->got,
                              sizeof(p->in.hello));
         lc->evicted++;
+        ferry_ib_pending_evict(p->fd);
         ferry_ib_pending_drop(lc, i);
     }
     return 1;

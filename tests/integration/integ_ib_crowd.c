@@ -361,7 +361,7 @@ int main(int argc, char **argv)
     printf("HOSTILE ib crowd: %d connects, %d accepted, %d lost, %d junk evicted, %.2f s "
            "(%d strangers, %d WARN lines, %d reconnects after an eviction)\n", cw.n, cw.nrecv,
            cw.lost, evicted, fit_now() - t0, cw.njunk, fit_log_warns() - warns0,
-           crowd_count_lines(lines0, "before it answered our hello"));
+           crowd_count_lines(lines0, "by the crowded listener before our hello"));
     t0 = fit_now();
     for (i = 0; i < cw.n; i++) {
         FIT_NCCL(plugin.net->closeSend(cw.send[i]));
