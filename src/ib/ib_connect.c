@@ -212,15 +212,17 @@ static ferry_status_t ferry_ib_conn_error(ferry_ib_conn_stage_t *st, int rc)
                    cfg->retry_cnt);
         return FERRY_OK;
     }
-    FERRY_WARN("ib connect to %s from %s failed while %s (after %d TCP attempt(s)): %s; %s",
-               st->peer, ferry_ib_comm_where(&st->comm->base), ferry_ib_conn_step[st->state],
-               st->attempts + 1, ferry_ib_oob_strerror(rc),
-               st->state == FERRY_IB_CONN_RECV_ACCEPTED
-                   ? "the acceptor dropped the connection before accept() returned it (its "
-                     "process exited, or it closed its listen comm without accepting); this "
-                     "connection was never in use"
-                   : "check that the peer process is alive (its log says why it left) and "
-                     "that NCCL_SOCKET_IFNAME picks an interface that reaches it");
+    /* Limited: a caller that connects again and again to a failing peer repeats it. */
+    FERRY_WARN_LIMITED("ib connect to %s from %s failed while %s (after %d TCP attempt(s)): %s; "
+                       "%s", st->peer, ferry_ib_comm_where(&st->comm->base),
+                       ferry_ib_conn_step[st->state], st->attempts + 1,
+                       ferry_ib_oob_strerror(rc),
+                       st->state == FERRY_IB_CONN_RECV_ACCEPTED
+                           ? "the acceptor dropped the connection before accept() returned it "
+                             "(its process exited, or it closed its listen comm without "
+                             "accepting); this connection was never in use"
+                           : "check that the peer process is alive (its log says why it left) "
+                             "and that NCCL_SOCKET_IFNAME picks an interface that reaches it");
     return FERRY_ERR_REMOTE;
 }
 
@@ -291,9 +293,10 @@ static ferry_status_t ferry_ib_conn_advance(ferry_ib_conn_stage_t *st, int *done
         if (rc <= 0)
             return rc == 0 ? FERRY_OK : ferry_ib_conn_error(st, rc);
         if (st->accepted != FERRY_IB_OOB_ACCEPTED) {
-            FERRY_WARN("ib connect to %s from %s: got byte 0x%02x instead of the acceptor's "
-                       "ACCEPTED byte; every rank must load the same ferry build", st->peer,
-                       ferry_ib_comm_where(&st->comm->base), st->accepted);
+            FERRY_WARN_LIMITED("ib connect to %s from %s: got byte 0x%02x instead of the "
+                               "acceptor's ACCEPTED byte; every rank must load the same ferry "
+                               "build", st->peer, ferry_ib_comm_where(&st->comm->base),
+                               st->accepted);
             return FERRY_ERR_REMOTE;
         }
         *done = 1;
