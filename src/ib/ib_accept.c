@@ -58,9 +58,7 @@ static void ferry_ib_accept_new(ferry_ib_listen_comm_t *lc)
 
         if (!ferry_ib_pending_room(lc, ferry_px_now_ns()))
             return; /* The rest wait in the kernel's queue until a stranger goes. */
-        fd = accept4(lc->fd, (struct sockaddr *)&peer, &peer_len,
-                         SOCK_NONBLOCK | SOCK_CLOEXEC);
-
+        fd = accept4(lc->fd, (struct sockaddr *)&peer, &peer_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
                 errno != ECONNABORTED)

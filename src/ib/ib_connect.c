@@ -7,10 +7,10 @@
  *          -> RECV_ACCEPTED -> (comm)
  * A refused or unreachable TCP connect goes back to CLOSED with a linear
  * back-off (NCCL_SOCKET_RETRY_CNT x NCCL_SOCKET_RETRY_SLEEP_MSEC), without
- * sleeping inside the call; so does a connection the acceptor closed before
- * answering the hello (a crowded listener evicts connections whose hello it
- * has not read: ib_pending.c). The comm is returned only on the acceptor's
- * ACCEPTED byte, so it is never one the acceptor dropped.
+ * sleeping inside the call; so does a connection a crowded listener evicted
+ * before our hello came in (it says so with FERRY_IB_OOB_EVICTED:
+ * ib_pending.c). The comm is returned only on the acceptor's ACCEPTED byte,
+ * so it is never one the acceptor dropped.
  */
 #include <errno.h>
 #include <net/if.h>
@@ -195,21 +195,21 @@ static ferry_status_t ferry_ib_conn_error(ferry_ib_conn_stage_t *st, int rc)
 {
     const ferry_config_t *cfg = &ferry_ib_core_cfg;
     int err = rc == FERRY_IB_OOB_EOF ? 0 : -rc;
-    int early = ferry_ib_conn_evicted(st);
+    int evicted = ferry_ib_conn_evicted(st);
 
     if (st->fd >= 0)
         close(st->fd);
     st->fd = -1;
     if (((st->state <= FERRY_IB_CONN_CONNECTING && ferry_sock_connect_retryable(err)) ||
-         early) && st->attempts < cfg->retry_cnt) {
+         evicted) && st->attempts < cfg->retry_cnt) {
         st->attempts++;
         st->state = FERRY_IB_CONN_CLOSED;
         st->next_try_ns = ferry_px_now_ns() +
                           (uint64_t)st->attempts * (uint64_t)cfg->retry_sleep_ms * 1000000ULL;
         FERRY_INFO(FERRY_LOG_NET, "ib connect to %s: %s%s; retry %d of %d", st->peer,
-                   early ? "evicted" : ferry_ib_oob_strerror(rc),
-                   early ? " by the crowded listener before our hello came in" : "", st->attempts,
-                   cfg->retry_cnt);
+                   evicted ? "evicted" : ferry_ib_oob_strerror(rc),
+                   evicted ? " by the crowded listener before our hello came in" : "",
+                   st->attempts, cfg->retry_cnt);
         return FERRY_OK;
     }
     /* Limited: a caller that connects again and again to a failing peer repeats it. */
