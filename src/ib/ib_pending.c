@@ -98,14 +98,15 @@ int ferry_ib_pending_room(ferry_ib_listen_comm_t *lc, uint64_t now)
         p = &lc->pending[i];
         if (ferry_ib_pending_last_read(lc, p))
             continue;
-        if (now - p->since_ns < FERRY_IB_STRANGER_GRACE_NS)
+        if (now < p->since_ns + FERRY_IB_STRANGER_GRACE_NS)
             return 0;
-        FERRY_IB_WARN_REMOTE("ib listener %s: %d connections without a valid hello; evicting "
-                             "the oldest, from %s after %llu ms with %zu of %zu hello bytes; "
-                             "real peers are kept", lc->addr_str, lc->nstrangers, p->peer,
-                             (unsigned long long)((now - p->since_ns) / 1000000ULL), p->got,
-                             sizeof(p->in.hello));
         lc->evicted++;
+        FERRY_IB_WARN_REMOTE("ib listener %s: %d connections without a valid hello; evicting "
+                             "the oldest, from %s after %llu ms with %zu of %zu hello bytes "
+                             "(%llu evicted since listen); real peers are kept", lc->addr_str,
+                             lc->nstrangers, p->peer,
+                             (unsigned long long)((now - p->since_ns) / 1000000ULL), p->got,
+                             sizeof(p->in.hello), (unsigned long long)lc->evicted);
         ferry_ib_pending_evict(p->fd);
         ferry_ib_pending_drop(lc, i);
     }
