@@ -29,16 +29,6 @@ void ferry_ib_oob_gone_note(ferry_ib_comm_t *c, ssize_t n, int err)
     FERRY_IB_DIAG_SET(conn->gone_ns, ferry_px_coarse_ns()); /* The caller's now may be old. */
 }
 
-static unsigned long long ferry_ib_oob_gone_chains(const ferry_ib_conn_t *conn)
-{
-    unsigned long long chains = 0;
-    int m;
-
-    for (m = 0; m < conn->nmem; m++)
-        chains += FERRY_IB_DIAG_GET(conn->mem[m].chains);
-    return chains;
-}
-
 void ferry_ib_oob_gone_why(const ferry_ib_comm_t *c, char *why, size_t len)
 {
     const ferry_ib_conn_t *conn = &c->conn;
@@ -74,9 +64,9 @@ void ferry_ib_oob_gone_why(const ferry_ib_comm_t *c, char *why, size_t len)
         break;
     }
     snprintf(why, len, "the out-of-band TCP connection to peer %s %s%s%s; RDMA on this comm's "
-             "%d QP(s) did not fail (%llu chains completed), but that connection is how ferry "
-             "learns that a peer died, so the comm cannot go on without it", conn->peer,
+             "%d QP(s) did not fail, but that connection is how ferry learns that a peer died, "
+             "so the comm cannot go on without it", conn->peer,
              how != NULL ? how : "failed: ", how != NULL ? "" : strerror(conn->gone_err),
              how != NULL ? "" : " (check the NCCL_SOCKET_IFNAME network and the peer's log)",
-             conn->nqps, ferry_ib_oob_gone_chains(conn));
+             conn->nqps);
 }
