@@ -1,12 +1,14 @@
 /*
  * The non-blocking accept() state machine. Inbound OOB connections wait in
- * `pending` (oldest first, bounded; a full table evicts the oldest) and
- * each walks
- *   RECV_HELLO -> SEND_META -> RECV_READY -> (recv comm returned)
+ * `pending` (oldest first; ib_pending.c: real peers are never evicted,
+ * strangers are capped) and each walks
+ *   RECV_HELLO -> SEND_META -> RECV_READY -> (recv comm returned, ACCEPTED sent)
  * A stranger (wrong magic, version or token; closes or stalls before its
- * hello is complete) is dropped with a WARN naming its address while real
- * peers keep being served. A real peer (its hello checked out) that fails
- * later makes accept() return the error.
+ * hello is complete) is dropped with a (limited) WARN naming its address
+ * while real peers keep being served. A real peer (its hello checked out)
+ * that fails later makes accept() return the error. The connector counts
+ * itself connected only on the ACCEPTED byte, so a connection this side
+ * drops (closeListen with it pending) fails its connect, not its first isend.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -52,27 +54,28 @@ static void ferry_ib_accept_new(ferry_ib_listen_comm_t *lc)
         struct sockaddr_storage peer;
         socklen_t peer_len = sizeof(peer);
         ferry_ib_pending_t *p;
-        int fd = accept4(lc->fd, (struct sockaddr *)&peer, &peer_len,
-                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd;
 
+        if (!ferry_ib_pending_room(lc, ferry_px_now_ns()))
+            return; /* The rest wait in the kernel's queue until a stranger goes. */
+        fd = accept4(lc->fd, (struct sockaddr *)&peer, &peer_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
                 errno != ECONNABORTED)
-                FERRY_WARN("ib listener %s: accept failed: %s; will retry", lc->addr_str,
-                           strerror(errno));
+                FERRY_WARN_LIMITED("ib listener %s: accept failed: %s; will retry (check the "
+                                   "process' open file limit, ulimit -n)", lc->addr_str,
+                                   strerror(errno));
             return;
         }
-        if (lc->npending == FERRY_IB_PENDING_MAX) {
-            /* A flood of silent connections must not lock real peers out. */
-            FERRY_WARN("ib listener %s: %d connections in their handshake; dropping the "
-                       "oldest, from %s", lc->addr_str, lc->npending, lc->pending[0].peer);
-            ferry_ib_pending_drop(lc, 0);
+        p = ferry_ib_pending_add(lc, fd);
+        if (p == NULL) {
+            FERRY_WARN_LIMITED("ib listener %s: no memory for one more connection in its "
+                               "handshake (%d held); closed it, its connector retries",
+                               lc->addr_str, lc->npending);
+            close(fd);
+            return;
         }
-        p = &lc->pending[lc->npending++];
-        memset(p, 0, sizeof(*p));
-        p->fd = fd;
         p->state = FERRY_IB_ACC_RECV_HELLO;
-        p->since_ns = ferry_px_now_ns();
         ferry_ib_addr_str((struct sockaddr *)&peer, p->peer, sizeof(p->peer));
     }
 }
@@ -87,10 +90,10 @@ ferry_status_t ferry_ib_accept_comm(int devidx, const ferry_ib_meta_t *m, const 
 
     *comm_p = NULL;
     if (why != NULL) {
-        FERRY_WARN("ib accept from %s on %s (peer device %.64s): its metadata is unusable: %s; "
-                   "every rank must load the same ferry build and NCCL_IB_* settings",
-                   peer, ferry_ib_dev_name(devidx), m->devname[63] == '\0' ? m->devname : "?",
-                   why);
+        FERRY_WARN_LIMITED("ib accept from %s on %s (peer device %.64s): its metadata is "
+                           "unusable: %s; every rank must load the same ferry build and "
+                           "NCCL_IB_* settings", peer, ferry_ib_dev_name(devidx),
+                           m->devname[63] == '\0' ? m->devname : "?", why);
         return FERRY_ERR_REMOTE;
     }
     status = ferry_ib_comm_create(FERRY_PX_RECV, devidx, m->nqps, peer, cm_ids, &c);
@@ -138,14 +141,21 @@ static ferry_status_t ferry_ib_accept_step(ferry_ib_listen_comm_t *lc, ferry_ib_
     switch (p->state) {
     case FERRY_IB_ACC_RECV_HELLO:
         rc = ferry_ib_oob_recv(p->fd, &p->in, sizeof(p->in), &p->got);
-        if (p->got >= sizeof(p->in.hello) && p->comm == NULL &&
-            (why = ferry_ib_hello_check(&p->in.hello, lc->token)) != NULL)
-            break;
+        if (p->got >= sizeof(p->in.hello) && !p->real) {
+            why = ferry_ib_hello_check(&p->in.hello, lc->token);
+            if (why != NULL)
+                break;
+            ferry_ib_pending_real(lc, p);
+            /* From here the stall limit counts per step: in a crowd, the whole handshake
+             * waits its turn on both sides. A stranger's counts from its connect. */
+            p->since_ns = now;
+        }
         if (rc == 1) {
             status = ferry_ib_accept_build(lc, p);
             if (status != FERRY_OK)
                 return status;
             p->state = FERRY_IB_ACC_SEND_META;
+            p->since_ns = now; /* A real peer stalls when a step makes no progress. */
             p->sent = 0;
         }
         break;
@@ -154,15 +164,17 @@ static ferry_status_t ferry_ib_accept_step(ferry_ib_listen_comm_t *lc, ferry_ib_
                                &p->sent);
         if (rc == 1) {
             p->state = FERRY_IB_ACC_RECV_READY;
+            p->since_ns = now;
             p->got = 0;
         }
         break;
     case FERRY_IB_ACC_RECV_READY:
         rc = ferry_ib_oob_recv(p->fd, &p->ready, 1, &p->got);
         if (rc == 1 && p->ready != FERRY_IB_OOB_READY) {
-            FERRY_WARN("ib accept from %s on %s: %s: got byte 0x%02x instead of the ready "
-                       "byte; mixed ferry builds?", p->peer, ferry_ib_dev_name(lc->dev),
-                       ferry_ib_acc_step[p->state], p->ready);
+            FERRY_WARN_LIMITED("ib accept from %s on %s: %s: got byte 0x%02x instead of the "
+                               "ready byte; mixed ferry builds?", p->peer,
+                               ferry_ib_dev_name(lc->dev), ferry_ib_acc_step[p->state],
+                               p->ready);
             return FERRY_ERR_REMOTE;
         }
         *ready = rc == 1;
@@ -174,18 +186,36 @@ static ferry_status_t ferry_ib_accept_step(ferry_ib_listen_comm_t *lc, ferry_ib_
         why = "stalled (NCCL_FERRY_HELLO_TIMEOUT_MS)";
     if (why == NULL)
         return FERRY_OK;
-    if (p->state == FERRY_IB_ACC_RECV_HELLO &&
-        (p->got < sizeof(p->in.hello) || ferry_ib_hello_check(&p->in.hello, lc->token) != NULL)) {
-        FERRY_WARN("ib listener %s: rejected connection from %s after %zu of %zu hello bytes: "
-                   "%s; still accepting real peers", lc->addr_str, p->peer, p->got,
-                   sizeof(p->in), why);
+    if (!p->real) {
+        FERRY_IB_WARN_REMOTE("ib listener %s: rejected connection from %s after %zu of %zu "
+                             "hello bytes: %s; still accepting real peers", lc->addr_str,
+                             p->peer, p->got, sizeof(p->in), why);
         *drop = 1;
         return FERRY_OK;
     }
-    FERRY_WARN("ib accept from %s on %s failed while %s: %s; the connecting rank probably "
-               "exited or failed (check its log)", p->peer, ferry_ib_dev_name(lc->dev),
-               ferry_ib_acc_step[p->state], why);
+    FERRY_WARN_LIMITED("ib accept from %s on %s failed while %s: %s; the connecting rank "
+                       "probably exited or failed (check its log)", p->peer,
+                       ferry_ib_dev_name(lc->dev), ferry_ib_acc_step[p->state], why);
     return FERRY_ERR_REMOTE;
+}
+
+/*
+ * The connector's connect() returns only on this byte: a connection this side
+ * never returned from accept() is one it never counts as connected.
+ */
+static void ferry_ib_accepted_say(ferry_ib_comm_t *c, int fd)
+{
+    uint8_t accepted = FERRY_IB_OOB_ACCEPTED;
+    size_t sent = 0;
+    int rc = ferry_ib_oob_send(fd, &accepted, 1, &sent);
+
+    /* One byte on a socket that has carried 193: only a peer already gone fails it, and the
+     * comm finds that on its OOB socket like any later departure. */
+    if (rc != 1)
+        FERRY_INFO(FERRY_LOG_NET, "ib accept from %s on %s: could not confirm the connection "
+                   "(%s); the peer's connect fails on its side", c->conn.peer,
+                   ferry_ib_comm_where(c),
+                   rc == 0 ? "its socket is full" : ferry_ib_oob_strerror(rc));
 }
 
 void ferry_ib_accepted(ferry_ib_comm_t *c, int fd)
@@ -205,7 +235,8 @@ ferry_status_t ferry_ib_accept(void *listen_comm, void **recv_comm_p)
 
     *recv_comm_p = NULL;
     if (lc == NULL || !ferry_live_has(lc, FERRY_LIVE_LISTEN)) {
-        FERRY_WARN("accept(%p): not a live ferry ib listen comm (already closed?)", listen_comm);
+        FERRY_WARN_LIMITED("accept(%p): not a live ferry ib listen comm (already closed?)",
+                           listen_comm);
         return FERRY_ERR_INVALID;
     }
     if (lc->cm != NULL)
@@ -235,6 +266,7 @@ ferry_status_t ferry_ib_accept(void *listen_comm, void **recv_comm_p)
         p->comm = NULL; /* Both belong to the comm now. */
         p->fd = -1;
         ferry_ib_pending_drop(lc, i);
+        ferry_ib_accepted_say(c, fd);
         ferry_ib_accepted(c, fd);
         *recv_comm_p = c;
         return FERRY_OK;

@@ -42,6 +42,7 @@
 #include <sys/socket.h>
 
 #include "core/live.h"
+#include "core/log.h"
 #include "ib/ib.h"
 #include "ib/ib_handle.h"
 #include "socket/sock_if.h"
@@ -69,7 +70,16 @@ static inline void ferry_ib_magic_clear(uint64_t *magic)
 #define FERRY_IB_DIAG_ADD(_f, _d) FERRY_IB_DIAG_SET(_f, (_f) + (_d))
 #define FERRY_IB_DIAG_GET(_f)     __atomic_load_n(&(_f), __ATOMIC_RELAXED)
 
-#define FERRY_IB_PENDING_MAX  32  /* Inbound OOB connections in their handshake at once. */
+/*
+ * Inbound OOB connections whose hello is not in yet (strangers until it
+ * checks out) held at once; more wait in the kernel's accept queue. Real
+ * peers (hello checked) are not counted: they are never evicted.
+ */
+#define FERRY_IB_STRANGERS_MAX 64
+#define FERRY_IB_PENDING_MAX  32  /* rdmacm mode: connections in their handshake at once. */
+/* A stranger older than this at a full table is evicted (a real connector's hello follows its
+ * TCP handshake at once; one evicted anyway reconnects: ib_connect.c). */
+#define FERRY_IB_STRANGER_GRACE_NS 100000000ULL
 #define FERRY_IB_POLL_BATCH   16  /* CQEs per ibv_poll_cq. */
 #define FERRY_IB_DRAIN_BATCHES 256 /* Bound on the batches a failover takes from a CQ first. */
 #define FERRY_IB_CTS_SIGNAL   16  /* Every 16th CTS write is signalled, so the SQ drains. */
@@ -166,6 +176,7 @@ typedef struct ferry_ib_conn {
     int              oob_fd;       /* Kept open: EOF = peer gone. -1 when off or closed. */
     uint64_t         check_ns;     /* Next liveness look (coarse clock). */
     uint64_t         gone_ns;      /* When EOF was seen; 0 while the peer is there. */
+    int              gone_err;     /* ...and the socket's errno then (0: EOF, a FIN). */
     int              bye;          /* The peer closed its comm normally (FERRY_IB_OOB_BYE). */
     uint8_t          oob_in[4];    /* A message from the peer being read (ib_rejoin.c). */
     int              oob_in_len;
@@ -374,7 +385,8 @@ typedef struct ferry_ib_pending {
         ferry_ib_meta_t   meta;
     }                     in;     /* No padding: 32 + 192 bytes. */
     uint8_t               ready;
-    ferry_ib_recv_comm_t *comm;     /* Created once the hello checked out. */
+    int                   real;     /* Its hello checked out: a real peer, never evicted. */
+    ferry_ib_recv_comm_t *comm;     /* Created once hello and metadata are in. */
 } ferry_ib_pending_t;
 
 typedef struct ferry_ib_listen_comm {
@@ -383,8 +395,11 @@ typedef struct ferry_ib_listen_comm {
     int                dev;
     uint64_t           token;
     char               addr_str[64];
-    int                npending;
-    ferry_ib_pending_t pending[FERRY_IB_PENDING_MAX]; /* Oldest first. */
+    int                npending;    /* Entries of pending, oldest first... */
+    int                cap_pending; /* ...of this many allocated (ib_pending.c grows it). */
+    int                nstrangers;  /* Entries whose hello has not checked out yet. */
+    uint64_t           evicted;     /* Strangers evicted to make room, since listen. */
+    ferry_ib_pending_t *pending;
     struct ferry_ib_cm_listen *cm; /* rdmacm mode: the CM listener (fd is -1); NULL in oob mode. */
 } ferry_ib_listen_comm_t;
 
@@ -530,6 +545,11 @@ ferry_status_t ferry_ib_member_qps_up(ferry_ib_comm_t *c, int m);
 
 /* ib_poll.c */
 long ferry_ib_poll(ferry_px_ring_t *ring, ferry_px_req_t *req, uint64_t now);
+/* ib_oob_gone.c: the OOB socket read n (recv's result): EOF or an error marks the peer gone. */
+void ferry_ib_oob_gone_note(ferry_ib_comm_t *c, ssize_t n, int err);
+/* Why the comm fails now that its OOB socket is gone (the peer's BYE or not, EOF or errno). */
+void ferry_ib_oob_gone_why(const ferry_ib_comm_t *c, char *why, size_t len);
+
 /* Liveness (OOB EOF, port down), once its 1 ms deadline (conn.check_ns) passed. */
 long ferry_ib_check_peer_due(ferry_ib_comm_t *c, int pending, uint64_t now);
 /* The same, inline for NCCL's tight loop: nothing until the deadline. Negative: ring failed. */
@@ -590,7 +610,34 @@ ferry_status_t ferry_ib_connect(ferry_ctx_t *ctx, int dev, void *handle, int tra
                                 void **send_comm_p);
 ferry_status_t ferry_ib_accept(void *listen_comm, void **recv_comm_p);
 ferry_status_t ferry_ib_close_listen(void *listen_comm);
+/*
+ * A WARN that a remote party can repeat (a stranger, a peer's bad message):
+ * through the call site's limit (FERRY_WARN_LIMITED), and as INFO past it, so
+ * the address of each one is still in a log that shows INFO.
+ */
+#define FERRY_IB_WARN_REMOTE(_fmt, ...) \
+    do { \
+        static struct ferry_log_limit ferry_ib_lim_; \
+        unsigned long long ferry_ib_held_; \
+        if (ferry_log_limit_pass(&ferry_ib_lim_, &ferry_ib_held_)) { \
+            if (ferry_ib_held_ > 0) \
+                FERRY_WARN("%llu more warnings like the next were suppressed in the last %d s " \
+                           "(at most %d a site per interval; INFO has each)", ferry_ib_held_, \
+                           FERRY_LOG_LIMIT_INTERVAL_S, FERRY_LOG_LIMIT_BURST); \
+            FERRY_WARN(_fmt, ##__VA_ARGS__); \
+        } else { \
+            FERRY_INFO(FERRY_LOG_NET, _fmt, ##__VA_ARGS__); \
+        } \
+    } while (0)
+
+/* ib_pending.c: the table of inbound connections in their handshake. */
 void ferry_ib_pending_drop(ferry_ib_listen_comm_t *lc, int i);
+/* A new entry for fd at the table's end (NULL: out of memory; fd is not taken then). */
+ferry_ib_pending_t *ferry_ib_pending_add(ferry_ib_listen_comm_t *lc, int fd);
+/* Its hello checked out: count it a real peer. */
+void ferry_ib_pending_real(ferry_ib_listen_comm_t *lc, ferry_ib_pending_t *p);
+/* Room for one more stranger: 1, after evicting the oldest stale one if needed; 0: wait. */
+int ferry_ib_pending_room(ferry_ib_listen_comm_t *lc, uint64_t now);
 
 /* ib_dump.c: the ring ops' words. */
 void ferry_ib_stall_why(const ferry_px_ring_t *ring, const ferry_px_req_t *req, char *buf,

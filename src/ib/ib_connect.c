@@ -3,10 +3,14 @@
  * with the same handle until it returns a comm, so the state lives in a
  * stage object the handle refers to (ib_conn_stage.c). The send comm (CQ, QPs at INIT, CTS
  * FIFO) is built on the first call; then
- *   CLOSED -> CONNECTING -> SEND_HELLO -> RECV_META -> SEND_READY -> (comm)
+ *   CLOSED -> CONNECTING -> SEND_HELLO -> RECV_META -> SEND_READY
+ *          -> RECV_ACCEPTED -> (comm)
  * A refused or unreachable TCP connect goes back to CLOSED with a linear
  * back-off (NCCL_SOCKET_RETRY_CNT x NCCL_SOCKET_RETRY_SLEEP_MSEC), without
- * sleeping inside the call.
+ * sleeping inside the call; so does a connection a crowded listener evicted
+ * before our hello came in (it says so with FERRY_IB_OOB_EVICTED:
+ * ib_pending.c). The comm is returned only on the acceptor's ACCEPTED byte,
+ * so it is never one the acceptor dropped.
  */
 #include <errno.h>
 #include <net/if.h>
@@ -26,12 +30,14 @@ typedef enum ferry_ib_conn_state {
     FERRY_IB_CONN_CONNECTING, /* connect() in progress: wait for POLLOUT. */
     FERRY_IB_CONN_SEND_HELLO, /* TCP up: writing hello + our metadata. */
     FERRY_IB_CONN_RECV_META,  /* Waiting for the acceptor's metadata (its QPs at RTS). */
-    FERRY_IB_CONN_SEND_READY  /* Our QPs at RTS: writing the ready byte. */
+    FERRY_IB_CONN_SEND_READY, /* Our QPs at RTS: writing the ready byte. */
+    FERRY_IB_CONN_RECV_ACCEPTED /* Waiting for the acceptor's accept() to return its comm. */
 } ferry_ib_conn_state_t;
 
 static const char *const ferry_ib_conn_step[] = {
     "connecting", "connecting", "sending our hello and metadata",
     "waiting for the acceptor's metadata", "sending the ready byte",
+    "waiting for the acceptor to accept (its ACCEPTED byte)",
 };
 
 typedef struct ferry_ib_conn_stage {
@@ -49,6 +55,7 @@ typedef struct ferry_ib_conn_stage {
     size_t                sent;
     ferry_ib_meta_t       in;
     size_t                got;
+    uint8_t               accepted;
     ferry_ib_send_comm_t *comm;
 } ferry_ib_conn_stage_t;
 
@@ -154,29 +161,53 @@ static ferry_status_t ferry_ib_stage_create(const ferry_ctx_t *ctx, int dev, fer
     return FERRY_OK;
 }
 
+/*
+ * A crowded listener evicted this connection before our hello came in
+ * (ib_pending.c): its answer is FERRY_IB_OOB_EVICTED instead of the
+ * metadata, perhaps with a failed send of the hello before it.
+ */
+static int ferry_ib_conn_evicted(ferry_ib_conn_stage_t *st)
+{
+    uint8_t b = 0;
+
+    if (st->state == FERRY_IB_CONN_RECV_META)
+        return st->got >= 1 && *(const uint8_t *)&st->in == FERRY_IB_OOB_EVICTED;
+    return st->state == FERRY_IB_CONN_SEND_HELLO && st->fd >= 0 &&
+           recv(st->fd, &b, 1, MSG_DONTWAIT) == 1 && b == FERRY_IB_OOB_EVICTED;
+}
+
 static ferry_status_t ferry_ib_conn_error(ferry_ib_conn_stage_t *st, int rc)
 {
     const ferry_config_t *cfg = &ferry_ib_core_cfg;
     int err = rc == FERRY_IB_OOB_EOF ? 0 : -rc;
+    int evicted = ferry_ib_conn_evicted(st);
 
     if (st->fd >= 0)
         close(st->fd);
     st->fd = -1;
-    if (st->state <= FERRY_IB_CONN_CONNECTING && ferry_sock_connect_retryable(err) &&
-        st->attempts < cfg->retry_cnt) {
+    if (((st->state <= FERRY_IB_CONN_CONNECTING && ferry_sock_connect_retryable(err)) ||
+         evicted) && st->attempts < cfg->retry_cnt) {
         st->attempts++;
         st->state = FERRY_IB_CONN_CLOSED;
         st->next_try_ns = ferry_px_now_ns() +
                           (uint64_t)st->attempts * (uint64_t)cfg->retry_sleep_ms * 1000000ULL;
-        FERRY_INFO(FERRY_LOG_NET, "ib connect to %s: %s; retry %d of %d", st->peer,
-                   strerror(err), st->attempts, cfg->retry_cnt);
+        FERRY_INFO(FERRY_LOG_NET, "ib connect to %s: %s%s; retry %d of %d", st->peer,
+                   evicted ? "evicted" : ferry_ib_oob_strerror(rc),
+                   evicted ? " by the crowded listener before our hello came in" : "",
+                   st->attempts, cfg->retry_cnt);
         return FERRY_OK;
     }
-    FERRY_WARN("ib connect to %s from %s failed while %s (after %d TCP attempt(s)): %s; check "
-               "that the peer process is alive (its log says why it left) and that "
-               "NCCL_SOCKET_IFNAME picks an interface that reaches it", st->peer,
-               ferry_ib_comm_where(&st->comm->base), ferry_ib_conn_step[st->state],
-               st->attempts + 1, ferry_ib_oob_strerror(rc));
+    /* Limited: a caller that connects again and again to a failing peer repeats it. */
+    FERRY_WARN_LIMITED("ib connect to %s from %s failed while %s (after %d TCP attempt(s)): %s; "
+                       "%s", st->peer, ferry_ib_comm_where(&st->comm->base),
+                       ferry_ib_conn_step[st->state], st->attempts + 1,
+                       ferry_ib_oob_strerror(rc),
+                       st->state == FERRY_IB_CONN_RECV_ACCEPTED
+                           ? "the acceptor dropped the connection before accept() returned it "
+                             "(its process exited, or it closed its listen comm without "
+                             "accepting); this connection was never in use"
+                           : "check that the peer process is alive (its log says why it left) "
+                             "and that NCCL_SOCKET_IFNAME picks an interface that reaches it");
     return FERRY_ERR_REMOTE;
 }
 
@@ -224,6 +255,8 @@ static ferry_status_t ferry_ib_conn_advance(ferry_ib_conn_stage_t *st, int *done
         /* fall through */
     case FERRY_IB_CONN_RECV_META:
         rc = ferry_ib_oob_recv(st->fd, &st->in, sizeof(st->in), &st->got);
+        if (ferry_ib_conn_evicted(st))
+            return ferry_ib_conn_error(st, FERRY_IB_OOB_EOF);
         if (rc <= 0)
             return rc == 0 ? FERRY_OK : ferry_ib_conn_error(st, rc);
         status = ferry_ib_comm_connect_qps(&st->comm->base, &st->in,
@@ -237,6 +270,20 @@ static ferry_status_t ferry_ib_conn_advance(ferry_ib_conn_stage_t *st, int *done
         rc = ferry_ib_oob_send(st->fd, &ready, 1, &st->sent);
         if (rc <= 0)
             return rc == 0 ? FERRY_OK : ferry_ib_conn_error(st, rc);
+        st->state = FERRY_IB_CONN_RECV_ACCEPTED;
+        st->got = 0;
+        /* fall through */
+    case FERRY_IB_CONN_RECV_ACCEPTED:
+        rc = ferry_ib_oob_recv(st->fd, &st->accepted, 1, &st->got);
+        if (rc <= 0)
+            return rc == 0 ? FERRY_OK : ferry_ib_conn_error(st, rc);
+        if (st->accepted != FERRY_IB_OOB_ACCEPTED) {
+            FERRY_WARN_LIMITED("ib connect to %s from %s: got byte 0x%02x instead of the "
+                               "acceptor's ACCEPTED byte; every rank must load the same ferry "
+                               "build", st->peer, ferry_ib_comm_where(&st->comm->base),
+                               st->accepted);
+            return FERRY_ERR_REMOTE;
+        }
         *done = 1;
         return FERRY_OK;
     }

@@ -135,8 +135,8 @@ static void ferry_ib_members_oob(ferry_ib_comm_t *c)
     n = recv(conn->oob_fd, buf, sizeof(buf), MSG_DONTWAIT);
     if (n > 0)
         ferry_ib_oob_input(c, buf, (size_t)n);
-    else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-        FERRY_IB_DIAG_SET(conn->gone_ns, now); /* ferry_ib_check_peer decides what that means. */
+    else
+        ferry_ib_oob_gone_note(c, n, errno); /* ferry_ib_check_peer decides what that means. */
 }
 
 long ferry_ib_members_check(ferry_ib_comm_t *c)

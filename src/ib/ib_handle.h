@@ -12,8 +12,13 @@
  *                                          create CQ, QPs -> RTR -> RTS
  *                                   <---   metadata (192 B)
  *   QPs -> RTR -> RTS
- *   FERRY_IB_OOB_READY (1 B)         --->   recv comm returned
+ *   FERRY_IB_OOB_READY (1 B)         --->   recv comm returned by accept()
+ *   send comm returned by connect() <---   FERRY_IB_OOB_ACCEPTED (1 B)
  *
+ * A connection the acceptor evicts before its hello came (ib_pending.c) gets
+ * FERRY_IB_OOB_EVICTED instead of the metadata, and the connector connects
+ * again; one the acceptor drops otherwise fails the connector's connect(),
+ * never a comm it already returned.
  * The TCP connection then stays open for the comms' life: EOF on it means
  * the peer process is gone (ib_poll.c). A normal close sends
  * FERRY_IB_OOB_BYE first, so the survivor can tell the two apart in its
@@ -28,7 +33,7 @@
 #include "core/stage_table.h"
 
 #define FERRY_IB_MAGIC        0x62692d7972726566ULL /* "ferry-ib" */
-#define FERRY_IB_WIRE_VERSION 2
+#define FERRY_IB_WIRE_VERSION 3 /* 3: the ACCEPTED byte. */
 /* Data QPs per connection (NCCL_IB_QPS_PER_CONNECTION is capped here: one watch holds them). */
 #define FERRY_IB_MAX_QPS      16
 /* Sub-buffers of one receive (NCCL's maxRecvs). */
@@ -37,6 +42,10 @@
 #define FERRY_IB_FIFO_SLOTS   FERRY_MAX_REQUESTS
 
 #define FERRY_IB_OOB_READY    0x52 /* 'R': connector's QPs are at RTS. */
+#define FERRY_IB_OOB_ACCEPTED 0x41 /* 'A': acceptor's accept() returned the recv comm. */
+/* 'E': evicted unread from a crowded listener, connect again. Never the metadata's first byte
+ * (its magic's, 0x66). */
+#define FERRY_IB_OOB_EVICTED  0x45
 #define FERRY_IB_OOB_BYE      0x42 /* 'B': a normal close, sent just before the socket closes. */
 /* Merged devices: a failed port is ACTIVE again (ib_rejoin.c). */
 #define FERRY_IB_OOB_JOIN     0x4a /* 'J' member n: send comm, its QPs of member at INIT. */

@@ -99,19 +99,6 @@ ferry_status_t ferry_ib_listen(ferry_ctx_t *ctx, int dev, void *handle, void **l
     return FERRY_OK;
 }
 
-void ferry_ib_pending_drop(ferry_ib_listen_comm_t *lc, int i)
-{
-    ferry_ib_pending_t *p = &lc->pending[i];
-
-    if (p->comm != NULL)
-        ferry_ib_comm_destroy(&p->comm->base); /* Its fd is not the comm's yet. */
-    if (p->fd >= 0)
-        close(p->fd);
-    /* Keep the table oldest first: eviction takes pending[0]. */
-    memmove(p, p + 1, (size_t)(lc->npending - i - 1) * sizeof(*p));
-    lc->npending--;
-}
-
 ferry_status_t ferry_ib_close_listen(void *listen_comm)
 {
     ferry_ib_listen_comm_t *lc = listen_comm;

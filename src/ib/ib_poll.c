@@ -134,7 +134,7 @@ static void ferry_ib_wc_error(ferry_ib_comm_t *c, const struct ibv_wc *wc)
 long ferry_ib_check_peer_due(ferry_ib_comm_t *c, int pending, uint64_t now)
 {
     ferry_ib_conn_t *conn = &c->conn;
-    char why[320];
+    char why[640];
     uint8_t buf[64];
     ssize_t n;
 
@@ -151,21 +151,14 @@ long ferry_ib_check_peer_due(ferry_ib_comm_t *c, int pending, uint64_t now)
         n = recv(conn->oob_fd, buf, sizeof(buf), MSG_DONTWAIT);
         if (n > 0)
             ferry_ib_oob_input(c, buf, (size_t)n); /* ib_rejoin.c: BYE, rejoin messages. */
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-            FERRY_IB_DIAG_SET(conn->gone_ns, ferry_px_coarse_ns()); /* now may be calls old. */
+        ferry_ib_oob_gone_note(c, n, errno); /* ib_oob_gone.c */
     }
     if (ferry_ib_state.cfg.peer_timeout_s <= 0)
         return 0;
     /* Completions already on their way still land: fail only once they had their chance. */
     if (conn->gone_ns == 0 || !pending || now - conn->gone_ns < FERRY_IB_PEER_GRACE_NS)
         return 0;
-    if (conn->bye)
-        snprintf(why, sizeof(why), "peer %s closed its comm (closeSend/closeRecv) while this "
-                 "side still has requests pending; the ranks disagree on the messages they "
-                 "exchange", conn->peer);
-    else
-        snprintf(why, sizeof(why), "peer %s closed the connection (process exited or was "
-                 "killed); check that rank's log", conn->peer);
+    ferry_ib_oob_gone_why(c, why, sizeof(why));
     return ferry_ib_fail(c, why);
 }
 

@@ -145,8 +145,10 @@ void ferry_ib_oob_input(ferry_ib_comm_t *c, const uint8_t *buf, size_t n)
             continue;
         conn->oob_in_len = 0;
         if (conn->oob_in[1] >= conn->nmem || !conn->multi) {
-            FERRY_WARN("ib comm #%u with %s: the peer names port %u of a device with %d; mixed "
-                       "ferry builds?", c->ring.serial, conn->peer, conn->oob_in[1], conn->nmem);
+            FERRY_WARN_LIMITED("ib comm #%u with %s: the peer names port %u of a device with "
+                               "%d%s on the out-of-band connection; mixed ferry builds? Ignored",
+                               c->ring.serial, conn->peer, conn->oob_in[1], conn->nmem,
+                               conn->multi ? "" : " that does not rejoin ports");
             continue;
         }
         if (conn->oob_in[0] == FERRY_IB_OOB_JOIN)
