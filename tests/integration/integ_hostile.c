@@ -36,7 +36,8 @@
  *                (ncclInvalidUsage) and a 4 GiB chunk (ncclRemoteError):
  *                WARN, arena untouched, a real peer connects afterwards
  *     ib-meta    (ib) a token holder's metadata with 65535 QPs, a bad size,
- *                MTU or device name: accept -> ncclRemoteError + WARN
+ *                MTU or device name, an SL above 15, a multicast LID, port 0:
+ *                accept -> ncclRemoteError + WARN naming field and value
  *
  * Every stranger kind above (strangers) also includes: a hello with
  * hdr_size 65535, and a valid hello sent one byte a second (dropped at the
