@@ -90,7 +90,7 @@ static void ferry_ib_mr_gpu_advice(const ferry_ib_mr_req_t *rq, int err, char *b
 
     ferry_ib_mr_advice(err, more, sizeof(more));
     more[200] = '\0'; /* The GPU words come first; errno advice is short anyway. */
-    if (rq->fd >= 0 && ferry_ib_mr_fd_refused(rq, err)) {
+    if (ferry_ib_mr_fd_refused(rq, err)) {
         char what[320];
 
         ferry_ib_fd_words(rq->fd, what, sizeof(what));
