@@ -12,6 +12,7 @@ const char *ferry_status_str(ferry_status_t status)
     case FERRY_ERR_UNSUPPORTED: return "unsupported";
     case FERRY_ERR_INTERNAL:    return "internal error";
     case FERRY_ERR_CUDA:        return "CUDA error";
+    case FERRY_ERR_ARGUMENT:    return "bad argument";
     }
     return "unknown status";
 }

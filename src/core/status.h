@@ -11,7 +11,9 @@ typedef enum ferry_status {
     FERRY_ERR_USAGE       = -5, /* User or config error, e.g. size mismatch (ncclInvalidUsage). */
     FERRY_ERR_UNSUPPORTED = -6, /* Not available in this backend/build (ncclInternalError). */
     FERRY_ERR_INTERNAL    = -7, /* A ferry bug or broken invariant (ncclInternalError). */
-    FERRY_ERR_CUDA        = -8  /* A CUDA driver call failed (ncclUnhandledCudaError). */
+    FERRY_ERR_CUDA        = -8, /* A CUDA driver call failed (ncclUnhandledCudaError). */
+    FERRY_ERR_ARGUMENT    = -9  /* A bad value from the caller, e.g. a range that wraps
+                                 * or an fd that is no dma-buf (ncclInvalidArgument). */
 } ferry_status_t;
 
 /* Short name of a status, e.g. "remote error"; never NULL. */

@@ -537,8 +537,15 @@ long ferry_ib_members_check(ferry_ib_comm_t *c);
  * answers (FERRY_IB_OOB_JOINED); the send comm then brings its QPs up.
  */
 void ferry_ib_rejoin_poll(ferry_ib_comm_t *c);
-/* Bytes read from the OOB socket: BYE, and the rejoin messages. */
+/* Bytes read from the OOB socket: BYE, NOPORT, and the rejoin messages. */
 void ferry_ib_oob_input(ferry_ib_comm_t *c, const uint8_t *buf, size_t n);
+/*
+ * ib_noport.c: the last port of our merged device failed: tell the peer
+ * (FERRY_IB_OOB_NOPORT); the peer's message came: fail our comm, a WARN
+ * naming the peer and its device.
+ */
+void ferry_ib_oob_tell_no_port(ferry_ib_comm_t *c);
+long ferry_ib_peer_no_port(ferry_ib_comm_t *c);
 /* ib_qp.c: member m's QPs to RESET then INIT; from INIT to RTR and RTS. */
 ferry_status_t ferry_ib_member_qps_reset(ferry_ib_comm_t *c, int m);
 ferry_status_t ferry_ib_member_qps_up(ferry_ib_comm_t *c, int m);

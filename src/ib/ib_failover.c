@@ -68,6 +68,8 @@ long ferry_ib_member_stop(ferry_ib_comm_t *c, int m, const char *why, unsigned f
         FERRY_WARN("%s: %s; every request of this comm now fails with ncclRemoteError", desc,
                    msg);
         ferry_px_ring_fail(&c->ring, FERRY_ERR_REMOTE, "%s", msg);
+        if (conn->multi)
+            ferry_ib_oob_tell_no_port(c); /* The peer's ports are fine: it must hear it. */
         return FERRY_ERR_REMOTE;
     }
     /*

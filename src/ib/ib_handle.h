@@ -50,6 +50,8 @@
 /* Merged devices: a failed port is ACTIVE again (ib_rejoin.c). */
 #define FERRY_IB_OOB_JOIN     0x4a /* 'J' member n: send comm, its QPs of member at INIT. */
 #define FERRY_IB_OOB_JOINED   0x4b /* 'K' member n ok: recv comm, its QPs at RTS (ok 1) or not. */
+/* Either comm: the last port of its merged device failed, the comm with it (ib_noport.c). */
+#define FERRY_IB_OOB_NOPORT   0x4e /* 'N' */
 
 /*
  * The 128-byte handle. Its first 48 bytes have the socket handle's layout

@@ -19,6 +19,7 @@
 
 #include "core/log.h"
 #include "ib/ib.h"
+#include "ib/ib_reg_check.h"
 
 /* "LOCAL_WRITE|REMOTE_WRITE" of an access mask. */
 static void ferry_ib_mr_access_str(int access, char *buf, size_t len)
@@ -72,6 +73,16 @@ static void ferry_ib_mr_advice(int err, char *buf, size_t len)
     }
 }
 
+/*
+ * A dma-buf registration the driver refuses for its fd (the kernel's
+ * dma_buf_get: EBADF for no file, EINVAL for a file that is no dma-buf or a
+ * range outside it): the caller's argument, not the system.
+ */
+static int ferry_ib_mr_fd_refused(const ferry_ib_mr_req_t *rq, int err)
+{
+    return rq->fd >= 0 && (err == EBADF || err == EINVAL);
+}
+
 /* GPU memory fails for reasons of its own: say those first. */
 static void ferry_ib_mr_gpu_advice(const ferry_ib_mr_req_t *rq, int err, char *buf, size_t len)
 {
@@ -79,7 +90,14 @@ static void ferry_ib_mr_gpu_advice(const ferry_ib_mr_req_t *rq, int err, char *b
 
     ferry_ib_mr_advice(err, more, sizeof(more));
     more[200] = '\0'; /* The GPU words come first; errno advice is short anyway. */
-    if (rq->fd >= 0)
+    if (ferry_ib_mr_fd_refused(rq, err)) {
+        char what[320];
+
+        ferry_ib_fd_words(rq->fd, what, sizeof(what));
+        snprintf(buf, len, "the driver takes fd %d (%s) for no dma-buf of this range: pass "
+                 "the fd cuMemGetHandleForAddressRange gave for it, with offset + size inside "
+                 "it", rq->fd, what);
+    } else if (rq->fd >= 0)
         snprintf(buf, len, "check that the kernel and HCA driver take dma-buf MRs (Linux 5.12+, "
                  "rdma-core 34+), that NCCL_DMABUF_ENABLE=0 is not the fix you want (NCCL then "
                  "registers through nvidia-peermem), and that the container sees "
@@ -113,6 +131,8 @@ static ferry_status_t ferry_ib_mr_fail(const ferry_ib_hca_t *hca, const char *ve
              "failed: %s (%s); %s", hca->name, verb, rq->addr, rq->size, type,
              (unsigned long)start, len, flags, strerror(err_no), name != NULL ? name : "?",
              advice);
+    if (ferry_ib_mr_fd_refused(rq, err_no))
+        return FERRY_ERR_ARGUMENT;
     return err_no == ENOMEM ? FERRY_ERR_NO_MEMORY : err_no == EFAULT ? FERRY_ERR_INVALID
                                                                      : FERRY_ERR_IO;
 }

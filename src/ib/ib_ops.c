@@ -12,6 +12,7 @@
 
 #include "core/log.h"
 #include "ib/ib_comm.h"
+#include "ib/ib_reg_check.h"
 
 ferry_config_t ferry_ib_core_cfg;
 
@@ -249,6 +250,8 @@ static ferry_status_t ferry_ib_reg_mr(void *comm, void *data, size_t size, int t
                    "regMrDmaBuf", data, size, type, c->conn.peer);
         return FERRY_ERR_INVALID;
     }
+    if (ferry_ib_reg_check_range(c, "regMr", data, size) != FERRY_OK)
+        return FERRY_ERR_ARGUMENT;
     return ferry_ib_reg(c, &rq, type, "regMr", mhandle_p);
 }
 
@@ -414,11 +417,9 @@ static ferry_status_t ferry_ib_reg_mr_dmabuf(void *comm, void *data, size_t size
                                                  : "the CUDA driver exports no DMA-BUF");
         return FERRY_ERR_UNSUPPORTED;
     }
-    if (fd < 0 || (type != FERRY_PTR_CUDA && type != FERRY_PTR_DMABUF && type != FERRY_PTR_HOST)) {
-        FERRY_WARN("regMrDmaBuf(%p, %zu bytes, type %d, fd %d) on comm to %s: needs a DMA-BUF "
-                   "fd (>= 0) of GPU memory", data, size, type, fd, c->conn.peer);
-        return FERRY_ERR_INVALID;
-    }
+    if (ferry_ib_reg_check_range(c, "regMrDmaBuf", data, size) != FERRY_OK ||
+        ferry_ib_reg_check_dmabuf(c, data, size, type, offset, fd) != FERRY_OK)
+        return FERRY_ERR_ARGUMENT;
     return ferry_ib_reg(c, &rq, FERRY_PTR_DMABUF, "regMrDmaBuf", mhandle_p);
 }
 

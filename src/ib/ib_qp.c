@@ -292,8 +292,43 @@ void ferry_ib_comm_destroy(ferry_ib_comm_t *c)
     free(c);
 }
 
+/*
+ * The numeric fields the QP bring-up puts into an address vector: each is
+ * range-checked, and the words name the field and the value the peer sent
+ * (a per-thread buffer: callers print it at once). The traffic class fills
+ * the whole 8 bits of the GRH's field (DSCP and ECN), so every value the
+ * wire's byte can hold is one a NIC takes; the service level is 4 bits.
+ */
+static const char *ferry_ib_meta_check_numbers(const ferry_ib_meta_t *m)
+{
+    static _Thread_local char why[160];
+    int i;
+
+    if (m->sl > 15) {
+        snprintf(why, sizeof(why), "service level (sl) %u is out of range (0..15)",
+                 (unsigned)m->sl);
+        return why;
+    }
+    for (i = 0; i < m->nmembers; i++) {
+        const ferry_ib_meta_port_t *p = &m->ports[i];
+
+        if (p->port == 0) {
+            snprintf(why, sizeof(why), "port %d's number is 0 (HCA ports count from 1)", i);
+            return why;
+        }
+        /* 0xc000..0xfffe are multicast, 0xffff the permissive LID: no RC destination. */
+        if (p->link_layer == IBV_LINK_LAYER_INFINIBAND && p->lid >= 0xc000) {
+            snprintf(why, sizeof(why), "port %d's LID 0x%x is no unicast LID (0x0001..0xbfff)",
+                     i, (unsigned)p->lid);
+            return why;
+        }
+    }
+    return NULL;
+}
+
 const char *ferry_ib_meta_check(const ferry_ib_meta_t *m, int nqps, int link_layer)
 {
+    static _Thread_local char why[160];
     int i;
 
     if (m->magic != FERRY_IB_MAGIC)
@@ -307,15 +342,21 @@ const char *ferry_ib_meta_check(const ferry_ib_meta_t *m, int nqps, int link_lay
     for (i = 0; i < m->nmembers; i++) {
         if (m->ports[i].link_layer != link_layer)
             return "the peer's port has another link layer (InfiniBand vs RoCE)";
-        if (m->ports[i].mtu < IBV_MTU_256 || m->ports[i].mtu > IBV_MTU_4096)
-            return "invalid MTU";
+        if (m->ports[i].mtu < IBV_MTU_256 || m->ports[i].mtu > IBV_MTU_4096) {
+            snprintf(why, sizeof(why), "invalid MTU: port %d's mtu %u is no enum ibv_mtu "
+                     "(1..5)", i, (unsigned)m->ports[i].mtu);
+            return why;
+        }
     }
     for (i = 0; i < m->nqps; i++)
-        if (m->qpn[i] == 0 || m->qpn[i] > 0xffffff)
-            return "invalid QP number";
+        if (m->qpn[i] == 0 || m->qpn[i] > 0xffffff) {
+            snprintf(why, sizeof(why), "invalid QP number: QP %d's number 0x%x is outside "
+                     "0x1..0xffffff", i, (unsigned)m->qpn[i]);
+            return why;
+        }
     if (memchr(m->devname, '\0', sizeof(m->devname)) == NULL)
         return "device name not terminated";
-    return NULL;
+    return ferry_ib_meta_check_numbers(m);
 }
 
 static int ferry_ib_comm_qp_rtr(ferry_ib_comm_t *c, int i, int tc, int sl)

@@ -134,6 +134,8 @@ void ferry_ib_oob_input(ferry_ib_comm_t *c, const uint8_t *buf, size_t n)
         if (conn->oob_in_len == 0) {
             if (b == FERRY_IB_OOB_BYE)
                 conn->bye = 1;
+            else if (b == FERRY_IB_OOB_NOPORT)
+                ferry_ib_peer_no_port(c); /* ib_noport.c */
             else if ((b == FERRY_IB_OOB_JOIN && c->ring.kind == FERRY_PX_RECV) ||
                      (b == FERRY_IB_OOB_JOINED && c->ring.kind == FERRY_PX_SEND))
                 conn->oob_in[conn->oob_in_len++] = b;

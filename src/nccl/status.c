@@ -14,6 +14,7 @@ ncclResult_t ferry_nccl_result(ferry_status_t status)
     case FERRY_ERR_UNSUPPORTED: return ncclInternalError;
     case FERRY_ERR_INTERNAL:    return ncclInternalError;
     case FERRY_ERR_CUDA:        return ncclUnhandledCudaError;
+    case FERRY_ERR_ARGUMENT:    return ncclInvalidArgument;
     }
     /* A value outside the enum is a ferry bug, not a success. */
     return ncclInternalError;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "core/log.h"
+#include "core/mr_range.h"
 #include "socket/sock.h"
 
 /*
@@ -57,6 +58,18 @@ static ferry_status_t ferry_sock_reg_mr(void *comm, void *data, size_t size, int
                        ? "set NCCL_FERRY_GPU_STAGING=1 for GPU buffers"
                        : ferry_sock_gpu_why_off());
         return FERRY_ERR_INVALID;
+    }
+    /* isend/irecv's in-region check adds to base + size: a wrapped end passes anything. */
+    if (ferry_mr_range_wraps(data, size, 0)) {
+        int ours = ferry_sock_comm_is_live(comm);
+
+        FERRY_WARN_LIMITED("regMr(comm %p%s%s, %p, %zu bytes): the range ends past the top of "
+                           "the address space (address %p + size %zu wraps around to 0): no "
+                           "buffer is there; pass the buffer's own address and size (a negative "
+                           "size cast to size_t, or a stale pointer?)", comm,
+                           ours ? " to " : "", ours ? ((ferry_sock_comm_t *)comm)->px.ring.peer
+                                                    : "", data, size, data, size);
+        return FERRY_ERR_ARGUMENT;
     }
     mr = calloc(1, sizeof(*mr));
     if (mr == NULL)

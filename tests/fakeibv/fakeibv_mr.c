@@ -7,10 +7,13 @@
  * (C10-xx: remote write/atomic need local write) and rdma-core's checks.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include "fakeibv_internal.h"
 
@@ -105,6 +108,12 @@ static struct ibv_mr *fakeibv_mr_create(struct ibv_pd *pd, void *addr, size_t le
         errno = EINVAL;
         return NULL;
     }
+    /* The kernel's ib_umem_get: a range whose (page-rounded) end wraps is EINVAL. */
+    if ((uintptr_t)addr + length < (uintptr_t)addr ||
+        (uintptr_t)addr + length > UINTPTR_MAX - 4095) {
+        errno = EINVAL;
+        return NULL;
+    }
     if (!dmabuf && addr == NULL) {
         errno = EFAULT;
         return NULL;
@@ -151,6 +160,34 @@ FAKEIBV_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, siz
 }
 
 /*
+ * The kernel's dma_buf_get: EBADF for an fd that is no open file, EINVAL for
+ * a file that is no dma-buf. The dma-bufs here are tests/fakecuda's (a memfd
+ * of that name, as cuMemGetHandleForAddressRange makes them) and, should a
+ * real exporter hand one in, the kernel's own.
+ */
+static int fakeibv_dmabuf_fd_check(int fd)
+{
+    static const char *const names[] = {"/memfd:fakecuda-dmabuf", "anon_inode:dmabuf",
+                                        "/dmabuf:"};
+    char path[64], target[256];
+    struct stat st;
+    ssize_t n;
+    size_t i;
+
+    if (fd < 0 || fstat(fd, &st) != 0)
+        return EBADF;
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    n = readlink(path, target, sizeof(target) - 1);
+    if (n <= 0)
+        return EINVAL;
+    target[n] = '\0';
+    for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strncmp(target, names[i], strlen(names[i])) == 0)
+            return 0;
+    return EINVAL;
+}
+
+/*
  * DMA-BUF: the fake cannot map the buffer, but every consumer we know
  * (NCCL) passes the buffer's own virtual address as iova, so the MR is
  * registered at iova in this process. NCCL probes support with fd -1 and
@@ -163,10 +200,9 @@ FAKEIBV_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offs
         errno = EOPNOTSUPP;
         return NULL;
     }
-    if (fd < 0) {
-        errno = EBADF;
+    errno = fakeibv_dmabuf_fd_check(fd);
+    if (errno != 0)
         return NULL;
-    }
     return fakeibv_mr_create(pd, (void *)(uintptr_t)iova, length, iova, (unsigned)access, 1);
 }
 

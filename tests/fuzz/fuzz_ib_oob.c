@@ -4,8 +4,9 @@
  * metadata, 296: ferry_ib_hello_check, ferry_ib_meta_check) and the
  * acceptor's metadata back. Input: hello | metadata | the listener's token
  * (8) | the QP count the comm expects (1: 0 = any) | the local link layer
- * (1). Accepted metadata must be what the QP bring-up can use as is; its
- * device name is printed the way the WARNs print it.
+ * (1). Accepted metadata must be what the QP bring-up can use as is (the
+ * service level, port numbers and LIDs included: the address vector takes
+ * them as they come); its device name is printed the way the WARNs print it.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -47,10 +48,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         meta.nmembers < 1 || meta.nmembers > FERRY_IB_MAX_MEMBERS || meta.nmembers > meta.nqps ||
         memchr(meta.devname, '\0', sizeof(meta.devname)) == NULL)
         abort(); /* Accepted metadata the bring-up cannot use. */
+    if (meta.sl > 15)
+        abort(); /* A service level no address vector holds (4 bits). */
     for (i = 0; i < meta.nmembers; i++)
         if (meta.ports[i].link_layer != link_layer || meta.ports[i].mtu < 1 ||
-            meta.ports[i].mtu > 5)
-            abort();
+            meta.ports[i].mtu > 5 || meta.ports[i].port == 0 ||
+            (link_layer == 1 && meta.ports[i].lid >= 0xc000))
+            abort(); /* Link, MTU, port number or a LID no RC QP can address. */
     for (i = 0; i < meta.nqps; i++)
         if (meta.qpn[i] == 0 || meta.qpn[i] > 0xffffff)
             abort();

@@ -265,7 +265,9 @@ void hostile_case_huge(hostile_env_t *e)
 /*
  * The ib backend's out-of-band handshake from a token holder with metadata
  * no ferry sends: 65535 QPs, a size field of 65535, an MTU of 99, a device
- * name without its NUL, an Ethernet port facing an InfiniBand one. A token holder is a rank of this job, so accept()
+ * name without its NUL, an Ethernet port facing an InfiniBand one, a
+ * service level of 16 (4 bits on the wire of a real link), a multicast LID,
+ * port number 0. A token holder is a rank of this job, so accept()
  * fails (ncclRemoteError) with a WARN saying what is wrong; nothing is built
  * from the numbers, and the listener still takes the real peer.
  */
@@ -280,6 +282,10 @@ void hostile_case_ib_meta(hostile_env_t *e)
         { "invalid MTU", 2 },
         { "device name not terminated", 3 },
         { "another link layer", 4 },
+        { "service level (sl) 16 is out of range (0..15)", 5 },
+        { "service level (sl) 255 is out of range (0..15)", 6 },
+        { "port 0's LID 0xc000 is no unicast LID", 7 },
+        { "port 0's number is 0", 8 },
     };
     void *send_comm = NULL, *recv_comm = NULL;
     char line[4096], needle[128];
@@ -308,6 +314,8 @@ void hostile_case_ib_meta(hostile_env_t *e)
         out.meta.nqps = 1;
         out.meta.nmembers = 1;
         out.meta.ports[0].mtu = 5;        /* IBV_MTU_4096. */
+        out.meta.ports[0].port = 1;
+        out.meta.ports[0].lid = 1;
         out.meta.ports[0].link_layer = 1; /* IBV_LINK_LAYER_INFINIBAND: fakeibv's default port. */
         out.meta.qpn[0] = 0x1234;
         snprintf(out.meta.devname, sizeof(out.meta.devname), "liar");
@@ -317,6 +325,10 @@ void hostile_case_ib_meta(hostile_env_t *e)
         case 2: out.meta.ports[0].mtu = 99; break;
         case 3: memset(out.meta.devname, 'x', sizeof(out.meta.devname)); break;
         case 4: out.meta.ports[0].link_layer = 2; break;
+        case 5: out.meta.sl = 16; break;
+        case 6: out.meta.sl = 255; break;
+        case 7: out.meta.ports[0].lid = 0xc000; break;
+        case 8: out.meta.ports[0].port = 0; break;
         }
         hostile_send_all(x->fd, &out, sizeof(out), "forged ib hello + metadata");
         fit_bound_init(&b, "accept of forged ib metadata", 10.0, 100000000L);

@@ -36,7 +36,8 @@
  *                (ncclInvalidUsage) and a 4 GiB chunk (ncclRemoteError):
  *                WARN, arena untouched, a real peer connects afterwards
  *     ib-meta    (ib) a token holder's metadata with 65535 QPs, a bad size,
- *                MTU or device name: accept -> ncclRemoteError + WARN
+ *                MTU or device name, an SL above 15, a multicast LID, port 0:
+ *                accept -> ncclRemoteError + WARN naming field and value
  *     forged-stage connect handles whose connect-state bytes were not put
  *                there by a connect() of this process: pointers with their
  *                cookie, random, slot 0, the largest slot, a live connect's

@@ -298,7 +298,8 @@ static void gg_mode_faults(const char *path)
     FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, needle, "/dev/infiniband", NULL, NULL, 0) >= 0,
               "the WARN does not mention the container's /dev/infiniband");
     FIT_CHECK(gg_cu.dmabuf_fd(&fd, dev, 1 << 20, 1, 0) == 0, "cuMemGetHandleForAddressRange");
-    FIT_CHECK(gg_inject(NULL, FAKEIBV_FAULT_REG_MR, 0, 0, 1, EINVAL) == 0, "inject");
+    /* EIO, a driver failure: EINVAL and EBADF name the fd (no dma-buf), integ_misuse's case. */
+    FIT_CHECK(gg_inject(NULL, FAKEIBV_FAULT_REG_MR, 0, 0, 1, EIO) == 0, "inject");
     rc = e.plugin.net->regMrDmaBuf(e.recv_comm, (void *)(uintptr_t)dev, 1 << 20, NCCL_PTR_CUDA, 0,
                                    fd, &mh);
     close(fd);
@@ -307,7 +308,7 @@ static void gg_mode_faults(const char *path)
              (void *)(uintptr_t)dev);
     FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, needle, "ibv_reg_dmabuf_mr of", "DMA-BUF fd",
                            NULL, 0) >= 0 &&
-              fit_log_find(0, NCCL_LOG_WARN, needle, "Invalid argument (EINVAL)",
+              fit_log_find(0, NCCL_LOG_WARN, needle, "Input/output error (EIO)",
                            "NCCL_DMABUF_ENABLE", NULL, 0) >= 0,
               "no WARN naming the DMA-BUF buffer, fd, errno and NCCL_DMABUF_ENABLE");
     FIT_CHECK(gg_cu.drv.free_(dev) == 0, "cuMemFree");

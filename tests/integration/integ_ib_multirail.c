@@ -24,6 +24,13 @@
  *              stop hearing), comes back after message 12; every message
  *              arrives intact, the sender's WARN names the port once, and the
  *              port carries data again before the stream ends
+ *   alone-down (only with --case) two processes: every port of the sender's
+ *              merged device goes down while the receiver waits in an irecv
+ *              with its own ports fine; the sender's comm fails and stays
+ *              open: the receiver's test() returns ncclRemoteError within
+ *              5 s of it (printed), the WARN naming the peer and saying it
+ *              has no usable port left
+ *   alone-down-close  the same, the sender closing its comm at once
  *   refuse     makeVDevice of what cannot be merged: a device that is no port,
  *              one listed twice, a merged device, more than 4, none; each with
  *              its code and WARN, and the device count unchanged
@@ -42,6 +49,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 #include "fakeibv.h"
@@ -305,6 +313,7 @@ static void mr_all_down(const char *path)
     fit_log_expect("failed for this comm");
     fit_log_expect("still up");
     fit_log_expect("async event port error");
+    fit_log_expect("no usable port left"); /* Each side tells the other. */
     from = fit_log_lines();
     data = rbuf;
     FIT_NCCL(e.plugin.net->irecv(e.recv_comm, 1, &data, &size, &tag, &rmh, NULL, &rreq));
@@ -649,6 +658,154 @@ static void mr_fork(const char *path)
     fit_pass("two processes: a port down and back in a stream of 64 MiB messages");
 }
 
+#define MR_ALONE_SIZE   ((size_t)1 << 20)
+#define MR_ALONE_WITHIN 5.0 /* Seconds the healthy side may take to fail. */
+
+/*
+ * alone-down, the sender (side A): every port of its device goes down, its
+ * own isend fails; it tells the receiver over ctl when the ports went down,
+ * then keeps the comm open until the receiver is done (or closes it at
+ * once: close_at_once).
+ */
+static void mr_alone_sender(const char *path, int ctl, int close_at_once)
+{
+    char handle[NCCL_NET_HANDLE_MAXSIZE], *sbuf = aligned_alloc(4096, MR_ALONE_SIZE), go = 0;
+    void *smh = NULL, *sreq = NULL;
+    const ferry_ib_conn_t *conn;
+    ncclResult_t rc;
+    double took, down_at;
+    fit_bound_t b;
+    mr_env_t e;
+    int m;
+
+    FIT_CHECK(sbuf != NULL, "malloc");
+    mr_open(&e, path);
+    FIT_CHECK(read(ctl, handle, sizeof(handle)) == (ssize_t)sizeof(handle), "read handle");
+    e.send_comm = fit_connect_loop(&e.plugin, e.ctx, e.dev, handle);
+    conn = mr_conn(e.send_comm);
+    FIT_NCCL(e.plugin.net->regMr(e.send_comm, sbuf, MR_ALONE_SIZE, NCCL_PTR_HOST, &smh));
+    FIT_CHECK(read(ctl, &go, 1) == 1 && go == 'p', "the receiver's irecv is not posted");
+    fit_log_allow_warns(1); /* This side's own failure: the all-down case checks its words. */
+    down_at = fit_now();
+    for (m = 0; m < conn->nmem; m++)
+        mr_port(&e, m, FAKEIBV_FAULT_PORT_ERR);
+    fit_bound_init(&b, "isend with every port down", 10.0, 100000000L);
+    while ((rc = e.plugin.net->isend(e.send_comm, sbuf, MR_ALONE_SIZE, 4, smh, NULL, &sreq)) ==
+               ncclSuccess && sreq == NULL)
+        fit_bound_step(&b);
+    if (rc == ncclSuccess)
+        rc = fit_wait(&e.plugin, sreq, 20.0, &took);
+    FIT_CHECK(rc == ncclRemoteError, "sender, every port down: %d (%s)", rc, fit_result_str(rc));
+    /* When its ports went down: the receiver measures from there. */
+    FIT_CHECK(write(ctl, &down_at, sizeof(down_at)) == (ssize_t)sizeof(down_at), "write");
+    if (close_at_once) {
+        FIT_NCCL(e.plugin.net->deregMr(e.send_comm, smh));
+        FIT_NCCL(e.plugin.net->closeSend(e.send_comm));
+    }
+    /* The receiver's verdict; meanwhile this comm stays open (unless closed above). */
+    FIT_CHECK(read(ctl, &go, 1) == 1 && go == 'd', "the receiver did not finish");
+    if (!close_at_once) {
+        FIT_NCCL(e.plugin.net->deregMr(e.send_comm, smh));
+        FIT_NCCL(e.plugin.net->closeSend(e.send_comm));
+    }
+    FIT_NCCL(e.plugin.net->finalize(e.ctx));
+    fit_plugin_close(&e.plugin);
+    free(sbuf);
+}
+
+/* alone-down, the receiver (side B, every port fine): its irecv must fail, and soon. */
+static void mr_alone_receiver(const char *path, int ctl, int close_at_once)
+{
+    char handle[NCCL_NET_HANDLE_MAXSIZE], *rbuf = aligned_alloc(4096, MR_ALONE_SIZE), line[4096];
+    void *lc, *rmh = NULL, *rreq = NULL, *data;
+    size_t size = MR_ALONE_SIZE;
+    double down_at = 0, got;
+    ncclResult_t rc = ncclSuccess;
+    int tag = 4, done = 0, rsize = 0;
+    fit_bound_t b;
+    mr_env_t e;
+
+    FIT_CHECK(rbuf != NULL, "malloc");
+    fit_graveyard_add(rbuf);
+    mr_open(&e, path);
+    lc = fit_listen(&e.plugin, e.ctx, e.dev, handle);
+    FIT_CHECK(write(ctl, handle, sizeof(handle)) == (ssize_t)sizeof(handle), "write handle");
+    e.recv_comm = fit_accept_loop(&e.plugin, lc);
+    FIT_NCCL(e.plugin.net->closeListen(lc));
+    FIT_NCCL(e.plugin.net->regMr(e.recv_comm, rbuf, MR_ALONE_SIZE, NCCL_PTR_HOST, &rmh));
+    data = rbuf;
+    FIT_NCCL(e.plugin.net->irecv(e.recv_comm, 1, &data, &size, &tag, &rmh, NULL, &rreq));
+    FIT_CHECK(rreq != NULL, "irecv returned no request");
+    fit_log_expect("reports it has no usable port left");
+    if (close_at_once)
+        fit_log_expect("closed"); /* The close may be seen first: its own words. */
+    /*
+     * Progress writes the clear-to-send: let it land while every port is up,
+     * so nothing of this side is in flight when the peer's ports go down
+     * (else its timeout would find the peer gone, the easy case).
+     */
+    fit_bound_init(&b, "the clear-to-send on its way", 0.3, 2000000000L);
+    while (rc == ncclSuccess && !done && fit_bound_try_step(&b))
+        rc = e.plugin.net->test(rreq, &done, &rsize);
+    FIT_CHECK(rc == ncclSuccess && !done, "the irecv ended before the sender sent: %d", rc);
+    FIT_CHECK(write(ctl, "p", 1) == 1, "write");
+    FIT_CHECK(read(ctl, &down_at, sizeof(down_at)) == (ssize_t)sizeof(down_at),
+              "the sender never failed (or said when its ports went down)");
+    fit_bound_init(&b, "the receive of a peer with no port left", 15.0, 2000000000L);
+    while (rc == ncclSuccess && !done && fit_bound_try_step(&b))
+        rc = e.plugin.net->test(rreq, &done, &rsize);
+    got = fit_now();
+    FIT_CHECK(rc == ncclRemoteError && !done, "receiver with every port fine, the sender's all "
+              "down%s: test() gave %d (%s), done %d, %.2f s after the sender's ports went down",
+              close_at_once ? " and its comm closed" : " and its comm open", rc,
+              fit_result_str(rc), done, got - down_at);
+    FIT_CHECK(got - down_at < MR_ALONE_WITHIN, "the receiver took %.2f s (more than %.0f s)",
+              got - down_at, MR_ALONE_WITHIN);
+    FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "peer 127.0.0.1", "no usable port left",
+                           "ncclRemoteError", line, sizeof(line)) >= 0 ||
+              (close_at_once && fit_log_find(0, NCCL_LOG_WARN, "peer 127.0.0.1", "closed",
+                                             "ncclRemoteError", line, sizeof(line)) >= 0),
+              "no WARN names the peer and says it has no usable port left");
+    printf("  %s\n", line);
+    printf("MULTIRAIL alone-down%s: the healthy receiver got ncclRemoteError %.3f s after the "
+           "sender's ports went down\n", close_at_once ? "-close" : "", got - down_at);
+    FIT_CHECK(write(ctl, "d", 1) == 1, "write");
+    FIT_NCCL(e.plugin.net->deregMr(e.recv_comm, rmh));
+    FIT_NCCL(e.plugin.net->closeRecv(e.recv_comm));
+    fit_log_expect_clear();
+    fit_log_check_clean("alone-down receiver");
+    FIT_NCCL(e.plugin.net->finalize(e.ctx));
+    fit_plugin_close(&e.plugin);
+    fit_pass("receiver: ncclRemoteError %.2f s after the sender lost every port (its comm %s)",
+             got - down_at, close_at_once ? "closed" : "kept open");
+}
+
+static void mr_alone(const char *path, int close_at_once)
+{
+    int sv[2], status = 0;
+    pid_t pid;
+
+    FIT_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair: %s", strerror(errno));
+    fflush(NULL);
+    pid = fork();
+    FIT_CHECK(pid >= 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(sv[0]);
+        fit_set_role("alone-recv");
+        alarm(60);
+        mr_alone_receiver(path, sv[1], close_at_once);
+        fit_child_exit(0);
+    }
+    close(sv[1]);
+    fit_set_role("alone-send");
+    mr_alone_sender(path, sv[0], close_at_once);
+    close(sv[0]);
+    FIT_CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+              "the receiver ended with status 0x%x", status);
+    fit_pass("two processes: the healthy side failed soon after its peer lost every port");
+}
+
 /* makeVDevice(devs) must fail with rc and a WARN containing why. */
 static void mr_refused(mr_env_t *e, const int *devs, int n, ncclResult_t rc, const char *why)
 {
@@ -720,6 +877,10 @@ int main(int argc, char **argv)
      */
     if (only != NULL && strcmp(only, "fork") == 0)
         mr_fork(path);
+    if (only != NULL && strcmp(only, "alone-down") == 0)
+        mr_alone(path, 0);
+    if (only != NULL && strcmp(only, "alone-down-close") == 0)
+        mr_alone(path, 1);
     if (only == NULL || strcmp(only, "spread") == 0)
         mr_spread(path);
     if (only == NULL || strcmp(only, "failover") == 0)

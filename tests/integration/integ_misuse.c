@@ -28,6 +28,15 @@
  *                     and the next init + finalize leave no thread
  *   finalize-open-dlclose  the same, never closed, then dlclose: the library
  *                     pinned itself, its threads run on for 2 s, no crash
+ *   reg-bounds        regMr of a range whose end wraps the address space
+ *                     (near the top, and a size of -1): ncclInvalidArgument
+ *                     + WARN naming address and size; then messages through
+ *                     good registrations arrive intact
+ *   reg-dmabuf        (ib with DMA-BUF: tests/fakecuda; skipped otherwise)
+ *                     regMrDmaBuf of type NCCL_PTR_HOST, of a pipe, a socket,
+ *                     /dev/null, a plain file, a closed fd and a wrapping
+ *                     range: ncclInvalidArgument + WARN naming type or fd;
+ *                     then a good DMA-BUF registration works
  *
  *   integ_misuse [--plugin PATH] [--case NAME]
  */
@@ -38,10 +47,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <stdint.h>
+#include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "harness_cuda.h"
 
 typedef struct mis_env {
     fit_plugin_t plugin;
@@ -463,6 +476,176 @@ static void mis_finalize_open_dlclose(mis_env_t *e)
     fit_pass("finalize with comms open, then dlclose: no crash (library pinned)");
 }
 
+/* A few messages, byte-checked, through the pair's own fresh registrations. */
+static void mis_xfer_ok(mis_env_t *e, void *sc, void *rcm, const char *what)
+{
+    static const size_t sizes[] = {0, 1, 4096, 65537, 1 << 20};
+    fit_xfer_opts_t o = {0};
+    fit_xfer_result_t r;
+
+    o.sizes = sizes;
+    o.nmsgs = (int)(sizeof(sizes) / sizeof(sizes[0]));
+    o.depth = 4;
+    o.seed = 91;
+    o.seconds = 20.0;
+    o.tag = 5;
+    fit_xfer_inproc(&e->plugin, sc, rcm, &o, &r);
+    fit_xfer_expect_ok(&r, what);
+}
+
+/* One refused registration: the code, no handle, and a WARN with both needles. */
+static void mis_reg_refused(const char *call, ncclResult_t rc, void *mh, const char *n1,
+                            const char *n2, int from)
+{
+    FIT_CHECK(mh == NULL, "%s gave a handle %p although refused", call, mh);
+    mis_refused(call, rc, ncclInvalidArgument, from, n1, n2);
+}
+
+/* regMr of ranges whose end wraps: refused on either comm; good ones still carry data. */
+static void mis_reg_bounds(mis_env_t *e)
+{
+    const ncclNet_v11_t *n = e->plugin.net;
+    static char buf[4096];
+    void *lc, *sc, *rcm, *mh, *comms[2];
+    struct {
+        void  *data;
+        size_t size;
+    } bad[2];
+    char call[160], addr[32], size[32];
+    int i, j, from;
+
+    mis_pair(e, &lc, &sc, &rcm);
+    comms[0] = sc;
+    comms[1] = rcm;
+    bad[0].data = (void *)(UINTPTR_MAX - 4095); /* The last page, 8 KiB long. */
+    bad[0].size = 8192;
+    bad[1].data = buf;                          /* A size of -1. */
+    bad[1].size = SIZE_MAX;
+    fit_log_expect("wraps around to 0");
+    for (i = 0; i < 2; i++)
+        for (j = 0; j < 2; j++) {
+            mh = NULL;
+            snprintf(call, sizeof(call), "regMr(%s comm, %p, %zu bytes)", j ? "recv" : "send",
+                     bad[i].data, bad[i].size);
+            snprintf(addr, sizeof(addr), "address %p", bad[i].data);
+            snprintf(size, sizeof(size), "size %zu", bad[i].size);
+            from = fit_log_lines();
+            mis_reg_refused(call, n->regMr(comms[j], bad[i].data, bad[i].size, NCCL_PTR_HOST,
+                                           &mh), mh, addr, size, from);
+        }
+    fit_log_expect_clear();
+    FIT_NCCL(n->regMr(sc, buf, sizeof(buf), NCCL_PTR_HOST, &mh));
+    FIT_CHECK(mh != NULL, "a good regMr after the refusals gave no handle");
+    FIT_NCCL(n->deregMr(sc, mh));
+    mis_xfer_ok(e, sc, rcm, "after the refused registrations");
+    FIT_NCCL(n->closeSend(sc));
+    FIT_NCCL(n->closeRecv(rcm));
+    FIT_NCCL(n->closeListen(lc));
+    fit_pass("regMr of 2 wrapping ranges on both comms: ncclInvalidArgument naming address and "
+             "size; good registrations after them carry 5 messages intact");
+}
+
+/* GPU memory, fakecuda's: NULL (the case skips) where the plugin offers no DMA-BUF. */
+static int mis_cuda_open(mis_env_t *e, fit_cu_t *cu, int (**dmabuf_fd)(void *, unsigned long long,
+                                                                       size_t, int,
+                                                                       unsigned long long))
+{
+    ncclNetProperties_v11_t props;
+    void *dl;
+
+    FIT_NCCL(e->plugin.net->getProperties(0, &props));
+    if (strcmp(e->backend, "ib") != 0 || !(props.ptrSupport & NCCL_PTR_DMABUF))
+        return 0;
+    dl = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    FIT_CHECK(dl != NULL, "DMA-BUF offered but no libcuda.so.1 loaded");
+    fit_cu_open(dl, cu);
+    *(void **)dmabuf_fd = fit_cu_sym(dl, "cuMemGetHandleForAddressRange");
+    return 1;
+}
+
+#define MIS_GPU_BYTES (1 << 20)
+
+/* regMrDmaBuf with a type or an fd that is no dma-buf of GPU memory: each refused. */
+static void mis_reg_dmabuf(mis_env_t *e)
+{
+    const ncclNet_v11_t *n = e->plugin.net;
+    int (*dmabuf_fd)(void *, unsigned long long, size_t, int, unsigned long long);
+    unsigned long long dev = 0;
+    void *lc, *sc, *rcm, *mh = NULL;
+    char call[160], fdw[32], tmpl[] = "/tmp/ferry-misuse-XXXXXX";
+    int pfd[2], sfd[2], nullfd, filefd, closedfd, good = -1, from, i;
+    fit_cu_t cu;
+    static char host[4096];
+    struct {
+        const char *what, *needle;
+        int         fd;
+    } fds[5];
+
+    if (!mis_cuda_open(e, &cu, &dmabuf_fd)) {
+        printf("  skipped: this backend offers no DMA-BUF (ib over tests/fakecuda runs it: "
+               "integ_ib_misuse_gpu)\n");
+        fit_pass("reg-dmabuf skipped: no DMA-BUF here");
+        return;
+    }
+    mis_pair(e, &lc, &sc, &rcm);
+    FIT_CHECK(cu.alloc(&dev, MIS_GPU_BYTES) == 0, "cuMemAlloc");
+    FIT_CHECK(dmabuf_fd(&good, dev, MIS_GPU_BYTES, 1, 0) == 0 && good >= 0,
+              "cuMemGetHandleForAddressRange");
+    /* Host memory through regMrDmaBuf, even with a real dma-buf fd. */
+    from = fit_log_lines();
+    fit_log_expect("regMrDmaBuf");
+    mis_reg_refused("regMrDmaBuf(host memory, NCCL_PTR_HOST)",
+                    n->regMrDmaBuf(rcm, host, sizeof(host), NCCL_PTR_HOST, 0, good, &mh), mh,
+                    "NCCL_PTR_HOST", "regMr(NCCL_PTR_HOST)", from);
+    FIT_CHECK(pipe(pfd) == 0 && socketpair(AF_UNIX, SOCK_STREAM, 0, sfd) == 0, "pipe");
+    nullfd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    filefd = mkstemp(tmpl);
+    FIT_CHECK(nullfd >= 0 && filefd >= 0, "open /dev/null, mkstemp");
+    unlink(tmpl);
+    closedfd = dup(nullfd);
+    close(closedfd);
+    fds[0].what = "a pipe";           fds[0].needle = "is a pipe";           fds[0].fd = pfd[0];
+    fds[1].what = "a socket";         fds[1].needle = "is a socket";         fds[1].fd = sfd[0];
+    fds[2].what = "/dev/null";        fds[2].needle = "is a character device"; fds[2].fd = nullfd;
+    fds[3].what = "a plain file";     fds[3].needle = "for no dma-buf";      fds[3].fd = filefd;
+    fds[4].what = "a closed fd";      fds[4].needle = "is not open";         fds[4].fd = closedfd;
+    for (i = 0; i < 5; i++) {
+        mh = NULL;
+        snprintf(call, sizeof(call), "regMrDmaBuf(GPU memory, fd %d: %s)", fds[i].fd,
+                 fds[i].what);
+        snprintf(fdw, sizeof(fdw), "fd %d", fds[i].fd);
+        from = fit_log_lines();
+        mis_reg_refused(call, n->regMrDmaBuf(rcm, (void *)(uintptr_t)dev, MIS_GPU_BYTES,
+                                             NCCL_PTR_CUDA, 0, fds[i].fd, &mh), mh, fdw,
+                        fds[i].needle, from);
+    }
+    from = fit_log_lines();
+    mis_reg_refused("regMrDmaBuf(a range that wraps)",
+                    n->regMrDmaBuf(rcm, (void *)(UINTPTR_MAX - 4095), 8192, NCCL_PTR_CUDA, 0,
+                                   good, &mh), mh, "wraps around to 0", "size 8192", from);
+    fit_log_expect_clear();
+    /* The good one, fd closed right after as NCCL does. */
+    FIT_NCCL(n->regMrDmaBuf(rcm, (void *)(uintptr_t)dev, MIS_GPU_BYTES, NCCL_PTR_CUDA, 0, good,
+                            &mh));
+    FIT_CHECK(mh != NULL, "the good regMrDmaBuf gave no handle");
+    close(good);
+    FIT_NCCL(n->deregMr(rcm, mh));
+    mis_xfer_ok(e, sc, rcm, "after the refused DMA-BUF registrations");
+    close(pfd[0]);
+    close(pfd[1]);
+    close(sfd[0]);
+    close(sfd[1]);
+    close(nullfd);
+    close(filefd);
+    FIT_CHECK(cu.free_(dev) == 0, "cuMemFree");
+    FIT_NCCL(n->closeSend(sc));
+    FIT_NCCL(n->closeRecv(rcm));
+    FIT_NCCL(n->closeListen(lc));
+    fit_pass("regMrDmaBuf of host memory, a pipe, a socket, /dev/null, a plain file, a closed "
+             "fd and a wrapping range: ncclInvalidArgument naming each; a good one after them "
+             "works");
+}
+
 static const struct {
     const char *name;
     void      (*run)(mis_env_t *e);
@@ -475,6 +658,8 @@ static const struct {
     { "n-above-max",    mis_n_above_max },
     { "finalize-open",  mis_finalize_open },
     { "finalize-open-dlclose", mis_finalize_open_dlclose },
+    { "reg-bounds",     mis_reg_bounds },
+    { "reg-dmabuf",     mis_reg_dmabuf },
 };
 #define MIS_NCASES ((int)(sizeof(mis_cases) / sizeof(mis_cases[0])))
 

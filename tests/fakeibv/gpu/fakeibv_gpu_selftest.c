@@ -5,8 +5,12 @@
  * through ibv_reg_dmabuf_mr with the device pointer as iova.
  * Prints "SELFTEST <case>: OK|FAIL ..." lines; exits 0 when all pass.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* memfd_create */
+#endif
 #include <cuda_runtime.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include "ferry/verbs_abi.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,8 +157,8 @@ int main(void)
         ok &= run_case("reg_mr_gpu", qp, hmr, h, h + N, dmr, d);
         ibv_dereg_mr(dmr);
     }
-    /* The fake cannot map a dma-buf; any open fd stands in for one. */
-    fd = open("/dev/null", O_RDONLY);
+    /* The fake cannot map a dma-buf; a memfd named as tests/fakecuda's stands in for one. */
+    fd = memfd_create("fakecuda-dmabuf", MFD_CLOEXEC);
     dmr = ibv_reg_dmabuf_mr(pd, 0, N, (uintptr_t)d, fd, acc);
     if (dmr == NULL) {
         printf("SELFTEST dmabuf_gpu: FAIL (ibv_reg_dmabuf_mr with iova = device pointer)\n");

@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <endian.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -113,7 +114,8 @@ static void test_reg_mr_device_pointer(void **state)
 static void test_dmabuf_iova_device_pointer(void **state)
 {
     struct gfx *g = *state;
-    int fd = open("/dev/null", O_RDONLY); /* Stands in for a dma-buf fd. */
+    /* A dma-buf as tests/fakecuda makes them: ibv_reg_dmabuf_mr refuses other files. */
+    int fd = memfd_create("fakecuda-dmabuf", MFD_CLOEXEC);
     struct ibv_mr *dmr = ibv_reg_dmabuf_mr(g->f.pd, 0, N, (uintptr_t)g->d, fd,
                                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                                                IBV_ACCESS_REMOTE_READ);
