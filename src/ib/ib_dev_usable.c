@@ -138,12 +138,13 @@ static ferry_usable_t ferry_ib_usable_none(char *why, size_t len)
 {
     char vars[256];
     size_t off = strlen(why);
+    int n = ferry_ib_env_set(vars, sizeof(vars));
 
-    if (ferry_ib_env_set(vars, sizeof(vars)) == 0)
+    if (n == 0)
         return FERRY_UNUSABLE;
     if (off + 1 < len)
-        snprintf(why + off, len - off, ", yet %s is set; install or load the RDMA driver and "
-                 "rdma-core, or unset the NCCL_IB_* variables", vars);
+        snprintf(why + off, len - off, ", yet %s %s set; install or load the RDMA driver and "
+                 "rdma-core, or unset the NCCL_IB_* variables", vars, n == 1 ? "is" : "are");
     return FERRY_UNUSABLE_MEANT;
 }
 
