@@ -224,7 +224,8 @@ void fb_parse(fb_opts_t *o, int argc, char **argv)
     o->cpu[0] = o->cpu[1] = -1;
     fb_parse_mode(o, "both");
     fb_parse_conns(o, "1,4");
-    for (i = 1; i < argc; i++) {
+    /* Every option but --help takes a value: two words a step. */
+    for (i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -238,7 +239,6 @@ void fb_parse(fb_opts_t *o, int argc, char **argv)
         if (v == NULL)
             fb_usage_error("%s needs a value", a);
         (void)fb_parse_one(o, a, v);
-        i++;
     }
     if (o->timeout_s < 1)
         fb_usage_error("--timeout %g: want at least 1 s", o->timeout_s);
