@@ -8,6 +8,7 @@ add_executable(ferry-bench
   ${FERRY_BENCH_DIR}/fbench_main.c ${FERRY_BENCH_DIR}/fbench_side.c
   ${FERRY_BENCH_DIR}/fbench_plugin.c ${FERRY_BENCH_DIR}/fbench_raw.c
   ${FERRY_BENCH_DIR}/fbench_report.c ${FERRY_BENCH_DIR}/fbench_replot.c
+  ${FERRY_BENCH_DIR}/fbench_opts.c ${FERRY_BENCH_DIR}/fbench_plot.c
   ${FERRY_HARNESS_DIR}/harness.c)
 target_include_directories(ferry-bench PRIVATE ${FERRY_BENCH_DIR} ${FERRY_HARNESS_DIR}
   ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
@@ -17,6 +18,14 @@ target_compile_definitions(ferry-bench PRIVATE
   FERRY_BENCH_DEFAULT_PLUGIN="$<TARGET_FILE:nccl-net-ferry>"
   FERRY_PLUGIN_DEFAULT="$<TARGET_FILE:nccl-net-ferry>")
 add_dependencies(ferry-bench nccl-net-ferry)
+# The commit the plot's title names: looked up at every build, the header
+# rewritten (and fbench_plot.c rebuilt) only when it changed.
+add_custom_target(fbench-commit
+  COMMAND ${CMAKE_COMMAND} -DSRC=${PROJECT_SOURCE_DIR}
+          -DOUT=${CMAKE_CURRENT_BINARY_DIR}/fbench_commit.h -P ${FERRY_BENCH_DIR}/fbench_commit.cmake
+  BYPRODUCTS ${CMAKE_CURRENT_BINARY_DIR}/fbench_commit.h VERBATIM)
+add_dependencies(ferry-bench fbench-commit)
+target_include_directories(ferry-bench PRIVATE ${CMAKE_CURRENT_BINARY_DIR})
 
 # libferry-flush-prof.so: an NCCL profiler plugin that times the GDR flush as
 # NCCL's proxy sees it, for ferry and NCCL's own IB alike (compare.sh

@@ -144,7 +144,10 @@ void fb_raw_stream(fb_side_t *s, const fb_round_t *r, fb_lat_t *lat);
 void fb_raw_pingpong(fb_side_t *s, const fb_round_t *r, fb_lat_t *lat);
 void fb_raw_teardown(fb_side_t *s);
 
-/* fbench_report.c: progress line, table, CSV, gnuplot. */
+/* fbench_opts.c: the command line; a usage error prints the usage and exits 2. */
+void fb_parse(fb_opts_t *o, int argc, char **argv);
+
+/* fbench_report.c: progress line, table, CSV; fbench_plot.c: the gnuplot PNG. */
 typedef struct fb_point {
     fb_test_t test;
     fb_impl_t impl;
@@ -166,6 +169,14 @@ void        fb_csv_row(const fb_opts_t *o, const fb_point_t *p, int rep, uint64_
                        double seconds);
 void        fb_csv_close(void);
 void        fb_table(const fb_opts_t *o, const fb_point_t *pts, int npts);
+/* The point of the other implementation at p's test, conns and size, or NULL. */
+const fb_point_t *fb_peer(const fb_point_t *pts, int npts, const fb_point_t *p, fb_impl_t impl);
+/*
+ * --png: medians against size, ferry and raw TCP, the ratio, the round trip;
+ * titles say what is compared, which way is better, and the host, commit and
+ * date. FERRY_BENCH_GNUPLOT, when set, is the command the script is piped
+ * to instead of gnuplot (the tests read the script with it).
+ */
 void        fb_plot(const fb_opts_t *o, const fb_point_t *pts, int npts);
 
 /* fbench_replot.c: points from an earlier run's CSV; returns how many. */

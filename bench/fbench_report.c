@@ -1,6 +1,6 @@
 /*
  * ferry-bench output: the live progress line (stderr), the per-measurement
- * CSV, the table of medians (stdout) and the gnuplot PNG.
+ * CSV and the table of medians (stdout); the PNG is fbench_plot.c's.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,8 +97,7 @@ void fb_csv_close(void)
 }
 
 /* The point of the other implementation at the same test, conns and size, or NULL. */
-static const fb_point_t *fb_peer(const fb_point_t *pts, int npts, const fb_point_t *p,
-                                 fb_impl_t impl)
+const fb_point_t *fb_peer(const fb_point_t *pts, int npts, const fb_point_t *p, fb_impl_t impl)
 {
     int i;
 
@@ -197,102 +196,4 @@ void fb_table(const fb_opts_t *o, const fb_point_t *pts, int npts)
     if (o->run[FB_TEST_PINGPONG][FB_IMPL_FERRY] || o->run[FB_TEST_PINGPONG][FB_IMPL_RAW])
         fb_table_pingpong(o, pts, npts);
     fflush(stdout);
-}
-
-/* One inline data block per (impl, conns) series: size and the median of the metric. */
-static int fb_plot_series(FILE *gp, const fb_point_t *pts, int npts, fb_test_t test, int data)
-{
-    int impl, i, j, series = 0;
-
-    for (impl = 0; impl < FB_IMPL_COUNT; impl++) {
-        for (i = 0; i < npts; i++) {
-            const fb_point_t *p = &pts[i];
-            int first = 1;
-
-            if (p->test != test || (int)p->impl != impl)
-                continue;
-            for (j = 0; j < i; j++)
-                first &= !(pts[j].test == test && (int)pts[j].impl == impl &&
-                           pts[j].conns == p->conns);
-            if (!first)
-                continue;
-            if (data) {
-                for (j = i; j < npts; j++)
-                    if (pts[j].test == test && (int)pts[j].impl == impl &&
-                        pts[j].conns == p->conns)
-                        fprintf(gp, "%zu %g\n", pts[j].size,
-                                test == FB_TEST_STREAM ? fb_median(pts[j].gbps, pts[j].nrep)
-                                                       : fb_median(pts[j].p50, pts[j].nrep));
-                fprintf(gp, "e\n");
-            } else {
-                fprintf(gp, "%s'-' using 1:2 with linespoints title '%s%s%.0d'",
-                        series ? ", " : "plot ", fb_impl_name[impl],
-                        test == FB_TEST_STREAM ? " conns " : "",
-                        test == FB_TEST_STREAM ? p->conns : 0);
-            }
-            series++;
-        }
-    }
-    if (!data && series)
-        fprintf(gp, "\n");
-    return series;
-}
-
-/* Tics at the measured sizes, labelled 4K, 1M... (gnuplot's own would say 66kB). */
-static void fb_plot_xtics(FILE *gp, const fb_point_t *pts, int npts, fb_test_t test)
-{
-    size_t last = 0;
-    char sz[32];
-    int i, n = 0;
-
-    fprintf(gp, "set xtics (");
-    for (i = 0; i < npts; i++) {
-        if (pts[i].test != test || pts[i].size == last)
-            continue;
-        last = pts[i].size;
-        fprintf(gp, "%s\"%s\" %zu", n++ ? ", " : "", fb_size_str(last, sz, sizeof(sz)), last);
-    }
-    fprintf(gp, ")\n");
-}
-
-void fb_plot(const fb_opts_t *o, const fb_point_t *pts, int npts)
-{
-    int have[FB_TEST_COUNT] = { 0 }, t, i;
-    FILE *gp;
-
-    if (o->png == NULL)
-        return;
-    if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
-        printf("\nno PNG: gnuplot is not installed (apt-get install gnuplot-nox); "
-               "the CSV has the data\n");
-        return;
-    }
-    for (i = 0; i < npts; i++)
-        have[pts[i].test] = 1;
-    gp = popen("gnuplot", "w");
-    FIT_CHECK(gp != NULL, "cannot start gnuplot");
-    fprintf(gp, "set terminal png size %d,520\nset output '%s'\n",
-            have[0] && have[1] ? 1400 : 760, o->png);
-    fprintf(gp, "set multiplot layout 1,%d\nset logscale x 2\nset grid\nset key top left\n"
-                "set offsets graph 0.02, graph 0.02, 0, 0\n", have[0] + have[1]);
-    for (t = 0; t < FB_TEST_COUNT; t++) {
-        if (!have[t])
-            continue;
-        if (t == FB_TEST_STREAM)
-            fprintf(gp, "set title 'stream, %d streams x %d threads, depth %d'\n"
-                        "set ylabel 'GB/s (median)'\nunset logscale y\n",
-                    o->streams, o->threads, o->depth);
-        else
-            fprintf(gp, "set title 'ping-pong round trip'\nset ylabel 'us p50 (median)'\n"
-                        "set logscale y\n");
-        fprintf(gp, "set xlabel 'message size'\n");
-        fb_plot_xtics(gp, pts, npts, (fb_test_t)t);
-        fb_plot_series(gp, pts, npts, (fb_test_t)t, 0);
-        fb_plot_series(gp, pts, npts, (fb_test_t)t, 1);
-    }
-    fprintf(gp, "unset multiplot\n");
-    if (pclose(gp) != 0)
-        printf("\nno PNG: gnuplot failed\n");
-    else
-        printf("\nplot: %s\n", o->png);
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/api.h"
+#include "core/auto_fallback.h"
 #include "core/live.h"
 #include "core/backend.h"
 #include "core/config.h"
@@ -66,24 +67,39 @@ static ferry_status_t ferry_api_named_backend(const char *want, const ferry_back
 /*
  * auto: the first backend, in ferry_backends' order, that says it can run
  * here, and one INFO line saying which and why (the others' reasons too).
+ * A backend passed over although it was meant to run here also gets a WARN
+ * (core/auto_fallback.h) with what to fix; limited, as a caller that inits
+ * and finalizes in a loop would repeat it.
  */
 static ferry_status_t ferry_api_auto_backend(const ferry_config_t *cfg,
                                              const ferry_backend_ops_t **be_p)
 {
-    char skipped[768] = "", why[384];
+    char skipped[768] = "", why[384], meant[512] = "";
+    const char *meant_name = NULL;
     int i, n = 0;
 
     for (i = 0; ferry_backends[i] != NULL; i++) {
         const ferry_backend_ops_t *be = ferry_backends[i];
+        ferry_usable_t usable = FERRY_USABLE;
 
         why[0] = '\0';
-        if (be->usable == NULL || be->usable(cfg, why, sizeof(why))) {
+        if (be->usable != NULL)
+            usable = be->usable(cfg, why, sizeof(why));
+        if (usable == FERRY_USABLE) {
             *be_p = be;
             FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET, "using the %s backend "
                        "(NCCL_FERRY_BACKEND=auto%s%s%s%s)", be->name,
                        why[0] != '\0' ? ": " : "", why, skipped[0] != '\0' ? "; " : "",
                        skipped);
+            if (meant_name != NULL)
+                FERRY_WARN_LIMITED(FERRY_AUTO_FALLBACK_HEAD "%s backend, not %s: %s, or set "
+                                   "NCCL_FERRY_BACKEND=%s to silence this", be->name, meant_name,
+                                   meant, be->name);
             return FERRY_OK;
+        }
+        if (usable == FERRY_UNUSABLE_MEANT && meant_name == NULL) {
+            meant_name = be->name;
+            snprintf(meant, sizeof(meant), "%s", why);
         }
         if (n < (int)sizeof(skipped))
             n += snprintf(skipped + n, sizeof(skipped) - (size_t)n, "%s%s not usable: %s",

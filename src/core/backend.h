@@ -12,6 +12,21 @@
 #include "core/api.h"
 #include "core/config.h"
 
+/*
+ * What a backend's usable() says to NCCL_FERRY_BACKEND=auto. A backend that
+ * cannot run although the host or the user's variables say it was meant to
+ * (ib: an RDMA port exists, or an NCCL_IB_* variable is set) is
+ * FERRY_UNUSABLE_MEANT: auto then WARNs (core/auto_fallback.h) instead of
+ * taking the next backend quietly, since the job would otherwise run on a
+ * slower transport without anyone asking for it. Its why then says what to
+ * fix.
+ */
+typedef enum ferry_usable {
+    FERRY_UNUSABLE = 0,
+    FERRY_USABLE = 1,
+    FERRY_UNUSABLE_MEANT = 2,
+} ferry_usable_t;
+
 /* Per-communicator context handed back by ferry_api_init. */
 typedef struct ferry_ctx {
     uint64_t comm_id;       /* NCCL's commHash, for logs. */
@@ -33,10 +48,11 @@ typedef struct ferry_backend_ops {
      */
     size_t      tuner_channel_bytes;
     /*
-     * NCCL_FERRY_BACKEND=auto: 1 if this backend can run here (ib: a usable
-     * port), with the reason in why either way. NULL: always usable.
+     * NCCL_FERRY_BACKEND=auto: FERRY_USABLE if this backend can run here (ib:
+     * a usable port), else FERRY_UNUSABLE or FERRY_UNUSABLE_MEANT, with the
+     * reason in why either way. NULL: always usable.
      */
-    int (*usable)(const ferry_config_t *cfg, char *why, size_t len);
+    ferry_usable_t (*usable)(const ferry_config_t *cfg, char *why, size_t len);
     /* Appends the backend's own variables (" NAME=value(source)") to the effective-config line. */
     void (*format_config)(char *buf, size_t len);
     /* Process-wide bring-up (device discovery) and tear-down, called once each. */

@@ -117,11 +117,13 @@ void ferry_ib_fini(void);
 ferry_status_t ferry_ib_devices(int *ndev_p);
 ferry_status_t ferry_ib_get_properties(int dev, ferry_props_t *props_p);
 /*
- * NCCL_FERRY_BACKEND=auto: 1 if a usable port exists (verbs load, a port is
- * ACTIVE and passes NCCL_IB_HCA, a QP can be created on it), else 0 with the
- * reason in why. Leaves nothing loaded or open behind when it says 0.
+ * NCCL_FERRY_BACKEND=auto: FERRY_USABLE if a usable port exists (verbs load,
+ * a port is ACTIVE and passes NCCL_IB_HCA, a QP can be created on it), else
+ * the reason in why and FERRY_UNUSABLE_MEANT when an RDMA device exists or
+ * an ib variable is set (ib_env_set.h; NCCL_IB_DISABLE=1 stays quiet), else
+ * FERRY_UNUSABLE. Leaves nothing open behind when it says no.
  */
-int ferry_ib_usable(const ferry_config_t *cfg, char *why, size_t len);
+ferry_usable_t ferry_ib_usable(const ferry_config_t *cfg, char *why, size_t len);
 /* "mlx5_0:1" (or "mlx5_0:1+mlx5_1:1") of a device NCCL numbers, for logs; "?" out of range. */
 const char *ferry_ib_dev_name(int dev);
 

@@ -127,6 +127,13 @@ typedef struct ferry_info_run {
     int    ndev;                 /* devices() as reported. */
     ferry_info_dev_t devs[FERRY_INFO_MAX_DEVS];
     int    healthy;
+    /*
+     * NCCL_FERRY_BACKEND=auto passed over a backend that was meant to run
+     * here (the plugin's WARN, core/auto_fallback.h): it works, but not as
+     * the host or the variables ask; reason is that WARN.
+     */
+    int    degraded;
+    char   degraded_reason[FERRY_INFO_LINE];
     int    optional;             /* --backend all, not the configured one: may be unavailable. */
     int    complete;             /* 1: the child got to the end (set last). */
 } ferry_info_run_t;
@@ -162,12 +169,23 @@ int ferry_info_cpu_mask(int tid, char *out, size_t len);
 void ferry_info_threads_snapshot(ferry_info_run_t *run);
 double ferry_info_now(void);
 
+/*
+ * The verdict over all runs: healthy (exit 0), not (1), or degraded (3:
+ * every run passed, but the first, the one NCCL gets, runs on a fallback;
+ * reason is set to why).
+ */
+typedef enum ferry_info_verdict {
+    FERRY_INFO_HEALTHY = 0,
+    FERRY_INFO_UNHEALTHY = 1,
+    FERRY_INFO_DEGRADED = 3,
+} ferry_info_verdict_t;
+
 /* Output (info_print.c, info_json.c). */
 void ferry_info_print_text(const ferry_info_plugin_t *p, const ferry_info_run_t *runs, int nruns,
-                           int healthy);
+                           ferry_info_verdict_t verdict);
 /* error: why the plugin could not be loaded (then runs is empty), or NULL. */
 void ferry_info_print_json(const ferry_info_plugin_t *p, const ferry_info_run_t *runs, int nruns,
-                           int healthy, const char *error);
+                           ferry_info_verdict_t verdict, const char *error);
 /*
  * The next "name=value(source)" of an effective-config line (values may hold
  * spaces); 0 at the end. *cursor advances.

@@ -123,11 +123,14 @@ static void ferry_info_json_run(const ferry_info_run_t *r)
         printf("%s", i ? ", " : "");
         ferry_info_json_dev(i, &r->devs[i]);
     }
-    printf("], \"healthy\": %s}", r->healthy ? "true" : "false");
+    printf("], \"healthy\": %s, \"degraded\": %s", r->healthy ? "true" : "false",
+           r->degraded ? "true" : "false");
+    ferry_info_json_kv("degraded_reason", r->degraded_reason, 0);
+    printf("}");
 }
 
 void ferry_info_print_json(const ferry_info_plugin_t *p, const ferry_info_run_t *runs, int nruns,
-                           int healthy, const char *error)
+                           ferry_info_verdict_t verdict, const char *error)
 {
     int i;
 
@@ -145,5 +148,12 @@ void ferry_info_print_json(const ferry_info_plugin_t *p, const ferry_info_run_t 
         printf("%s", i ? ", " : "");
         ferry_info_json_run(&runs[i]);
     }
-    printf("], \"healthy\": %s}\n", healthy ? "true" : "false");
+    /* "status" tells degraded from broken; "healthy" stays what exit status 0 means. */
+    printf("], \"healthy\": %s, \"status\": \"%s\"",
+           verdict == FERRY_INFO_HEALTHY ? "true" : "false",
+           verdict == FERRY_INFO_HEALTHY ? "healthy"
+           : verdict == FERRY_INFO_DEGRADED ? "degraded" : "unhealthy");
+    ferry_info_json_kv("degraded_reason", verdict == FERRY_INFO_DEGRADED && nruns > 0
+                                              ? runs[0].degraded_reason : NULL, 0);
+    printf("}\n");
 }

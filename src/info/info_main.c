@@ -4,7 +4,9 @@
  *
  * Loads the plugin (parent), then runs each backend asked for in a child
  * process and prints what they found. Exit status: 0 healthy, 1 not, 2 bad
- * usage. docs/ferry-info.md says what each field means.
+ * usage, 3 degraded (it works, but NCCL_FERRY_BACKEND=auto passed over a
+ * backend the host or the variables ask for). docs/ferry-info.md says what
+ * each field means.
  */
 #include <errno.h>
 #include <poll.h>
@@ -26,7 +28,8 @@ static void ferry_info_usage(FILE *out)
             "                  [--no-selftest] [--timeout SECONDS] [--verbose]\n"
             "Loads libnccl-net-ferry.so as NCCL does and reports its version, ABI, devices,\n"
             "backend choice, configuration, CPU mask and threads, and a loopback self-test\n"
-            "per device. Exit status 0: healthy; 1: not; 2: bad usage.\n");
+            "per device. Exit status 0: healthy; 1: not; 2: bad usage; 3: degraded (works,\n"
+            "but not on the backend this host or its NCCL_IB_* variables ask for).\n");
 }
 
 /* Reads exactly len bytes before deadline; the count read. */
@@ -164,9 +167,11 @@ static int ferry_info_parse(int argc, char **argv, ferry_info_opts_t *o, const c
  * all: the backend NCCL would get first (as configured), then every other
  * backend of ferry's by name. A named backend that cannot start here is
  * reported but does not make the host unhealthy; one that starts must pass.
+ * The first run decides whether the host is degraded: that is what NCCL gets.
  */
 static int ferry_info_runs(const ferry_info_plugin_t *p, const char *backend,
-                           const ferry_info_opts_t *o, ferry_info_run_t *runs, int *healthy_p)
+                           const ferry_info_opts_t *o, ferry_info_run_t *runs,
+                           ferry_info_verdict_t *verdict_p)
 {
     static const char *const named[] = {"ib", "socket"};
     int i, n = 0, healthy;
@@ -182,7 +187,8 @@ static int ferry_info_runs(const ferry_info_plugin_t *p, const char *backend,
             healthy = 0;
         n++;
     }
-    *healthy_p = healthy;
+    *verdict_p = !healthy ? FERRY_INFO_UNHEALTHY
+               : runs[0].degraded ? FERRY_INFO_DEGRADED : FERRY_INFO_HEALTHY;
     return n;
 }
 
@@ -194,7 +200,8 @@ int main(int argc, char **argv)
     const char *backend = "auto", *asked = getenv("NCCL_NET_PLUGIN");
     char self[1024] = "", err[4096];
     ssize_t n;
-    int nruns, healthy = 0;
+    ferry_info_verdict_t verdict = FERRY_INFO_UNHEALTHY;
+    int nruns;
 
     if (asked == NULL || asked[0] == '\0')
         asked = "ferry";
@@ -211,17 +218,17 @@ int main(int argc, char **argv)
         snprintf(first, sizeof(first), "%.*s", (int)strcspn(asked, ","), asked);
         if (ferry_info_plugin_open(&plugin, first, self, err, sizeof(err)) != 0) {
             if (o.json) {
-                ferry_info_print_json(&plugin, NULL, 0, 0, err);
+                ferry_info_print_json(&plugin, NULL, 0, FERRY_INFO_UNHEALTHY, err);
             } else {
                 printf("ferry-info %s\nFAIL: %s\n", FERRY_VERSION_STRING, err);
             }
             return 1;
         }
     }
-    nruns = ferry_info_runs(&plugin, backend, &o, runs, &healthy);
+    nruns = ferry_info_runs(&plugin, backend, &o, runs, &verdict);
     if (o.json)
-        ferry_info_print_json(&plugin, runs, nruns, healthy, NULL);
+        ferry_info_print_json(&plugin, runs, nruns, verdict, NULL);
     else
-        ferry_info_print_text(&plugin, runs, nruns, healthy);
-    return healthy ? 0 : 1;
+        ferry_info_print_text(&plugin, runs, nruns, verdict);
+    return (int)verdict;
 }

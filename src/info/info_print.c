@@ -132,12 +132,15 @@ static void ferry_info_print_run(const ferry_info_run_t *r)
         ferry_info_print_dev(i, &r->devs[i]);
     if (r->init_error[0])
         printf("  verdict:   FAIL: %s\n", r->init_error);
+    else if (r->healthy && r->degraded)
+        printf("  verdict:   DEGRADED: the devices pass, but not on the backend meant to run "
+               "here (the WARN above)\n");
     else
         printf("  verdict:   %s\n", r->healthy ? "OK" : "FAIL: a device failed its self-test");
 }
 
 void ferry_info_print_text(const ferry_info_plugin_t *p, const ferry_info_run_t *runs, int nruns,
-                           int healthy)
+                           ferry_info_verdict_t verdict)
 {
     int i;
 
@@ -150,5 +153,8 @@ void ferry_info_print_text(const ferry_info_plugin_t *p, const ferry_info_run_t 
     printf(" (driven through v%d, the newest, as NCCL picks)\n", p->version);
     for (i = 0; i < nruns; i++)
         ferry_info_print_run(&runs[i]);
-    printf("\n%s\n", healthy ? "healthy" : "NOT healthy");
+    if (verdict == FERRY_INFO_DEGRADED)
+        printf("\ndegraded: %s\n", runs[0].degraded_reason);
+    else
+        printf("\n%s\n", verdict == FERRY_INFO_HEALTHY ? "healthy" : "NOT healthy");
 }

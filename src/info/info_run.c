@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/auto_fallback.h"
 #include "info/info.h"
 
 static void ferry_info_run_devices(const ferry_info_plugin_t *p, void *ctx,
@@ -47,6 +48,21 @@ static void ferry_info_run_backend_name(ferry_info_run_t *run)
         snprintf(run->backend, sizeof(run->backend), "%.*s", (int)strcspn(at, " "), at);
 }
 
+/* The plugin's WARN that auto passed over a backend meant to run here, if it logged one. */
+static void ferry_info_run_degraded(ferry_info_run_t *run)
+{
+    int i;
+
+    for (i = 0; i < run->nwarns; i++) {
+        if (strncmp(run->warns[i], FERRY_AUTO_FALLBACK_HEAD,
+                    strlen(FERRY_AUTO_FALLBACK_HEAD)) == 0) {
+            run->degraded = 1;
+            snprintf(run->degraded_reason, sizeof(run->degraded_reason), "%s", run->warns[i]);
+            return;
+        }
+    }
+}
+
 void ferry_info_run(const ferry_info_plugin_t *p, const char *backend, const ferry_info_opts_t *o,
                     ferry_info_run_t *run)
 {
@@ -77,6 +93,7 @@ void ferry_info_run(const ferry_info_plugin_t *p, const char *backend, const fer
         return;
     }
     run->init_ok = 1;
+    ferry_info_run_degraded(run);
     ferry_info_threads_snapshot(run);
     rc = ferry_info_net_devices(p, &run->ndev);
     if (rc != ncclSuccess || run->ndev <= 0) {

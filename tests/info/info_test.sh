@@ -17,6 +17,13 @@
 #   hang     every completion held back 1 s (NCCL_FERRY_INJECT_DELAY_US) and
 #            --timeout 3: the run is killed and reported, exit 1
 #   usage    a bad --backend: exit 2 with the accepted values
+#   degraded auto with fakeibv's ports and NCCL_IB_HCA=nosuch: the socket
+#            device passes, but exit 3, the plugin's WARN, a DEGRADED
+#            verdict and a last line "degraded: <the WARN>"
+#   degraded-json  the same as JSON: status "degraded", healthy false, the
+#            reason at the top and in the run
+#   auto-quiet auto with no RDMA device (fakeibv with none) and no ib
+#            variable: socket, no WARN, exit 0, healthy
 set -u
 case_name=$1
 info=$2
@@ -144,6 +151,53 @@ usage)
     run 2 --backend bogus
     has "ferry-info: --backend bogus: expected auto, socket, ib or all"
     has "usage: ferry-info"
+    ;;
+degraded)
+    run 3
+    has "backend socket (asked for: auto)"
+    has "using the socket backend (NCCL_FERRY_BACKEND=auto; ib not usable: NCCL_IB_HCA=nosuch"
+    want_warn="NCCL_FERRY_BACKEND=auto: using the socket backend, not ib: NCCL_IB_HCA=nosuch"
+    want_warn+=" matches none of the RDMA ports fakeib0:1; fix NCCL_IB_HCA, or set"
+    want_warn+=" NCCL_FERRY_BACKEND=socket to silence this"
+    has "  WARN:      $want_warn"
+    has "device 0: lo"
+    has "self-test: OK (2097152 bytes checked"
+    has "verdict:   DEGRADED: the devices pass, but not on the backend meant to run here"
+    [ "$(tail -n 1 "$out")" = "degraded: $want_warn" ] ||
+        fail "the last line is not 'degraded: $want_warn'"
+    ! grep -qx "healthy" "$out" || fail "reported healthy as well"
+    ;;
+degraded-json)
+    command -v python3 >/dev/null || { echo "SKIP: no python3 to parse the JSON"; exit 77; }
+    run 3 --json
+    python3 - "$out" <<'PY' || fail "the JSON is wrong (above)"
+import json, sys
+d = json.load(open(sys.argv[1]))
+want = ("NCCL_FERRY_BACKEND=auto: using the socket backend, not ib: NCCL_IB_HCA=nosuch matches"
+        " none of the RDMA ports fakeib0:1; fix NCCL_IB_HCA, or set NCCL_FERRY_BACKEND=socket"
+        " to silence this")
+def check(cond, what):
+    if not cond:
+        print("missing or wrong: " + what)
+        sys.exit(1)
+check(d["healthy"] is False, "healthy == false")
+check(d["status"] == "degraded", "status == degraded, not %r" % d.get("status"))
+check(d["degraded_reason"] == want, "degraded_reason: %r" % d.get("degraded_reason"))
+r = d["runs"][0]
+check(r["backend"] == "socket" and r["backend_asked"] == "auto", "runs[0]: auto chose socket")
+check(r["healthy"] is True, "runs[0].healthy (its device passed)")
+check(r["degraded"] is True and r["degraded_reason"] == want, "runs[0].degraded and its reason")
+check(want in r["warnings"], "runs[0].warnings holds the WARN")
+print("degraded-json: status, reason and run fields as wanted")
+PY
+    ;;
+auto-quiet)
+    run 0
+    has "backend socket (asked for: auto)"
+    has "ib not usable: no RDMA device (ibv_get_device_list found none in "
+    ! grep -q "WARN:" "$out" || fail "a WARN with no RDMA device and no ib variable"
+    ! grep -qi "degraded" "$out" || fail "degraded with no RDMA device and no ib variable"
+    grep -qx "healthy" "$out" || fail "not reported healthy"
     ;;
 *)
     echo "unknown case $case_name"

@@ -30,6 +30,10 @@
  *   ib-socket-vars   (fakeibv) the ib backend never parses the socket backend's
  *                    variables: a bad NCCL_FERRY_STREAMS does not fail its init,
  *                    and its config line has the core's and ib's variables only
+ *   ib-auto-*        (fakeibv) auto choosing socket: a WARN with the cause and the
+ *                    fix where ib was meant (NCCL_IB_HCA matching no port, an
+ *                    NCCL_IB_* variable without a device), none where it was not
+ *                    (no device and no variable, NCCL_IB_DISABLE=1); integ_config_auto.c
  *
  *   integ_config [--plugin PATH] [--case NAME]
  */
@@ -45,6 +49,7 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "integ_config_auto.h"
 
 #define CONFIG_WATCHDOG_SECS 100
 
@@ -752,6 +757,15 @@ static const config_case_t config_cases[] = {
     { "ib-socket-vars", { "NCCL_FERRY_STREAMS=1000", "NCCL_SOCKET_MIN_TASKSIZE=4M",
                           "NCCL_FERRY_SOCKET_TIMEOUT_S=30s" },
                         config_ib_socket_vars },
+    /* auto passing over ib (integ_config_auto.c): loud where ib was meant, else quiet. */
+    { "ib-auto-hca-nosuch", { "NCCL_FERRY_BACKEND=auto", "NCCL_IB_HCA=nosuch", "FAKEIBV_NDEV=2" },
+                        config_auto_hca_nosuch },
+    { "ib-auto-vars-no-device", { "NCCL_FERRY_BACKEND=auto", "NCCL_IB_GID_INDEX=3",
+                                  "FAKEIBV_NDEV=0" },
+                        config_auto_vars_no_device },
+    { "ib-auto-quiet",  { "NCCL_FERRY_BACKEND=auto", "FAKEIBV_NDEV=0" }, config_auto_quiet },
+    { "ib-auto-disabled", { "NCCL_FERRY_BACKEND=auto", "NCCL_IB_DISABLE=1" },
+                        config_auto_disabled },
 };
 
 static int config_run_case(const char *path, const config_case_t *c)

@@ -277,12 +277,13 @@ static void test_port_down_skipped(void **state)
     assert_int_equal(test_ib_log_count(FERRY_LOG_WARN, "no usable port (fakeib0:1 port state "
                                                        "DOWN; fakeib0:2 filtered out by "
                                                        "NCCL_IB_HCA; fakeib1:1 filtered"), 1);
-    assert_int_equal(ferry_ib_usable(&core_cfg, why, sizeof(why)), 0);
+    /* RDMA ports exist: auto is to WARN, so the reasons end in what to do. */
+    assert_int_equal(ferry_ib_usable(&core_cfg, why, sizeof(why)), FERRY_UNUSABLE_MEANT);
     assert_string_equal(why, "fakeib0:1 port state DOWN; fakeib0:2 filtered out by NCCL_IB_HCA; "
                              "fakeib1:1 filtered out by NCCL_IB_HCA; fakeib1:2 filtered out by "
-                             "NCCL_IB_HCA");
+                             "NCCL_IB_HCA; no RDMA port here is usable; fix that");
     assert_int_equal(inject(ctx, FAKE_FAULT_PORT_ACTIVE, 1, 0, 0, 0), 0);
-    assert_int_equal(ferry_ib_usable(&core_cfg, why, sizeof(why)), 1);
+    assert_int_equal(ferry_ib_usable(&core_cfg, why, sizeof(why)), FERRY_USABLE);
     ferry_ibv.close_device(ctx);
 }
 
@@ -296,7 +297,8 @@ static void test_disable(void **state)
     assert_true(test_ib_log_has(FERRY_LOG_WARN, "NET/ferry : ib backend: NCCL_IB_DISABLE=1 "
                                                 "turns it off; unset it, or use "
                                                 "NCCL_FERRY_BACKEND=socket"));
-    assert_int_equal(ferry_ib_usable(&core_cfg, why, sizeof(why)), 0);
+    /* The user's own choice: auto passes over ib quietly. */
+    assert_int_equal(ferry_ib_usable(&core_cfg, why, sizeof(why)), FERRY_UNUSABLE);
     assert_string_equal(why, "NCCL_IB_DISABLE=1");
 }
 
@@ -327,23 +329,29 @@ static void test_usable(void **state)
     load_verbs();
     inject = test_ib_inject_fn();
     before = test_ib_threads(NULL, &named);
-    assert_int_equal(ferry_ib_usable(&core_cfg, why, sizeof(why)), 1);
+    assert_int_equal(ferry_ib_usable(&core_cfg, why, sizeof(why)), FERRY_USABLE);
     assert_string_equal(why, "fakeib0:1 is ACTIVE and takes an RC QP");
     /* Every QP creation fails: no port is usable, and each says why. */
     assert_int_equal(inject(NULL, FAKE_FAULT_CREATE_QP, 0, 0, 100, ENOMEM), 0);
-    assert_int_equal(ferry_ib_usable(&core_cfg, why, sizeof(why)), 0);
+    assert_int_equal(ferry_ib_usable(&core_cfg, why, sizeof(why)), FERRY_UNUSABLE_MEANT);
     assert_string_equal(why, "fakeib0:1: ibv_create_qp(RC) failed: Cannot allocate memory (check "
                              "ulimit -l); fakeib0:2: ibv_create_qp(RC) failed: Cannot allocate "
                              "memory (check ulimit -l); fakeib1:1: ibv_create_qp(RC) failed: "
                              "Cannot allocate memory (check ulimit -l); fakeib1:2: "
-                             "ibv_create_qp(RC) failed: Cannot allocate memory (check ulimit -l)");
+                             "ibv_create_qp(RC) failed: Cannot allocate memory (check ulimit -l); "
+                             "no RDMA port here is usable; fix that");
     assert_int_equal(inject(NULL, FAKE_FAULT_CREATE_QP, 0, 0, 0, 0), 0);
     after = test_ib_threads(NULL, &named);
     assert_int_equal(after, before); /* Nothing left running. */
     assert_int_equal(ferry_ib_state.nhca, 0);
     setenv("NCCL_IB_HCA", "=fakeib1", 1);
-    assert_int_equal(ferry_ib_usable(&core_cfg, why, sizeof(why)), 1);
+    assert_int_equal(ferry_ib_usable(&core_cfg, why, sizeof(why)), FERRY_USABLE);
     assert_string_equal(why, "fakeib1:1 is ACTIVE and takes an RC QP");
+    /* A filter that matches no port at all is the one cause named, with its fix. */
+    setenv("NCCL_IB_HCA", "nosuch", 1);
+    assert_int_equal(ferry_ib_usable(&core_cfg, why, sizeof(why)), FERRY_UNUSABLE_MEANT);
+    assert_string_equal(why, "NCCL_IB_HCA=nosuch matches none of the RDMA ports fakeib0:1, "
+                             "fakeib0:2, fakeib1:1, fakeib1:2; fix NCCL_IB_HCA");
 }
 
 static void test_threads_named_and_joined(void **state)
