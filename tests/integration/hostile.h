@@ -104,5 +104,6 @@ void hostile_case_ib_meta(hostile_env_t *e);
 void hostile_case_wrap(hostile_env_t *e);
 void hostile_case_half_groups(hostile_env_t *e);
 void hostile_case_double_close(hostile_env_t *e);
+void hostile_case_junk(hostile_env_t *e);
 
 #endif
