@@ -20,6 +20,11 @@
  *   send-larger-refused  a 1 MiB isend into a 4 KiB irecv after three that
  *                     fit (misuse_truncate.c): both sides' test() fail within
  *                     1 s, each with its WARN; the earlier messages intact
+ *   test-bad-request  test() on NULL, garbage, a request already reported
+ *                     done (also after its slot was reused) and one of a
+ *                     closed comm (misuse_requests.c): ncclInvalidUsage + a
+ *                     WARN naming which, nothing of the comm read; 1000
+ *                     test(NULL) calls stay within the WARN limit
  *   too-many          isends with no receive posted: at most 32 requests
  *                     come back non-NULL (then NULL: retry later); once the
  *                     receives are posted all complete intact
@@ -466,6 +471,7 @@ static const struct {
     { "after-finalize", mis_after_finalize },
     { "send-larger",    mis_send_larger },
     { "send-larger-refused", mis_send_larger_refused },
+    { "test-bad-request", mis_test_bad_request },
     { "too-many",       mis_too_many },
     { "n-above-max",    mis_n_above_max },
     { "finalize-open",  mis_finalize_open },

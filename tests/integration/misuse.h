@@ -23,5 +23,6 @@ void mis_pair(mis_env_t *e, void **lc_p, void **send_p, void **recv_p);
 ncclResult_t mis_wait(const fit_plugin_t *p, void *req, double seconds, int *done_p, int *size_p);
 
 void mis_send_larger_refused(mis_env_t *e);
+void mis_test_bad_request(mis_env_t *e);
 
 #endif
