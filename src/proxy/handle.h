@@ -13,7 +13,7 @@
  * its request is NCCL's (posted, not yet reported) and even otherwise; each
  * post and each report steps it, and the ring's fini steps it past whatever
  * was handed out. The table only grows, in chunks that stay until the
- * library unloads, so test() checks a handle with two loads and no lock,
+ * library unloads, so test() checks a handle with three loads and no lock,
  * whatever the handle is. The generation is 32 bits: a handle kept across
  * 2^31 messages of its slot would pass again.
  */
