@@ -5,8 +5,10 @@
  */
 #include <string.h>
 
+#include "core/log.h"
 #include "nccl/plugin.h"
 #include "nccl/profiler.h"
+#include "proxy/handle.h"
 
 /* ferry's internal constants are NCCL's values; the boundary relies on it. */
 _Static_assert(FERRY_PTR_HOST == NCCL_PTR_HOST, "FERRY_PTR_HOST");
@@ -87,10 +89,36 @@ ncclResult_t ferry_nccl_dereg_mr(void *comm, void *mhandle)
     return ferry_nccl_result(ferry_api_dereg_mr(comm, mhandle));
 }
 
+/*
+ * NCCL holds handles, not the requests' addresses (proxy/handle.h): each
+ * request a backend returns is turned into one on its way out, and test()
+ * turns it back, refusing anything that is not a live request of a live
+ * comm before a byte of it is read.
+ */
+static void ferry_nccl_hand_out(ncclResult_t res, void **request_p)
+{
+    if (res == ncclSuccess && *request_p != NULL)
+        *request_p = ferry_px_handle_of(*request_p);
+}
+
 ncclResult_t ferry_nccl_iflush(void *recv_comm, int n, void **data, int *sizes,
                                void **mhandles, void **request_p)
 {
-    return ferry_nccl_result(ferry_api_iflush(recv_comm, n, data, sizes, mhandles, request_p));
+    ncclResult_t res = ferry_nccl_result(ferry_api_iflush(recv_comm, n, data, sizes, mhandles,
+                                                          request_p));
+
+    ferry_nccl_hand_out(res, request_p);
+    return res;
+}
+
+/* test() on what is no live request: NCCL (or a driver) looping on it repeats this. */
+static ncclResult_t ferry_nccl_test_refused(void *request, int *done_p)
+{
+    *done_p = 0;
+    FERRY_WARN_LIMITED("test(%p): %s; every request from isend/irecv/iflush must be tested "
+                       "until it reports done or an error, once, and never after its comm is "
+                       "closed", request, ferry_px_handle_why(request));
+    return ncclInvalidUsage;
 }
 
 /* test() while profiling: the sizes are needed for the event even when NCCL passes none. */
@@ -101,6 +129,8 @@ static ncclResult_t ferry_nccl_test_profiled(ncclProfilerCallback_t fn, void *re
     int *out = sizes != NULL ? sizes : mine;
     ncclResult_t res = ferry_nccl_result(ferry_api_test(request, done_p, out));
 
+    /* The profiler's events are keyed by the request (nccl/profiler.c), not the handle. */
+
     if (res != ncclSuccess)
         ferry_nccl_prof_stop(fn, request, NULL, res);
     else if (*done_p)
@@ -108,13 +138,17 @@ static ncclResult_t ferry_nccl_test_profiled(ncclProfilerCallback_t fn, void *re
     return res;
 }
 
-ncclResult_t ferry_nccl_test(void *request, int *done_p, int *sizes)
+ncclResult_t ferry_nccl_test(void *handle, int *done_p, int *sizes)
 {
-    ncclProfilerCallback_t fn = ferry_nccl_prof_get();
+    ferry_px_req_t *req = ferry_px_handle_req(handle);
+    ncclProfilerCallback_t fn;
 
+    if (req == NULL)
+        return ferry_nccl_test_refused(handle, done_p);
+    fn = ferry_nccl_prof_get();
     if (fn != NULL)
-        return ferry_nccl_test_profiled(fn, request, done_p, sizes);
-    return ferry_nccl_result(ferry_api_test(request, done_p, sizes));
+        return ferry_nccl_test_profiled(fn, req, done_p, sizes);
+    return ferry_nccl_result(ferry_api_test(req, done_p, sizes));
 }
 
 ncclResult_t ferry_nccl_close_send(void *send_comm)
@@ -150,6 +184,7 @@ ncclResult_t ferry_nccl_isend(void *send_comm, void *data, size_t size, int tag,
 
     if (fn != NULL && res == ncclSuccess && *request_p != NULL && phandle != NULL)
         ferry_nccl_prof_start(fn, send_comm, *request_p, 1, 1, &phandle, &size, &tag);
+    ferry_nccl_hand_out(res, request_p);
     return res;
 }
 
@@ -163,6 +198,7 @@ ncclResult_t ferry_nccl_irecv(void *recv_comm, int n, void **data, size_t *sizes
 
     if (fn != NULL && res == ncclSuccess && *request_p != NULL && phandles != NULL)
         ferry_nccl_prof_start(fn, recv_comm, *request_p, 0, n, phandles, sizes, tags);
+    ferry_nccl_hand_out(res, request_p);
     return res;
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "proxy/handle.h"
 #include "proxy/registry.h"
 #include "proxy/ring.h"
 
@@ -30,6 +31,10 @@ ferry_status_t ferry_px_ring_init(ferry_px_ring_t *ring, ferry_px_req_kind_t kin
     ring->create_ns = ferry_px_now_ns();
     for (i = 0; i < FERRY_MAX_REQUESTS; i++)
         ring->reqs[i].ring = ring;
+    if (ferry_px_handles_attach(ring) != FERRY_OK) {
+        pthread_mutex_destroy(&ring->lock);
+        return FERRY_ERR_NO_MEMORY;
+    }
     return FERRY_OK;
 }
 
@@ -45,6 +50,7 @@ void ferry_px_ring_unregister(ferry_px_ring_t *ring)
 
 void ferry_px_ring_fini(ferry_px_ring_t *ring)
 {
+    ferry_px_handles_detach(ring);
     pthread_mutex_destroy(&ring->lock);
 }
 
@@ -63,6 +69,7 @@ void ferry_px_ring_post_locked(ferry_px_ring_t *ring, ferry_px_req_t *req, int n
 {
     ferry_px_req_post(req, ring->kind, ring->next_seq, n, subs,
                       ring->kind == FERRY_PX_SEND && gated, nparts, part_size);
+    ferry_px_handle_step(req); /* Its handle passes test() from now on. */
     /* Relaxed: the dump's thread reads it without the lock (ferry_px_ring_dump). */
     __atomic_store_n(&ring->next_seq, ring->next_seq + 1, __ATOMIC_RELAXED);
 }
@@ -159,6 +166,7 @@ static ferry_status_t ferry_px_ring_test_failed(ferry_px_ring_t *ring, ferry_px_
     ferry_px_ring_describe(ring, desc, sizeof(desc));
     ferry_px_ring_req_words(ring, req, words, sizeof(words));
     FERRY_WARN("%s: %s failed: %s", desc, words, ring->fail_reason);
+    ferry_px_handle_step(req); /* Reported: its handle no longer passes. */
     atomic_store_explicit(&req->state, FERRY_PX_REQ_FREE, memory_order_release);
     return status;
 }
@@ -207,11 +215,13 @@ static ferry_status_t ferry_px_ring_reap(ferry_px_ring_t *ring, ferry_px_req_t *
         }
         atomic_store_explicit(&ring->last_size, total, memory_order_relaxed);
         *done_p = 1;
+        ferry_px_handle_step(req);
         atomic_store_explicit(&req->state, FERRY_PX_REQ_FREE, memory_order_release);
         return FERRY_OK;
     }
     /* FERRY_PX_REQ_ERROR: whoever failed it already logged the cause. */
     status = req->status;
+    ferry_px_handle_step(req);
     atomic_store_explicit(&req->state, FERRY_PX_REQ_FREE, memory_order_release);
     return status;
 }

@@ -118,6 +118,7 @@ typedef struct ferry_px_ring {
     _Atomic uint64_t      clock_ns;
     _Atomic uint32_t      clock_calls;
     struct ferry_px_ring *reg_next, *reg_prev; /* Live-comm registry, under its lock. */
+    uint32_t              handle_base;   /* reqs[i] is NCCL's handle slot handle_base + i (handle.h). */
 } ferry_px_ring_t;
 
 /*

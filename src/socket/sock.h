@@ -69,6 +69,9 @@ typedef struct ferry_sock_lane {
     ferry_sock_chunk_hdr_t hdr;
     const ferry_sock_chunk_hdr_t *hdr_p; /* What goes out: &hdr, or a zc_hdr slot (below). */
     size_t                 sent;      /* Header + payload bytes of the chunk sent so far. */
+    ferry_sock_refuse_t    refusal;   /* What the receiver sent back so far (sock_refuse.c)... */
+    size_t                 refusal_got; /* ...in bytes. */
+    uint64_t               peer_ns;   /* Coarse time the stream was last read without a poller. */
     uint64_t               chunk_ns;  /* When the chunk in hand was taken (send) or matched (recv). */
     /* Receive side. */
     ferry_sock_chunk_hdr_t rhdr;
@@ -96,6 +99,7 @@ typedef struct ferry_sock_comm {
     uint64_t          magic;         /* FERRY_SOCK_COMM_MAGIC while alive. */
     int               dev;
     _Atomic int       closed_lanes;  /* Lanes that saw EOF. */
+    _Atomic int       refused;       /* Receive: the refusal went out (once per comm). */
     size_t            zc_min;        /* NCCL_FERRY_ZEROCOPY_MIN; 0: zerocopy off. */
     int               zc_keep;       /* NCCL_FERRY_ZEROCOPY=2: no fallback when the kernel copies. */
     /*
@@ -206,6 +210,26 @@ void ferry_sock_comm_destroy(ferry_sock_comm_t *comm);
 
 /* sock_lane.c */
 extern const ferry_px_lane_ops_t ferry_sock_send_lane_ops;
+/* A hard error on stream li: WARN with what was going on, fail the comm; returns the status. */
+long ferry_sock_lane_error(ferry_sock_comm_t *c, int li, const char *op, int err,
+                           const char *what);
+
+/*
+ * sock_refuse.c. Receive side: tell the sender, on every stream, that
+ * message seq (msg_size bytes) does not fit the posted receive of capacity
+ * bytes; the first call of a comm sends, later ones do nothing.
+ */
+void ferry_sock_refuse_send(ferry_sock_comm_t *c, uint32_t seq, uint64_t msg_size,
+                            uint64_t capacity);
+/*
+ * Send side: n more bytes from the receiver arrived in stream li's
+ * lane->refusal. A complete refusal fails the comm with FERRY_ERR_REMOTE and
+ * a WARN; bytes that are no refusal fail it as a protocol error. Returns 0
+ * (part of a refusal so far) or the negative status the comm failed with.
+ */
+long ferry_sock_refuse_take(ferry_sock_comm_t *c, int li, size_t n);
+/* 1 if a complete frame from a receiver is a refusal this build knows; tests/fuzz calls it. */
+int ferry_sock_refuse_ok(const ferry_sock_refuse_t *r);
 
 /* MSG_ZEROCOPY (sock_zc.c). Turn it on for a send comm's lanes when zc_min > 0. */
 void ferry_sock_zc_setup(ferry_sock_comm_t *c);

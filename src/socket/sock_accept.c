@@ -146,7 +146,7 @@ static void ferry_sock_group_evict(ferry_sock_listen_comm_t *lc)
             oldest = i;
     if (oldest < 0)
         return; /* All complete: accept() turns them into comms first. */
-    FERRY_WARN("listener %s: %d connections in progress, the most it assembles at once; dropped "
+    FERRY_WARN_LIMITED("listener %s: %d connections in progress, the most it assembles at once; dropped "
                "the oldest, from %s with %d of %d streams, idle %llu ms (its connector probably "
                "died while connecting); still accepting real peers", lc->addr_str, lc->ngroups,
                lc->groups[oldest].peer, lc->groups[oldest].got, lc->groups[oldest].nlanes,
@@ -168,7 +168,7 @@ static void ferry_sock_group_expire(ferry_sock_listen_comm_t *lc)
             i++;
             continue;
         }
-        FERRY_WARN("listener %s: connection from %s has %d of %d streams and no new one for "
+        FERRY_WARN_LIMITED("listener %s: connection from %s has %d of %d streams and no new one for "
                    "%llu ms (NCCL_FERRY_HELLO_TIMEOUT_MS); its connector probably died while "
                    "connecting: closed them, still accepting real peers", lc->addr_str, g->peer,
                    g->got, g->nlanes, (unsigned long long)((now - g->last_ns) / 1000000));
@@ -208,6 +208,31 @@ static int ferry_sock_group_add(ferry_sock_listen_comm_t *lc, const ferry_sock_p
     g->got++;
     g->last_ns = ferry_px_now_ns();
     return 0;
+}
+
+/*
+ * A rejected stream is named in the log whatever comes: as a WARN within
+ * the per-site limit (core/log.h: anyone who can reach the port can open
+ * streams by the hundred), as an INFO line beyond it.
+ */
+static void ferry_sock_pending_reject(const ferry_sock_listen_comm_t *lc,
+                                      const ferry_sock_pending_t *p, const char *why)
+{
+    static struct ferry_log_limit lim;
+    unsigned long long held;
+
+    if (!ferry_log_limit_pass(&lim, &held)) {
+        FERRY_INFO(FERRY_LOG_NET, "listener %s: rejected stream from %s after %zu of %zu hello "
+                   "bytes: %s (its WARN suppressed)", lc->addr_str, p->peer, p->got,
+                   sizeof(p->hello), why);
+        return;
+    }
+    if (held > 0)
+        FERRY_WARN("%llu more warnings like the next were suppressed in the last %d s (at most "
+                   "%d a site per interval; each is an INFO line)", held,
+                   FERRY_LOG_LIMIT_INTERVAL_S, FERRY_LOG_LIMIT_BURST);
+    FERRY_WARN("listener %s: rejected stream from %s after %zu of %zu hello bytes: %s; "
+               "still accepting real peers", lc->addr_str, p->peer, p->got, sizeof(p->hello), why);
 }
 
 /*
@@ -251,8 +276,7 @@ static int ferry_sock_pending_step(ferry_sock_listen_comm_t *lc, int i)
     }
     if (why == NULL)
         return 0;
-    FERRY_WARN("listener %s: rejected stream from %s after %zu of %zu hello bytes: %s; "
-               "still accepting real peers", lc->addr_str, p->peer, p->got, sizeof(p->hello), why);
+    ferry_sock_pending_reject(lc, p, why);
     ferry_sock_pending_drop(lc, i);
     return 1;
 }
@@ -304,8 +328,8 @@ static void ferry_sock_accept_new(ferry_sock_listen_comm_t *lc)
         if (fd < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
                 errno != ECONNABORTED)
-                FERRY_WARN("listener %s: accept failed: %s; will retry", lc->addr_str,
-                           strerror(errno));
+                FERRY_WARN_LIMITED("listener %s: accept failed: %s; will retry", lc->addr_str,
+                                   strerror(errno));
             return;
         }
         ferry_sock_pending_make_room(lc);

@@ -73,6 +73,7 @@ ferry_status_t ferry_sock_comm_create(ferry_px_req_kind_t kind, int dev, const i
 err_close_comm:
     for (i = 0; i < nlanes; i++)
         close(comm->lanes[i].fd);
+    ferry_px_ring_fini(&comm->px.ring); /* Gives its request handles back (proxy/handle.h). */
     ferry_sock_magic_clear(&comm->magic);
     free(comm);
     return status;

@@ -45,7 +45,7 @@ static long ferry_sock_lane_eof(ferry_sock_comm_t *c, int li)
 }
 
 /* A hard error on a stream: log it with everything we know, fail the comm. */
-static long ferry_sock_lane_error(ferry_sock_comm_t *c, int li, const char *op, int err,
+long ferry_sock_lane_error(ferry_sock_comm_t *c, int li, const char *op, int err,
                                   const char *what)
 {
     ferry_sock_lane_t *lane = &c->lanes[li];
@@ -68,23 +68,47 @@ static long ferry_sock_lane_error(ferry_sock_comm_t *c, int li, const char *op, 
     return status;
 }
 
-/* Send lanes never receive: readable means the peer closed or reset. */
+/*
+ * Send lanes receive nothing but a refusal (sock_refuse.c): readable means
+ * one came, or the peer closed or reset.
+ */
 static long ferry_sock_send_lane_peer(ferry_sock_comm_t *c, int li)
 {
     ferry_sock_lane_t *lane = &c->lanes[li];
-    char what[128], byte;
-    ssize_t n = recv(lane->fd, &byte, 1, MSG_DONTWAIT);
+    char what[128];
+    ssize_t n = recv(lane->fd, (char *)&lane->refusal + lane->refusal_got,
+                     sizeof(lane->refusal) - lane->refusal_got, MSG_DONTWAIT);
 
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         return 0;
+    if (n > 0)
+        return ferry_sock_refuse_take(c, li, (size_t)n);
     snprintf(what, sizeof(what), "message seq %u chunk %u/%u, %zu of %zu bytes sent",
              lane->claim.seq, lane->claim.chunk + 1, lane->claim.nchunks, lane->sent,
              sizeof(lane->hdr) + lane->claim.len);
-    if (n > 0)
-        return ferry_sock_lane_error(c, li, "peer check", 0, "unexpected bytes from receiver");
-    if (n == 0 && !lane->has_chunk)
+    if (n == 0 && !lane->has_chunk && lane->refusal_got == 0)
         return ferry_sock_lane_eof(c, li);
     return ferry_sock_lane_error(c, li, "send", n == 0 ? ECONNRESET : errno, what);
+}
+
+/*
+ * Moved without a poller (NCCL's thread lending a hand, or moving every
+ * lane when there are no helper threads: revents 0), a lane still looks
+ * for what the receiver sent, once per FERRY_SOCK_PEER_CHECK_NS of the
+ * comm's coarse clock (test() keeps it): a refusal or a close is seen
+ * without helpers too, at one recv a millisecond, not one per call.
+ */
+#define FERRY_SOCK_PEER_CHECK_NS 1000000ULL
+
+static long ferry_sock_send_lane_check(ferry_sock_comm_t *c, int li)
+{
+    ferry_sock_lane_t *lane = &c->lanes[li];
+    uint64_t now = atomic_load_explicit(&c->px.ring.clock_ns, memory_order_relaxed);
+
+    if (now - lane->peer_ns < FERRY_SOCK_PEER_CHECK_NS)
+        return 0;
+    lane->peer_ns = now;
+    return ferry_sock_send_lane_peer(c, li);
 }
 
 static void ferry_sock_send_lane_start(ferry_sock_comm_t *c, int li)
@@ -117,6 +141,11 @@ static long ferry_sock_send_lane_progress(ferry_px_stream_t *px, int li, short r
         return 0;
     if (revents & (POLLIN | POLLHUP | POLLERR)) {
         long r = ferry_sock_send_lane_peer(c, li);
+
+        if (r < 0 || lane->closed)
+            return r;
+    } else if (revents == 0) {
+        long r = ferry_sock_send_lane_check(c, li);
 
         if (r < 0 || lane->closed)
             return r;
@@ -266,14 +295,17 @@ static long ferry_sock_recv_lane_match(ferry_sock_comm_t *c, int li)
     if (status == FERRY_ERR_USAGE) {
         ferry_px_ring_describe(&c->px.ring, desc, sizeof(desc));
         FERRY_WARN("%s stream %d: message seq %u is %llu bytes but the posted receive holds "
-                   "only %zu bytes (request %s); sender and receiver disagree on sizes: check "
-                   "that both ranks post matching send/recv sizes", desc, li, h->seq,
+                   "only %zu bytes (request state %s); the comm fails and the sender is told; "
+                   "sender and receiver disagree on sizes: check that both ranks post matching "
+                   "send/recv sizes", desc, li, h->seq,
                    (unsigned long long)h->msg_size, req->sub[0].capacity,
                    ferry_px_req_state_str(atomic_load(&req->state)));
         ferry_px_req_fail(req, FERRY_ERR_USAGE);
         ferry_px_ring_fail(&c->px.ring, FERRY_ERR_USAGE, "message seq %u of %llu bytes truncated to a "
                            "%zu-byte receive", h->seq, (unsigned long long)h->msg_size,
                            req->sub[0].capacity);
+        /* This comm reads no more: the sender must not wait for that. */
+        ferry_sock_refuse_send(c, h->seq, h->msg_size, req->sub[0].capacity);
         return FERRY_ERR_USAGE;
     }
     if (status != FERRY_OK)

@@ -65,4 +65,24 @@ _Static_assert(sizeof(ferry_sock_chunk_hdr_t) == 32, "chunk header is 32 bytes")
 
 #define FERRY_SOCK_CHUNK_CHECK(_seq, _len) (0x7e7e1a4eU ^ (_seq) ^ ((_len) * 2654435761U))
 
+/*
+ * The one frame that goes the other way, receiver to sender, on every
+ * stream of the connection: the receiver failed the comm because of a
+ * message (sock_refuse.c). Without it the sender of a message larger than
+ * the receive would block on streams nobody reads any more until the
+ * receiver closed them. A sender of an older build sees unexpected bytes
+ * from its receiver, which fails its comm too.
+ */
+#define FERRY_SOCK_REFUSE_MAGIC 0x6665722d7972726dULL /* Not FERRY_SOCK_MAGIC: a hello is no refusal. */
+#define FERRY_SOCK_REFUSE_TOO_LARGE 1 /* The message is larger than the posted receive. */
+
+typedef struct ferry_sock_refuse {
+    uint64_t magic;          /* FERRY_SOCK_REFUSE_MAGIC. */
+    uint32_t reason;         /* FERRY_SOCK_REFUSE_*. */
+    uint32_t seq;            /* The message refused. */
+    uint64_t msg_size;       /* Its size, as its chunk header said. */
+    uint64_t capacity;       /* The posted receive's size. */
+} ferry_sock_refuse_t;
+_Static_assert(sizeof(ferry_sock_refuse_t) == 32, "refusal is 32 bytes");
+
 #endif

@@ -35,6 +35,10 @@
  *     huge       a token holder's chunk headers with a 2^62-byte message
  *                (ncclInvalidUsage) and a 4 GiB chunk (ncclRemoteError):
  *                WARN, arena untouched, a real peer connects afterwards
+ *     junk       500 strangers sending random bytes (hostile_junk.c): each named
+ *                in the log, but 10 WARN lines, the rest INFO; one more after
+ *                the limit's 10 s gets a line counting the 490 held back; a
+ *                real peer is accepted afterwards
  *     ib-meta    (ib) a token holder's metadata with 65535 QPs, a bad size,
  *                MTU or device name, an SL above 15, a multicast LID, port 0:
  *                accept -> ncclRemoteError + WARN naming field and value
@@ -76,6 +80,7 @@ static const struct {
     { "ib-meta",   hostile_case_ib_meta },
     { "forged-stage", hostile_case_forged_stage },
     { "ib-cts",    hostile_case_ib_cts },
+    { "junk",      hostile_case_junk },
 };
 
 int main(int argc, char **argv)

@@ -17,6 +17,14 @@
  *                     test gets ncclInvalidUsage and a WARN naming both
  *                     sizes; the sender's request ends (done or failed, as
  *                     the backend documents) and the comm stays closable
+ *   send-larger-refused  a 1 MiB isend into a 4 KiB irecv after three that
+ *                     fit (misuse_truncate.c): both sides' test() fail within
+ *                     1 s, each with its WARN; the earlier messages intact
+ *   test-bad-request  test() on NULL, garbage, a request already reported
+ *                     done (also after its slot was reused) and one of a
+ *                     closed comm (misuse_requests.c): ncclInvalidUsage + a
+ *                     WARN naming which, nothing of the comm read; 1000
+ *                     test(NULL) calls stay within the WARN limit
  *   too-many          isends with no receive posted: at most 32 requests
  *                     come back non-NULL (then NULL: retry later); once the
  *                     receives are posted all complete intact
@@ -53,14 +61,8 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 
-#include "harness.h"
 #include "harness_cuda.h"
-
-typedef struct mis_env {
-    fit_plugin_t plugin;
-    void        *ctx;
-    const char  *backend;
-} mis_env_t;
+#include "misuse.h"
 
 static void mis_open(mis_env_t *e, const char *path)
 {
@@ -78,9 +80,8 @@ static void mis_close(mis_env_t *e)
     fit_check_no_ferry_threads("after finalize + dlclose");
 }
 
-/* A refused call: exactly code `want`, and a WARN since `from` holding both needles. */
-static void mis_refused(const char *call, ncclResult_t rc, ncclResult_t want, int from,
-                        const char *n1, const char *n2)
+void mis_refused(const char *call, ncclResult_t rc, ncclResult_t want, int from, const char *n1,
+                 const char *n2)
 {
     char line[4096];
 
@@ -92,7 +93,7 @@ static void mis_refused(const char *call, ncclResult_t rc, ncclResult_t want, in
     printf("MISUSE call=\"%s\" code=%s\n", call, fit_result_str(rc));
 }
 
-static void mis_pair(mis_env_t *e, void **lc_p, void **send_p, void **recv_p)
+void mis_pair(mis_env_t *e, void **lc_p, void **send_p, void **recv_p)
 {
     char handle[NCCL_NET_HANDLE_MAXSIZE];
 
@@ -225,9 +226,7 @@ static void mis_after_finalize(mis_env_t *e)
     fit_pass("calls after finalize refused; a new init works");
 }
 
-/* Run one request to its end: its code, done flag and size. */
-static ncclResult_t mis_wait(const fit_plugin_t *p, void *req, double seconds, int *done_p,
-                             int *size_p)
+ncclResult_t mis_wait(const fit_plugin_t *p, void *req, double seconds, int *done_p, int *size_p)
 {
     fit_bound_t b;
     ncclResult_t rc = ncclSuccess;
@@ -654,6 +653,8 @@ static const struct {
     { "garbage-handle", mis_garbage_handle },
     { "after-finalize", mis_after_finalize },
     { "send-larger",    mis_send_larger },
+    { "send-larger-refused", mis_send_larger_refused },
+    { "test-bad-request", mis_test_bad_request },
     { "too-many",       mis_too_many },
     { "n-above-max",    mis_n_above_max },
     { "finalize-open",  mis_finalize_open },
