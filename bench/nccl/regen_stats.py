@@ -23,15 +23,10 @@ import statistics
 import sys
 from collections import defaultdict
 
+from pool_matrix import human  # the same size words as the other tables
+
 BOOT = 2000
 SEED = 41
-
-
-def human(n):
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return f"{n} B"
 
 
 def read_raw(d):

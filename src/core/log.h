@@ -61,16 +61,37 @@ int ferry_log_limit_pass_at(struct ferry_log_limit *lim, unsigned long long now_
 /* Lines the limiter held back since the process started (all sites): for tests and the dump. */
 unsigned long long ferry_log_limit_suppressed_total(void);
 
+/* The line that reports how many lines of a site the limit held back. */
+#define FERRY_LOG_LIMIT_SUMMARY_(_held, _where) \
+    FERRY_WARN("%llu more warnings like the next were suppressed in the last %d s " \
+               "(at most %d a site per interval%s)", (_held), FERRY_LOG_LIMIT_INTERVAL_S, \
+               FERRY_LOG_LIMIT_BURST, (_where))
+
 #define FERRY_WARN_LIMITED(_fmt, ...) \
     do { \
         static struct ferry_log_limit ferry_lim_; \
         unsigned long long ferry_held_; \
         if (ferry_log_limit_pass(&ferry_lim_, &ferry_held_)) { \
             if (ferry_held_ > 0) \
-                FERRY_WARN("%llu more warnings like the next were suppressed in the last %d s " \
-                           "(at most %d a site per interval)", ferry_held_, \
-                           FERRY_LOG_LIMIT_INTERVAL_S, FERRY_LOG_LIMIT_BURST); \
+                FERRY_LOG_LIMIT_SUMMARY_(ferry_held_, ""); \
             FERRY_WARN(_fmt, ##__VA_ARGS__); \
+        } \
+    } while (0)
+
+/*
+ * The same where every event must still be named (a stranger's address): past
+ * the limit the line is INFO, marked "(its WARN suppressed)".
+ */
+#define FERRY_WARN_LIMITED_ELSE_INFO(_fmt, ...) \
+    do { \
+        static struct ferry_log_limit ferry_lim_; \
+        unsigned long long ferry_held_; \
+        if (ferry_log_limit_pass(&ferry_lim_, &ferry_held_)) { \
+            if (ferry_held_ > 0) \
+                FERRY_LOG_LIMIT_SUMMARY_(ferry_held_, "; each is an INFO line"); \
+            FERRY_WARN(_fmt, ##__VA_ARGS__); \
+        } else { \
+            FERRY_INFO(FERRY_LOG_NET, _fmt " (its WARN suppressed)", ##__VA_ARGS__); \
         } \
     } while (0)
 

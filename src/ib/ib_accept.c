@@ -187,7 +187,7 @@ static ferry_status_t ferry_ib_accept_step(ferry_ib_listen_comm_t *lc, ferry_ib_
     if (why == NULL)
         return FERRY_OK;
     if (!p->real) {
-        FERRY_IB_WARN_REMOTE("ib listener %s: rejected connection from %s after %zu of %zu "
+        FERRY_WARN_LIMITED_ELSE_INFO("ib listener %s: rejected connection from %s after %zu of %zu "
                              "hello bytes: %s; still accepting real peers", lc->addr_str,
                              p->peer, p->got, sizeof(p->in), why);
         *drop = 1;

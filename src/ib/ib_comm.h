@@ -617,26 +617,6 @@ ferry_status_t ferry_ib_connect(ferry_ctx_t *ctx, int dev, void *handle, int tra
                                 void **send_comm_p);
 ferry_status_t ferry_ib_accept(void *listen_comm, void **recv_comm_p);
 ferry_status_t ferry_ib_close_listen(void *listen_comm);
-/*
- * A WARN that a remote party can repeat (a stranger, a peer's bad message):
- * through the call site's limit (FERRY_WARN_LIMITED), and as INFO past it, so
- * the address of each one is still in a log that shows INFO.
- */
-#define FERRY_IB_WARN_REMOTE(_fmt, ...) \
-    do { \
-        static struct ferry_log_limit ferry_ib_lim_; \
-        unsigned long long ferry_ib_held_; \
-        if (ferry_log_limit_pass(&ferry_ib_lim_, &ferry_ib_held_)) { \
-            if (ferry_ib_held_ > 0) \
-                FERRY_WARN("%llu more warnings like the next were suppressed in the last %d s " \
-                           "(at most %d a site per interval; INFO has each)", ferry_ib_held_, \
-                           FERRY_LOG_LIMIT_INTERVAL_S, FERRY_LOG_LIMIT_BURST); \
-            FERRY_WARN(_fmt, ##__VA_ARGS__); \
-        } else { \
-            FERRY_INFO(FERRY_LOG_NET, _fmt, ##__VA_ARGS__); \
-        } \
-    } while (0)
-
 /* ib_pending.c: the table of inbound connections in their handshake. */
 void ferry_ib_pending_drop(ferry_ib_listen_comm_t *lc, int i);
 /* A new entry for fd at the table's end (NULL: out of memory; fd is not taken then). */

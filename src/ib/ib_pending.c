@@ -101,7 +101,7 @@ int ferry_ib_pending_room(ferry_ib_listen_comm_t *lc, uint64_t now)
         if (now < p->since_ns + FERRY_IB_STRANGER_GRACE_NS)
             return 0;
         lc->evicted++;
-        FERRY_IB_WARN_REMOTE("ib listener %s: %d connections without a valid hello; evicting "
+        FERRY_WARN_LIMITED_ELSE_INFO("ib listener %s: %d connections without a valid hello; evicting "
                              "the oldest, from %s after %llu ms with %zu of %zu hello bytes "
                              "(%llu evicted since listen); real peers are kept", lc->addr_str,
                              lc->nstrangers, p->peer,

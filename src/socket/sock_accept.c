@@ -218,21 +218,9 @@ static int ferry_sock_group_add(ferry_sock_listen_comm_t *lc, const ferry_sock_p
 static void ferry_sock_pending_reject(const ferry_sock_listen_comm_t *lc,
                                       const ferry_sock_pending_t *p, const char *why)
 {
-    static struct ferry_log_limit lim;
-    unsigned long long held;
-
-    if (!ferry_log_limit_pass(&lim, &held)) {
-        FERRY_INFO(FERRY_LOG_NET, "listener %s: rejected stream from %s after %zu of %zu hello "
-                   "bytes: %s (its WARN suppressed)", lc->addr_str, p->peer, p->got,
-                   sizeof(p->hello), why);
-        return;
-    }
-    if (held > 0)
-        FERRY_WARN("%llu more warnings like the next were suppressed in the last %d s (at most "
-                   "%d a site per interval; each is an INFO line)", held,
-                   FERRY_LOG_LIMIT_INTERVAL_S, FERRY_LOG_LIMIT_BURST);
-    FERRY_WARN("listener %s: rejected stream from %s after %zu of %zu hello bytes: %s; "
-               "still accepting real peers", lc->addr_str, p->peer, p->got, sizeof(p->hello), why);
+    FERRY_WARN_LIMITED_ELSE_INFO("listener %s: rejected stream from %s after %zu of %zu hello "
+                                 "bytes: %s; still accepting real peers", lc->addr_str, p->peer,
+                                 p->got, sizeof(p->hello), why);
 }
 
 /*
