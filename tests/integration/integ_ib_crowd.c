@@ -42,7 +42,8 @@ typedef struct crowd {
     const fit_plugin_t *p;
     void               *ctx, *lc;
     int                 dev, n, njunk;
-    char                handle[NCCL_NET_HANDLE_MAXSIZE];
+    /* 8-byte aligned as NCCL's handle buffers are (its own IB transport reads 64-bit fields). */
+    _Alignas(8) char    handle[NCCL_NET_HANDLE_MAXSIZE];
     char              (*handles)[NCCL_NET_HANDLE_MAXSIZE]; /* Each connector's own copy. */
     void              **send, **recv;
     int                 nsend, nrecv, lost;
