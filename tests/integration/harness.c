@@ -104,7 +104,7 @@ double fit_now(void)
  * CI's sanitizer jobs set it. Tests that measure how soon something happens
  * keep their own limits.
  */
-static double fit_time_scale(void)
+double fit_time_scale(void)
 {
     const char *v = getenv("FIT_TIME_SCALE");
     double s = v != NULL ? strtod(v, NULL) : 1.0;

@@ -57,6 +57,8 @@ void fit_pass(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Monotonic seconds. */
 double fit_now(void);
+/* FIT_TIME_SCALE (1..20, default 1): how much a sanitizer build stretches the wait bounds. */
+double fit_time_scale(void);
 
 /* A wait limited by both a deadline and an iteration count. */
 typedef struct fit_bound {

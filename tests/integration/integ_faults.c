@@ -556,6 +556,18 @@ int main(int argc, char **argv)
     FIT_CHECK(argc == 1 || only != NULL, "usage: integ_faults [--plugin PATH] [--case NAME]");
     FIT_CHECK(stall != NULL && atoi(stall) > 0, "set NCCL_FERRY_STALL_WARN_S (the frozen cases "
               "wait past it)");
+    /*
+     * Under a sanitizer's time scale the stall delay stretches too (and the
+     * freeze, 1.9 delays, with it): the frozen side's catch-up after SIGCONT
+     * must take less than one delay, or a second stall WARN is right.
+     */
+    if (fit_time_scale() > 1.0) {
+        char v[16];
+
+        snprintf(v, sizeof(v), "%d", (int)(atoi(stall) * fit_time_scale() + 0.5));
+        setenv("NCCL_FERRY_STALL_WARN_S", v, 1);
+        stall = getenv("NCCL_FERRY_STALL_WARN_S");
+    }
     setenv("FAULT_PLUGIN", path, 1);
     /* Few, short connect retries toward a dead acceptor (the default takes a minute, as NCCL's). */
     setenv("NCCL_SOCKET_RETRY_CNT", "5", 0);
