@@ -133,7 +133,7 @@ static void ferry_sock_cfg_warn_one_cpu(const ferry_sock_config_t *cfg)
     else
         snprintf(where, sizeof(where), "bound to one CPU");
     FERRY_WARN("%d helper threads per connection (%s) in a process %s: they take turns with "
-               "NCCL's own thread for that CPU (0.75-0.94x measured under mpirun); unset it, or "
+               "NCCL's own thread for that CPU, which measured slower than no helpers; unset it, or "
                "give each rank more CPUs (%s)",
                cfg->send_threads > cfg->recv_threads ? cfg->send_threads : cfg->recv_threads,
                cfg->src[FERRY_SOCK_CFG_THREADS] == FERRY_CFG_ENV ? "NCCL_FERRY_THREADS"

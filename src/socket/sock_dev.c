@@ -166,8 +166,8 @@ static const char *ferry_sock_dev_slow_why(const ferry_config_t *core,
         return NULL;
     if (cfg->send_threads == 0 && cfg->recv_threads == 0)
         return "no helper threads, and 2 NCCL channels suit NCCL's one copying thread";
-    return "helpers on one side only, beside NCCL's thread: 2 NCCL channels (1.02-1.11x 4 with "
-           "a send helper per comm at 2 CPUs)";
+    return "helpers on one side only, beside NCCL's thread: 2 NCCL channels (measured ahead of 4 "
+           "with a send helper per comm at 2 CPUs)";
 }
 
 ferry_status_t ferry_sock_init(const ferry_config_t *core)
