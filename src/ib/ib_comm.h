@@ -43,9 +43,9 @@
 
 #include "core/live.h"
 #include "core/log.h"
+#include "core/netif.h"
 #include "ib/ib.h"
 #include "ib/ib_handle.h"
-#include "socket/sock_if.h"
 
 #define FERRY_IB_SEND_MAGIC   0x646e65736269662eULL
 #define FERRY_IB_RECV_MAGIC   0x766365726269662eULL
