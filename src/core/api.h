@@ -27,6 +27,12 @@
 #define FERRY_HANDLE_SIZE 128
 /* Requests each comm supports in flight (NCCL_NET_MAX_REQUESTS). */
 #define FERRY_MAX_REQUESTS 32
+/*
+ * What irecv may find in *request_p on entry: the receive may be reported
+ * done once posted (NCCL_NET_OPTIONAL_RECV_COMPLETION, LL and LL128 with one
+ * buffer). Here so a backend reads the hint without NCCL's headers.
+ */
+#define FERRY_RECV_OPTIONAL_COMPLETION 0x1
 
 /* Device properties, ABI-neutral; src/nccl fills each version's struct. */
 typedef struct ferry_props {
