@@ -44,8 +44,8 @@ ferry_log_fn_t ferry_nccl_log_fn(ncclDebugLogger_t log_fn)
 ncclResult_t ferry_nccl_ctx_init(void **ctx_p, uint64_t comm_id, int traffic_class,
                                  ncclDebugLogger_t log_fn)
 {
-    return ferry_nccl_result(ferry_api_init(ctx_p, comm_id, traffic_class,
-                                            ferry_nccl_log_fn(log_fn)));
+    return ferry_nccl_result(ferry_api_init(ctx_p, &ferry_nccl_backend_set, comm_id,
+                                            traffic_class, ferry_nccl_log_fn(log_fn)));
 }
 
 ncclResult_t ferry_nccl_props_get(int dev, ferry_props_t *props_p, void *dst, size_t dst_size)
