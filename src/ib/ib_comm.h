@@ -218,8 +218,22 @@ typedef struct ferry_ib_send_slot {
     uint64_t        fifo_seq;
 } ferry_ib_send_slot_t;
 
+/*
+ * Where a send request writes at the peer: the receive buffer its
+ * clear-to-send named, and that buffer's key on each member of the
+ * receiver's device. ib's own per-request state, kept by the request's ring
+ * slot (ferry_ib_send_rbuf): the engine's request has no words for remote memory.
+ */
+typedef struct ferry_ib_rbuf {
+    uint64_t        addr;
+    uint32_t        rkeys[FERRY_IB_MAX_MEMBERS];
+} ferry_ib_rbuf_t;
+_Static_assert(sizeof(((ferry_ib_rbuf_t *)0)->rkeys) == sizeof(((ferry_ib_cts_t *)0)->rkeys),
+               "a send's remote keys are the clear-to-send's");
+
 typedef struct ferry_ib_send_comm {
     ferry_ib_comm_t        base;
+    ferry_ib_rbuf_t        rbuf[FERRY_MAX_REQUESTS]; /* By ring slot: ferry_ib_send_rbuf. */
     ferry_ib_cts_t       (*fifo)[FERRY_IB_MAX_RECVS]; /* In ctrl: the receiver writes here. */
     ferry_ib_sizes_slot_t *sizes_src;  /* In ctrl: source of grouped-receive size writes. */
     uint64_t               fifo_head;  /* Receives whose buffers all have an isend. */
@@ -256,6 +270,13 @@ typedef struct ferry_ib_send_comm {
      */
     ferry_ib_cts_t         cts_seen[FERRY_IB_MAX_RECVS];
 } ferry_ib_send_comm_t;
+
+/* The peer's receive buffer a posted send request of sc writes to. */
+static inline ferry_ib_rbuf_t *ferry_ib_send_rbuf(ferry_ib_send_comm_t *sc,
+                                                  const ferry_px_req_t *req)
+{
+    return &sc->rbuf[ferry_px_ring_slot_index(&sc->base.ring, req)];
+}
 
 /*
  * A receive comm's GDR flush (ib_flush.c), made on its first READ flush:

@@ -56,6 +56,7 @@ static int ferry_ib_send_chain(ferry_ib_send_comm_t *sc, ferry_ib_send_slot_t *s
     for (i = 0, k = 0; i < n; i++) {
         ferry_px_req_t *req = slot->reqs[i];
         const ferry_ib_mh_t *mh = req->sub[0].mem;
+        const ferry_ib_rbuf_t *rbuf = ferry_ib_send_rbuf(sc, req);
         size_t off, len = ferry_ib_chain_part(ferry_ib_slot_len(slot, i), nq, j, &off);
 
         if (len == 0)
@@ -66,8 +67,8 @@ static int ferry_ib_send_chain(ferry_ib_send_comm_t *sc, ferry_ib_send_slot_t *s
         wrs[k].opcode = IBV_WR_RDMA_WRITE;
         wrs[k].sg_list = &sges[k];
         wrs[k].num_sge = 1;
-        wrs[k].wr.rdma.remote_addr = req->sub[0].raddr + off;
-        wrs[k].wr.rdma.rkey = req->sub[0].rkey[rm];
+        wrs[k].wr.rdma.remote_addr = rbuf->addr + off;
+        wrs[k].wr.rdma.rkey = rbuf->rkeys[rm];
         bytes += len;
         k++;
     }
@@ -92,10 +93,12 @@ static int ferry_ib_send_chain(ferry_ib_send_comm_t *sc, ferry_ib_send_slot_t *s
         k++;
     } else if (k == 0 || (sc->ar && size0 > sc->ar_threshold)) {
         /* Nothing for this QP, or adaptive routing: a 0-byte WRITE_WITH_IMM completes it. */
+        const ferry_ib_rbuf_t *rbuf0 = ferry_ib_send_rbuf(sc, slot->reqs[0]);
+
         wrs[k].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
         wrs[k].num_sge = 0;
-        wrs[k].wr.rdma.remote_addr = slot->reqs[0]->sub[0].raddr;
-        wrs[k].wr.rdma.rkey = slot->reqs[0]->sub[0].rkey[rm];
+        wrs[k].wr.rdma.remote_addr = rbuf0->addr;
+        wrs[k].wr.rdma.rkey = rbuf0->rkeys[rm];
         wrs[k].imm_data = htonl(conn->multi ? FERRY_IB_IMM_CHAIN(seq, j, nq, 0) : (uint32_t)size0);
         k++;
     } else {
@@ -332,6 +335,7 @@ ferry_status_t ferry_ib_isend(void *send_comm, void *data, size_t size, int tag,
     ferry_ib_conn_t *conn = &sc->base.conn;
     ferry_ib_send_slot_t *slot = &sc->slots[sc->fifo_head % FERRY_IB_FIFO_SLOTS];
     const ferry_ib_cts_t *e = sc->cts_seen; /* Checked copies, never the FIFO itself. */
+    ferry_ib_rbuf_t *rbuf;
     ferry_px_sub_t sub;
     ferry_px_req_t *req;
     int failed, nreqs, r, q0, nq;
@@ -382,8 +386,9 @@ ferry_status_t ferry_ib_isend(void *send_comm, void *data, size_t size, int tag,
     if (req == NULL)
         return FERRY_OK; /* 32 in flight. */
     atomic_store_explicit(&req->sub[0].size, size, memory_order_relaxed);
-    req->sub[0].raddr = e[r].addr;
-    memcpy(req->sub[0].rkey, e[r].rkeys, sizeof(req->sub[0].rkey));
+    rbuf = ferry_ib_send_rbuf(sc, req);
+    rbuf->addr = e[r].addr;
+    memcpy(rbuf->rkeys, e[r].rkeys, sizeof(rbuf->rkeys));
     req->backend_word = sc->fifo_head;
     if (slot->matched == 0) {
         slot->nreqs = nreqs;

@@ -156,6 +156,18 @@ void ferry_px_ring_register(ferry_px_ring_t *ring);
 void ferry_px_ring_unregister(ferry_px_ring_t *ring);
 void ferry_px_ring_fini(ferry_px_ring_t *ring);
 
+/*
+ * reqs[] index of a request of the ring, 0..FERRY_MAX_REQUESTS-1: where a
+ * backend keeps its own per-request state beside the ring, in arrays of
+ * FERRY_MAX_REQUESTS. A request keeps its slot from post until test()
+ * reports it, so the backend's entry lives as long.
+ */
+static inline uint32_t ferry_px_ring_slot_index(const ferry_px_ring_t *ring,
+                                                const ferry_px_req_t *req)
+{
+    return (uint32_t)(req - ring->reqs);
+}
+
 /* With ring->lock held: the slot for next_seq if it is FREE, else NULL (32 in flight). */
 ferry_px_req_t *ferry_px_ring_slot_locked(ferry_px_ring_t *ring);
 /* With ring->lock held: post that slot (FREE -> POSTED) as message next_seq, and advance. */
