@@ -258,12 +258,6 @@ typedef struct ferry_ib_send_comm {
     int                    ntrunc;
     ferry_px_req_t        *trunc[FERRY_IB_FIFO_SLOTS];
     /*
-     * isend returns NULL until the receiver's clear-to-send is there, so no
-     * request exists for the engine's stall warning: the wait is timed here
-     * (message fifo_head + 1 since cts_wait_ns, warned once per message).
-     */
-    uint64_t               cts_wait_msg, cts_wait_ns, cts_warned_msg;
-    /*
      * The receive of message fifo_head as isend first read it whole: every
      * isend of it matches against this copy, and finds the FIFO unchanged or
      * fails the comm (ib_send_cts.c).
@@ -648,6 +642,12 @@ void ferry_ib_pending_real(ferry_ib_listen_comm_t *lc, ferry_ib_pending_t *p);
 int ferry_ib_pending_room(ferry_ib_listen_comm_t *lc, uint64_t now);
 
 /* ib_dump.c: the ring ops' words. */
+/*
+ * ib_send.c: what an isend without its clear-to-send waits for (ring ops
+ * wait_why): isend returns no request then, so the ring times the wait
+ * itself (ferry_px_ring_check_wait).
+ */
+void ferry_ib_send_wait_why(const ferry_px_ring_t *ring, char *buf, size_t len);
 void ferry_ib_stall_why(const ferry_px_ring_t *ring, const ferry_px_req_t *req, char *buf,
                         size_t len);
 void ferry_ib_state_words(const ferry_px_ring_t *ring, char *buf, size_t len);

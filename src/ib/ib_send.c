@@ -267,42 +267,18 @@ void ferry_ib_send_fail_trunc(ferry_ib_send_comm_t *sc)
 }
 
 /*
- * A send that waits for a clear-to-send longer than the stall delay: one
- * WARN per message saying it is the receiver that has not posted (NCCL's
- * own IB waits here in silence). A dead receiver is an error, not this
- * (ferry_ib_check_peer).
+ * What a send that waits for its clear-to-send waits on, for the ring's
+ * WARN and dump (ferry_px_ring_check_wait): it is the receiver that has not
+ * posted (NCCL's own IB waits here in silence). A dead receiver is an error,
+ * not this (ferry_ib_check_peer).
  */
-static void ferry_ib_send_cts_wait(ferry_ib_send_comm_t *sc, size_t size, uint64_t now)
+void ferry_ib_send_wait_why(const ferry_px_ring_t *ring, char *buf, size_t len)
 {
-    uint64_t msg = sc->fifo_head + 1, since;
-    char desc[192];
+    const ferry_ib_comm_t *c = (const ferry_ib_comm_t *)ring;
 
-    if (sc->base.ring.stall_ns == 0)
-        return;
-    if (sc->cts_wait_msg != msg) {
-        /* The wait's start: the clock itself (now may be a few calls old). */
-        sc->cts_wait_msg = msg;
-        sc->cts_wait_ns = ferry_px_coarse_ns();
-        return;
-    }
-    /*
-     * One WARN per stall of the comm: the ring's stall WARN may have told it
-     * already, and a message queued behind ones that completed since waits
-     * from their completion.
-     */
-    since = sc->cts_wait_ns > sc->base.ring.moved_ns ? sc->cts_wait_ns : sc->base.ring.moved_ns;
-    if (sc->cts_warned_msg == msg || sc->base.ring.stall_quiet ||
-        now < since + sc->base.ring.stall_ns)
-        return;
-    sc->cts_warned_msg = msg;
-    sc->base.ring.stall_quiet = 1;
-    ferry_px_ring_describe(&sc->base.ring, desc, sizeof(desc));
-    FERRY_WARN("%s: isend of message %llu (%zu bytes) has waited %llu s for the receiver's "
-               "clear-to-send: the receiver %s has not posted the matching irecv (a slower "
-               "rank, or stopped); check that rank's log and whether it is still running. "
-               "NCCL_FERRY_DUMP_SIGNAL dumps every comm; NCCL_FERRY_STALL_WARN_S sets this "
-               "warning's delay (0: off)", desc, (unsigned long long)sc->fifo_head, size,
-               (unsigned long long)((now - since) / 1000000000ULL), sc->base.conn.peer);
+    snprintf(buf, len, "for the receiver's clear-to-send: the receiver %s has not posted the "
+             "matching irecv (a slower rank, or stopped); check that rank's log and whether "
+             "it is still running", c->conn.peer);
 }
 
 /* The receive's buffer this isend goes to: the first unmatched one with its tag. */
@@ -370,7 +346,7 @@ ferry_status_t ferry_ib_isend(void *send_comm, void *data, size_t size, int tag,
         st = ferry_ib_check_peer(&sc->base, 1, now);
         if (st < 0)
             return (ferry_status_t)st;
-        ferry_ib_send_cts_wait(sc, size, now);
+        ferry_px_ring_check_wait(&sc->base.ring, sc->fifo_head, size, now);
         return FERRY_OK; /* No clear-to-send yet, or a grouped receive's still landing. */
     }
     r = ferry_ib_send_match(sc, e, nreqs, tag, size);

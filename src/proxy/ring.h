@@ -57,6 +57,12 @@ typedef struct ferry_px_ring_ops {
     void (*dump)(const struct ferry_px_ring *ring, FILE *out, uint64_t now);
     /* Optional: a failure was recorded; wake whatever of the backend waits. */
     void (*failed)(struct ferry_px_ring *ring);
+    /*
+     * Optional: what a post that waits (ferry_px_ring_check_wait) waits for
+     * and what to check, in the backend's words ("for the receiver's
+     * clear-to-send: ..."), without a final dot.
+     */
+    void (*wait_why)(const struct ferry_px_ring *ring, char *buf, size_t len);
 } ferry_px_ring_ops_t;
 
 /*
@@ -114,6 +120,17 @@ typedef struct ferry_px_ring {
      * not from its post, or each one queued during the stall would warn again.
      */
     uint64_t              moved_ns;
+    /*
+     * A post the backend cannot take yet, so no request exists to time (ib:
+     * an isend before the receiver's clear-to-send; NCCL retries it): the
+     * message it is for + 1 (0: none waits), since when, its size, and the
+     * last one warned about (ferry_px_ring_check_wait). The posting thread
+     * writes them; the dump reads them (relaxed).
+     */
+    _Atomic uint64_t      wait_msg;
+    _Atomic uint64_t      wait_ns;
+    _Atomic uint64_t      wait_size;
+    uint64_t              wait_warned;
     /* ferry_px_ring_clock's reading and calls (test()'s thread; relaxed for tests that share a comm). */
     _Atomic uint64_t      clock_ns;
     _Atomic uint32_t      clock_calls;
@@ -224,6 +241,14 @@ static inline uint64_t ferry_px_ring_stall_idle(const ferry_px_ring_t *ring,
         last = ring->moved_ns; /* Queued behind requests that moved since. */
     return now > last && now - last >= ring->stall_ns ? now - last : 0;
 }
+/*
+ * A post of message msg (the backend's number) and size bytes that the
+ * backend could not take yet and returns without a request: times the wait
+ * from its first call, and WARNs once, as the stall check does for a request
+ * (same delay, once per stall of the comm), in the backend's words (ops
+ * wait_why). The wait ends at the next post (ferry_px_ring_post_locked).
+ */
+void ferry_px_ring_check_wait(ferry_px_ring_t *ring, uint64_t msg, size_t size, uint64_t now);
 /* Write the ring, its requests and the backend's lines (ops dump) for the signal dump. */
 void ferry_px_ring_dump(const ferry_px_ring_t *ring, FILE *out, uint64_t now);
 
