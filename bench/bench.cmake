@@ -38,13 +38,13 @@ target_link_libraries(ferry-flush-prof PRIVATE pthread ${CMAKE_DL_LIBS} rt)
 # socket chunks carry their header and no payload. For measuring the zero-cost
 # ceiling only (bench/README.md); built on request (--target nccl-net-ferry-null),
 # never installed.
-add_library(ferry_core_null STATIC EXCLUDE_FROM_ALL ${FERRY_CORE_SOURCES})
-target_compile_definitions(ferry_core_null PRIVATE FERRY_SOCK_NULL_PAYLOAD=1)
-target_include_directories(ferry_core_null PUBLIC ${PROJECT_SOURCE_DIR}/src
-                                                  ${PROJECT_SOURCE_DIR}/include)
-target_link_libraries(ferry_core_null PUBLIC pthread ${CMAKE_DL_LIBS})
+add_library(ferry_layer_socket_null STATIC EXCLUDE_FROM_ALL ${FERRY_LAYER_SOURCES_socket})
+target_compile_definitions(ferry_layer_socket_null PRIVATE FERRY_SOCK_NULL_PAYLOAD=1)
+target_include_directories(ferry_layer_socket_null PRIVATE ${FERRY_LAYER_INCLUDE_socket})
+target_link_libraries(ferry_layer_socket_null PUBLIC ferry_layer_proxy)
 add_library(nccl-net-ferry-null SHARED EXCLUDE_FROM_ALL ${FERRY_NCCL_SOURCES})
-target_link_libraries(nccl-net-ferry-null PRIVATE ferry_core_null)
+target_include_directories(nccl-net-ferry-null PRIVATE ${FERRY_LAYER_INCLUDE_nccl})
+target_link_libraries(nccl-net-ferry-null PRIVATE ferry_layer_socket_null ferry_layer_ib)
 target_link_options(nccl-net-ferry-null PRIVATE
   -Wl,--version-script=${PROJECT_SOURCE_DIR}/cmake/ferry.map -Wl,--no-undefined -Wl,--as-needed)
 set_target_properties(nccl-net-ferry-null PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})

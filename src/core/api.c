@@ -24,9 +24,11 @@ typedef struct ferry_api_ctx {
     ferry_ctx_t ctx;
 } ferry_api_ctx_t;
 
-/* Guards refs, config and backend; data-path calls only read backend. */
+/* Guards refs, config, set and backend; data-path calls only read backend. */
 static pthread_mutex_t ferry_api_lock = PTHREAD_MUTEX_INITIALIZER;
 static int ferry_api_refs;
+/* The backends and services the layer above handed to the init that brought ferry up. */
+static const ferry_backend_set_t *ferry_api_set;
 static ferry_config_t ferry_api_cfg;
 static const ferry_backend_ops_t *ferry_api_be;
 /*
@@ -45,19 +47,20 @@ static const ferry_backend_ops_t *ferry_api_linger_be;
 /* NCCL_FERRY_BACKEND names one: that one, or a clear error when this build has none. */
 static ferry_status_t ferry_api_named_backend(const char *want, const ferry_backend_ops_t **be_p)
 {
+    const ferry_backend_ops_t *const *backends = ferry_api_set->backends;
     char names[128] = "";
     int i, n = 0;
 
-    for (i = 0; ferry_backends[i] != NULL; i++) {
-        if (strcmp(ferry_backends[i]->name, want) == 0) {
-            *be_p = ferry_backends[i];
+    for (i = 0; backends[i] != NULL; i++) {
+        if (strcmp(backends[i]->name, want) == 0) {
+            *be_p = backends[i];
             FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET, "using the %s backend "
                        "(NCCL_FERRY_BACKEND=%s)", want, want);
             return FERRY_OK;
         }
         if (n < (int)sizeof(names))
             n += snprintf(names + n, sizeof(names) - (size_t)n, "%s%s", i > 0 ? ", " : "",
-                          ferry_backends[i]->name);
+                          backends[i]->name);
     }
     FERRY_WARN("NCCL_FERRY_BACKEND=%s: this build of ferry has no %s backend (it has: %s); "
                "use one of those or auto", want, want, names);
@@ -65,7 +68,7 @@ static ferry_status_t ferry_api_named_backend(const char *want, const ferry_back
 }
 
 /*
- * auto: the first backend, in ferry_backends' order, that says it can run
+ * auto: the first backend, in the set's order, that says it can run
  * here, and one INFO line saying which and why (the others' reasons too).
  * A backend passed over although it was meant to run here also gets a WARN
  * (core/auto_fallback.h) with what to fix; limited, as a caller that inits
@@ -74,12 +77,13 @@ static ferry_status_t ferry_api_named_backend(const char *want, const ferry_back
 static ferry_status_t ferry_api_auto_backend(const ferry_config_t *cfg,
                                              const ferry_backend_ops_t **be_p)
 {
+    const ferry_backend_ops_t *const *backends = ferry_api_set->backends;
     char skipped[768] = "", why[384], meant[512] = "";
     const char *meant_name = NULL;
     int i, n = 0;
 
-    for (i = 0; ferry_backends[i] != NULL; i++) {
-        const ferry_backend_ops_t *be = ferry_backends[i];
+    for (i = 0; backends[i] != NULL; i++) {
+        const ferry_backend_ops_t *be = backends[i];
         ferry_usable_t usable = FERRY_USABLE;
 
         why[0] = '\0';
@@ -139,20 +143,25 @@ static ferry_status_t ferry_api_bring_up(void)
         be->format_config(line + strlen(line), sizeof(line) - strlen(line));
     FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET | FERRY_LOG_ENV, "ferry %s, %s backend, config %s",
                FERRY_VERSION_STRING, be->name, line);
-    ferry_services_start(&ferry_api_cfg);
+    ferry_api_set->services_start(&ferry_api_cfg);
     ferry_api_be = be;
     atomic_store(&ferry_api_data_be, be);
     return FERRY_OK;
 }
 
-ferry_status_t ferry_api_init(void **ctx_p, uint64_t comm_id, int traffic_class,
-                              ferry_log_fn_t logger)
+ferry_status_t ferry_api_init(void **ctx_p, const ferry_backend_set_t *set, uint64_t comm_id,
+                              int traffic_class, ferry_log_fn_t logger)
 {
     ferry_api_ctx_t *c;
     ferry_status_t status = FERRY_OK;
 
     *ctx_p = NULL;
     ferry_log_set(logger);
+    if (set == NULL || set->backends == NULL || set->services_start == NULL ||
+        set->services_stop == NULL) {
+        FERRY_WARN("init: no backend set handed to the core (a ferry bug in the layer above it)");
+        return FERRY_ERR_INTERNAL;
+    }
     c = calloc(1, sizeof(*c));
     if (c == NULL)
         return FERRY_ERR_NO_MEMORY;
@@ -165,8 +174,9 @@ ferry_status_t ferry_api_init(void **ctx_p, uint64_t comm_id, int traffic_class,
     if (ferry_api_refs == 0 && ferry_api_linger_be != NULL) {
         ferry_api_be = ferry_api_linger_be; /* Still up, with the config it had. */
         ferry_api_linger_be = NULL;
-        ferry_services_start(&ferry_api_cfg);
+        ferry_api_set->services_start(&ferry_api_cfg);
     } else if (ferry_api_refs == 0) {
+        ferry_api_set = set;
         status = ferry_api_bring_up();
     }
     if (status == FERRY_OK)
@@ -240,7 +250,7 @@ ferry_status_t ferry_api_finalize(void *ctx)
     free(c);
     pthread_mutex_lock(&ferry_api_lock);
     if (--ferry_api_refs == 0 && ferry_api_be != NULL) {
-        ferry_services_stop();
+        ferry_api_set->services_stop();
         if (ferry_api_left_open())
             ferry_api_linger_be = ferry_api_be;
         else

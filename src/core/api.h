@@ -27,6 +27,12 @@
 #define FERRY_HANDLE_SIZE 128
 /* Requests each comm supports in flight (NCCL_NET_MAX_REQUESTS). */
 #define FERRY_MAX_REQUESTS 32
+/*
+ * What irecv may find in *request_p on entry: the receive may be reported
+ * done once posted (NCCL_NET_OPTIONAL_RECV_COMPLETION, LL and LL128 with one
+ * buffer). Here so a backend reads the hint without NCCL's headers.
+ */
+#define FERRY_RECV_OPTIONAL_COMPLETION 0x1
 
 /* Device properties, ABI-neutral; src/nccl fills each version's struct. */
 typedef struct ferry_props {
@@ -51,9 +57,16 @@ typedef struct ferry_props {
 /* Members a virtual device can merge (NCCL_NET_MAX_DEVS_PER_NIC up to v11). */
 #define FERRY_MAX_VDEV_MEMBERS 4
 
-/* Per-communicator init (v11 semantics). traffic_class -1 means undefined. */
-ferry_status_t ferry_api_init(void **ctx_p, uint64_t comm_id, int traffic_class,
-                              ferry_log_fn_t logger);
+/* The build's backends and services (core/backend.h), from the layer above. */
+typedef struct ferry_backend_set ferry_backend_set_t;
+
+/*
+ * Per-communicator init (v11 semantics). traffic_class -1 means undefined.
+ * The first init of the process (or the first after the last finalize)
+ * brings up a backend of set; later ones keep the one that runs.
+ */
+ferry_status_t ferry_api_init(void **ctx_p, const ferry_backend_set_t *set, uint64_t comm_id,
+                              int traffic_class, ferry_log_fn_t logger);
 /* Safe with ctx == NULL (after a failed init) and after every other error. */
 ferry_status_t ferry_api_finalize(void *ctx);
 ferry_status_t ferry_api_devices(int *ndev_p);

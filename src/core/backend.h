@@ -2,7 +2,8 @@
  * The one ops table each backend fills. src/core/api.c reaches a backend only
  * through it, so tests can plug in a fake backend and the core never branches
  * on which backend runs. Which backends a build has is said above the core,
- * in src/backends.c (ferry_backends). NCCL's members are in NCCL order and
+ * in src/nccl/backends.c, and handed down to ferry_api_init (ferry_backend_set_t):
+ * the core names no symbol of a layer above it. NCCL's members are in NCCL order and
  * none is NULL (optional behaviour points at ferry_no_* below); usable,
  * format_config and make_vdevice may be NULL.
  */
@@ -90,12 +91,16 @@ ferry_status_t ferry_no_iflush(void *recv_comm, int n, void **data, int *sizes,
                                void **mhandles, void **request_p);
 
 /*
- * Defined above the core (src/backends.c): the backends of this build, in
- * the order NCCL_FERRY_BACKEND=auto tries them, NULL-terminated; and what
- * runs beside a backend while ferry is initialised (the signal dump).
+ * What the layer above the core hands it at every init (src/nccl/backends.c):
+ * the backends of this build, in the order NCCL_FERRY_BACKEND=auto tries
+ * them, NULL-terminated; and what runs beside a backend while ferry is
+ * initialised (the signal dump, in the proxy). Static: the core keeps the
+ * pointer for the process' life.
  */
-extern const ferry_backend_ops_t *const ferry_backends[];
-void ferry_services_start(const ferry_config_t *cfg);
-void ferry_services_stop(void);
+struct ferry_backend_set {
+    const ferry_backend_ops_t *const *backends;
+    void (*services_start)(const ferry_config_t *cfg);
+    void (*services_stop)(void);
+};
 
 #endif

@@ -43,9 +43,9 @@
 
 #include "core/live.h"
 #include "core/log.h"
+#include "core/netif.h"
 #include "ib/ib.h"
 #include "ib/ib_handle.h"
-#include "socket/sock_if.h"
 
 #define FERRY_IB_SEND_MAGIC   0x646e65736269662eULL
 #define FERRY_IB_RECV_MAGIC   0x766365726269662eULL
@@ -218,8 +218,22 @@ typedef struct ferry_ib_send_slot {
     uint64_t        fifo_seq;
 } ferry_ib_send_slot_t;
 
+/*
+ * Where a send request writes at the peer: the receive buffer its
+ * clear-to-send named, and that buffer's key on each member of the
+ * receiver's device. ib's own per-request state, kept by the request's ring
+ * slot (ferry_ib_send_rbuf): the engine's request has no words for remote memory.
+ */
+typedef struct ferry_ib_rbuf {
+    uint64_t        addr;
+    uint32_t        rkeys[FERRY_IB_MAX_MEMBERS];
+} ferry_ib_rbuf_t;
+_Static_assert(sizeof(((ferry_ib_rbuf_t *)0)->rkeys) == sizeof(((ferry_ib_cts_t *)0)->rkeys),
+               "a send's remote keys are the clear-to-send's");
+
 typedef struct ferry_ib_send_comm {
     ferry_ib_comm_t        base;
+    ferry_ib_rbuf_t        rbuf[FERRY_MAX_REQUESTS]; /* By ring slot: ferry_ib_send_rbuf. */
     ferry_ib_cts_t       (*fifo)[FERRY_IB_MAX_RECVS]; /* In ctrl: the receiver writes here. */
     ferry_ib_sizes_slot_t *sizes_src;  /* In ctrl: source of grouped-receive size writes. */
     uint64_t               fifo_head;  /* Receives whose buffers all have an isend. */
@@ -244,18 +258,19 @@ typedef struct ferry_ib_send_comm {
     int                    ntrunc;
     ferry_px_req_t        *trunc[FERRY_IB_FIFO_SLOTS];
     /*
-     * isend returns NULL until the receiver's clear-to-send is there, so no
-     * request exists for the engine's stall warning: the wait is timed here
-     * (message fifo_head + 1 since cts_wait_ns, warned once per message).
-     */
-    uint64_t               cts_wait_msg, cts_wait_ns, cts_warned_msg;
-    /*
      * The receive of message fifo_head as isend first read it whole: every
      * isend of it matches against this copy, and finds the FIFO unchanged or
      * fails the comm (ib_send_cts.c).
      */
     ferry_ib_cts_t         cts_seen[FERRY_IB_MAX_RECVS];
 } ferry_ib_send_comm_t;
+
+/* The peer's receive buffer a posted send request of sc writes to. */
+static inline ferry_ib_rbuf_t *ferry_ib_send_rbuf(ferry_ib_send_comm_t *sc,
+                                                  const ferry_px_req_t *req)
+{
+    return &sc->rbuf[ferry_px_ring_slot_index(&sc->base.ring, req)];
+}
 
 /*
  * A receive comm's GDR flush (ib_flush.c), made on its first READ flush:
@@ -627,6 +642,12 @@ void ferry_ib_pending_real(ferry_ib_listen_comm_t *lc, ferry_ib_pending_t *p);
 int ferry_ib_pending_room(ferry_ib_listen_comm_t *lc, uint64_t now);
 
 /* ib_dump.c: the ring ops' words. */
+/*
+ * ib_send.c: what an isend without its clear-to-send waits for (ring ops
+ * wait_why): isend returns no request then, so the ring times the wait
+ * itself (ferry_px_ring_check_wait).
+ */
+void ferry_ib_send_wait_why(const ferry_px_ring_t *ring, char *buf, size_t len);
 void ferry_ib_stall_why(const ferry_px_ring_t *ring, const ferry_px_req_t *req, char *buf,
                         size_t len);
 void ferry_ib_state_words(const ferry_px_ring_t *ring, char *buf, size_t len);

@@ -185,7 +185,7 @@ static ferry_status_t ferry_ib_conn_error(ferry_ib_conn_stage_t *st, int rc)
     if (st->fd >= 0)
         close(st->fd);
     st->fd = -1;
-    if (((st->state <= FERRY_IB_CONN_CONNECTING && ferry_sock_connect_retryable(err)) ||
+    if (((st->state <= FERRY_IB_CONN_CONNECTING && ferry_connect_retryable(err)) ||
          evicted) && st->attempts < cfg->retry_cnt) {
         st->attempts++;
         st->state = FERRY_IB_CONN_CLOSED;

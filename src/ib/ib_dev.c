@@ -5,11 +5,11 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/netif.h"
 #include "ib/ib.h"
 #include "ib/ib_async.h"
 #include "ib/ib_cm.h"
 #include "ib/ib_dev_port.h"
-#include "socket/sock_if.h"
 
 ferry_ib_state_t ferry_ib_state;
 
@@ -20,9 +20,9 @@ ferry_ib_state_t ferry_ib_state;
  */
 static ferry_status_t ferry_ib_oob_pick(const ferry_config_t *cfg, ferry_ib_state_t *st)
 {
-    ferry_sock_if_t ifc;
+    ferry_netif_t ifc;
 
-    if (ferry_sock_if_find(cfg->socket_ifname, cfg->socket_family, &ifc, 1) != 1) {
+    if (ferry_netif_find(cfg->socket_ifname, cfg->socket_family, &ifc, 1) != 1) {
         FERRY_WARN("ib: no IP interface found for the out-of-band connection "
                    "(NCCL_SOCKET_IFNAME=%s, NCCL_SOCKET_FAMILY=%s); the interface must be up "
                    "with an address; set NCCL_SOCKET_IFNAME to one that is (see `ip addr`)",
@@ -35,7 +35,7 @@ static ferry_status_t ferry_ib_oob_pick(const ferry_config_t *cfg, ferry_ib_stat
     snprintf(st->oob_ifname, sizeof(st->oob_ifname), "%s", ifc.name);
     st->oob_sa = ifc.addr;
     st->oob_sa_len = (unsigned)ifc.addr_len;
-    ferry_sock_addr_any_port(&st->oob_sa);
+    ferry_sockaddr_any_port(&st->oob_sa);
     if (getnameinfo((struct sockaddr *)&st->oob_sa, ifc.addr_len, st->oob_addr,
                     sizeof(st->oob_addr), NULL, 0, NI_NUMERICHOST) != 0)
         snprintf(st->oob_addr, sizeof(st->oob_addr), "?");

@@ -66,7 +66,7 @@ ferry_status_t ferry_ib_listen(ferry_ctx_t *ctx, int dev, void *handle, void **l
         return FERRY_ERR_NO_MEMORY;
     addr = ferry_ib_state.oob_sa;
     addr_len = ferry_ib_state.oob_sa_len;
-    ferry_sock_addr_any_port(&addr);
+    ferry_sockaddr_any_port(&addr);
     lc->dev = dev;
     lc->fd = -1;
     status = ferry_ib_state.cfg.cm == FERRY_IB_CM_RDMACM
@@ -91,7 +91,7 @@ ferry_status_t ferry_ib_listen(ferry_ctx_t *ctx, int dev, void *handle, void **l
     h->nlanes = 1;
     h->family = addr.ss_family;
     h->token = lc->token;
-    ferry_sock_addr_to_wire(&addr, &h->family, &h->port, h->addr, &h->scope_id);
+    ferry_sockaddr_to_wire(&addr, &h->family, &h->port, h->addr, &h->scope_id);
     FERRY_INFO(FERRY_LOG_NET, "ib listening on %s (%s%s) for %s", lc->addr_str,
                lc->cm != NULL ? "rdmacm, " : "", ferry_ib_state.oob_ifname,
                ferry_ib_dev_name(dev));

@@ -121,5 +121,5 @@ void ferry_ib_oob_bye(int fd)
 int ferry_ib_handle_sockaddr(const ferry_ib_handle_t *h, struct sockaddr_storage *ss,
                              socklen_t *len_p)
 {
-    return ferry_sock_addr_from_wire(ss, len_p, h->family, h->port, h->addr, h->scope_id);
+    return ferry_sockaddr_from_wire(ss, len_p, h->family, h->port, h->addr, h->scope_id);
 }

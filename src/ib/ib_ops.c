@@ -22,6 +22,7 @@ const ferry_px_ring_ops_t ferry_ib_send_ring_ops = {
     .stall_why = ferry_ib_stall_why,
     .state     = ferry_ib_state_words,
     .dump      = ferry_ib_dump,
+    .wait_why  = ferry_ib_send_wait_why,
 };
 
 const ferry_px_ring_ops_t ferry_ib_recv_ring_ops = {

@@ -19,13 +19,13 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
+#include "core/api.h"
 #include "core/log.h"
 #include "ib/ib_comm.h"
-#include "nccl/net_const.h"
 
 int ferry_ib_recv_early_wanted(const ferry_ib_recv_comm_t *rc, void *hint, int n, int nq)
 {
-    return hint == (void *)NCCL_NET_OPTIONAL_RECV_COMPLETION && n == 1 && nq == 1 &&
+    return hint == (void *)FERRY_RECV_OPTIONAL_COMPLETION && n == 1 && nq == 1 &&
            !rc->base.conn.multi;
 }
 

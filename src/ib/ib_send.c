@@ -56,6 +56,7 @@ static int ferry_ib_send_chain(ferry_ib_send_comm_t *sc, ferry_ib_send_slot_t *s
     for (i = 0, k = 0; i < n; i++) {
         ferry_px_req_t *req = slot->reqs[i];
         const ferry_ib_mh_t *mh = req->sub[0].mem;
+        const ferry_ib_rbuf_t *rbuf = ferry_ib_send_rbuf(sc, req);
         size_t off, len = ferry_ib_chain_part(ferry_ib_slot_len(slot, i), nq, j, &off);
 
         if (len == 0)
@@ -66,8 +67,8 @@ static int ferry_ib_send_chain(ferry_ib_send_comm_t *sc, ferry_ib_send_slot_t *s
         wrs[k].opcode = IBV_WR_RDMA_WRITE;
         wrs[k].sg_list = &sges[k];
         wrs[k].num_sge = 1;
-        wrs[k].wr.rdma.remote_addr = req->sub[0].raddr + off;
-        wrs[k].wr.rdma.rkey = req->sub[0].rkey[rm];
+        wrs[k].wr.rdma.remote_addr = rbuf->addr + off;
+        wrs[k].wr.rdma.rkey = rbuf->rkeys[rm];
         bytes += len;
         k++;
     }
@@ -92,10 +93,12 @@ static int ferry_ib_send_chain(ferry_ib_send_comm_t *sc, ferry_ib_send_slot_t *s
         k++;
     } else if (k == 0 || (sc->ar && size0 > sc->ar_threshold)) {
         /* Nothing for this QP, or adaptive routing: a 0-byte WRITE_WITH_IMM completes it. */
+        const ferry_ib_rbuf_t *rbuf0 = ferry_ib_send_rbuf(sc, slot->reqs[0]);
+
         wrs[k].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
         wrs[k].num_sge = 0;
-        wrs[k].wr.rdma.remote_addr = slot->reqs[0]->sub[0].raddr;
-        wrs[k].wr.rdma.rkey = slot->reqs[0]->sub[0].rkey[rm];
+        wrs[k].wr.rdma.remote_addr = rbuf0->addr;
+        wrs[k].wr.rdma.rkey = rbuf0->rkeys[rm];
         wrs[k].imm_data = htonl(conn->multi ? FERRY_IB_IMM_CHAIN(seq, j, nq, 0) : (uint32_t)size0);
         k++;
     } else {
@@ -264,42 +267,18 @@ void ferry_ib_send_fail_trunc(ferry_ib_send_comm_t *sc)
 }
 
 /*
- * A send that waits for a clear-to-send longer than the stall delay: one
- * WARN per message saying it is the receiver that has not posted (NCCL's
- * own IB waits here in silence). A dead receiver is an error, not this
- * (ferry_ib_check_peer).
+ * What a send that waits for its clear-to-send waits on, for the ring's
+ * WARN and dump (ferry_px_ring_check_wait): it is the receiver that has not
+ * posted (NCCL's own IB waits here in silence). A dead receiver is an error,
+ * not this (ferry_ib_check_peer).
  */
-static void ferry_ib_send_cts_wait(ferry_ib_send_comm_t *sc, size_t size, uint64_t now)
+void ferry_ib_send_wait_why(const ferry_px_ring_t *ring, char *buf, size_t len)
 {
-    uint64_t msg = sc->fifo_head + 1, since;
-    char desc[192];
+    const ferry_ib_comm_t *c = (const ferry_ib_comm_t *)ring;
 
-    if (sc->base.ring.stall_ns == 0)
-        return;
-    if (sc->cts_wait_msg != msg) {
-        /* The wait's start: the clock itself (now may be a few calls old). */
-        sc->cts_wait_msg = msg;
-        sc->cts_wait_ns = ferry_px_coarse_ns();
-        return;
-    }
-    /*
-     * One WARN per stall of the comm: the ring's stall WARN may have told it
-     * already, and a message queued behind ones that completed since waits
-     * from their completion.
-     */
-    since = sc->cts_wait_ns > sc->base.ring.moved_ns ? sc->cts_wait_ns : sc->base.ring.moved_ns;
-    if (sc->cts_warned_msg == msg || sc->base.ring.stall_quiet ||
-        now < since + sc->base.ring.stall_ns)
-        return;
-    sc->cts_warned_msg = msg;
-    sc->base.ring.stall_quiet = 1;
-    ferry_px_ring_describe(&sc->base.ring, desc, sizeof(desc));
-    FERRY_WARN("%s: isend of message %llu (%zu bytes) has waited %llu s for the receiver's "
-               "clear-to-send: the receiver %s has not posted the matching irecv (a slower "
-               "rank, or stopped); check that rank's log and whether it is still running. "
-               "NCCL_FERRY_DUMP_SIGNAL dumps every comm; NCCL_FERRY_STALL_WARN_S sets this "
-               "warning's delay (0: off)", desc, (unsigned long long)sc->fifo_head, size,
-               (unsigned long long)((now - since) / 1000000000ULL), sc->base.conn.peer);
+    snprintf(buf, len, "for the receiver's clear-to-send: the receiver %s has not posted the "
+             "matching irecv (a slower rank, or stopped); check that rank's log and whether "
+             "it is still running", c->conn.peer);
 }
 
 /* The receive's buffer this isend goes to: the first unmatched one with its tag. */
@@ -332,6 +311,7 @@ ferry_status_t ferry_ib_isend(void *send_comm, void *data, size_t size, int tag,
     ferry_ib_conn_t *conn = &sc->base.conn;
     ferry_ib_send_slot_t *slot = &sc->slots[sc->fifo_head % FERRY_IB_FIFO_SLOTS];
     const ferry_ib_cts_t *e = sc->cts_seen; /* Checked copies, never the FIFO itself. */
+    ferry_ib_rbuf_t *rbuf;
     ferry_px_sub_t sub;
     ferry_px_req_t *req;
     int failed, nreqs, r, q0, nq;
@@ -366,7 +346,7 @@ ferry_status_t ferry_ib_isend(void *send_comm, void *data, size_t size, int tag,
         st = ferry_ib_check_peer(&sc->base, 1, now);
         if (st < 0)
             return (ferry_status_t)st;
-        ferry_ib_send_cts_wait(sc, size, now);
+        ferry_px_ring_check_wait(&sc->base.ring, sc->fifo_head, size, now);
         return FERRY_OK; /* No clear-to-send yet, or a grouped receive's still landing. */
     }
     r = ferry_ib_send_match(sc, e, nreqs, tag, size);
@@ -382,8 +362,9 @@ ferry_status_t ferry_ib_isend(void *send_comm, void *data, size_t size, int tag,
     if (req == NULL)
         return FERRY_OK; /* 32 in flight. */
     atomic_store_explicit(&req->sub[0].size, size, memory_order_relaxed);
-    req->sub[0].raddr = e[r].addr;
-    memcpy(req->sub[0].rkey, e[r].rkeys, sizeof(req->sub[0].rkey));
+    rbuf = ferry_ib_send_rbuf(sc, req);
+    rbuf->addr = e[r].addr;
+    memcpy(rbuf->rkeys, e[r].rkeys, sizeof(rbuf->rkeys));
     req->backend_word = sc->fifo_head;
     if (slot->matched == 0) {
         slot->nreqs = nreqs;

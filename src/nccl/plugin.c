@@ -16,6 +16,8 @@ _Static_assert(FERRY_PTR_CUDA == NCCL_PTR_CUDA, "FERRY_PTR_CUDA");
 _Static_assert(FERRY_PTR_DMABUF == NCCL_PTR_DMABUF, "FERRY_PTR_DMABUF");
 _Static_assert(FERRY_HANDLE_SIZE == NCCL_NET_HANDLE_MAXSIZE, "FERRY_HANDLE_SIZE");
 _Static_assert(FERRY_MAX_REQUESTS == NCCL_NET_MAX_REQUESTS, "FERRY_MAX_REQUESTS");
+_Static_assert(FERRY_RECV_OPTIONAL_COMPLETION == NCCL_NET_OPTIONAL_RECV_COMPLETION,
+               "FERRY_RECV_OPTIONAL_COMPLETION");
 _Static_assert(FERRY_LOG_WARN == NCCL_LOG_WARN, "FERRY_LOG_WARN");
 _Static_assert(FERRY_LOG_INFO == NCCL_LOG_INFO, "FERRY_LOG_INFO");
 _Static_assert(FERRY_LOG_TRACE == NCCL_LOG_TRACE, "FERRY_LOG_TRACE");
@@ -42,8 +44,8 @@ ferry_log_fn_t ferry_nccl_log_fn(ncclDebugLogger_t log_fn)
 ncclResult_t ferry_nccl_ctx_init(void **ctx_p, uint64_t comm_id, int traffic_class,
                                  ncclDebugLogger_t log_fn)
 {
-    return ferry_nccl_result(ferry_api_init(ctx_p, comm_id, traffic_class,
-                                            ferry_nccl_log_fn(log_fn)));
+    return ferry_nccl_result(ferry_api_init(ctx_p, &ferry_nccl_backend_set, comm_id,
+                                            traffic_class, ferry_nccl_log_fn(log_fn)));
 }
 
 ncclResult_t ferry_nccl_props_get(int dev, ferry_props_t *props_p, void *dst, size_t dst_size)

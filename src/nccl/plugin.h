@@ -16,6 +16,9 @@
 /* The struct name NCCL logs and matches NCCL_NET against. */
 #define FERRY_NCCL_NAME "ferry"
 
+/* The backends and services of this build (backends.c), handed to ferry_api_init. */
+extern const ferry_backend_set_t ferry_nccl_backend_set;
+
 /* The one ferry_status_t -> ncclResult_t mapping (status.c). */
 ncclResult_t ferry_nccl_result(ferry_status_t status);
 

@@ -62,8 +62,6 @@ void ferry_px_req_post(ferry_px_req_t *req, ferry_px_req_kind_t kind, uint32_t s
         req->sub[i].capacity = subs[i].capacity;
         req->sub[i].tag = subs[i].tag;
         req->sub[i].mem = subs[i].mem;
-        req->sub[i].raddr = 0;
-        memset(req->sub[i].rkey, 0, sizeof(req->sub[i].rkey));
         /* A send reports what it sends; a receive learns its size from the peer. */
         atomic_store_explicit(&req->sub[i].size, kind == FERRY_PX_SEND ? subs[i].capacity : 0,
                               memory_order_relaxed);

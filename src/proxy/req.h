@@ -27,8 +27,6 @@
 
 /* Sub-buffers of one request: NCCL's grouped receives (maxRecvs). */
 #define FERRY_PX_MAX_SUBS 8
-/* Remote keys a sub-buffer's descriptor carries (one per merged port). */
-#define FERRY_PX_MAX_RKEYS 4
 
 typedef enum ferry_px_req_state {
     FERRY_PX_REQ_FREE,   /* In the comm's ring, unused; isend/irecv may take it. */
@@ -46,8 +44,9 @@ typedef enum ferry_px_req_kind {
 } ferry_px_req_kind_t;
 
 /*
- * One buffer of a request. A receiver-driven backend also fills the remote
- * descriptor of a send: where the peer's receive buffer is and its keys.
+ * One buffer of a request. What a backend knows beyond these (where a
+ * receiver-driven send writes at the peer) it keeps by the request's ring
+ * slot (ferry_px_ring_slot_index), in its own comm.
  */
 typedef struct ferry_px_sub {
     char            *buf;      /* Where the bytes are moved; set at post. */
@@ -55,8 +54,6 @@ typedef struct ferry_px_sub {
     int              tag;      /* NCCL's tag; grouped receives are matched by it. */
     void            *mem;      /* The backend's memory handle for buf (NULL: none). */
     _Atomic uint64_t size;     /* Bytes test() reports; recv: learnt from the peer. */
-    uint64_t         raddr;    /* Send: the receive buffer's address at the peer. */
-    uint32_t         rkey[FERRY_PX_MAX_RKEYS]; /* ...and its keys. */
 } ferry_px_sub_t;
 
 struct ferry_px_ring;

@@ -72,6 +72,9 @@ void ferry_px_ring_post_locked(ferry_px_ring_t *ring, ferry_px_req_t *req, int n
     ferry_px_handle_step(req); /* Its handle passes test() from now on. */
     /* Relaxed: the dump's thread reads it without the lock (ferry_px_ring_dump). */
     __atomic_store_n(&ring->next_seq, ring->next_seq + 1, __ATOMIC_RELAXED);
+    /* A post the backend could not take before is taken: its wait is over. */
+    if (atomic_load_explicit(&ring->wait_msg, memory_order_relaxed) != 0)
+        atomic_store_explicit(&ring->wait_msg, 0, memory_order_relaxed);
 }
 
 ferry_px_req_t *ferry_px_ring_post(ferry_px_ring_t *ring, int n, const ferry_px_sub_t *subs,

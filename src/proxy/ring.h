@@ -57,6 +57,12 @@ typedef struct ferry_px_ring_ops {
     void (*dump)(const struct ferry_px_ring *ring, FILE *out, uint64_t now);
     /* Optional: a failure was recorded; wake whatever of the backend waits. */
     void (*failed)(struct ferry_px_ring *ring);
+    /*
+     * Optional: what a post that waits (ferry_px_ring_check_wait) waits for
+     * and what to check, in the backend's words ("for the receiver's
+     * clear-to-send: ..."), without a final dot.
+     */
+    void (*wait_why)(const struct ferry_px_ring *ring, char *buf, size_t len);
 } ferry_px_ring_ops_t;
 
 /*
@@ -114,6 +120,17 @@ typedef struct ferry_px_ring {
      * not from its post, or each one queued during the stall would warn again.
      */
     uint64_t              moved_ns;
+    /*
+     * A post the backend cannot take yet, so no request exists to time (ib:
+     * an isend before the receiver's clear-to-send; NCCL retries it): the
+     * message it is for + 1 (0: none waits), since when, its size, and the
+     * last one warned about (ferry_px_ring_check_wait). The posting thread
+     * writes them; the dump reads them (relaxed).
+     */
+    _Atomic uint64_t      wait_msg;
+    _Atomic uint64_t      wait_ns;
+    _Atomic uint64_t      wait_size;
+    uint64_t              wait_warned;
     /* ferry_px_ring_clock's reading and calls (test()'s thread; relaxed for tests that share a comm). */
     _Atomic uint64_t      clock_ns;
     _Atomic uint32_t      clock_calls;
@@ -155,6 +172,18 @@ ferry_status_t ferry_px_ring_init(ferry_px_ring_t *ring, ferry_px_req_kind_t kin
 void ferry_px_ring_register(ferry_px_ring_t *ring);
 void ferry_px_ring_unregister(ferry_px_ring_t *ring);
 void ferry_px_ring_fini(ferry_px_ring_t *ring);
+
+/*
+ * reqs[] index of a request of the ring, 0..FERRY_MAX_REQUESTS-1: where a
+ * backend keeps its own per-request state beside the ring, in arrays of
+ * FERRY_MAX_REQUESTS. A request keeps its slot from post until test()
+ * reports it, so the backend's entry lives as long.
+ */
+static inline uint32_t ferry_px_ring_slot_index(const ferry_px_ring_t *ring,
+                                                const ferry_px_req_t *req)
+{
+    return (uint32_t)(req - ring->reqs);
+}
 
 /* With ring->lock held: the slot for next_seq if it is FREE, else NULL (32 in flight). */
 ferry_px_req_t *ferry_px_ring_slot_locked(ferry_px_ring_t *ring);
@@ -212,6 +241,14 @@ static inline uint64_t ferry_px_ring_stall_idle(const ferry_px_ring_t *ring,
         last = ring->moved_ns; /* Queued behind requests that moved since. */
     return now > last && now - last >= ring->stall_ns ? now - last : 0;
 }
+/*
+ * A post of message msg (the backend's number) and size bytes that the
+ * backend could not take yet and returns without a request: times the wait
+ * from its first call, and WARNs once, as the stall check does for a request
+ * (same delay, once per stall of the comm), in the backend's words (ops
+ * wait_why). The wait ends at the next post (ferry_px_ring_post_locked).
+ */
+void ferry_px_ring_check_wait(ferry_px_ring_t *ring, uint64_t msg, size_t size, uint64_t now);
 /* Write the ring, its requests and the backend's lines (ops dump) for the signal dump. */
 void ferry_px_ring_dump(const ferry_px_ring_t *ring, FILE *out, uint64_t now);
 

@@ -79,6 +79,25 @@ static void ferry_px_dump_timing(FILE *out, const ferry_px_ring_t *ring)
             (double)atomic_load_explicit(&t->report_ns, memory_order_relaxed) / (double)n / 1e3);
 }
 
+/* A post the backend could not take yet (ferry_px_ring_check_wait): it has no request line. */
+static void ferry_px_dump_wait(FILE *out, const ferry_px_ring_t *ring, uint64_t now)
+{
+    uint64_t key = atomic_load_explicit(&ring->wait_msg, memory_order_relaxed);
+    char why[384] = "";
+
+    if (key == 0)
+        return;
+    if (ring->ops->wait_why != NULL)
+        ring->ops->wait_why(ring, why, sizeof(why));
+    fprintf(out, "NET/ferry :     waiting to post: %s of message %" PRIu64 " (%" PRIu64
+            " bytes) for %" PRIu64 " ms, no request yet%s%s\n",
+            ring->kind == FERRY_PX_SEND ? "isend" : "irecv", key - 1,
+            (uint64_t)atomic_load_explicit(&ring->wait_size, memory_order_relaxed),
+            ferry_px_dump_ms_since(now, atomic_load_explicit(&ring->wait_ns,
+                                                             memory_order_relaxed)),
+            why[0] != '\0' ? "; waits " : "", why);
+}
+
 void ferry_px_ring_dump(const ferry_px_ring_t *ring, FILE *out, uint64_t now)
 {
     char desc[192];
@@ -95,6 +114,7 @@ void ferry_px_ring_dump(const ferry_px_ring_t *ring, FILE *out, uint64_t now)
     ferry_px_dump_timing(out, ring);
     for (i = 0; i < FERRY_MAX_REQUESTS; i++)
         ferry_px_dump_req(out, ring, &ring->reqs[i], now);
+    ferry_px_dump_wait(out, ring, now);
 }
 
 typedef struct ferry_px_dump_ctx {

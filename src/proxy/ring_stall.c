@@ -6,6 +6,8 @@
  * otherwise looks like a hang with nothing in the log. Not an error: a
  * straggler rank still computing also keeps a receive waiting. Every word
  * about the transport is the backend's (ring ops stall_why and state).
+ * The same for a post the backend cannot take yet (ferry_px_ring_check_wait):
+ * no request exists then, but NCCL waits as long.
  */
 #include <stdio.h>
 
@@ -62,4 +64,42 @@ void ferry_px_ring_check_stall_at(ferry_px_ring_t *ring, ferry_px_req_t *req, ui
                desc, ferry_px_req_kind_str(req->kind), req->seq,
                (unsigned long long)(idle / 1000000000ULL), words,
                state_words[0] != '\0' ? "; " : "", state_words, why);
+}
+
+void ferry_px_ring_check_wait(ferry_px_ring_t *ring, uint64_t msg, size_t size, uint64_t now)
+{
+    uint64_t key = msg + 1, since;
+    char desc[192], why[384];
+
+    if (ring->stall_ns == 0)
+        return;
+    if (atomic_load_explicit(&ring->wait_msg, memory_order_relaxed) != key) {
+        /* The wait's start: the clock itself (now may be a few calls old). */
+        atomic_store_explicit(&ring->wait_ns, ferry_px_coarse_ns(), memory_order_relaxed);
+        atomic_store_explicit(&ring->wait_size, size, memory_order_relaxed);
+        atomic_store_explicit(&ring->wait_msg, key, memory_order_relaxed);
+        return;
+    }
+    /*
+     * One WARN per stall of the comm, as for requests (the stall check may
+     * have told it already); a message queued behind ones that test()
+     * reported since waits from then.
+     */
+    since = atomic_load_explicit(&ring->wait_ns, memory_order_relaxed);
+    if (ring->moved_ns > since)
+        since = ring->moved_ns;
+    if (ring->wait_warned == key || ring->stall_quiet || now < since + ring->stall_ns)
+        return;
+    ring->wait_warned = key;
+    ring->stall_quiet = 1;
+    if (ring->ops->wait_why != NULL)
+        ring->ops->wait_why(ring, why, sizeof(why));
+    else
+        snprintf(why, sizeof(why), "for the peer; check that rank's log");
+    ferry_px_ring_describe(ring, desc, sizeof(desc));
+    FERRY_WARN("%s: %s of message %llu (%zu bytes) has waited %llu s %s. "
+               "NCCL_FERRY_DUMP_SIGNAL dumps every comm; NCCL_FERRY_STALL_WARN_S sets this "
+               "warning's delay (0: off)", desc, ring->kind == FERRY_PX_SEND ? "isend" : "irecv",
+               (unsigned long long)msg, size, (unsigned long long)((now - since) / 1000000000ULL),
+               why);
 }

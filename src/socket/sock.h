@@ -7,10 +7,10 @@
 
 #include "core/backend.h"
 #include "core/live.h"
+#include "core/netif.h"
 #include "proxy/stream.h"
 #include "socket/sock_config.h"
 #include "socket/sock_gpu.h"
-#include "socket/sock_if.h"
 #include "socket/sock_wire.h"
 
 #define FERRY_SOCK_COMM_MAGIC   0x636f6d6d6b636f73ULL /* Recognises our comms in every entry point. */
@@ -31,7 +31,7 @@
 #endif
 
 typedef struct ferry_sock_dev {
-    ferry_sock_if_t ifc;
+    ferry_netif_t   ifc;
     char            pci_path[PATH_MAX]; /* Empty when the interface has no PCI device. */
     int             speed_mbps;
     char            addr_str[64];
@@ -45,7 +45,7 @@ typedef struct ferry_sock_state {
     ferry_config_t      core; /* Process-wide: interface, retries, hello timeout, stall warning. */
     ferry_sock_config_t cfg;  /* The socket backend's own variables (sock_config.h). */
     int                 ndev;
-    ferry_sock_dev_t    devs[FERRY_SOCK_IF_MAX];
+    ferry_sock_dev_t    devs[FERRY_NETIF_MAX];
     int                 gpu;  /* GPU buffers are taken (sock_gpu.h). */
 } ferry_sock_state_t;
 

@@ -64,7 +64,7 @@ ferry_status_t ferry_sock_listen(ferry_ctx_t *ctx, int dev, void *handle, void *
     addr = d->ifc.addr;
     addr_len = d->ifc.addr_len;
     /* Port 0: the kernel picks one; the handle tells the peer. */
-    ferry_sock_addr_any_port(&addr);
+    ferry_sockaddr_any_port(&addr);
     if (bind(lc->fd, (struct sockaddr *)&addr, addr_len) != 0 ||
         listen(lc->fd, 16384) != 0 ||
         getsockname(lc->fd, (struct sockaddr *)&addr, &addr_len) != 0) {
@@ -83,7 +83,7 @@ ferry_status_t ferry_sock_listen(ferry_ctx_t *ctx, int dev, void *handle, void *
     lc->dev = dev;
     lc->nlanes = ferry_sock_state.cfg.streams;
     lc->token = ferry_sock_random64();
-    ferry_sock_addr_str((struct sockaddr *)&addr, lc->addr_str, sizeof(lc->addr_str));
+    ferry_sockaddr_str((struct sockaddr *)&addr, lc->addr_str, sizeof(lc->addr_str));
 
     memset(h, 0, sizeof(*h));
     h->magic = FERRY_SOCK_MAGIC;
@@ -91,7 +91,7 @@ ferry_status_t ferry_sock_listen(ferry_ctx_t *ctx, int dev, void *handle, void *
     h->nlanes = (uint16_t)lc->nlanes;
     h->family = addr.ss_family;
     h->token = lc->token;
-    ferry_sock_addr_to_wire(&addr, &h->family, &h->port, h->addr, &h->scope_id);
+    ferry_sockaddr_to_wire(&addr, &h->family, &h->port, h->addr, &h->scope_id);
     FERRY_INFO(FERRY_LOG_NET, "listening on %s (%s), %d streams per connection", lc->addr_str,
                d->ifc.name, lc->nlanes);
     *listen_comm_p = lc;
@@ -325,7 +325,7 @@ static void ferry_sock_accept_new(ferry_sock_listen_comm_t *lc)
         memset(p, 0, sizeof(*p));
         p->fd = fd;
         p->since_ns = ferry_px_now_ns();
-        ferry_sock_addr_str((struct sockaddr *)&peer, p->peer, sizeof(p->peer));
+        ferry_sockaddr_str((struct sockaddr *)&peer, p->peer, sizeof(p->peer));
     }
 }
 

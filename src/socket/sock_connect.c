@@ -91,9 +91,9 @@ static ferry_status_t ferry_sock_stage_find(int dev, ferry_sock_handle_t *h,
     *stage_p = ferry_stage_get(&h->stage, FERRY_STAGE_SOCK, h->token, why, sizeof(why));
     if (*stage_p != NULL)
         return FERRY_OK;
-    ferry_sock_addr_from_wire(&ss, &len, h->family == AF_INET ? AF_INET : AF_INET6, h->port,
-                              h->addr, h->scope_id);
-    ferry_sock_addr_str((struct sockaddr *)&ss, peer, sizeof(peer));
+    ferry_sockaddr_from_wire(&ss, &len, h->family == AF_INET ? AF_INET : AF_INET6, h->port,
+                             h->addr, h->scope_id);
+    ferry_sockaddr_str((struct sockaddr *)&ss, peer, sizeof(peer));
     FERRY_WARN_LIMITED("connect(dev=%d) to %s: handle %p is not one that listen() produced, nor "
                        "one that a connect() in this process is still working on (stale, forged, "
                        "or from another process): %s; pass connect() the peer's handle exactly "
@@ -115,8 +115,8 @@ static ferry_status_t ferry_sock_stage_create(int dev, ferry_sock_handle_t *h,
         return FERRY_ERR_NO_MEMORY;
     st->dev = dev;
     st->nlanes = h->nlanes;
-    ferry_sock_addr_from_wire(&st->addr, &st->addr_len, h->family == AF_INET ? AF_INET : AF_INET6,
-                              h->port, h->addr, h->scope_id);
+    ferry_sockaddr_from_wire(&st->addr, &st->addr_len, h->family == AF_INET ? AF_INET : AF_INET6,
+                             h->port, h->addr, h->scope_id);
     if (h->family != AF_INET) {
         struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&st->addr;
 
@@ -127,7 +127,7 @@ static ferry_status_t ferry_sock_stage_create(int dev, ferry_sock_handle_t *h,
         if (IN6_IS_ADDR_LINKLOCAL(&in6->sin6_addr) && dev >= 0 && dev < ferry_sock_state.ndev)
             in6->sin6_scope_id = if_nametoindex(ferry_sock_state.devs[dev].ifc.name);
     }
-    ferry_sock_addr_str((struct sockaddr *)&st->addr, st->peer, sizeof(st->peer));
+    ferry_sockaddr_str((struct sockaddr *)&st->addr, st->peer, sizeof(st->peer));
     for (i = 0; i < st->nlanes; i++) {
         ferry_sock_conn_lane_t *l = &st->lanes[i];
 
@@ -158,7 +158,7 @@ static ferry_status_t ferry_sock_conn_lane_error(ferry_sock_conn_stage_t *st, in
     if (l->fd >= 0)
         close(l->fd);
     l->fd = -1;
-    if (ferry_sock_connect_retryable(err) && l->attempts < cfg->retry_cnt) {
+    if (ferry_connect_retryable(err) && l->attempts < cfg->retry_cnt) {
         l->attempts++;
         l->state = FERRY_SOCK_CONN_CLOSED;
         l->hello_sent = 0;

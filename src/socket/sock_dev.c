@@ -174,7 +174,7 @@ ferry_status_t ferry_sock_init(const ferry_config_t *core)
 {
     const ferry_sock_config_t *cfg = &ferry_sock_state.cfg;
     ferry_sock_config_t own;
-    ferry_sock_if_t ifs[FERRY_SOCK_IF_MAX];
+    ferry_netif_t ifs[FERRY_NETIF_MAX];
     ferry_status_t status;
     char line[1024];
     size_t off = 0;
@@ -190,7 +190,7 @@ ferry_status_t ferry_sock_init(const ferry_config_t *core)
         return status;
     ferry_sock_state.core = *core;
     ferry_sock_state.cfg = own;
-    n = ferry_sock_if_find(core->socket_ifname, core->socket_family, ifs, FERRY_SOCK_IF_MAX);
+    n = ferry_netif_find(core->socket_ifname, core->socket_family, ifs, FERRY_NETIF_MAX);
     if (n == 0) {
         FERRY_WARN("socket backend: no usable network interface (NCCL_SOCKET_IFNAME='%s', "
                    "NCCL_SOCKET_FAMILY=%s); interfaces must be up and running with an IPv4 or "
@@ -209,8 +209,8 @@ ferry_status_t ferry_sock_init(const ferry_config_t *core)
                                              ferry_sock_dev_slow_why(core, cfg));
         ferry_sock_dev_pci_path(d->ifc.name, d->pci_path, sizeof(d->pci_path));
         ferry_sock_dev_placement(d);
-        ferry_sock_addr_str((const struct sockaddr *)&d->ifc.addr, d->addr_str,
-                            sizeof(d->addr_str));
+        ferry_sockaddr_str((const struct sockaddr *)&d->ifc.addr, d->addr_str,
+                           sizeof(d->addr_str));
         /* Drop the ":0" port from the address for the log. */
         off += (size_t)snprintf(line + off, sizeof(line) - off, " [%d]%s:%.*s%s", i, d->ifc.name,
                                 (int)(strrchr(d->addr_str, ':') - d->addr_str), d->addr_str,

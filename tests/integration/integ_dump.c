@@ -253,6 +253,13 @@ int main(int argc, char **argv)
         recv_reqs[i] = dump_post_recv(&plugin, &a, rbuf_a + off, recv_caps[i]);
     fit_fill(sbuf_b, lonely_send, 77);
     lonely_req = receiver_driven ? NULL : dump_post_send(&plugin, &b, sbuf_b, lonely_send);
+    if (receiver_driven) {
+        /* No clear-to-send on pair B: the isend returns no request, and its wait is the ring's. */
+        void *none = NULL;
+
+        FIT_NCCL(plugin.net->isend(b.send_comm, sbuf_b, lonely_send, 1, b.smh, NULL, &none));
+        FIT_CHECK(none == NULL, "isend on pair B returned a request before the receiver posted");
+    }
 
     nlines = dump_trigger(signo, 10.0, text, 1 << 20);
     printf("---- dump (%d lines) ----\n%s---- end of dump ----\n", nlines, text);
@@ -262,11 +269,19 @@ int main(int argc, char **argv)
     FIT_CHECK(strstr(text, "127.0.0.1") != NULL || strstr(text, "::1") != NULL,
               "the dump names no peer address (expected 127.0.0.1, listen %s)", a.addr);
     if (receiver_driven) {
+        char waiting[96];
+
         FIT_CHECK(strstr(text, "QP 0: 0x") != NULL && strstr(text, "state RTS") != NULL,
                   "the dump lists no QP with its number and state");
         FIT_CHECK(strstr(text, "CTS FIFO head 0") != NULL &&
                   strstr(text, "clear-to-sends written 3") != NULL,
                   "the dump shows no clear-to-send FIFO positions (send head 0, 3 written)");
+        snprintf(waiting, sizeof(waiting), "waiting to post: isend of message 0 (%zu bytes)",
+                 lonely_send);
+        FIT_CHECK(strstr(text, waiting) != NULL &&
+                  strstr(text, "for the receiver's clear-to-send") != NULL,
+                  "the dump does not show pair B's isend waiting for its clear-to-send "
+                  "(expected \"%s ... for the receiver's clear-to-send\")", waiting);
     } else {
         FIT_CHECK(dump_contains_ci(text, "lane"), "the dump lists no lanes");
     }

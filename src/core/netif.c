@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "socket/sock_if.h"
+#include "core/netif.h"
 
-int ferry_sock_filter_parse(const char *text, ferry_sock_filter_t *filter)
+int ferry_netif_filter_parse(const char *text, ferry_netif_filter_t *filter)
 {
     const char *p = text;
 
@@ -29,7 +29,7 @@ int ferry_sock_filter_parse(const char *text, ferry_sock_filter_t *filter)
         size_t name_len = colon != NULL ? (size_t)(colon - p) : len;
 
         /* ":port" is accepted for NCCL compatibility; it means nothing for IP interfaces. */
-        if (name_len >= sizeof(filter->names[0]) || filter->n == FERRY_SOCK_FILTER_MAX)
+        if (name_len >= sizeof(filter->names[0]) || filter->n == FERRY_NETIF_FILTER_MAX)
             return -1;
         if (name_len > 0) {
             memcpy(filter->names[filter->n], p, name_len);
@@ -43,7 +43,7 @@ int ferry_sock_filter_parse(const char *text, ferry_sock_filter_t *filter)
     return filter->n > 0 ? 0 : -1;
 }
 
-int ferry_sock_filter_match(const ferry_sock_filter_t *filter, const char *ifname)
+int ferry_netif_filter_match(const ferry_netif_filter_t *filter, const char *ifname)
 {
     int i, hit = 0;
 
@@ -56,7 +56,7 @@ int ferry_sock_filter_match(const ferry_sock_filter_t *filter, const char *ifnam
     return filter->exclude ? !hit : hit;
 }
 
-void ferry_sock_addr_str(const struct sockaddr *sa, char *buf, size_t len)
+void ferry_sockaddr_str(const struct sockaddr *sa, char *buf, size_t len)
 {
     char host[INET6_ADDRSTRLEN] = "?";
 
@@ -80,7 +80,7 @@ void ferry_sock_addr_str(const struct sockaddr *sa, char *buf, size_t len)
 }
 
 /* NCCL_COMM_ID is "host:port" or "[v6]:port"; fill *addr with its host part. */
-static int ferry_sock_if_comm_id_addr(struct sockaddr_storage *addr)
+static int ferry_netif_comm_id_addr(struct sockaddr_storage *addr)
 {
     const char *id = getenv("NCCL_COMM_ID");
     char host[INET6_ADDRSTRLEN + 2];
@@ -116,8 +116,8 @@ static int ferry_sock_if_comm_id_addr(struct sockaddr_storage *addr)
 }
 
 /* 1 if a and b share the subnet given by mask (same family). */
-static int ferry_sock_if_same_subnet(const struct sockaddr *a, const struct sockaddr *b,
-                                     const struct sockaddr *mask)
+static int ferry_netif_same_subnet(const struct sockaddr *a, const struct sockaddr *b,
+                                   const struct sockaddr *mask)
 {
     const unsigned char *pa, *pb, *pm;
     size_t i, n;
@@ -141,13 +141,13 @@ static int ferry_sock_if_same_subnet(const struct sockaddr *a, const struct sock
     return 1;
 }
 
-typedef struct ferry_sock_if_query {
-    const ferry_sock_filter_t     *filter;  /* Names wanted, or NULL for "any". */
+typedef struct ferry_netif_query {
+    const ferry_netif_filter_t    *filter;  /* Names wanted, or NULL for "any". */
     const struct sockaddr_storage *subnet;  /* Same subnet as this address, or NULL. */
     int                            family;
-} ferry_sock_if_query_t;
+} ferry_netif_query_t;
 
-static int ferry_sock_if_usable(const struct ifaddrs *ifa, const ferry_sock_if_query_t *q)
+static int ferry_netif_usable(const struct ifaddrs *ifa, const ferry_netif_query_t *q)
 {
     int fam;
 
@@ -162,23 +162,23 @@ static int ferry_sock_if_usable(const struct ifaddrs *ifa, const ferry_sock_if_q
     if (fam == AF_INET6 &&
         IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr))
         return 0;
-    if (q->filter != NULL && !ferry_sock_filter_match(q->filter, ifa->ifa_name))
+    if (q->filter != NULL && !ferry_netif_filter_match(q->filter, ifa->ifa_name))
         return 0;
     if (q->subnet != NULL &&
-        !ferry_sock_if_same_subnet(ifa->ifa_addr, (const struct sockaddr *)q->subnet,
-                                   ifa->ifa_netmask))
+        !ferry_netif_same_subnet(ifa->ifa_addr, (const struct sockaddr *)q->subnet,
+                                 ifa->ifa_netmask))
         return 0;
     return 1;
 }
 
-static int ferry_sock_if_collect(const struct ifaddrs *list, const ferry_sock_if_query_t *q,
-                                 ferry_sock_if_t *ifs, int max)
+static int ferry_netif_collect(const struct ifaddrs *list, const ferry_netif_query_t *q,
+                               ferry_netif_t *ifs, int max)
 {
     const struct ifaddrs *ifa;
     int n = 0, i, dup;
 
     for (ifa = list; ifa != NULL && n < max; ifa = ifa->ifa_next) {
-        if (!ferry_sock_if_usable(ifa, q))
+        if (!ferry_netif_usable(ifa, q))
             continue;
         /* Only the first address of each interface counts. */
         for (i = 0, dup = 0; i < n && !dup; i++)
@@ -196,18 +196,18 @@ static int ferry_sock_if_collect(const struct ifaddrs *list, const ferry_sock_if
 }
 
 /* Find with one filter expression, e.g. "^docker,lo,virbr". */
-static int ferry_sock_if_find_by(const struct ifaddrs *list, const char *expr, int family,
-                                 ferry_sock_if_t *ifs, int max)
+static int ferry_netif_find_by(const struct ifaddrs *list, const char *expr, int family,
+                               ferry_netif_t *ifs, int max)
 {
-    ferry_sock_filter_t filter;
-    ferry_sock_if_query_t q = {&filter, NULL, family};
+    ferry_netif_filter_t filter;
+    ferry_netif_query_t q = {&filter, NULL, family};
 
-    if (ferry_sock_filter_parse(expr, &filter) != 0)
+    if (ferry_netif_filter_parse(expr, &filter) != 0)
         return 0;
-    return ferry_sock_if_collect(list, &q, ifs, max);
+    return ferry_netif_collect(list, &q, ifs, max);
 }
 
-int ferry_sock_if_find(const char *ifname_list, int family, ferry_sock_if_t *ifs, int max)
+int ferry_netif_find(const char *ifname_list, int family, ferry_netif_t *ifs, int max)
 {
     static const char *const fallback_order[] = {"^docker,lo,virbr", "docker", "lo", "virbr"};
     struct sockaddr_storage comm_id;
@@ -218,24 +218,24 @@ int ferry_sock_if_find(const char *ifname_list, int family, ferry_sock_if_t *ifs
     if (getifaddrs(&list) != 0)
         return 0;
     if (ifname_list != NULL && ifname_list[0] != '\0') {
-        n = ferry_sock_if_find_by(list, ifname_list, family, ifs, max);
+        n = ferry_netif_find_by(list, ifname_list, family, ifs, max);
         goto out;
     }
-    n = ferry_sock_if_find_by(list, "ib", family, ifs, max);
-    if (n == 0 && ferry_sock_if_comm_id_addr(&comm_id) == 0) {
-        ferry_sock_if_query_t q = {NULL, &comm_id, family};
+    n = ferry_netif_find_by(list, "ib", family, ifs, max);
+    if (n == 0 && ferry_netif_comm_id_addr(&comm_id) == 0) {
+        ferry_netif_query_t q = {NULL, &comm_id, family};
 
-        n = ferry_sock_if_collect(list, &q, ifs, 1);
+        n = ferry_netif_collect(list, &q, ifs, 1);
     }
     for (i = 0; n == 0 && i < sizeof(fallback_order) / sizeof(fallback_order[0]); i++)
-        n = ferry_sock_if_find_by(list, fallback_order[i], family, ifs, max);
+        n = ferry_netif_find_by(list, fallback_order[i], family, ifs, max);
 out:
     freeifaddrs(list);
     return n;
 }
 
-void ferry_sock_addr_to_wire(const struct sockaddr_storage *sa, uint16_t *family,
-                             uint16_t *port, uint8_t addr[16], uint32_t *scope_id)
+void ferry_sockaddr_to_wire(const struct sockaddr_storage *sa, uint16_t *family,
+                            uint16_t *port, uint8_t addr[16], uint32_t *scope_id)
 {
     *family = sa->ss_family;
     memset(addr, 0, 16);
@@ -250,8 +250,8 @@ void ferry_sock_addr_to_wire(const struct sockaddr_storage *sa, uint16_t *family
     }
 }
 
-int ferry_sock_addr_from_wire(struct sockaddr_storage *sa, socklen_t *len_p, uint16_t family,
-                              uint16_t port, const uint8_t addr[16], uint32_t scope_id)
+int ferry_sockaddr_from_wire(struct sockaddr_storage *sa, socklen_t *len_p, uint16_t family,
+                             uint16_t port, const uint8_t addr[16], uint32_t scope_id)
 {
     memset(sa, 0, sizeof(*sa));
     if (family == AF_INET) {
@@ -276,7 +276,7 @@ int ferry_sock_addr_from_wire(struct sockaddr_storage *sa, socklen_t *len_p, uin
     return -1;
 }
 
-void ferry_sock_addr_any_port(struct sockaddr_storage *sa)
+void ferry_sockaddr_any_port(struct sockaddr_storage *sa)
 {
     if (sa->ss_family == AF_INET)
         ((struct sockaddr_in *)sa)->sin_port = 0;
@@ -284,7 +284,7 @@ void ferry_sock_addr_any_port(struct sockaddr_storage *sa)
         ((struct sockaddr_in6 *)sa)->sin6_port = 0;
 }
 
-int ferry_sock_connect_retryable(int err)
+int ferry_connect_retryable(int err)
 {
     return err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH ||
            err == ENETUNREACH || err == ECONNRESET || err == ECONNABORTED || err == EAGAIN;
