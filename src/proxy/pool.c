@@ -1,116 +1,187 @@
 /*
- * Helper threads. Each comm's lanes are split over its workers (lane i goes
- * to worker i % nworkers). A worker sweeps its lanes while any made progress,
- * then sleeps on the fds its lanes wait on plus an eventfd that posts kick
- * (ppoll, or epoll with NCCL_FERRY_EPOLL: worker_wait.h). Nothing here knows
- * what a lane is: the backend's lane ops move the bytes.
+ * The pool's threads (pool.h): each serves its ready units round robin, one
+ * progress call per unit per turn, and sleeps in epoll when a turn found
+ * nothing to do. Attach and detach are in pool_attach.c.
  */
 #include <errno.h>
-#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "core/log.h"
-#include "proxy/stream.h"
-#include "proxy/worker_place.h"
-#include "proxy/worker_wait.h"
+#include "proxy/clock.h"
+#include "proxy/pool_impl.h"
+#include "proxy/ring.h"
 
-/* A safety net only: every state change that matters kicks the worker. */
-#define FERRY_PX_POLL_TIMEOUT_MS 1000
-/* Spin only if a small message was posted within this window. */
-#define FERRY_PX_SPIN_RECENT_NS 2000000ULL
+/* A safety net only: every state change that matters kicks the thread or fires its fd. */
+#define FERRY_PX_POOL_TIMEOUT_NS 1000000000ULL
 
-/* One sweep over the worker's lanes; revents from the last poll, if any. */
-static long ferry_px_worker_sweep(ferry_px_worker_t *w, const ferry_px_pollset_t *ps)
+int ferry_px_pool_list_push(ferry_px_pool_list_t *l, ferry_px_pool_unit_t *u)
 {
-    ferry_px_stream_t *comm = w->comm;
-    short revents[FERRY_PX_MAX_LANES] = {0};
-    long work = 0;
-    int i, lane;
+    if (l->n == l->cap) {
+        int cap = l->cap > 0 ? l->cap * 2 : 64;
+        ferry_px_pool_unit_t **v = realloc(l->v, (size_t)cap * sizeof(*v));
 
-    for (i = 0; ps != NULL && i < ps->n; i++)
-        if (ps->lane_of[i] >= 0)
-            revents[ps->lane_of[i]] = ps->fds[i].revents;
-    for (lane = w->index; lane < comm->nlanes; lane += comm->nworkers) {
-        long r;
-
-        if (lane == 0 && ferry_px_stream_lane0_held_ns(comm, ferry_px_now_ns()) > 0)
-            continue;
-        r = ferry_px_stream_progress_lane(comm, lane, revents[lane]);
-        if (r > 0)
-            work += r;
+        if (v == NULL)
+            return -1;
+        l->v = v;
+        l->cap = cap;
     }
-    return work;
+    l->v[l->n++] = u;
+    return 0;
 }
 
-static void ferry_px_worker_sleep(ferry_px_worker_t *w, ferry_px_pollset_t *ps)
+void ferry_px_pool_list_drop_member(ferry_px_pool_list_t *l, const ferry_px_pool_member_t *m)
 {
-    ferry_px_stream_t *comm = w->comm;
-    uint64_t drained, held_ns, wait_ns;
-    struct timespec ts;
-    int lane, fd, rc, failed;
+    int i, k = 0;
 
-    ps->n = 0;
-    ps->fds[0].fd = w->wake_fd;
-    ps->fds[0].events = POLLIN;
-    ps->lane_of[0] = -1;
-    ps->n = 1;
-    held_ns = ferry_px_stream_lane0_held_ns(comm, ferry_px_now_ns());
-    failed = atomic_load_explicit(&comm->ring.failed, memory_order_relaxed) != 0;
-    if (!failed && w->ep_fd < 0) {
-        for (lane = w->index; lane < comm->nlanes; lane += comm->nworkers) {
-            short ev = lane == 0 && held_ns > 0 ? 0 : comm->ops->wants(comm, lane, &fd);
-
-            if (ev == 0 || fd < 0)
-                continue;
-            ps->fds[ps->n].fd = fd;
-            ps->fds[ps->n].events = ev;
-            ps->lane_of[ps->n] = lane;
-            ps->n++;
-        }
-    }
-    /* Held-back completions (inject delay) wake the worker when due... */
-    wait_ns = ferry_px_stream_defer_next_ns(comm, w->index);
-    /* ...and it takes lane 0 back when NCCL's thread stops calling in. */
-    if (held_ns > 0 && held_ns < wait_ns)
-        wait_ns = held_ns;
-    if (wait_ns > (uint64_t)FERRY_PX_POLL_TIMEOUT_MS * 1000000ULL)
-        wait_ns = (uint64_t)FERRY_PX_POLL_TIMEOUT_MS * 1000000ULL;
-    ts.tv_sec = (time_t)(wait_ns / 1000000000ULL);
-    ts.tv_nsec = (long)(wait_ns % 1000000000ULL);
-    if (w->ep_fd >= 0)
-        rc = ferry_px_worker_epoll_wait(w, ps, failed, held_ns > 0, &ts);
-    else
-        rc = ppoll(ps->fds, (nfds_t)ps->n, &ts, NULL);
-    ferry_px_stat_add(&w->stats.sleeps, 1);
-    if (rc < 0 && errno != EINTR)
-        FERRY_WARN("%s comm #%u peer %s worker %d: poll failed: %s; retrying", comm->ring.backend,
-                   comm->ring.serial, comm->ring.peer, w->index, strerror(errno));
-    if (rc > 0 && (ps->fds[0].revents & POLLIN)) {
-        ssize_t n = read(w->wake_fd, &drained, sizeof(drained));
-        (void)n;
-        ferry_px_stat_add(&w->stats.woken_post, 1);
-    } else if (rc > 0) {
-        ferry_px_stat_add(&w->stats.woken_io, 1);
-    } else if (rc == 0) {
-        ferry_px_stat_add(&w->stats.woken_timer, 1);
-    }
-    if (rc <= 0)
-        ps->n = 0;
+    for (i = 0; i < l->n; i++)
+        if (l->v[i]->m != m)
+            l->v[k++] = l->v[i];
+    l->n = k;
 }
 
 /*
- * Spinning pays only while the spinners leave cores to everyone else: NCCL
- * opens a send and a receive comm per channel and peer, and with one worker
- * per stream a 2-rank job on 16 cores had 32 workers spinning, starving
- * NCCL's own proxy threads. So at most a quarter of the process' CPUs spin
- * at once.
+ * Queue u for the next turn. Out of memory for the list (it only grows to
+ * the thread's unit count) the unit waits for the full sweep of the safety
+ * timeout: slower, never lost.
+ */
+void ferry_px_pool_queue(ferry_px_pool_thread_t *t, ferry_px_pool_unit_t *u)
+{
+    if (u->queued)
+        return;
+    if (ferry_px_pool_list_push(&t->ready, u) == 0)
+        u->queued = 1;
+}
+
+static void ferry_px_pool_queue_member(ferry_px_pool_thread_t *t, ferry_px_pool_member_t *m)
+{
+    int i;
+
+    for (i = 0; i < m->nunits; i++)
+        ferry_px_pool_queue(t, &m->units[i]);
+}
+
+/* Kicked members: every unit of theirs on this thread is served this turn. */
+static void ferry_px_pool_take_kicks(ferry_px_pool_thread_t *t)
+{
+    ferry_px_pool_member_t *m = atomic_exchange(&t->kicks, NULL), *next;
+
+    for (; m != NULL; m = next) {
+        next = atomic_load_explicit(&m->kick_next, memory_order_relaxed);
+        /* Clear before serving: a kick from now on pushes it again. */
+        atomic_store(&m->kicked, 0);
+        ferry_px_pool_queue_member(t, m);
+    }
+    for (m = t->backlog; m != NULL; m = next) {
+        next = atomic_load_explicit(&m->kick_next, memory_order_relaxed);
+        atomic_store(&m->kicked, 0);
+        ferry_px_pool_queue_member(t, m);
+    }
+    t->backlog = NULL;
+}
+
+/* Units whose timer is due join the turn; the rest tell how long the thread may sleep. */
+static uint64_t ferry_px_pool_take_timers(ferry_px_pool_thread_t *t, uint64_t now)
+{
+    uint64_t wait = UINT64_MAX;
+    int i, k = 0;
+
+    for (i = 0; i < t->timed.n; i++) {
+        ferry_px_pool_unit_t *u = t->timed.v[i];
+
+        if (u->due == UINT64_MAX) {
+            u->timed = 0;
+            continue;
+        }
+        t->timed.v[k++] = u;
+        if (u->due <= now)
+            ferry_px_pool_queue(t, u);
+        else if (u->due - now < wait)
+            wait = u->due - now;
+    }
+    t->timed.n = k;
+    return wait;
+}
+
+static void ferry_px_pool_note_spin(ferry_px_pool_thread_t *t, ferry_px_pool_member_t *m)
+{
+    int i;
+
+    for (i = 0; i < t->nspin; i++)
+        if (t->spin[i] == m)
+            return;
+    if (t->nspin < FERRY_PX_POOL_MAX_SPREAD)
+        t->spin[t->nspin++] = m;
+}
+
+/* Serve u once: progress, retire, then its wait and timer as they are now. */
+static long ferry_px_pool_serve(ferry_px_pool_thread_t *t, ferry_px_pool_unit_t *u)
+{
+    const ferry_px_pool_client_t *c = u->m->client;
+    short revents = u->revents;
+    long work, r;
+    uint64_t next;
+
+    u->revents = 0;
+    work = c->ops->progress(c->ctx, u->unit, revents);
+    if (c->ops->retire != NULL && (r = c->ops->retire(c->ctx, u->unit)) > 0)
+        work += r > 0 ? r : 0;
+    if (work > 0) {
+        ferry_px_pool_queue(t, u);
+        ferry_px_pool_note_spin(t, u->m);
+    }
+    if (ferry_px_pool_epoll_update(t, u) != 0)
+        FERRY_WARN_LIMITED("helper thread ferry-pool-%d: epoll_ctl for unit %d failed: %s; that "
+                           "unit is served by the thread's safety timeout only (raise "
+                           "fs.epoll.max_user_watches if it says ENOSPC)", t->index, u->unit,
+                           strerror(errno));
+    next = c->ops->next_ns != NULL ? c->ops->next_ns(c->ctx, u->unit, ferry_px_now_ns())
+                                   : UINT64_MAX;
+    u->due = next == UINT64_MAX ? UINT64_MAX : ferry_px_now_ns() + next;
+    if (u->due != UINT64_MAX && !u->timed && ferry_px_pool_list_push(&t->timed, u) == 0)
+        u->timed = 1;
+    return work;
+}
+
+/* One turn over the units queued for it, starting at a rotating place. */
+static long ferry_px_pool_turn(ferry_px_pool_thread_t *t)
+{
+    ferry_px_pool_list_t l = t->ready;
+    long work = 0, r;
+    int i, n;
+
+    t->ready = t->turn; /* Empty: the units that work now queue for the next turn. */
+    t->ready.n = 0;
+    t->turn = l;
+    n = l.n;
+    for (i = 0; i < n; i++)
+        l.v[i]->queued = 0;
+    for (i = 0; i < n; i++) {
+        r = ferry_px_pool_serve(t, l.v[(i + t->rotor) % (unsigned)n]);
+        if (r > 0)
+            work += r;
+    }
+    t->turn.n = 0;
+    t->rotor++;
+    return work;
+}
+
+static void ferry_px_pool_queue_all(ferry_px_pool_thread_t *t)
+{
+    ferry_px_pool_member_t *m;
+
+    for (m = t->members; m != NULL; m = m->next)
+        ferry_px_pool_queue_member(t, m);
+    ferry_px_stat_add(&t->stats.full_sweeps, 1);
+}
+
+/*
+ * Spinning pays only while the spinners leave cores to everyone else: at
+ * most a quarter of the process' CPUs spin at once.
  */
 static _Atomic int ferry_px_spinners;
 static int ferry_px_spin_max;
@@ -135,164 +206,116 @@ static int ferry_px_spin_acquire(void)
     return 0;
 }
 
-static void ferry_px_spin_release(void)
-{
-    atomic_fetch_sub(&ferry_px_spinners, 1);
-}
-
 /*
- * The busy-poll window (NCCL_FERRY_SPIN_US): a reply often comes within
- * microseconds. Only while small messages flow: bulk traffic is bound by
- * copies, and spinning threads would take the cores those copies need.
- * Returns 1 while the idle worker should sweep again instead of sleeping;
- * idle_since is the start of its idle stretch (0 before the first call).
+ * The busy-poll window: after a turn with nothing to do, keep serving the
+ * members that worked lately for as long as their clients ask
+ * (latency-bound traffic: a reply often comes within microseconds).
+ * Returns 1 to keep going (their units are queued again).
  */
-static int ferry_px_worker_keep_spinning(const ferry_px_stream_t *comm, uint64_t *idle_since,
-                                         int *spinning)
+static int ferry_px_pool_keep_spinning(ferry_px_pool_thread_t *t, uint64_t *idle_since,
+                                       int *spinning)
 {
-    uint64_t now;
-
-    if (comm->spin_ns == 0)
-        return 0;
-    now = ferry_px_now_ns();
-    if (now - atomic_load_explicit(&comm->small_post_ns, memory_order_relaxed) >
-        FERRY_PX_SPIN_RECENT_NS)
-        return 0;
-    if (!*spinning && !(*spinning = ferry_px_spin_acquire()))
-        return 0; /* Every spin slot is taken: sleep. */
-    if (*idle_since == 0)
-        *idle_since = now;
-    return now - *idle_since < comm->spin_ns;
-}
-
-static void *ferry_px_worker_main(void *arg)
-{
-    ferry_px_worker_t *w = arg;
-    ferry_px_stream_t *comm = w->comm;
-    ferry_px_pollset_t ps;
-    int have_poll = 0;
-    uint64_t idle_since = 0; /* Start of the current idle stretch, 0 when busy. */
-    int spinning = 0;          /* Holds one of the process' spin slots. */
-    char name[16];
-
-    snprintf(name, sizeof(name), "ferry-%c%u-%d", comm->ring.kind == FERRY_PX_SEND ? 's' : 'r',
-             comm->ring.serial % 100000, w->index);
-    pthread_setname_np(pthread_self(), name);
-    if (comm->has_cpus && pthread_setaffinity_np(pthread_self(), sizeof(comm->cpus),
-                                                  &comm->cpus) != 0)
-        FERRY_INFO(FERRY_LOG_NET, "%s: could not place helper thread near the NIC; it runs "
-                   "anywhere in the process' CPU mask", name);
-    if (comm->place_away)
-        ferry_px_place_start(w);
-    ps.n = 0;
-    while (!atomic_load_explicit(&comm->stop, memory_order_acquire)) {
-        uint32_t gen = atomic_load(&comm->kick_gen);
-        long work;
-
-        if (comm->place_away)
-            ferry_px_place_follow(w);
-        work = ferry_px_worker_sweep(w, have_poll ? &ps : NULL);
-        have_poll = 0;
-        ferry_px_stat_add(&w->stats.sweeps, 1);
-        if (work <= 0)
-            ferry_px_stat_add(&w->stats.idle_sweeps, 1);
-        if (work > 0) {
-            idle_since = 0;
-            continue;
-        }
-        if (ferry_px_worker_keep_spinning(comm, &idle_since, &spinning))
-            continue;
-        if (spinning)
-            ferry_px_spin_release();
-        spinning = 0;
-        idle_since = 0;
-        /* Announce the sleep, then look again: a post in between bumped kick_gen. */
-        atomic_store(&w->sleeping, 1);
-        if (atomic_load(&comm->kick_gen) != gen || atomic_load(&comm->stop)) {
-            atomic_store(&w->sleeping, 0);
-            continue;
-        }
-        ferry_px_worker_sleep(w, &ps);
-        atomic_store(&w->sleeping, 0);
-        have_poll = ps.n > 0;
-    }
-    if (spinning)
-        ferry_px_spin_release();
-    return NULL;
-}
-
-ferry_status_t ferry_px_stream_start(ferry_px_stream_t *comm)
-{
-    char desc[160];
-    int i, rc;
-
-    if (comm->inject_delay_us > 0 && comm->defer == NULL) {
-        comm->defer = calloc((size_t)comm->nlanes, sizeof(*comm->defer));
-        if (comm->defer == NULL)
-            return FERRY_ERR_NO_MEMORY;
-    }
-    ferry_px_ring_register(&comm->ring);
-    for (i = 0; i < comm->nworkers; i++) {
-        ferry_px_worker_t *w = &comm->workers[i];
-
-        w->comm = comm;
-        w->index = i;
-        w->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        if (w->wake_fd < 0) {
-            ferry_px_ring_describe(&comm->ring, desc, sizeof(desc));
-            FERRY_WARN("%s: eventfd for helper thread %d failed: %s; raise the open-file limit "
-                       "(ulimit -n)", desc, i, strerror(errno));
-            goto err_stop;
-        }
-        w->ep_fd = -1;
-        if (comm->use_epoll)
-            ferry_px_worker_epoll_open(w);
-        rc = pthread_create(&w->thread, NULL, ferry_px_worker_main, w);
-        if (rc != 0) {
-            ferry_px_ring_describe(&comm->ring, desc, sizeof(desc));
-            FERRY_WARN("%s: cannot start helper thread %d: %s; check the process' thread limit "
-                       "(ulimit -u) or lower NCCL_FERRY_THREADS", desc, i, strerror(rc));
-            goto err_stop;
-        }
-        w->started = 1;
-    }
-    return FERRY_OK;
-
-err_stop:
-    ferry_px_stream_stop(comm);
-    return FERRY_ERR_IO;
-}
-
-void ferry_px_stream_stop(ferry_px_stream_t *comm)
-{
-    uint64_t one = 1;
+    uint64_t now = ferry_px_now_ns(), want = 0, s;
     int i;
 
-    /*
-     * Stop, wake and join every worker before closing any wake fd: a worker
-     * still running may kick its siblings (ferry_px_ring_fail), and a closed
-     * fd number can already belong to someone else's socket.
-     */
-    atomic_store_explicit(&comm->stop, 1, memory_order_release);
-    for (i = 0; i < comm->nworkers; i++) {
-        ferry_px_worker_t *w = &comm->workers[i];
+    for (i = 0; i < t->nspin; i++) {
+        const ferry_px_pool_client_t *c = t->spin[i]->client;
 
-        if (w->wake_fd >= 0 && write(w->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-            FERRY_WARN("%s comm #%u: waking helper thread %d failed: %s", comm->ring.backend,
-                       comm->ring.serial, i, strerror(errno));
+        if (c->ops->spin_ns != NULL && (s = c->ops->spin_ns(c->ctx, now)) > want)
+            want = s;
     }
-    for (i = 0; i < comm->nworkers; i++) {
-        if (comm->workers[i].started)
-            pthread_join(comm->workers[i].thread, NULL);
-        comm->workers[i].started = 0;
+    if (want == 0)
+        return 0;
+    if (!*spinning && !(*spinning = ferry_px_spin_acquire()))
+        return 0;
+    if (*idle_since == 0)
+        *idle_since = now;
+    if (now - *idle_since >= want)
+        return 0;
+    for (i = 0; i < t->nspin; i++)
+        ferry_px_pool_queue_member(t, t->spin[i]);
+    return 1;
+}
+
+/* Sleep in epoll until a kick, an fd, a timer or the safety timeout; then queue what woke. */
+static void ferry_px_pool_sleep(ferry_px_pool_thread_t *t, uint64_t timer_ns)
+{
+    uint64_t wait = timer_ns < FERRY_PX_POOL_TIMEOUT_NS ? timer_ns : FERRY_PX_POOL_TIMEOUT_NS;
+    uint64_t epoch = t->epoch;
+    int why;
+
+    pthread_mutex_unlock(&t->lock);
+    why = ferry_px_pool_epoll_wait(t, wait, epoch);
+    atomic_store(&t->sleeping, 0);
+    ferry_px_stat_add(&t->stats.sleeps, 1);
+    if (why < 0 && errno != EINTR)
+        FERRY_WARN_LIMITED("helper thread ferry-pool-%d: epoll_wait failed: %s; retrying",
+                           t->index, strerror(errno));
+    if (why == 1)
+        ferry_px_stat_add(&t->stats.woken_post, 1);
+    else if (why == 2)
+        ferry_px_stat_add(&t->stats.woken_io, 1);
+    else if (why == 0)
+        ferry_px_stat_add(&t->stats.woken_timer, 1);
+    /*
+     * A detach while the thread waited may have freed units whose events it
+     * holds (pool_epoll.c queues them only when the epoch held); the safety
+     * timeout and a failed wait serve everything.
+     */
+    if (epoch != t->epoch || why < 0 || (why == 0 && wait == FERRY_PX_POOL_TIMEOUT_NS))
+        ferry_px_pool_queue_all(t);
+}
+
+void *ferry_px_pool_thread_main(void *arg)
+{
+    ferry_px_pool_thread_t *t = arg;
+    uint64_t idle_since = 0;
+    int spinning = 0;
+    char name[16];
+
+    snprintf(name, sizeof(name), "ferry-pool-%d", t->index);
+    pthread_setname_np(pthread_self(), name);
+    atomic_store_explicit(&t->placed_for, -1, memory_order_relaxed);
+    pthread_mutex_lock(&t->lock);
+    while (!atomic_load_explicit(&t->stop, memory_order_acquire)) {
+        uint32_t gen = atomic_load(&t->gen);
+        long work;
+
+        ferry_px_pool_place_follow(t);
+        ferry_px_pool_take_kicks(t);
+        (void)ferry_px_pool_take_timers(t, ferry_px_now_ns());
+        work = t->ready.n > 0 ? ferry_px_pool_turn(t) : 0;
+        ferry_px_stat_add(&t->stats.sweeps, 1);
+        if (work > 0) {
+            idle_since = 0;
+            /* Let attach and detach in between turns. */
+            pthread_mutex_unlock(&t->lock);
+            pthread_mutex_lock(&t->lock);
+            continue;
+        }
+        ferry_px_stat_add(&t->stats.idle_sweeps, 1);
+        if (t->ready.n > 0)
+            continue; /* A timer came due, or progress queued it without counting work. */
+        if (ferry_px_pool_keep_spinning(t, &idle_since, &spinning)) {
+            pthread_mutex_unlock(&t->lock);
+            pthread_mutex_lock(&t->lock);
+            continue;
+        }
+        if (spinning)
+            atomic_fetch_sub(&ferry_px_spinners, 1);
+        spinning = 0;
+        idle_since = 0;
+        t->nspin = 0;
+        /* Announce the sleep, then look again: a kick in between bumped gen. */
+        atomic_store(&t->sleeping, 1);
+        if (atomic_load(&t->gen) != gen || atomic_load(&t->stop)) {
+            atomic_store(&t->sleeping, 0);
+            continue;
+        }
+        ferry_px_pool_sleep(t, ferry_px_pool_take_timers(t, ferry_px_now_ns()));
     }
-    for (i = 0; i < comm->nworkers; i++) {
-        if (comm->workers[i].wake_fd >= 0)
-            close(comm->workers[i].wake_fd);
-        comm->workers[i].wake_fd = -1;
-        ferry_px_worker_epoll_close(&comm->workers[i]);
-    }
-    ferry_px_ring_unregister(&comm->ring);
-    free(comm->defer);
-    comm->defer = NULL;
+    pthread_mutex_unlock(&t->lock);
+    if (spinning)
+        atomic_fetch_sub(&ferry_px_spinners, 1);
+    return NULL;
 }

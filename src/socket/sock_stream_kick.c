@@ -1,66 +1,32 @@
 /*
- * Waking the stream scheduler's helper threads: after a post only those
- * that now have work, after a failure or at stop all of them, each with one
- * eventfd write per sleep.
+ * Kicking the comm's pool threads (proxy/pool.h): after a post only those
+ * that now have work, after a failure or at stop all of them. The pool
+ * writes a sleeping thread's eventfd once per sleep; a thread that is awake
+ * only notes the kick and serves the comm's lanes on its next turn.
  */
-#include <unistd.h>
+#include "socket/sock_stream.h"
 
-#include "proxy/stream.h"
-
-static void ferry_px_worker_wake(ferry_px_worker_t *w);
-
-void ferry_px_stream_kick(ferry_px_stream_t *comm)
+void ferry_sock_stream_kick(ferry_sock_stream_t *comm)
 {
-    int i;
-
-    /*
-     * seq_cst on both sides (kick_gen here, sleeping in the worker) closes
-     * the window where a worker decided to sleep just before the post.
-     */
-    atomic_fetch_add(&comm->kick_gen, 1);
-    for (i = 0; i < comm->nworkers; i++) {
-        ferry_px_worker_t *w = &comm->workers[i];
-
-        if (w->wake_fd >= 0 && atomic_load(&w->sleeping))
-            ferry_px_worker_wake(w);
-    }
+    if (comm->pool.pool != NULL)
+        ferry_px_pool_kick_all(&comm->pool);
 }
 
 /*
- * The first waker takes the worker's sleeping flag: one eventfd write per
- * sleep. Without that, every post until the woken worker got a CPU wrote
- * again (on a loaded 2-CPU VM, 2.5 writes per sleep), each a system call on
- * NCCL's thread, which serves every channel.
- */
-static void ferry_px_worker_wake(ferry_px_worker_t *w)
-{
-    uint64_t one = 1;
-    ssize_t n;
-
-    if (!atomic_exchange(&w->sleeping, 0))
-        return; /* Awake, or another thread woke it first. */
-    n = write(w->wake_fd, &one, sizeof(one));
-
-    /* EAGAIN means the counter is already non-zero: awake anyway. */
-    if (n == (ssize_t)sizeof(one))
-        atomic_fetch_add_explicit(&w->comm->wakes_sent, 1, memory_order_relaxed);
-}
-
-/*
- * 1 if a lane of worker w holds a chunk (send) or is parked on a message
+ * 1 if a lane of slot j holds a chunk (send) or is parked on a message
  * whose irecv is posted now (recv; a lane parked on a later message would
  * only park again).
  */
-static int ferry_px_worker_needed(ferry_px_stream_t *comm, int w)
+static int ferry_sock_stream_slot_needed(ferry_sock_stream_t *comm, int j)
 {
     int lane, st;
 
-    for (lane = w; lane < comm->nlanes; lane += comm->nworkers) {
+    for (lane = j; lane < comm->nlanes; lane += comm->nthreads) {
         st = atomic_load_explicit(&comm->lanes[lane].state, memory_order_relaxed);
-        if (comm->ring.kind == FERRY_PX_SEND ? (st == FERRY_PX_LANE_HEADER ||
-                                           st == FERRY_PX_LANE_PAYLOAD ||
-                                           st == FERRY_PX_LANE_BLOCKED)
-                                        : st == FERRY_PX_LANE_PARKED &&
+        if (comm->ring.kind == FERRY_PX_SEND ? (st == FERRY_SOCK_LANE_HEADER ||
+                                           st == FERRY_SOCK_LANE_PAYLOAD ||
+                                           st == FERRY_SOCK_LANE_BLOCKED)
+                                        : st == FERRY_SOCK_LANE_PARKED &&
                                               ferry_px_ring_match(&comm->ring, atomic_load_explicit(
                                                   &comm->lanes[lane].seq,
                                                   memory_order_relaxed)) != NULL)
@@ -69,29 +35,29 @@ static int ferry_px_worker_needed(ferry_px_stream_t *comm, int w)
     return 0;
 }
 
-void ferry_px_stream_kick_posted(ferry_px_stream_t *comm, uint32_t nchunks)
+void ferry_sock_stream_kick_posted(ferry_sock_stream_t *comm, uint32_t nchunks)
 {
-    int i;
-    /* One sleeping worker per unclaimed chunk is enough; more only burn wake-ups. */
+    int j;
+    /* One thread per unclaimed chunk is enough; more only burn wake-ups. */
     uint32_t want = comm->ring.kind == FERRY_PX_SEND && atomic_load(&comm->unclaimed) ? nchunks : 0;
 
+    if (comm->pool.pool == NULL)
+        return;
     /*
-     * seq_cst on kick_gen and on each worker's sleeping flag: a worker that
-     * is not asleep yet sees the new generation and sweeps again; one that
-     * is asleep published its lane states before it said so.
+     * Sleeping threads first: an awake one turns again soon anyway, and
+     * the chunks go to whichever lane claims them first.
      */
-    atomic_fetch_add(&comm->kick_gen, 1);
-    for (i = 0; i < comm->nworkers; i++) {
-        ferry_px_worker_t *w = &comm->workers[i];
-
-        if (w->wake_fd < 0 || !atomic_load(&w->sleeping))
-            continue;
+    for (j = 0; j < comm->pool.nthreads && want > 0; j++)
+        if (ferry_px_pool_sleeping(&comm->pool, j)) {
+            want--;
+            ferry_px_pool_kick(&comm->pool, j);
+        }
+    for (j = 0; j < comm->pool.nthreads; j++) {
         if (want > 0) {
             want--;
-            ferry_px_worker_wake(w);
-        } else if (ferry_px_worker_needed(comm, i)) {
-            ferry_px_worker_wake(w);
+            ferry_px_pool_kick(&comm->pool, j);
+        } else if (ferry_sock_stream_slot_needed(comm, j)) {
+            ferry_px_pool_kick(&comm->pool, j);
         }
     }
 }
-
