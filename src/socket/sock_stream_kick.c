@@ -43,17 +43,18 @@ void ferry_sock_stream_kick_posted(ferry_sock_stream_t *comm, uint32_t nchunks)
 
     if (comm->pool.pool == NULL)
         return;
-    /*
-     * Sleeping threads first: an awake one turns again soon anyway, and
-     * the chunks go to whichever lane claims them first.
-     */
-    for (j = 0; j < comm->pool.nthreads && want > 0; j++)
-        if (ferry_px_pool_sleeping(&comm->pool, j)) {
-            want--;
-            ferry_px_pool_kick(&comm->pool, j);
-        }
     for (j = 0; j < comm->pool.nthreads; j++) {
-        if (want > 0) {
+        /*
+         * A thread that is not asleep may be in the middle of a turn over
+         * these lanes (a lane parking on a message whose irecv is this very
+         * post), so its lane states say nothing yet: it is kicked, which
+         * costs no system call while it is awake (proxy/pool.h). One that
+         * sleeps published its lane states before it said so (seq_cst on
+         * its sleeping flag): it is woken only if a lane of it has work.
+         */
+        if (!ferry_px_pool_sleeping(&comm->pool, j)) {
+            ferry_px_pool_kick(&comm->pool, j);
+        } else if (want > 0) {
             want--;
             ferry_px_pool_kick(&comm->pool, j);
         } else if (ferry_sock_stream_slot_needed(comm, j)) {
