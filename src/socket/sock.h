@@ -57,7 +57,7 @@ extern ferry_sock_state_t ferry_sock_state;
 /*
  * One TCP stream. Fields are touched by whoever holds the lane (its helper
  * thread, or NCCL's thread assisting, see ferry_sock_stream_progress_lane);
- * the ones a sleeping worker reads without holding it are atomics.
+ * the ones a sleeping pool thread reads without holding it are atomics.
  */
 typedef struct ferry_sock_lane {
     int                    fd;

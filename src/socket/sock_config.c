@@ -125,7 +125,7 @@ static const ferry_cfg_var_t ferry_sock_cfg_vars[FERRY_SOCK_CFG_COUNT] = {
 
 /*
  * Spinning before sleeping: once NCCL's thread sends small messages itself
- * and reads them inside test(), a spinning worker has no wake-up left to
+ * and reads them inside test(), a spinning pool thread has no wake-up left to
  * save on small messages, and at mid sizes, where NCCL opens many comms, the
  * spinners take the cores the copies need. Off unless asked for.
  */
