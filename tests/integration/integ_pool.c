@@ -25,6 +25,7 @@
 #include "harness.h"
 
 #define POOL_PAIRS     256
+#define POOL_PAIR_SLOW 0.75 /* Seconds one pair's messages may take, before fit_time_scale(). */
 #define FAIR_RTTS_MIN  1000  /* Round trips B makes at least... */
 #define FAIR_RTTS_MAX  50000 /* ...and at most, */
 #define FAIR_SECONDS   2.0   /* ...for at least this long (times FIT_TIME_SCALE). */
@@ -71,9 +72,9 @@ static void pool_bound(const fit_plugin_t *p, void *ctx_l, void *ctx_c)
     pool_pair_t *pairs = calloc(POOL_PAIRS, sizeof(*pairs));
     int want = atoi(getenv("NCCL_FERRY_POOL_THREADS") != NULL ? getenv("NCCL_FERRY_POOL_THREADS")
                                                               : "0");
-    int i, nall = 0, first_all = -1, npool = 0;
+    int i, nall = 0, first_all = -1, npool = 0, slowest_pair = -1;
     char names[1024];
-    double t0;
+    double t0, slowest = 0;
     fit_bound_t b;
 
     FIT_CHECK(pairs != NULL, "calloc");
@@ -105,6 +106,7 @@ static void pool_bound(const fit_plugin_t *p, void *ctx_l, void *ctx_c)
     for (i = 0; i < POOL_PAIRS; i++) {
         fit_xfer_opts_t o = {0};
         fit_xfer_result_t r;
+        double t1 = fit_now();
 
         o.sizes   = sizes;
         o.nmsgs   = (int)(sizeof(sizes) / sizeof(sizes[0]));
@@ -114,9 +116,22 @@ static void pool_bound(const fit_plugin_t *p, void *ctx_l, void *ctx_c)
         o.tag     = i;
         fit_xfer_inproc(p, pairs[i].send_comm, pairs[i].recv_comm, &o, &r);
         fit_xfer_expect_ok(&r, "a pair on the shared pool");
+        if (fit_now() - t1 > slowest) {
+            slowest = fit_now() - t1;
+            slowest_pair = i;
+        }
     }
-    fit_pass("%d pairs x %d messages (0 B..195 KiB) moved byte for byte over the pool in %.2f s",
-             POOL_PAIRS, (int)(sizeof(sizes) / sizeof(sizes[0])), fit_now() - t0);
+    /*
+     * A few small messages take milliseconds; one that waits for a pool
+     * thread's 1 s safety sweep means a wake-up was lost (a lane parked, or
+     * a post not seen, with its thread asleep).
+     */
+    FIT_CHECK(slowest < POOL_PAIR_SLOW * fit_time_scale(), "pair %d took %.3f s for %d small "
+              "messages: a lane waited for the pool's 1 s safety sweep (a lost wake-up)",
+              slowest_pair, slowest, (int)(sizeof(sizes) / sizeof(sizes[0])));
+    fit_pass("%d pairs x %d messages (0 B..195 KiB) moved byte for byte over the pool in %.2f s, "
+             "the slowest pair in %.3f s", POOL_PAIRS, (int)(sizeof(sizes) / sizeof(sizes[0])),
+             fit_now() - t0, slowest);
 
     for (i = 0; i < POOL_PAIRS; i++)
         pool_pair_close(p, &pairs[i]);
