@@ -7,7 +7,7 @@
  * and supplies every word about the transport in warnings and the dump.
  *
  * A backend's comm embeds a ferry_px_ring_t, directly or through the stream
- * scheduler (proxy/stream.h), which adds lanes and helper threads.
+ * scheduler (socket/sock_stream.h), which adds lanes and helper threads.
  */
 #ifndef FERRY_PROXY_RING_H
 #define FERRY_PROXY_RING_H

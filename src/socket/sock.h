@@ -8,7 +8,7 @@
 #include "core/backend.h"
 #include "core/live.h"
 #include "core/netif.h"
-#include "proxy/stream.h"
+#include "socket/sock_stream.h"
 #include "socket/sock_config.h"
 #include "socket/sock_gpu.h"
 #include "socket/sock_wire.h"
@@ -56,8 +56,8 @@ extern ferry_sock_state_t ferry_sock_state;
 
 /*
  * One TCP stream. Fields are touched by whoever holds the lane (its helper
- * thread, or NCCL's thread assisting, see ferry_px_stream_progress_lane);
- * the ones a sleeping worker reads without holding it are atomics.
+ * thread, or NCCL's thread assisting, see ferry_sock_stream_progress_lane);
+ * the ones a sleeping pool thread reads without holding it are atomics.
  */
 typedef struct ferry_sock_lane {
     int                    fd;
@@ -65,7 +65,7 @@ typedef struct ferry_sock_lane {
     /* Send side. */
     int                    has_chunk; /* claim/hdr describe the chunk in hand. */
     _Atomic int            blocked;   /* Last send hit EAGAIN: wait for POLLOUT; read by wants(). */
-    ferry_px_claim_t       claim;
+    ferry_sock_claim_t       claim;
     ferry_sock_chunk_hdr_t hdr;
     const ferry_sock_chunk_hdr_t *hdr_p; /* What goes out: &hdr, or a zc_hdr slot (below). */
     size_t                 sent;      /* Header + payload bytes of the chunk sent so far. */
@@ -95,7 +95,7 @@ typedef struct ferry_sock_lane {
 } ferry_sock_lane_t;
 
 typedef struct ferry_sock_comm {
-    ferry_px_stream_t   px;            /* First: requests point back to it. */
+    ferry_sock_stream_t   px;            /* First: requests point back to it. */
     uint64_t          magic;         /* FERRY_SOCK_COMM_MAGIC while alive. */
     int               dev;
     _Atomic int       closed_lanes;  /* Lanes that saw EOF. */
@@ -209,7 +209,7 @@ ferry_status_t ferry_sock_comm_create(ferry_px_req_kind_t kind, int dev, const i
 void ferry_sock_comm_destroy(ferry_sock_comm_t *comm);
 
 /* sock_lane.c */
-extern const ferry_px_lane_ops_t ferry_sock_send_lane_ops;
+extern const ferry_sock_stream_lane_ops_t ferry_sock_send_lane_ops;
 /* A hard error on stream li: WARN with what was going on, fail the comm; returns the status. */
 long ferry_sock_lane_error(ferry_sock_comm_t *c, int li, const char *op, int err,
                            const char *what);
@@ -242,8 +242,8 @@ void ferry_sock_zc_sent(ferry_sock_comm_t *c, int li, int flags);
 /* The chunk in hand is fully queued: complete it now, or once the kernel releases it. */
 void ferry_sock_zc_chunk_queued(ferry_sock_comm_t *c, int li);
 /* Read the kernel's releases and complete the chunks they cover (lane ops retire). */
-long ferry_sock_zc_retire(ferry_px_stream_t *px, int li);
-extern const ferry_px_lane_ops_t ferry_sock_recv_lane_ops;
+long ferry_sock_zc_retire(ferry_sock_stream_t *px, int li);
+extern const ferry_sock_stream_lane_ops_t ferry_sock_recv_lane_ops;
 /* sock_gpu_path.c: GPU buffers in the data path. */
 /* List a registered GPU region with its comm; unlink it (after the comm's queued copies). */
 void ferry_sock_mr_gpu_link(ferry_sock_mr_t *mr, ferry_sock_comm_t *comm);

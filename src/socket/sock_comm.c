@@ -20,7 +20,7 @@ ferry_status_t ferry_sock_comm_create(ferry_px_req_kind_t kind, int dev, const i
         status = FERRY_ERR_NO_MEMORY;
         goto err_close_fds;
     }
-    status = ferry_px_stream_init(&comm->px, kind, "socket", peer, nlanes,
+    status = ferry_sock_stream_init(&comm->px, kind, "socket", peer, nlanes,
                                   kind == FERRY_PX_SEND ? cfg->send_threads : cfg->recv_threads,
                                   cfg->chunk_min, cfg->chunk_max,
                                   kind == FERRY_PX_SEND ? &ferry_sock_send_lane_ops
@@ -40,7 +40,7 @@ ferry_status_t ferry_sock_comm_create(ferry_px_req_kind_t kind, int dev, const i
     comm->px.ring.hold_hint = "GPU staging: a copy between GPU memory and its host shadow has not "
                          "completed; check nvidia-smi and dmesg for Xid errors, or set "
                          "NCCL_FERRY_GPU_STAGING=0";
-    comm->px.use_epoll = cfg->epoll;
+    comm->px.pool_size = cfg->pool_threads;
     comm->px.has_cpus = ferry_sock_state.devs[dev].has_cpus;
     comm->px.cpus = ferry_sock_state.devs[dev].cpus;
     comm->px.place_away = cfg->helper_place == FERRY_SOCK_PLACE_AWAY;
@@ -55,7 +55,7 @@ ferry_status_t ferry_sock_comm_create(ferry_px_req_kind_t kind, int dev, const i
     comm->zc_min = cfg->zerocopy ? cfg->zerocopy_min : 0;
     comm->zc_keep = cfg->zerocopy == 2;
     ferry_sock_zc_setup(comm);
-    status = ferry_px_stream_start(&comm->px);
+    status = ferry_sock_stream_start(&comm->px);
     if (status != FERRY_OK)
         goto err_close_comm;
     /* Listed live only once complete: close() refuses it before, and after destroy. */
@@ -90,7 +90,7 @@ void ferry_sock_comm_destroy(ferry_sock_comm_t *comm)
 {
     int i;
 
-    ferry_px_stream_stop(&comm->px);
+    ferry_sock_stream_stop(&comm->px);
     ferry_sock_mr_forget_comm(comm);
     ferry_sock_gpu_queue_fini(&comm->gpu);
     for (i = 0; i < comm->px.nlanes; i++)

@@ -10,6 +10,7 @@
 
 #include "core/config_table.h"
 #include "core/log.h"
+#include "proxy/pool.h"
 #include "socket/sock_config.h"
 
 _Static_assert(FERRY_SOCK_CFG_COUNT <= sizeof(((ferry_sock_config_t *)0)->src) /
@@ -89,8 +90,8 @@ static const ferry_cfg_var_t ferry_sock_cfg_vars[FERRY_SOCK_CFG_COUNT] = {
         "through pinned host memory by the GPU's copy engines)"},
     [FERRY_SOCK_CFG_EPOLL] = {"NCCL_FERRY_EPOLL", FERRY_CFG_KIND_INT,
         FERRY_SOCK_CFG_FIELD(epoll), 0, 0, 1,
-        "0 or 1 (1: helper threads wait in epoll, their streams "
-        "registered once, instead of poll)"},
+        "0 or 1, no effect (kept so job scripts that set it still start): the helper pool "
+        "always waits in epoll, each stream registered once"},
     [FERRY_SOCK_CFG_SOCKET_TIMEOUT_S] = {"NCCL_FERRY_SOCKET_TIMEOUT_S", FERRY_CFG_KIND_INT,
         FERRY_SOCK_CFG_FIELD(socket_timeout_s), 30, 0, 3600,
         "0..3600 (s a peer may stay silent or leave sent bytes "
@@ -113,11 +114,18 @@ static const ferry_cfg_var_t ferry_sock_cfg_vars[FERRY_SOCK_CFG_COUNT] = {
         "anywhere in the process' CPU mask, near the NIC where it can) or away (the same, but "
         "off the CPU NCCL's thread last posted from)",
         .choices = ferry_sock_cfg_places},
+    [FERRY_SOCK_CFG_POOL_THREADS] = {"NCCL_FERRY_POOL_THREADS", FERRY_CFG_KIND_INT,
+        FERRY_SOCK_CFG_FIELD(pool_threads), -1, -1, FERRY_PX_POOL_MAX_THREADS,
+        "-1 (auto: the largest of NCCL_FERRY_THREADS, NCCL_SOCKET_NTHREADS, "
+        "NCCL_FERRY_SEND_THREADS and NCCL_FERRY_RECV_THREADS where one is set, else from the CPU "
+        "budget) or 1..64: helper threads of the process' one pool, which serves every "
+        "connection's streams; the per-connection settings then say over how many of them one "
+        "connection's streams spread"},
 };
 
 /*
  * Spinning before sleeping: once NCCL's thread sends small messages itself
- * and reads them inside test(), a spinning worker has no wake-up left to
+ * and reads them inside test(), a spinning pool thread has no wake-up left to
  * save on small messages, and at mid sizes, where NCCL opens many comms, the
  * spinners take the cores the copies need. Off unless asked for.
  */
@@ -179,6 +187,7 @@ ferry_status_t ferry_sock_config_load_quota(ferry_sock_config_t *cfg, int ncpus,
     }
     ferry_sock_config_apply_quota(cfg, quota);
     ferry_sock_config_derive_lanes(cfg);
+    ferry_sock_config_derive_pool(cfg);
     ferry_sock_cfg_derive_spin(cfg);
     return FERRY_OK;
 }
@@ -200,7 +209,8 @@ void ferry_sock_config_format(const ferry_sock_config_t *cfg, char *buf, size_t 
              "spin=%dus(%s) inject_delay=%dus(%s) speed=%dMbps(%s) inline_max=%zu(%s) "
              "assist_max=%lld(%s) notsent_lowat=%d(%s) zerocopy=%d/%zu(%s) solo_max=%zu(%s) "
              "gpu_staging=%d(%s) epoll=%d(%s) socket_timeout=%ds(%s) ignore_cpu_affinity=%d(%s) "
-             "send_threads=%d(%s) recv_threads=%d(%s) helper_place=%s(%s) cpus=%d(derived)",
+             "send_threads=%d(%s) recv_threads=%d(%s) helper_place=%s(%s) pool_threads=%d(%s) "
+             "cpus=%d(derived)",
              cfg->streams, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_STREAMS]), cfg->threads,
              ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_THREADS]), cfg->chunk_min, cfg->chunk_max,
              ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_CHUNK_MAX] != FERRY_CFG_DEFAULT
@@ -224,5 +234,6 @@ void ferry_sock_config_format(const ferry_sock_config_t *cfg, char *buf, size_t 
              ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_SEND_THREADS]), cfg->recv_threads,
              ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_RECV_THREADS]),
              cfg->helper_place == FERRY_SOCK_PLACE_AWAY ? "away" : "mask",
-             ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_HELPER_PLACE]), cfg->ncpus);
+             ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_HELPER_PLACE]), cfg->pool_threads,
+             ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_POOL_THREADS]), cfg->ncpus);
 }

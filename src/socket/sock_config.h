@@ -40,13 +40,14 @@ typedef struct ferry_sock_config {
     size_t zerocopy_min;
     size_t solo_max;               /* A comm alone in the process: NCCL's thread moves up to this. */
     int    gpu_staging;            /* 1: the socket backend takes GPU buffers (socket/sock_gpu.h). */
-    int    epoll;                  /* 1: helper threads wait in epoll instead of poll. */
+    int    epoll;                  /* Accepted, no effect: the helper pool always waits in epoll. */
     /* Keepalive + TCP_USER_TIMEOUT on data streams: a silent peer fails after this; 0 off. */
     int    socket_timeout_s;
     int    ignore_cpu_affinity;    /* NCCL_IGNORE_CPU_AFFINITY: non-zero counts every online CPU. */
     int    send_threads;           /* Effective helper threads per send comm (0..streams). */
     int    recv_threads;           /* Effective helper threads per receive comm (0..streams). */
     int    helper_place;           /* FERRY_SOCK_PLACE_*: where helper threads may run. */
+    int    pool_threads;           /* Helper threads of the process' pool (sock_config_pool.c). */
     int    ncpus;                  /* CPUs the stream/thread defaults were chosen for (derived). */
     int    ncpus_mask;             /* CPUs in the process' affinity mask, 0 when unread. */
     /*
@@ -98,6 +99,7 @@ typedef enum ferry_sock_cfg_id {
     FERRY_SOCK_CFG_SEND_THREADS,
     FERRY_SOCK_CFG_RECV_THREADS,
     FERRY_SOCK_CFG_HELPER_PLACE,
+    FERRY_SOCK_CFG_POOL_THREADS,
     FERRY_SOCK_CFG_COUNT
 } ferry_sock_cfg_id_t;
 
@@ -148,6 +150,10 @@ void ferry_sock_config_lanes_line(const ferry_sock_config_t *cfg, char *buf, siz
  * loads above once the table is parsed.
  */
 void ferry_sock_config_derive_lanes(ferry_sock_config_t *cfg);
+/* The helper pool's size from NCCL_FERRY_POOL_THREADS, the per-connection settings or the budget. */
+void ferry_sock_config_derive_pool(ferry_sock_config_t *cfg);
+/* "; a pool of 3 helper threads serves every connection (...)" appended to the lanes line. */
+void ferry_sock_config_pool_words(const ferry_sock_config_t *cfg, char *buf, size_t len);
 /* " streams=4(default) threads=4(derived) ..." appended to the effective-config line. */
 void ferry_sock_config_format(const ferry_sock_config_t *cfg, char *buf, size_t len);
 

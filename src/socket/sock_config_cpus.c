@@ -290,6 +290,7 @@ void ferry_sock_config_lanes_line(const ferry_sock_config_t *cfg, char *buf, siz
     if (setter != NULL) {
         snprintf(buf, len, "socket backend: %s per connection, set by %s (explicit settings win; "
                  "the default for %s would be %s)", chosen, setter, where, dflt);
+        ferry_sock_config_pool_words(cfg, buf, len);
         return;
     }
     if (ferry_sock_cfg_send_helper_mode(cfg))
@@ -307,4 +308,5 @@ void ferry_sock_config_lanes_line(const ferry_sock_config_t *cfg, char *buf, siz
     else
         why = "from 3 CPUs, helpers copy beside NCCL's thread";
     snprintf(buf, len, "socket backend: %s per connection, chosen for %s (%s)", chosen, where, why);
+    ferry_sock_config_pool_words(cfg, buf, len);
 }

@@ -77,7 +77,7 @@ ferry_status_t ferry_sock_isend_gpu(ferry_sock_comm_t *c, void *data, size_t siz
                                            ferry_sock_mr_t *mr, void **request_p)
 {
     char *host = mr->gpu.shadow + ((char *)data - mr->base), err[256], what[160];
-    ferry_px_req_t *req = ferry_px_stream_post(&c->px, host, size, mr, 1);
+    ferry_px_req_t *req = ferry_sock_stream_post(&c->px, host, size, mr, 1);
 
     if (req == NULL)
         return FERRY_OK; /* All 32 slots busy: NCCL calls again. */
@@ -114,7 +114,7 @@ ferry_status_t ferry_sock_gpu_open_sends(ferry_sock_comm_t *c)
                          ferry_px_req_state_str(atomic_load(&req->state)));
                 return ferry_sock_gpu_failed(c, req->sub[0].mem, what, err);
             }
-            ferry_px_stream_open(&c->px, req);
+            ferry_sock_stream_open(&c->px, req);
         }
         c->gpu_next++;
     }
@@ -131,8 +131,8 @@ ferry_px_req_t *ferry_sock_post_recv(ferry_sock_comm_t *c, void *data, size_t si
     ferry_sock_mr_t *mr = mhandle;
 
     if (mr == NULL || mr->gpu.shadow == NULL || size == 0)
-        return ferry_px_stream_post(&c->px, data, size, NULL, 0);
-    return ferry_px_stream_post(&c->px, mr->gpu.shadow + ((char *)data - mr->base), size, mr,
+        return ferry_sock_stream_post(&c->px, data, size, NULL, 0);
+    return ferry_sock_stream_post(&c->px, mr->gpu.shadow + ((char *)data - mr->base), size, mr,
                                   0);
 }
 

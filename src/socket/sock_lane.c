@@ -15,10 +15,13 @@
 #include "core/log.h"
 #include "socket/sock.h"
 
-/* Chunks a lane moves per call before the worker turns to its other lanes. */
+/*
+ * Chunks a lane moves per call before its pool thread turns to other lanes:
+ * the pool's fairness between comms rests on this bound.
+ */
 #define FERRY_SOCK_LANE_BURST 4
 
-static ferry_sock_comm_t *ferry_sock_of(ferry_px_stream_t *px)
+static ferry_sock_comm_t *ferry_sock_of(ferry_sock_stream_t *px)
 {
     return (ferry_sock_comm_t *)px; /* px is the first member. */
 }
@@ -30,7 +33,7 @@ static long ferry_sock_lane_eof(ferry_sock_comm_t *c, int li)
     int closed;
 
     lane->closed = 1;
-    ferry_px_lane_set(&c->px, li, FERRY_PX_LANE_CLOSED);
+    ferry_sock_lane_set(&c->px, li, FERRY_SOCK_LANE_CLOSED);
     closed = atomic_fetch_add(&c->closed_lanes, 1) + 1;
     if (closed == c->px.nlanes) {
         /* Normal at teardown; requests still pending get a WARN from test(). */
@@ -62,7 +65,7 @@ long ferry_sock_lane_error(ferry_sock_comm_t *c, int li, const char *op, int err
                "network dropped the connection: check the peer's log and the link",
                desc, li, c->px.nlanes, op, err != 0 ? strerror(err) : "protocol error", what);
     lane->closed = 1;
-    ferry_px_lane_set(&c->px, li, FERRY_PX_LANE_FAILED);
+    ferry_sock_lane_set(&c->px, li, FERRY_SOCK_LANE_FAILED);
     ferry_px_ring_fail(&c->px.ring, status, "%s on stream %d: %s (%s)", op, li,
                        err != 0 ? strerror(err) : "protocol error", what);
     return status;
@@ -114,7 +117,7 @@ static long ferry_sock_send_lane_check(ferry_sock_comm_t *c, int li)
 static void ferry_sock_send_lane_start(ferry_sock_comm_t *c, int li)
 {
     ferry_sock_lane_t *lane = &c->lanes[li];
-    const ferry_px_claim_t *cl = &lane->claim;
+    const ferry_sock_claim_t *cl = &lane->claim;
 
     lane->hdr.seq = cl->seq;
     lane->hdr.nchunks = cl->nchunks;
@@ -127,10 +130,10 @@ static void ferry_sock_send_lane_start(ferry_sock_comm_t *c, int li)
     lane->chunk_ns = ferry_px_now_ns();
     ferry_sock_zc_prepare(c, li);
     atomic_store_explicit(&c->px.lanes[li].seq, cl->seq, memory_order_relaxed);
-    ferry_px_lane_set(&c->px, li, FERRY_PX_LANE_HEADER);
+    ferry_sock_lane_set(&c->px, li, FERRY_SOCK_LANE_HEADER);
 }
 
-static long ferry_sock_send_lane_progress(ferry_px_stream_t *px, int li, short revents)
+static long ferry_sock_send_lane_progress(ferry_sock_stream_t *px, int li, short revents)
 {
     ferry_sock_comm_t *c = ferry_sock_of(px);
     ferry_sock_lane_t *lane = &c->lanes[li];
@@ -158,7 +161,7 @@ static long ferry_sock_send_lane_progress(ferry_px_stream_t *px, int li, short r
         int niov = 0, zc;
 
         if (!lane->has_chunk) {
-            if (!ferry_px_stream_claim(px, &lane->claim))
+            if (!ferry_sock_stream_claim(px, &lane->claim))
                 break;
             ferry_sock_send_lane_start(c, li);
         }
@@ -191,7 +194,7 @@ static long ferry_sock_send_lane_progress(ferry_px_stream_t *px, int li, short r
                 if (!atomic_load_explicit(&lane->blocked, memory_order_relaxed))
                     ferry_px_stat_add(&px->lanes[li].blocked, 1);
                 atomic_store_explicit(&lane->blocked, 1, memory_order_relaxed);
-                ferry_px_lane_set(px, li, FERRY_PX_LANE_BLOCKED);
+                ferry_sock_lane_set(px, li, FERRY_SOCK_LANE_BLOCKED);
                 break;
             }
             {
@@ -210,7 +213,7 @@ static long ferry_sock_send_lane_progress(ferry_px_stream_t *px, int li, short r
         if ((size_t)n > hdr_left) {
             ferry_px_req_progress(lane->claim.req, (size_t)n - hdr_left);
             ferry_px_stat_add(&px->lanes[li].bytes, (size_t)n - hdr_left);
-            ferry_px_lane_set(px, li, FERRY_PX_LANE_PAYLOAD);
+            ferry_sock_lane_set(px, li, FERRY_SOCK_LANE_PAYLOAD);
         }
         lane->sent += (size_t)n;
         work += n;
@@ -219,7 +222,7 @@ static long ferry_sock_send_lane_progress(ferry_px_stream_t *px, int li, short r
         ferry_sock_zc_chunk_queued(c, li);
         ferry_px_stat_add(&px->lanes[li].busy_ns, ferry_px_now_ns() - lane->chunk_ns);
         ferry_px_stat_add(&px->lanes[li].chunks, 1);
-        ferry_px_lane_set(px, li, FERRY_PX_LANE_IDLE);
+        ferry_sock_lane_set(px, li, FERRY_SOCK_LANE_IDLE);
         lane->has_chunk = 0;
         chunks++;
         work++; /* A 0-byte message is work too. */
@@ -227,7 +230,7 @@ static long ferry_sock_send_lane_progress(ferry_px_stream_t *px, int li, short r
     return work;
 }
 
-static short ferry_sock_send_lane_wants(ferry_px_stream_t *px, int li, int *fd_p)
+static short ferry_sock_send_lane_wants(ferry_sock_stream_t *px, int li, int *fd_p)
 {
     ferry_sock_lane_t *lane = &ferry_sock_of(px)->lanes[li];
 
@@ -237,7 +240,7 @@ static short ferry_sock_send_lane_wants(ferry_px_stream_t *px, int li, int *fd_p
     return atomic_load_explicit(&lane->blocked, memory_order_relaxed) ? (POLLOUT | POLLIN) : POLLIN;
 }
 
-const ferry_px_lane_ops_t ferry_sock_send_lane_ops = {
+const ferry_sock_stream_lane_ops_t ferry_sock_send_lane_ops = {
     .progress = ferry_sock_send_lane_progress,
     .wants    = ferry_sock_send_lane_wants,
     .retire   = ferry_sock_zc_retire,
@@ -284,10 +287,10 @@ static long ferry_sock_recv_lane_match(ferry_sock_comm_t *c, int li)
     }
     req = ferry_px_ring_match(&c->px.ring, h->seq);
     if (req == NULL) {
-        /* The seq tells irecv's kick whether this lane can go on (ferry_px_stream_kick_posted). */
+        /* The seq tells irecv's kick whether this lane can go on (ferry_sock_stream_kick_posted). */
         atomic_store_explicit(&c->px.lanes[li].seq, h->seq, memory_order_relaxed);
         atomic_store_explicit(&lane->parked, 1, memory_order_relaxed);
-        ferry_px_lane_set(&c->px, li, FERRY_PX_LANE_PARKED);
+        ferry_sock_lane_set(&c->px, li, FERRY_SOCK_LANE_PARKED);
         return 0;
     }
     atomic_store_explicit(&lane->parked, 0, memory_order_relaxed);
@@ -315,7 +318,7 @@ static long ferry_sock_recv_lane_match(ferry_sock_comm_t *c, int li)
     lane->rgot = 0;
     lane->chunk_ns = ferry_px_now_ns();
     atomic_store_explicit(&c->px.lanes[li].seq, h->seq, memory_order_relaxed);
-    ferry_px_lane_set(&c->px, li, FERRY_PX_LANE_PAYLOAD);
+    ferry_sock_lane_set(&c->px, li, FERRY_SOCK_LANE_PAYLOAD);
     return 1;
 }
 
@@ -333,7 +336,7 @@ static long ferry_sock_recv_lane_failed_read(ferry_sock_comm_t *c, int li)
     return ferry_sock_lane_error(c, li, "recv", err == 0 ? ECONNRESET : err, what);
 }
 
-static long ferry_sock_recv_lane_progress(ferry_px_stream_t *px, int li, short revents)
+static long ferry_sock_recv_lane_progress(ferry_sock_stream_t *px, int li, short revents)
 {
     ferry_sock_comm_t *c = ferry_sock_of(px);
     ferry_sock_lane_t *lane = &c->lanes[li];
@@ -354,7 +357,7 @@ static long ferry_sock_recv_lane_progress(ferry_px_stream_t *px, int li, short r
                     break;
                 lane->rhdr_got += (size_t)n;
                 work += n;
-                ferry_px_lane_set(px, li, FERRY_PX_LANE_HEADER);
+                ferry_sock_lane_set(px, li, FERRY_SOCK_LANE_HEADER);
                 if (lane->rhdr_got < sizeof(lane->rhdr))
                     continue;
             }
@@ -380,10 +383,10 @@ static long ferry_sock_recv_lane_progress(ferry_px_stream_t *px, int li, short r
             if (lane->rgot < lane->rhdr.len)
                 continue;
         }
-        ferry_px_stream_chunk_finish(px, li, lane->rreq);
+        ferry_sock_stream_chunk_finish(px, li, lane->rreq);
         ferry_px_stat_add(&px->lanes[li].busy_ns, ferry_px_now_ns() - lane->chunk_ns);
         ferry_px_stat_add(&px->lanes[li].chunks, 1);
-        ferry_px_lane_set(px, li, FERRY_PX_LANE_IDLE);
+        ferry_sock_lane_set(px, li, FERRY_SOCK_LANE_IDLE);
         lane->rreq = NULL;
         lane->rhdr_got = 0;
         chunks++;
@@ -392,7 +395,7 @@ static long ferry_sock_recv_lane_progress(ferry_px_stream_t *px, int li, short r
     return work;
 }
 
-static short ferry_sock_recv_lane_wants(ferry_px_stream_t *px, int li, int *fd_p)
+static short ferry_sock_recv_lane_wants(ferry_sock_stream_t *px, int li, int *fd_p)
 {
     ferry_sock_lane_t *lane = &ferry_sock_of(px)->lanes[li];
 
@@ -401,7 +404,7 @@ static short ferry_sock_recv_lane_wants(ferry_px_stream_t *px, int li, int *fd_p
     return lane->closed || atomic_load_explicit(&lane->parked, memory_order_relaxed) ? 0 : POLLIN;
 }
 
-const ferry_px_lane_ops_t ferry_sock_recv_lane_ops = {
+const ferry_sock_stream_lane_ops_t ferry_sock_recv_lane_ops = {
     .progress = ferry_sock_recv_lane_progress,
     .wants    = ferry_sock_recv_lane_wants,
 };

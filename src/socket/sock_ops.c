@@ -164,7 +164,7 @@ static ferry_status_t ferry_sock_isend(void *send_comm, void *data, size_t size,
         return status;
     if (mhandle != NULL && ((ferry_sock_mr_t *)mhandle)->gpu.shadow != NULL && size > 0)
         return ferry_sock_isend_gpu(c, data, size, mhandle, request_p);
-    *request_p = ferry_px_stream_post(&c->px, data, size, NULL, 0);
+    *request_p = ferry_sock_stream_post(&c->px, data, size, NULL, 0);
     return FERRY_OK;
 }
 

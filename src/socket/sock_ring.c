@@ -22,19 +22,19 @@ static void ferry_sock_stall_why(const ferry_px_ring_t *ring, const ferry_px_req
 
 const ferry_px_ring_ops_t ferry_sock_send_ring_ops = {
     .unit      = "chunks",
-    .poll      = ferry_px_stream_poll,
+    .poll      = ferry_sock_stream_poll,
     .stall_why = ferry_sock_stall_why,
-    .state     = ferry_px_stream_state,
-    .dump      = ferry_px_stream_dump,
-    .failed    = ferry_px_stream_failed,
+    .state     = ferry_sock_stream_state,
+    .dump      = ferry_sock_stream_dump,
+    .failed    = ferry_sock_stream_failed,
 };
 
 const ferry_px_ring_ops_t ferry_sock_recv_ring_ops = {
     .unit      = "chunks",
-    .poll      = ferry_px_stream_poll,
+    .poll      = ferry_sock_stream_poll,
     .finish    = ferry_sock_recv_finish, /* A receive into GPU memory: its copy up first. */
     .stall_why = ferry_sock_stall_why,
-    .state     = ferry_px_stream_state,
-    .dump      = ferry_px_stream_dump,
-    .failed    = ferry_px_stream_failed,
+    .state     = ferry_sock_stream_state,
+    .dump      = ferry_sock_stream_dump,
+    .failed    = ferry_sock_stream_failed,
 };

@@ -99,7 +99,7 @@ void ferry_sock_zc_chunk_queued(ferry_sock_comm_t *c, int li)
     ferry_px_req_t *req = lane->claim.req;
 
     if (!lane->zc_chunk) {
-        ferry_px_stream_chunk_finish(&c->px, li, req);
+        ferry_sock_stream_chunk_finish(&c->px, li, req);
         return;
     }
     lane->zc_chunk = 0;
@@ -149,7 +149,7 @@ static int ferry_sock_zc_read_releases(ferry_sock_comm_t *c, int li)
     }
 }
 
-long ferry_sock_zc_retire(ferry_px_stream_t *px, int li)
+long ferry_sock_zc_retire(ferry_sock_stream_t *px, int li)
 {
     ferry_sock_comm_t *c = (ferry_sock_comm_t *)px;
     ferry_sock_lane_t *lane = &c->lanes[li];
@@ -177,7 +177,7 @@ long ferry_sock_zc_retire(ferry_px_stream_t *px, int li)
 
         if (!failed && !FERRY_SOCK_ZC_BEFORE(last, lane->zc_acked))
             break;
-        ferry_px_stream_chunk_retire(px, li, lane->zc_wait[lane->zc_head % FERRY_SOCK_ZC_WAIT].req);
+        ferry_sock_stream_chunk_retire(px, li, lane->zc_wait[lane->zc_head % FERRY_SOCK_ZC_WAIT].req);
         lane->zc_head++;
         n++;
     }

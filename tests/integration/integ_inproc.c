@@ -495,13 +495,18 @@ int main(int argc, char **argv)
     inproc_big_streams(&plugin, &pair, min_streams);
     nthreads = fit_count_threads("ferry-", names, sizeof(names));
     printf("  helper threads while connected: %d [%s]\n", nthreads, names);
-    if (getenv("NCCL_FERRY_EPOLL") != NULL && atoi(getenv("NCCL_FERRY_EPOLL")) == 1) {
+    if (nthreads > 0) {
         int eps = fit_count_fds_to("anon_inode:[eventpoll]");
+        int pool = fit_count_threads("ferry-pool-", NULL, 0);
 
-        /* One epoll set per helper thread: the sweep above ran through them. */
-        FIT_CHECK(eps == nthreads && nthreads > 0, "NCCL_FERRY_EPOLL=1: %d epoll fds for %d "
-                  "helper threads", eps, nthreads);
-        fit_pass("NCCL_FERRY_EPOLL=1: %d helper threads, each waiting in its epoll set", eps);
+        /*
+         * The helpers are the process' pool, each waiting in its epoll set
+         * (NCCL_FERRY_EPOLL is accepted and has no effect): the sweep above
+         * ran through them.
+         */
+        FIT_CHECK(eps == pool && pool == nthreads, "%d epoll fds for %d pool threads (%d ferry-* "
+                  "threads: %s)", eps, pool, nthreads, names);
+        fit_pass("%d helper threads (the pool), each waiting in its epoll set", eps);
     }
 
     inproc_parallel(&plugin, ctx_a, ctx_b);

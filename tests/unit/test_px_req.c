@@ -12,35 +12,35 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "proxy/stream.h"
+#include "socket/sock_stream.h"
 
 /* The ring ops a stream backend gives, without a backend's words. */
 static const ferry_px_ring_ops_t test_ring_ops = {
-    .unit = "chunks", .poll = ferry_px_stream_poll, .state = ferry_px_stream_state,
-    .dump = ferry_px_stream_dump, .failed = ferry_px_stream_failed};
+    .unit = "chunks", .poll = ferry_sock_stream_poll, .state = ferry_sock_stream_state,
+    .dump = ferry_sock_stream_dump, .failed = ferry_sock_stream_failed};
 
-static long fake_progress(ferry_px_stream_t *comm, int lane, short revents) { return 0; }
-static short fake_wants(ferry_px_stream_t *comm, int lane, int *fd_p) { *fd_p = -1; return 0; }
-static const ferry_px_lane_ops_t fake_ops = {.progress = fake_progress, .wants = fake_wants};
+static long fake_progress(ferry_sock_stream_t *comm, int lane, short revents) { return 0; }
+static short fake_wants(ferry_sock_stream_t *comm, int lane, int *fd_p) { *fd_p = -1; return 0; }
+static const ferry_sock_stream_lane_ops_t fake_ops = {.progress = fake_progress, .wants = fake_wants};
 
-static ferry_px_stream_t *new_comm(ferry_px_req_kind_t kind)
+static ferry_sock_stream_t *new_comm(ferry_px_req_kind_t kind)
 {
-    ferry_px_stream_t *c = calloc(1, sizeof(*c));
+    ferry_sock_stream_t *c = calloc(1, sizeof(*c));
 
-    assert_int_equal(ferry_px_stream_init(c, kind, "test", "10.0.0.2:1234", 4, 2, 64 << 10,
+    assert_int_equal(ferry_sock_stream_init(c, kind, "test", "10.0.0.2:1234", 4, 2, 64 << 10,
                                         1 << 20, &fake_ops, &test_ring_ops), FERRY_OK);
     return c;
 }
 
 static void test_send_lifecycle(void **state)
 {
-    ferry_px_stream_t *c = new_comm(FERRY_PX_SEND);
+    ferry_sock_stream_t *c = new_comm(FERRY_PX_SEND);
     static char buf[1 << 20];
-    ferry_px_claim_t cl;
+    ferry_sock_claim_t cl;
     ferry_px_req_t *r;
     int done = -1, size = -1, i;
 
-    r = ferry_px_stream_post(c, buf, sizeof(buf), NULL, 0);
+    r = ferry_sock_stream_post(c, buf, sizeof(buf), NULL, 0);
     assert_non_null(r);
     assert_int_equal(atomic_load(&r->state), FERRY_PX_REQ_POSTED);
     assert_int_equal(atomic_load(&r->nparts), 4);
@@ -48,14 +48,14 @@ static void test_send_lifecycle(void **state)
     assert_int_equal(done, 0);
 
     for (i = 0; i < 4; i++) {
-        assert_int_equal(ferry_px_stream_claim(c, &cl), 1);
+        assert_int_equal(ferry_sock_stream_claim(c, &cl), 1);
         assert_ptr_equal(cl.req, r);
         assert_int_equal(cl.chunk, i);
         assert_int_equal(cl.offset, (uint64_t)i * (256 << 10));
         assert_int_equal(cl.len, 256 << 10);
         assert_int_equal(atomic_load(&r->state), FERRY_PX_REQ_ACTIVE);
     }
-    assert_int_equal(ferry_px_stream_claim(c, &cl), 0);
+    assert_int_equal(ferry_sock_stream_claim(c, &cl), 0);
     assert_int_equal(atomic_load(&r->posted), 4);
     for (i = 0; i < 4; i++) {
         ferry_px_req_progress(r, 256 << 10);
@@ -77,19 +77,19 @@ static void test_send_lifecycle(void **state)
 /* Chunks are handed out in message order, across messages, including 0-byte ones. */
 static void test_claim_order_and_zero_bytes(void **state)
 {
-    ferry_px_stream_t *c = new_comm(FERRY_PX_SEND);
+    ferry_sock_stream_t *c = new_comm(FERRY_PX_SEND);
     static char buf[200 << 10];
     ferry_px_req_t *a, *b, *z;
-    ferry_px_claim_t cl;
+    ferry_sock_claim_t cl;
     int done = 0, size = -1;
 
-    a = ferry_px_stream_post(c, buf, 100, NULL, 0);
-    z = ferry_px_stream_post(c, buf, 0, NULL, 0);
-    b = ferry_px_stream_post(c, buf, sizeof(buf), NULL, 0);
-    assert_int_equal(ferry_px_stream_claim(c, &cl), 1);
+    a = ferry_sock_stream_post(c, buf, 100, NULL, 0);
+    z = ferry_sock_stream_post(c, buf, 0, NULL, 0);
+    b = ferry_sock_stream_post(c, buf, sizeof(buf), NULL, 0);
+    assert_int_equal(ferry_sock_stream_claim(c, &cl), 1);
     assert_ptr_equal(cl.req, a);
     assert_int_equal(cl.seq, 0);
-    assert_int_equal(ferry_px_stream_claim(c, &cl), 1);
+    assert_int_equal(ferry_sock_stream_claim(c, &cl), 1);
     assert_ptr_equal(cl.req, z);
     assert_int_equal(cl.len, 0);
     assert_int_equal(cl.nchunks, 1);
@@ -97,7 +97,7 @@ static void test_claim_order_and_zero_bytes(void **state)
     assert_int_equal(ferry_px_ring_test(&c->ring, z, &done, &size), FERRY_OK);
     assert_int_equal(done, 1);
     assert_int_equal(size, 0);
-    assert_int_equal(ferry_px_stream_claim(c, &cl), 1);
+    assert_int_equal(ferry_sock_stream_claim(c, &cl), 1);
     assert_ptr_equal(cl.req, b);
     assert_int_equal(cl.seq, 2);
     free(c);
@@ -106,33 +106,33 @@ static void test_claim_order_and_zero_bytes(void **state)
 /* 32 in flight; the 33rd waits until the oldest is tested. */
 static void test_ring_full_then_reuse(void **state)
 {
-    ferry_px_stream_t *c = new_comm(FERRY_PX_SEND);
+    ferry_sock_stream_t *c = new_comm(FERRY_PX_SEND);
     ferry_px_req_t *reqs[FERRY_MAX_REQUESTS];
-    ferry_px_claim_t cl;
+    ferry_sock_claim_t cl;
     static char buf[8];
     int i, done = 0;
 
     for (i = 0; i < FERRY_MAX_REQUESTS; i++)
-        assert_non_null(reqs[i] = ferry_px_stream_post(c, buf, 8, NULL, 0));
-    assert_null(ferry_px_stream_post(c, buf, 8, NULL, 0));
-    assert_int_equal(ferry_px_stream_claim(c, &cl), 1);
+        assert_non_null(reqs[i] = ferry_sock_stream_post(c, buf, 8, NULL, 0));
+    assert_null(ferry_sock_stream_post(c, buf, 8, NULL, 0));
+    assert_int_equal(ferry_sock_stream_claim(c, &cl), 1);
     ferry_px_req_part_finish(cl.req, 0);
     assert_int_equal(ferry_px_ring_test(&c->ring, reqs[0], &done, NULL), FERRY_OK);
     assert_int_equal(done, 1);
-    assert_ptr_equal(ferry_px_stream_post(c, buf, 8, NULL, 0), reqs[0]);
+    assert_ptr_equal(ferry_sock_stream_post(c, buf, 8, NULL, 0), reqs[0]);
     assert_int_equal(reqs[0]->seq, FERRY_MAX_REQUESTS);
     free(c);
 }
 
 static void test_recv_match_learn_and_sizes(void **state)
 {
-    ferry_px_stream_t *c = new_comm(FERRY_PX_RECV);
+    ferry_sock_stream_t *c = new_comm(FERRY_PX_RECV);
     static char buf[4096];
     ferry_px_req_t *r;
     int done = 0, size = -1;
 
     assert_null(ferry_px_ring_match(&c->ring, 0)); /* Chunk before its irecv: the lane parks. */
-    r = ferry_px_stream_post(c, buf, sizeof(buf), NULL, 0);
+    r = ferry_sock_stream_post(c, buf, sizeof(buf), NULL, 0);
     assert_ptr_equal(ferry_px_ring_match(&c->ring, 0), r);
     assert_null(ferry_px_ring_match(&c->ring, 1));
     assert_null(ferry_px_ring_match(&c->ring, FERRY_MAX_REQUESTS)); /* Same slot, other message. */
@@ -153,9 +153,9 @@ static void test_recv_match_learn_and_sizes(void **state)
 
 static void test_recv_larger_than_posted_is_usage_error(void **state)
 {
-    ferry_px_stream_t *c = new_comm(FERRY_PX_RECV);
+    ferry_sock_stream_t *c = new_comm(FERRY_PX_RECV);
     static char buf[16];
-    ferry_px_req_t *r = ferry_px_stream_post(c, buf, sizeof(buf), NULL, 0);
+    ferry_px_req_t *r = ferry_sock_stream_post(c, buf, sizeof(buf), NULL, 0);
     int done = 0;
 
     assert_int_equal(ferry_px_req_learn(r, 17, 1), FERRY_ERR_USAGE);
@@ -170,10 +170,10 @@ static void test_recv_larger_than_posted_is_usage_error(void **state)
 /* A broken comm fails pending requests once each; DONE ones still succeed. */
 static void test_comm_failure(void **state)
 {
-    ferry_px_stream_t *c = new_comm(FERRY_PX_RECV);
+    ferry_sock_stream_t *c = new_comm(FERRY_PX_RECV);
     static char buf[64];
-    ferry_px_req_t *a = ferry_px_stream_post(c, buf, 64, NULL, 0);
-    ferry_px_req_t *b = ferry_px_stream_post(c, buf, 64, NULL, 0);
+    ferry_px_req_t *a = ferry_sock_stream_post(c, buf, 64, NULL, 0);
+    ferry_px_req_t *b = ferry_sock_stream_post(c, buf, 64, NULL, 0);
     int done = 0, size = 0;
 
     assert_int_equal(ferry_px_req_learn(a, 64, 1), FERRY_OK);
@@ -192,12 +192,12 @@ static void test_comm_failure(void **state)
 
 static void test_fail_does_not_undo_done(void **state)
 {
-    ferry_px_stream_t *c = new_comm(FERRY_PX_SEND);
+    ferry_sock_stream_t *c = new_comm(FERRY_PX_SEND);
     static char buf[8];
-    ferry_px_req_t *r = ferry_px_stream_post(c, buf, 8, NULL, 0);
-    ferry_px_claim_t cl;
+    ferry_px_req_t *r = ferry_sock_stream_post(c, buf, 8, NULL, 0);
+    ferry_sock_claim_t cl;
 
-    assert_int_equal(ferry_px_stream_claim(c, &cl), 1);
+    assert_int_equal(ferry_sock_stream_claim(c, &cl), 1);
     ferry_px_req_part_finish(r, 8);
     ferry_px_req_fail(r, FERRY_ERR_REMOTE);
     assert_int_equal(atomic_load(&r->state), FERRY_PX_REQ_DONE);
@@ -210,9 +210,9 @@ static void test_fail_does_not_undo_done(void **state)
  */
 static void test_injected_delay_and_close(void **state)
 {
-    ferry_px_stream_t *c = new_comm(FERRY_PX_RECV);
+    ferry_sock_stream_t *c = new_comm(FERRY_PX_RECV);
     static char buf[64];
-    ferry_px_req_t *r = ferry_px_stream_post(c, buf, sizeof(buf), NULL, 0);
+    ferry_px_req_t *r = ferry_sock_stream_post(c, buf, sizeof(buf), NULL, 0);
     uint64_t t0;
     int done = 0, size = 0, spins = 0;
 
@@ -221,15 +221,15 @@ static void test_injected_delay_and_close(void **state)
     assert_int_equal(ferry_px_req_learn(r, 64, 1), FERRY_OK);
     ferry_px_req_part_start(r);
     t0 = ferry_px_now_ns();
-    ferry_px_stream_chunk_finish(c, 1, r);
+    ferry_sock_stream_chunk_finish(c, 1, r);
     assert_int_equal(atomic_load(&r->received), 1);
     assert_int_equal(atomic_load(&r->done), 0);
     assert_true(ferry_px_req_all_moved(r));
     /* Queued (UINT64_MAX: nothing deferred); it may already be due on a slow machine. */
-    assert_true(ferry_px_stream_defer_next_ns(c, 1) != UINT64_MAX);
+    assert_true(ferry_sock_stream_defer_next_ns(c, 1) != UINT64_MAX);
     ferry_px_ring_fail(&c->ring, FERRY_ERR_REMOTE, "peer closed");
     while (!done && spins++ < 1000000) {
-        ferry_px_stream_progress_lane(c, 1, 0);
+        ferry_sock_stream_progress_lane(c, 1, 0);
         assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
     }
     assert_int_equal(done, 1);
@@ -242,27 +242,27 @@ static void test_injected_delay_and_close(void **state)
 
 /* Lane calls made by the thread that posts and tests (counting ops). */
 static int count_progress[4], count_retire[4];
-static long count_progress_fn(ferry_px_stream_t *comm, int lane, short revents)
+static long count_progress_fn(ferry_sock_stream_t *comm, int lane, short revents)
 {
     (void)comm;
     (void)revents;
     count_progress[lane]++;
     return 0;
 }
-static long count_retire_fn(ferry_px_stream_t *comm, int lane)
+static long count_retire_fn(ferry_sock_stream_t *comm, int lane)
 {
     (void)comm;
     count_retire[lane]++;
     return 0;
 }
-static const ferry_px_lane_ops_t count_ops = {
+static const ferry_sock_stream_lane_ops_t count_ops = {
     .progress = count_progress_fn, .wants = fake_wants, .retire = count_retire_fn};
 
-static ferry_px_stream_t *new_counted_comm(ferry_px_req_kind_t kind, int nworkers)
+static ferry_sock_stream_t *new_counted_comm(ferry_px_req_kind_t kind, int nthreads)
 {
-    ferry_px_stream_t *c = calloc(1, sizeof(*c));
+    ferry_sock_stream_t *c = calloc(1, sizeof(*c));
 
-    assert_int_equal(ferry_px_stream_init(c, kind, "test", "10.0.0.2:1234", 4, nworkers, 64 << 10,
+    assert_int_equal(ferry_sock_stream_init(c, kind, "test", "10.0.0.2:1234", 4, nthreads, 64 << 10,
                                         1 << 20, &count_ops, &test_ring_ops), FERRY_OK);
     memset(count_progress, 0, sizeof(count_progress));
     memset(count_retire, 0, sizeof(count_retire));
@@ -273,7 +273,7 @@ static ferry_px_stream_t *new_counted_comm(ferry_px_req_kind_t kind, int nworker
 static int arrive_ready;
 static int arrive_too_big;    /* The "peer" sends more than the receive holds. */
 static uint32_t arrive_seq;   /* Sequence number of the message that arrives. */
-static long arrive_progress_fn(ferry_px_stream_t *comm, int lane, short revents)
+static long arrive_progress_fn(ferry_sock_stream_t *comm, int lane, short revents)
 {
     ferry_px_req_t *r;
 
@@ -289,10 +289,10 @@ static long arrive_progress_fn(ferry_px_stream_t *comm, int lane, short revents)
     assert_int_equal(ferry_px_req_learn(r, 1 << 20, 1), FERRY_OK);
     ferry_px_req_part_start(r);
     ferry_px_req_progress(r, 1 << 20);
-    ferry_px_stream_chunk_finish(comm, lane, r);
+    ferry_sock_stream_chunk_finish(comm, lane, r);
     return 1 << 20;
 }
-static const ferry_px_lane_ops_t arrive_ops = {.progress = arrive_progress_fn,
+static const ferry_sock_stream_lane_ops_t arrive_ops = {.progress = arrive_progress_fn,
                                                .wants = fake_wants};
 
 /*
@@ -304,16 +304,16 @@ static const ferry_px_lane_ops_t arrive_ops = {.progress = arrive_progress_fn,
 static void test_assist_completes_in_same_test(void **state)
 {
     static char buf[1 << 20];
-    ferry_px_stream_t *c = calloc(1, sizeof(*c));
+    ferry_sock_stream_t *c = calloc(1, sizeof(*c));
     ferry_px_req_t *r;
     int done = 0, size = 0;
 
     (void)state;
-    assert_int_equal(ferry_px_stream_init(c, FERRY_PX_RECV, "test", "10.0.0.2:1234", 1, 0,
+    assert_int_equal(ferry_sock_stream_init(c, FERRY_PX_RECV, "test", "10.0.0.2:1234", 1, 0,
                                         64 << 10, 1 << 20, &arrive_ops, &test_ring_ops), FERRY_OK);
     arrive_ready = 0;
     arrive_seq = 0;
-    r = ferry_px_stream_post(c, buf, sizeof(buf), NULL, 0);
+    r = ferry_sock_stream_post(c, buf, sizeof(buf), NULL, 0);
     assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
     assert_int_equal(done, 0); /* Nothing has arrived. */
     arrive_ready = 1;
@@ -326,7 +326,7 @@ static void test_assist_completes_in_same_test(void **state)
     arrive_too_big = 1;
     arrive_ready = 1;
     arrive_seq = 1;
-    r = ferry_px_stream_post(c, buf, sizeof(buf), NULL, 0);
+    r = ferry_sock_stream_post(c, buf, sizeof(buf), NULL, 0);
     done = 0;
     assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_ERR_USAGE);
     assert_int_equal(done, 0);
@@ -344,19 +344,19 @@ static void test_assist_completes_in_same_test(void **state)
 static void test_assist_policy(void **state)
 {
     static char buf[1 << 20];
-    ferry_px_stream_t *c;
+    ferry_sock_stream_t *c;
     ferry_px_req_t *r;
     int done = 0, size = 0;
 
     (void)state;
     c = new_counted_comm(FERRY_PX_SEND, 2);
     assert_int_equal((int)c->assist_max, 32 << 10);
-    r = ferry_px_stream_post(c, buf, 16 << 10, NULL, 0);            /* Small: sent at post... */
+    r = ferry_sock_stream_post(c, buf, 16 << 10, NULL, 0);            /* Small: sent at post... */
     assert_int_equal(count_progress[0], 1);
     assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
     assert_int_equal(count_progress[0], 2);               /* ...and helped along in test(). */
     assert_int_equal(count_retire[0], 2);                 /* Held-back completions looked at too. */
-    r = ferry_px_stream_post(c, buf, 1 << 20, NULL, 0);             /* Bulk: left to the helpers. */
+    r = ferry_sock_stream_post(c, buf, 1 << 20, NULL, 0);             /* Bulk: left to the helpers. */
     assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
     assert_int_equal(count_progress[0], 2);
     assert_int_equal(count_progress[1] + count_progress[2] + count_progress[3], 0);
@@ -364,7 +364,7 @@ static void test_assist_policy(void **state)
 
     /* Receive: the first test() helps (nothing learnt yet); after a 1 MiB message, no more. */
     c = new_counted_comm(FERRY_PX_RECV, 2);
-    r = ferry_px_stream_post(c, buf, sizeof(buf), NULL, 0);
+    r = ferry_sock_stream_post(c, buf, sizeof(buf), NULL, 0);
     assert_int_equal(count_progress[0], 0);               /* Receives are not pushed at post. */
     assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
     assert_int_equal(count_progress[0], 1);
@@ -374,7 +374,7 @@ static void test_assist_policy(void **state)
     ferry_px_req_part_finish(r, 1 << 20);
     assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
     assert_int_equal(done, 1);
-    r = ferry_px_stream_post(c, buf, sizeof(buf), NULL, 0);
+    r = ferry_sock_stream_post(c, buf, sizeof(buf), NULL, 0);
     assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
     assert_int_equal(done, 0);
     assert_int_equal(count_progress[0], 1);
@@ -382,7 +382,7 @@ static void test_assist_policy(void **state)
 
     /* No helper threads (a one-CPU process): every stream, any size. */
     c = new_counted_comm(FERRY_PX_SEND, 0);
-    r = ferry_px_stream_post(c, buf, 1 << 20, NULL, 0);
+    r = ferry_sock_stream_post(c, buf, 1 << 20, NULL, 0);
     assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
     assert_int_equal(count_progress[0], 2);
     assert_int_equal(count_progress[3], 2);
@@ -397,7 +397,7 @@ static void test_assist_policy(void **state)
 static void test_solo_assist(void **state)
 {
     static char buf[1 << 20];
-    ferry_px_stream_t *c, *other;
+    ferry_sock_stream_t *c, *other;
     ferry_px_req_t *r;
     int done = 0, size = 0;
 
@@ -407,24 +407,24 @@ static void test_solo_assist(void **state)
     c = new_counted_comm(FERRY_PX_SEND, 2);
     c->solo_max = 256 << 10;
     other->solo_max = 256 << 10;
-    r = ferry_px_stream_post(c, buf, 128 << 10, NULL, 0);       /* Alone: sent at post... */
+    r = ferry_sock_stream_post(c, buf, 128 << 10, NULL, 0);       /* Alone: sent at post... */
     assert_non_null(r);
     assert_int_equal(count_progress[0], 1);
     assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
     assert_int_equal(count_progress[0], 2);           /* ...and helped in test(). */
-    r = ferry_px_stream_post(c, buf, 512 << 10, NULL, 0);       /* Above solo_max: helpers. */
+    r = ferry_sock_stream_post(c, buf, 512 << 10, NULL, 0);       /* Above solo_max: helpers. */
     assert_int_equal(count_progress[0], 2);
-    assert_non_null(ferry_px_stream_post(other, buf, 1 << 20, NULL, 0)); /* A second comm posts... */
-    r = ferry_px_stream_post(c, buf, 128 << 10, NULL, 0);       /* ...so 128 KiB is bulk again. */
+    assert_non_null(ferry_sock_stream_post(other, buf, 1 << 20, NULL, 0)); /* A second comm posts... */
+    r = ferry_sock_stream_post(c, buf, 128 << 10, NULL, 0);       /* ...so 128 KiB is bulk again. */
     assert_int_equal(count_progress[0], 2);
     assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
     assert_int_equal(count_progress[0], 2);
     usleep(3000);                                     /* The other comm went quiet. */
-    r = ferry_px_stream_post(c, buf, 128 << 10, NULL, 0);
+    r = ferry_sock_stream_post(c, buf, 128 << 10, NULL, 0);
     assert_int_equal(count_progress[0], 3);
     c->solo_max = 0;                                  /* NCCL_FERRY_SOLO_MAX=0: off. */
     usleep(3000);
-    r = ferry_px_stream_post(c, buf, 128 << 10, NULL, 0);
+    r = ferry_sock_stream_post(c, buf, 128 << 10, NULL, 0);
     assert_int_equal(count_progress[0], 3);
     free(other);
     free(c);
@@ -433,36 +433,36 @@ static void test_solo_assist(void **state)
 /* A gated send (its buffer still being filled) holds back its chunks and every later message's. */
 static void test_gated_send(void **state)
 {
-    ferry_px_stream_t *c = new_comm(FERRY_PX_SEND);
+    ferry_sock_stream_t *c = new_comm(FERRY_PX_SEND);
     static char buf[2][256 << 10];
-    ferry_px_claim_t cl;
+    ferry_sock_claim_t cl;
     ferry_px_req_t *a, *b;
     int done = -1, i;
 
-    a = ferry_px_stream_post(c, buf[0], sizeof(buf[0]), buf, 1);
-    b = ferry_px_stream_post(c, buf[1], sizeof(buf[1]), NULL, 0);
+    a = ferry_sock_stream_post(c, buf[0], sizeof(buf[0]), buf, 1);
+    b = ferry_sock_stream_post(c, buf[1], sizeof(buf[1]), NULL, 0);
     assert_non_null(a);
     assert_non_null(b);
     assert_ptr_equal(a->sub[0].mem, buf);
     assert_int_equal(atomic_load(&a->gated), 1);
     assert_int_equal(atomic_load(&b->gated), 0);
     /* Nothing moves: not a's chunks, and not b's either (messages leave in order). */
-    assert_int_equal(ferry_px_stream_claim(c, &cl), 0);
+    assert_int_equal(ferry_sock_stream_claim(c, &cl), 0);
     assert_int_equal(ferry_px_ring_test(&c->ring, a, &done, NULL), FERRY_OK);
     assert_int_equal(done, 0);
     assert_int_equal(atomic_load(&a->state), FERRY_PX_REQ_POSTED);
-    ferry_px_stream_open(c, a);
+    ferry_sock_stream_open(c, a);
     assert_int_equal(atomic_load(&a->gated), 0);
     for (i = 0; i < 4; i++) {
-        assert_int_equal(ferry_px_stream_claim(c, &cl), 1);
+        assert_int_equal(ferry_sock_stream_claim(c, &cl), 1);
         assert_ptr_equal(cl.req, a);
     }
-    assert_int_equal(ferry_px_stream_claim(c, &cl), 1);
+    assert_int_equal(ferry_sock_stream_claim(c, &cl), 1);
     assert_ptr_equal(cl.req, b);
     /* A receive is never gated: lanes must be free to match it. */
     {
-        ferry_px_stream_t *r = new_comm(FERRY_PX_RECV);
-        ferry_px_req_t *q = ferry_px_stream_post(r, buf[0], sizeof(buf[0]), buf, 1);
+        ferry_sock_stream_t *r = new_comm(FERRY_PX_RECV);
+        ferry_px_req_t *q = ferry_sock_stream_post(r, buf[0], sizeof(buf[0]), buf, 1);
 
         assert_int_equal(atomic_load(&q->gated), 0);
         assert_ptr_equal(ferry_px_ring_match(&r->ring, 0), q);
@@ -479,21 +479,21 @@ static ferry_status_t fake_finish(ferry_px_ring_t *ring, ferry_px_req_t *req, in
     *ready = finish_ready;
     return finish_ready < 0 ? FERRY_ERR_CUDA : FERRY_OK;
 }
-static const ferry_px_lane_ops_t finish_ops = {.progress = fake_progress, .wants = fake_wants};
+static const ferry_sock_stream_lane_ops_t finish_ops = {.progress = fake_progress, .wants = fake_wants};
 static const ferry_px_ring_ops_t finish_ring_ops = {
-    .unit = "chunks", .poll = ferry_px_stream_poll, .finish = fake_finish,
-    .failed = ferry_px_stream_failed};
+    .unit = "chunks", .poll = ferry_sock_stream_poll, .finish = fake_finish,
+    .failed = ferry_sock_stream_failed};
 
 static void test_finish_hook(void **state)
 {
-    ferry_px_stream_t *c = calloc(1, sizeof(*c));
+    ferry_sock_stream_t *c = calloc(1, sizeof(*c));
     static char buf[64 << 10];
     ferry_px_req_t *r;
     int done = -1, size = -1;
 
-    assert_int_equal(ferry_px_stream_init(c, FERRY_PX_RECV, "test", "10.0.0.2:1234", 4, 2,
+    assert_int_equal(ferry_sock_stream_init(c, FERRY_PX_RECV, "test", "10.0.0.2:1234", 4, 2,
                                         64 << 10, 1 << 20, &finish_ops, &finish_ring_ops), FERRY_OK);
-    r = ferry_px_stream_post(c, buf, sizeof(buf), NULL, 0);
+    r = ferry_sock_stream_post(c, buf, sizeof(buf), NULL, 0);
     finish_calls = 0;
     assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
     assert_int_equal(finish_calls, 0); /* Not DONE yet: the hook is not asked. */
@@ -522,7 +522,7 @@ static void test_state_names(void **state)
 {
     assert_string_equal(ferry_px_req_state_str(FERRY_PX_REQ_POSTED), "POSTED");
     assert_string_equal(ferry_px_req_state_str(99), "INVALID");
-    assert_string_equal(ferry_px_lane_state_str(FERRY_PX_LANE_PARKED), "parked");
+    assert_string_equal(ferry_sock_lane_state_str(FERRY_SOCK_LANE_PARKED), "parked");
 }
 
 int main(void)

@@ -78,7 +78,8 @@ static const sock_var_case_t sock_vars[] = {
      "0 or 1 (1: the socket backend takes GPU buffers, staged through pinned host memory by the "
      "GPU's copy engines)"},
     {FERRY_SOCK_CFG_EPOLL, "NCCL_FERRY_EPOLL", "1", "epoll=1(env)", "on",
-     "0 or 1 (1: helper threads wait in epoll, their streams registered once, instead of poll)"},
+     "0 or 1, no effect (kept so job scripts that set it still start): the helper pool always "
+     "waits in epoll, each stream registered once"},
     {FERRY_SOCK_CFG_SOCKET_TIMEOUT_S, "NCCL_FERRY_SOCKET_TIMEOUT_S", "0", "socket_timeout=0s(env)",
      "3601",
      "0..3600 (s a peer may stay silent or leave sent bytes unacknowledged before its stream "
@@ -96,6 +97,11 @@ static const sock_var_case_t sock_vars[] = {
      "near", "auto (away on 2 CPUs a launcher gave, mask otherwise), mask (helper threads run "
      "anywhere in the process' CPU mask, near the NIC where it can) or away (the same, but off "
      "the CPU NCCL's thread last posted from)"},
+    {FERRY_SOCK_CFG_POOL_THREADS, "NCCL_FERRY_POOL_THREADS", "3", "pool_threads=3(env)", "65",
+     "-1 (auto: the largest of NCCL_FERRY_THREADS, NCCL_SOCKET_NTHREADS, NCCL_FERRY_SEND_THREADS "
+     "and NCCL_FERRY_RECV_THREADS where one is set, else from the CPU budget) or 1..64: helper "
+     "threads of the process' one pool, which serves every connection's streams; the "
+     "per-connection settings then say over how many of them one connection's streams spread"},
 };
 #define NSOCK_VARS ((int)(sizeof(sock_vars) / sizeof(sock_vars[0])))
 
@@ -128,7 +134,7 @@ static void test_every_variable_has_a_row(void **state)
                      "solo_max=65536(default) gpu_staging=0(default) epoll=0(default) "      \
                      "socket_timeout=30s(default) ignore_cpu_affinity=0(default) "             \
                      "send_threads=4(derived) recv_threads=4(derived) helper_place=mask(derived) " \
-                     "cpus=16(derived)"
+                     "pool_threads=15(derived) cpus=16(derived)"
 
 static void test_defaults(void **state)
 {
@@ -242,7 +248,7 @@ static void test_env_values_together(void **state)
                               "gpu_staging=0(default) epoll=0(default) socket_timeout=0s(env) "
                               "ignore_cpu_affinity=0(default) send_threads=2(derived) "
                               "recv_threads=2(derived) helper_place=mask(derived) "
-                              "cpus=8(derived)");
+                              "pool_threads=2(derived) cpus=8(derived)");
     setenv("NCCL_FERRY_SOCKET_TIMEOUT_S", "3600", 1);
     assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
     assert_int_equal(cfg.socket_timeout_s, 3600);
@@ -377,13 +383,18 @@ static const cpu_case_t cpu_cases[] = {
      "socket backend: 1 stream, 1 helper thread for sends and 0 for receives per connection, "
      "chosen for 2 CPUs in the affinity mask (2 CPUs given to this process: NCCL's thread moves "
      "the receives, and each send comm's helper runs off that thread's CPU, on the core the "
-     "application's waiting thread yields)"},
+     "application's waiting thread yields); one pool of 1 helper thread serves every "
+     "connection, the sends' helper"},
     {4, 4, 4, 4, 4, FERRY_SOCK_PLACE_MASK,
      "socket backend: 4 streams, 4 helper threads per connection, chosen for 4 CPUs in "
-     "the affinity mask (from 3 CPUs, helpers copy beside NCCL's thread)"},
+     "the affinity mask (from 3 CPUs, helpers copy beside NCCL's thread); one pool of 3 helper "
+     "threads serves every connection, one per CPU of the budget but NCCL's thread's, at most "
+     "16"},
     {16, 4, 4, 4, 4, FERRY_SOCK_PLACE_MASK,
      "socket backend: 4 streams, 4 helper threads per connection, chosen for 16 CPUs "
-     "in the affinity mask (from 3 CPUs, helpers copy beside NCCL's thread)"},
+     "in the affinity mask (from 3 CPUs, helpers copy beside NCCL's thread); one pool of 15 "
+     "helper threads serves every connection, one per CPU of the budget but NCCL's thread's, at "
+     "most 16"},
 };
 
 /* The CPU count (injected, as the mask would give it) chooses streams and threads. */
@@ -518,6 +529,58 @@ static void test_side_threads(void **state)
 }
 
 /* Explicit settings win over the CPU-based choice, for every mask size; the line says so. */
+/*
+ * The helper pool's size: NCCL_FERRY_POOL_THREADS when set; else the largest
+ * per-connection setting where one was made; else the CPU budget (none on
+ * one or two CPUs but the send helper of two a launcher gave; from three,
+ * one per CPU but one, at most 16).
+ */
+static void test_pool_threads_sizing(void **state)
+{
+    static const struct { int ncpus, pool; } budget[] = {{1, 0}, {2, 1}, {3, 2}, {4, 3}, {16, 15},
+                                                         {17, 16}, {64, 16}};
+    ferry_sock_config_t cfg;
+    char line[1024];
+    size_t i;
+
+    (void)state;
+    for (i = 0; i < sizeof(budget) / sizeof(budget[0]); i++) {
+        clear_env(NULL);
+        assert_int_equal(ferry_sock_config_load_ncpus(&cfg, budget[i].ncpus), FERRY_OK);
+        assert_int_equal(cfg.pool_threads, budget[i].pool);
+        assert_int_equal(cfg.src[FERRY_SOCK_CFG_POOL_THREADS], FERRY_CFG_DERIVED);
+    }
+    /* Two CPUs that are the whole host's: no helpers, no pool. */
+    clear_env(NULL);
+    assert_int_equal(ferry_sock_config_load_host_cpus(&cfg, 2), FERRY_OK);
+    assert_int_equal(cfg.pool_threads, 0);
+
+    setenv("NCCL_FERRY_POOL_THREADS", "5", 1);
+    assert_int_equal(ferry_sock_config_load_ncpus(&cfg, 16), FERRY_OK);
+    assert_int_equal(cfg.pool_threads, 5);
+    assert_int_equal(cfg.send_threads, 4); /* Per connection: unchanged. */
+    ferry_sock_config_lanes_line(&cfg, line, sizeof(line));
+    assert_non_null(strstr(line, "chosen for 16 CPUs in the affinity mask"));
+    assert_non_null(strstr(line, "; one pool of 5 helper threads serves every connection, set "
+                                 "by NCCL_FERRY_POOL_THREADS"));
+
+    clear_env(NULL);
+    setenv("NCCL_FERRY_STREAMS", "8", 1);
+    setenv("NCCL_FERRY_SEND_THREADS", "2", 1);
+    setenv("NCCL_FERRY_RECV_THREADS", "6", 1);
+    assert_int_equal(ferry_sock_config_load_ncpus(&cfg, 16), FERRY_OK);
+    assert_int_equal(cfg.pool_threads, 6);
+    ferry_sock_config_lanes_line(&cfg, line, sizeof(line));
+    assert_non_null(strstr(line, "; one pool of 6 helper threads serves every connection, the "
+                                 "largest per-connection setting"));
+
+    clear_env(NULL);
+    setenv("NCCL_SOCKET_NTHREADS", "3", 1);
+    assert_int_equal(ferry_sock_config_load_ncpus(&cfg, 16), FERRY_OK);
+    assert_int_equal(cfg.pool_threads, 3);
+    clear_env(NULL);
+}
+
 static void test_cpu_count_explicit_wins(void **state)
 {
     static const int counts[] = {1, 2, 4, 16};
@@ -566,7 +629,9 @@ static void test_cpu_count_explicit_wins(void **state)
     assert_string_equal(line, "socket backend: 4 streams, 4 helper threads per connection, set "
                               "by NCCL_FERRY_THREADS (explicit settings win; the default for 2 "
                               "CPUs in the affinity mask would be 1 stream, 1 helper thread for "
-                              "sends and 0 for receives)");
+                              "sends and 0 for receives); one pool of 4 helper threads serves "
+                              "every connection, the largest per-connection setting");
+    assert_int_equal(cfg.pool_threads, 4);
 }
 
 /*
@@ -766,6 +831,7 @@ int main(void)
         cmocka_unit_test_setup(test_threads_never_exceed_streams, clear_env),
         cmocka_unit_test_setup(test_one_cpu, clear_env),
         cmocka_unit_test_setup(test_cpu_count_chooses, clear_env),
+        cmocka_unit_test_setup(test_pool_threads_sizing, clear_env),
         cmocka_unit_test_setup(test_cpu_count_explicit_wins, clear_env),
         cmocka_unit_test_setup(test_side_threads, clear_env),
         cmocka_unit_test_setup(test_two_cpus_whole_host, clear_env),

@@ -5,26 +5,26 @@
 #include <unistd.h>
 
 #include "core/log.h"
-#include "proxy/stream.h"
+#include "socket/sock_stream.h"
 
 /*
  * Messages up to this size are pushed by the thread that posts them: one
  * chunk, one sendmsg, no hand-off to a helper thread (the backend's config
  * overrides it: NCCL_FERRY_INLINE_MAX).
  */
-#define FERRY_PX_ASSIST_MAX (32 << 10)
+#define FERRY_SOCK_ASSIST_MAX (32 << 10)
 /*
  * Messages up to this size are latency-bound: they switch on the spin window.
  * NCCL's bulk traffic comes as 512 KiB..1 MiB slices; below that a wake-up
  * per chunk is a visible share of the message time.
  */
-#define FERRY_PX_SMALL (256 << 10)
+#define FERRY_SOCK_SMALL (256 << 10)
 /*
  * How long after NCCL's last call lane 0 stays with NCCL's thread. NCCL's
  * proxy calls test() in a tight loop while it has work, so a gap this long
- * means it is busy elsewhere and the worker should take the lane back.
+ * means it is busy elsewhere and the pool should take the lane back.
  */
-#define FERRY_PX_LANE0_HOLD_NS 200000ULL
+#define FERRY_SOCK_LANE0_HOLD_NS 200000ULL
 
 /*
  * A lone comm. NCCL's thread serves every channel, so it must not become the
@@ -38,101 +38,92 @@
  * is alone when no other comm of its kind posted within this window before
  * it.
  */
-#define FERRY_PX_SOLO_WINDOW_NS 2000000ULL
+#define FERRY_SOCK_SOLO_WINDOW_NS 2000000ULL
 
-typedef struct ferry_px_solo {
+typedef struct ferry_sock_solo {
     _Atomic uintptr_t last;     /* The comm that posted last... */
     _Atomic uint64_t  last_ns;  /* ...and when. */
     _Atomic uint64_t  multi_ns; /* Last time two comms posted within the window. */
-} ferry_px_solo_t;
+} ferry_sock_solo_t;
 
-static ferry_px_solo_t ferry_px_solo_state[2]; /* [0] receive, [1] send. */
+static ferry_sock_solo_t ferry_sock_solo_state[2]; /* [0] receive, [1] send. */
 
-static int ferry_px_stream_alone(ferry_px_stream_t *comm)
+static int ferry_sock_stream_alone(ferry_sock_stream_t *comm)
 {
-    ferry_px_solo_t *st = &ferry_px_solo_state[comm->ring.kind == FERRY_PX_SEND];
+    ferry_sock_solo_t *st = &ferry_sock_solo_state[comm->ring.kind == FERRY_PX_SEND];
     uint64_t now = ferry_px_now_ns(), prev_ns, multi;
     uintptr_t prev;
 
     prev = atomic_exchange_explicit(&st->last, (uintptr_t)comm, memory_order_relaxed);
     prev_ns = atomic_exchange_explicit(&st->last_ns, now, memory_order_relaxed);
-    if (prev != 0 && prev != (uintptr_t)comm && now - prev_ns < FERRY_PX_SOLO_WINDOW_NS)
+    if (prev != 0 && prev != (uintptr_t)comm && now - prev_ns < FERRY_SOCK_SOLO_WINDOW_NS)
         atomic_store_explicit(&st->multi_ns, now, memory_order_relaxed);
     multi = atomic_load_explicit(&st->multi_ns, memory_order_relaxed);
-    return multi == 0 || now - multi > FERRY_PX_SOLO_WINDOW_NS;
+    return multi == 0 || now - multi > FERRY_SOCK_SOLO_WINDOW_NS;
 }
 
-static const char *const ferry_px_lane_state_names[FERRY_PX_LANE_STATE_COUNT] = {
-    [FERRY_PX_LANE_IDLE]    = "idle",
-    [FERRY_PX_LANE_HEADER]  = "header",
-    [FERRY_PX_LANE_PAYLOAD] = "payload",
-    [FERRY_PX_LANE_PARKED]  = "parked",
-    [FERRY_PX_LANE_BLOCKED] = "blocked",
-    [FERRY_PX_LANE_CLOSED]  = "closed",
-    [FERRY_PX_LANE_FAILED]  = "failed",
+static const char *const ferry_sock_lane_state_names[FERRY_SOCK_LANE_STATE_COUNT] = {
+    [FERRY_SOCK_LANE_IDLE]    = "idle",
+    [FERRY_SOCK_LANE_HEADER]  = "header",
+    [FERRY_SOCK_LANE_PAYLOAD] = "payload",
+    [FERRY_SOCK_LANE_PARKED]  = "parked",
+    [FERRY_SOCK_LANE_BLOCKED] = "blocked",
+    [FERRY_SOCK_LANE_CLOSED]  = "closed",
+    [FERRY_SOCK_LANE_FAILED]  = "failed",
 };
 
-const char *ferry_px_lane_state_str(int state)
+const char *ferry_sock_lane_state_str(int state)
 {
-    if (state < 0 || state >= FERRY_PX_LANE_STATE_COUNT)
+    if (state < 0 || state >= FERRY_SOCK_LANE_STATE_COUNT)
         return "invalid";
-    return ferry_px_lane_state_names[state];
+    return ferry_sock_lane_state_names[state];
 }
 
-ferry_status_t ferry_px_stream_init(ferry_px_stream_t *comm, ferry_px_req_kind_t kind,
+ferry_status_t ferry_sock_stream_init(ferry_sock_stream_t *comm, ferry_px_req_kind_t kind,
                                     const char *backend, const char *peer, int nlanes,
-                                    int nworkers, size_t chunk_min, size_t chunk_max,
-                                    const ferry_px_lane_ops_t *ops,
+                                    int nthreads, size_t chunk_min, size_t chunk_max,
+                                    const ferry_sock_stream_lane_ops_t *ops,
                                     const ferry_px_ring_ops_t *ring_ops)
 {
     ferry_status_t status;
-    int i;
 
-    if (nlanes < 1 || nlanes > FERRY_PX_MAX_LANES || nworkers < 0)
+    if (nlanes < 1 || nlanes > FERRY_SOCK_STREAM_MAX_LANES || nthreads < 0)
         return FERRY_ERR_INVALID;
     memset(comm, 0, sizeof(*comm));
     status = ferry_px_ring_init(&comm->ring, kind, backend, peer, ring_ops);
     if (status != FERRY_OK)
         return status;
     comm->nlanes = nlanes;
-    comm->nworkers = nworkers < nlanes ? nworkers : nlanes;
-    if (comm->nworkers > FERRY_PX_MAX_WORKERS)
-        comm->nworkers = FERRY_PX_MAX_WORKERS;
+    comm->nthreads = nthreads < nlanes ? nthreads : nlanes;
+    if (comm->nthreads > FERRY_PX_POOL_MAX_SPREAD)
+        comm->nthreads = FERRY_PX_POOL_MAX_SPREAD;
+    comm->pool_size = comm->nthreads;
     comm->chunk_min = chunk_min;
     comm->chunk_max = chunk_max;
     comm->ops = ops;
-    comm->assist_max = FERRY_PX_ASSIST_MAX;
-    comm->assist_test_max = FERRY_PX_ASSIST_MAX;
-    atomic_init(&comm->caller_cpu, -1);
-    for (i = 0; i < FERRY_PX_MAX_WORKERS; i++) {
-        comm->workers[i].wake_fd = -1;
-        comm->workers[i].ep_fd = -1;
-    }
+    comm->assist_max = FERRY_SOCK_ASSIST_MAX;
+    comm->assist_test_max = FERRY_SOCK_ASSIST_MAX;
     return FERRY_OK;
 }
 
-static void ferry_px_stream_note_small(ferry_px_stream_t *comm);
+static void ferry_sock_stream_note_small(ferry_sock_stream_t *comm);
 
 /*
- * With place_away the helpers keep off the CPU the posts come from
- * (worker_place.c): note it on the comm. sched_getcpu() is a vDSO read, no
- * syscall; the store only when it changed.
+ * With place_away the pool keeps off the CPU the posts come from
+ * (proxy/pool_place.c): one proxy thread posts for every comm of the
+ * process, so the process' last posting CPU is what counts. sched_getcpu()
+ * is a vDSO read, no syscall; the pool stores it only when it changed.
  */
-static void ferry_px_stream_note_caller(ferry_px_stream_t *comm)
+static void ferry_sock_stream_note_caller(ferry_sock_stream_t *comm)
 {
-    int cpu;
-
-    if (!comm->place_away)
-        return;
-    cpu = sched_getcpu();
-    if (cpu >= 0 && cpu != atomic_load_explicit(&comm->caller_cpu, memory_order_relaxed))
-        atomic_store_explicit(&comm->caller_cpu, cpu, memory_order_relaxed);
+    if (comm->place_away)
+        ferry_px_pool_note_caller(sched_getcpu());
 }
 
-static void ferry_px_stream_release(ferry_px_stream_t *comm, size_t size, uint32_t nchunks,
+static void ferry_sock_stream_release(ferry_sock_stream_t *comm, size_t size, uint32_t nchunks,
                                     int alone);
 
-ferry_px_req_t *ferry_px_stream_post(ferry_px_stream_t *comm, void *buf, size_t size, void *mem,
+ferry_px_req_t *ferry_sock_stream_post(ferry_sock_stream_t *comm, void *buf, size_t size, void *mem,
                                      int gated)
 {
     ferry_px_chunk_plan_t plan = {0, 0};
@@ -141,7 +132,7 @@ ferry_px_req_t *ferry_px_stream_post(ferry_px_stream_t *comm, void *buf, size_t 
     ferry_px_req_t *req;
     int alone;
 
-    ferry_px_stream_note_caller(comm);
+    ferry_sock_stream_note_caller(comm);
     pthread_mutex_lock(&comm->ring.lock);
     req = ferry_px_ring_slot_locked(&comm->ring);
     if (req == NULL) {
@@ -155,43 +146,43 @@ ferry_px_req_t *ferry_px_stream_post(ferry_px_stream_t *comm, void *buf, size_t 
     if (kind == FERRY_PX_SEND)
         atomic_store(&comm->unclaimed, 1);
     pthread_mutex_unlock(&comm->ring.lock);
-    if (kind == FERRY_PX_SEND && size <= FERRY_PX_SMALL)
-        ferry_px_stream_note_small(comm);
-    alone = comm->solo_max > 0 && ferry_px_stream_alone(comm);
+    if (kind == FERRY_PX_SEND && size <= FERRY_SOCK_SMALL)
+        ferry_sock_stream_note_small(comm);
+    alone = comm->solo_max > 0 && ferry_sock_stream_alone(comm);
     atomic_store_explicit(&comm->solo, alone, memory_order_relaxed);
     if (kind == FERRY_PX_SEND && gated)
-        return req; /* Nothing to move until ferry_px_stream_open. */
-    ferry_px_stream_release(comm, size, plan.nchunks, alone);
+        return req; /* Nothing to move until ferry_sock_stream_open. */
+    ferry_sock_stream_release(comm, size, plan.nchunks, alone);
     return req;
 }
 
-/* Hand a posted message's chunks to the lanes: NCCL's thread or the workers. */
-static void ferry_px_stream_release(ferry_px_stream_t *comm, size_t size, uint32_t nchunks, int alone)
+/* Hand a posted message's chunks to the lanes: NCCL's thread or the pool. */
+static void ferry_sock_stream_release(ferry_sock_stream_t *comm, size_t size, uint32_t nchunks, int alone)
 {
-    if (comm->ring.kind == FERRY_PX_SEND && (size <= comm->assist_max || comm->nworkers == 0 ||
+    if (comm->ring.kind == FERRY_PX_SEND && (size <= comm->assist_max || comm->nthreads == 0 ||
                                         (alone && size <= comm->solo_max)))
-        ferry_px_stream_assist(comm);
-    /* After the assist: a chunk it left half-sent needs its worker to watch POLLOUT. */
-    ferry_px_stream_kick_posted(comm, nchunks);
+        ferry_sock_stream_assist(comm);
+    /* After the assist: a chunk it left half-sent needs its pool thread to watch POLLOUT. */
+    ferry_sock_stream_kick_posted(comm, nchunks);
 }
 
-void ferry_px_stream_open(ferry_px_stream_t *comm, ferry_px_req_t *req)
+void ferry_sock_stream_open(ferry_sock_stream_t *comm, ferry_px_req_t *req)
 {
     /* Release: the bytes the backend put in buf before this are what the lanes send. */
     atomic_store_explicit(&req->gated, 0, memory_order_release);
-    ferry_px_stream_release(comm, req->sub[0].capacity,
+    ferry_sock_stream_release(comm, req->sub[0].capacity,
                           atomic_load_explicit(&req->nparts, memory_order_relaxed),
                           atomic_load_explicit(&comm->solo, memory_order_relaxed));
 }
 
-/* Latency-bound traffic flows: workers may spin for what comes next (worker.c). */
-static void ferry_px_stream_note_small(ferry_px_stream_t *comm)
+/* Latency-bound traffic flows: pool threads may spin for what comes next (sock_stream_pool.c). */
+static void ferry_sock_stream_note_small(ferry_sock_stream_t *comm)
 {
     if (comm->spin_ns > 0)
         atomic_store_explicit(&comm->small_post_ns, ferry_px_now_ns(), memory_order_relaxed);
 }
 
-long ferry_px_stream_progress_lane(ferry_px_stream_t *comm, int lane, short revents)
+long ferry_sock_stream_progress_lane(ferry_sock_stream_t *comm, int lane, short revents)
 {
     int expected = 0;
     long work;
@@ -207,45 +198,45 @@ long ferry_px_stream_progress_lane(ferry_px_stream_t *comm, int lane, short reve
     if (comm->ops->retire != NULL)
         work += comm->ops->retire(comm, lane);
     if (comm->defer != NULL)
-        work += ferry_px_stream_defer_retire(comm, lane);
+        work += ferry_sock_stream_defer_retire(comm, lane);
     atomic_store_explicit(&comm->lane_busy[lane], 0, memory_order_release);
     return work;
 }
 
-void ferry_px_stream_assist(ferry_px_stream_t *comm)
+void ferry_sock_stream_assist(ferry_sock_stream_t *comm)
 {
     int lane;
 
     if (atomic_load_explicit(&comm->stop, memory_order_relaxed))
         return;
     /* Without helper threads, NCCL's thread is the only one moving lanes. */
-    if (comm->nworkers == 0) {
+    if (comm->nthreads == 0) {
         for (lane = 0; lane < comm->nlanes; lane++)
-            ferry_px_stream_progress_lane(comm, lane, 0);
+            ferry_sock_stream_progress_lane(comm, lane, 0);
         return;
     }
     if (atomic_load_explicit(&comm->ring.failed, memory_order_relaxed) == 0) {
         atomic_store_explicit(&comm->assist_ns, ferry_px_now_ns(), memory_order_relaxed);
-        ferry_px_stream_progress_lane(comm, 0, 0);
+        ferry_sock_stream_progress_lane(comm, 0, 0);
     }
 }
 
-uint64_t ferry_px_stream_lane0_held_ns(const ferry_px_stream_t *comm, uint64_t now)
+uint64_t ferry_sock_stream_lane0_held_ns(const ferry_sock_stream_t *comm, uint64_t now)
 {
     uint64_t last = atomic_load_explicit(&comm->assist_ns, memory_order_relaxed);
 
     /* last > now: NCCL's thread called in after the caller read the clock. */
     if (last > now)
-        return FERRY_PX_LANE0_HOLD_NS;
-    return now - last < FERRY_PX_LANE0_HOLD_NS ? FERRY_PX_LANE0_HOLD_NS - (now - last) : 0;
+        return FERRY_SOCK_LANE0_HOLD_NS;
+    return now - last < FERRY_SOCK_LANE0_HOLD_NS ? FERRY_SOCK_LANE0_HOLD_NS - (now - last) : 0;
 }
 
-int ferry_px_stream_claim(ferry_px_stream_t *comm, ferry_px_claim_t *claim_p)
+int ferry_sock_stream_claim(ferry_sock_stream_t *comm, ferry_sock_claim_t *claim_p)
 {
     ferry_px_req_t *req;
     uint32_t nchunks;
 
-    /* Spinning workers look often: answer "nothing" without the lock. */
+    /* Spinning pool threads look often: answer "nothing" without the lock. */
     if (!atomic_load_explicit(&comm->unclaimed, memory_order_acquire))
         return 0;
     pthread_mutex_lock(&comm->ring.lock);
@@ -287,34 +278,34 @@ int ferry_px_stream_claim(ferry_px_stream_t *comm, ferry_px_claim_t *claim_p)
  * one, its posted size is only an upper bound), a comm alone (ping-pong), or
  * every message when there are no helpers. On bulk traffic the thread that
  * serves every channel would otherwise move a quarter of all bytes itself
- * and hold lane 0 away from its worker.
+ * and hold lane 0 away from its pool thread.
  */
-static int ferry_px_stream_test_assists(ferry_px_stream_t *comm, const ferry_px_req_t *req)
+static int ferry_sock_stream_test_assists(ferry_sock_stream_t *comm, const ferry_px_req_t *req)
 {
     uint64_t size = req->kind == FERRY_PX_SEND
                         ? atomic_load_explicit(&req->sub[0].size, memory_order_relaxed)
                         : atomic_load_explicit(&comm->ring.last_size, memory_order_relaxed);
 
-    return comm->nworkers == 0 || size <= comm->assist_test_max ||
+    return comm->nthreads == 0 || size <= comm->assist_test_max ||
            (size <= comm->solo_max && atomic_load_explicit(&comm->solo, memory_order_relaxed));
 }
 
-long ferry_px_stream_poll(ferry_px_ring_t *ring, ferry_px_req_t *req, uint64_t now)
+long ferry_sock_stream_poll(ferry_px_ring_t *ring, ferry_px_req_t *req, uint64_t now)
 {
-    ferry_px_stream_t *comm = (ferry_px_stream_t *)ring; /* The ring is its first member. */
+    ferry_sock_stream_t *comm = (ferry_sock_stream_t *)ring; /* The ring is its first member. */
 
     (void)now; /* The stream scheduler keeps its own precise times (stream_defer.c). */
-    /* Small receives flowing: helpers may spin for the next one (worker.c). */
+    /* Small receives flowing: helpers may spin for the next one (sock_stream_pool.c). */
     if (ring->kind == FERRY_PX_RECV &&
-        atomic_load_explicit(&ring->last_size, memory_order_relaxed) <= FERRY_PX_SMALL)
-        ferry_px_stream_note_small(comm);
-    if (!ferry_px_stream_test_assists(comm, req))
+        atomic_load_explicit(&ring->last_size, memory_order_relaxed) <= FERRY_SOCK_SMALL)
+        ferry_sock_stream_note_small(comm);
+    if (!ferry_sock_stream_test_assists(comm, req))
         return 0;
-    ferry_px_stream_assist(comm);
+    ferry_sock_stream_assist(comm);
     return 1;
 }
 
-void ferry_px_stream_failed(ferry_px_ring_t *ring)
+void ferry_sock_stream_failed(ferry_px_ring_t *ring)
 {
-    ferry_px_stream_kick((ferry_px_stream_t *)ring);
+    ferry_sock_stream_kick((ferry_sock_stream_t *)ring);
 }

@@ -1,7 +1,10 @@
 /*
- * Helper threads and their wake-ups: which sleeping worker a post wakes, and
- * the counters the dump shows. Real threads on a comm whose lanes are played
- * by the test (they move nothing and wait on no socket), every wait bounded.
+ * The stream scheduler's kicks of its pool threads: which sleeping thread a
+ * post wakes, and the counters the dump shows. The process' helper pool
+ * (proxy/pool.h) runs real threads for a comm whose lanes are played by the
+ * test (they move nothing and wait on no socket), every wait bounded. Each
+ * test's comm is the pool's only client, so the pool starts with it (as
+ * many threads as the comm spreads over) and stops with it.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -15,29 +18,29 @@
 #include <time.h>
 #include <cmocka.h>
 
-#include "proxy/stream.h"
+#include "socket/sock_stream.h"
 
 /* The ring ops a stream backend gives, without a backend's words. */
 static const ferry_px_ring_ops_t test_ring_ops = {
-    .unit = "chunks", .poll = ferry_px_stream_poll, .state = ferry_px_stream_state,
-    .dump = ferry_px_stream_dump, .failed = ferry_px_stream_failed};
+    .unit = "chunks", .poll = ferry_sock_stream_poll, .state = ferry_sock_stream_state,
+    .dump = ferry_sock_stream_dump, .failed = ferry_sock_stream_failed};
 #include "proxy/registry.h"
 
-static long idle_progress(ferry_px_stream_t *comm, int lane, short revents)
+static long idle_progress(ferry_sock_stream_t *comm, int lane, short revents)
 {
     (void)comm;
     (void)lane;
     (void)revents;
     return 0;
 }
-static short no_fd_wants(ferry_px_stream_t *comm, int lane, int *fd_p)
+static short no_fd_wants(ferry_sock_stream_t *comm, int lane, int *fd_p)
 {
     (void)comm;
     (void)lane;
     *fd_p = -1;
     return 0;
 }
-static const ferry_px_lane_ops_t idle_ops = {.progress = idle_progress, .wants = no_fd_wants};
+static const ferry_sock_stream_lane_ops_t idle_ops = {.progress = idle_progress, .wants = no_fd_wants};
 
 static void sleep_ms(int ms)
 {
@@ -46,29 +49,42 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* Wait (at most 5 s) until every worker of c sleeps in poll(). */
-static void wait_all_asleep(ferry_px_stream_t *c)
+/* Wait (at most 5 s) until every pool thread of c sleeps in epoll. */
+static void wait_all_asleep(ferry_sock_stream_t *c)
 {
     int i, tries, asleep = 0;
 
     for (tries = 0; tries < 5000 && !asleep; tries++) {
         asleep = 1;
-        for (i = 0; i < c->nworkers; i++)
-            asleep &= atomic_load(&c->workers[i].sleeping);
+        for (i = 0; i < c->pool.nthreads; i++)
+            asleep &= ferry_px_pool_sleeping(&c->pool, i);
         if (!asleep)
             sleep_ms(1);
     }
     assert_true(asleep);
 }
 
-static uint64_t woken_post(ferry_px_stream_t *c, int w)
+static ferry_px_pool_stats_t stats_of(ferry_sock_stream_t *c, int w)
 {
-    return atomic_load(&c->workers[w].stats.woken_post);
+    ferry_px_pool_stats_t st;
+    int index, placed_for;
+
+    assert_true(ferry_px_pool_thread_stats(&c->pool, w, &st, &index, &placed_for));
+    return st;
 }
 
-static uint64_t woken_timer(ferry_px_stream_t *c, int w)
+static uint64_t woken_post(ferry_sock_stream_t *c, int w)
 {
-    return atomic_load(&c->workers[w].stats.woken_timer);
+    ferry_px_pool_stats_t st = stats_of(c, w);
+
+    return atomic_load(&st.woken_post);
+}
+
+static uint64_t woken_timer(ferry_sock_stream_t *c, int w)
+{
+    ferry_px_pool_stats_t st = stats_of(c, w);
+
+    return atomic_load(&st.woken_timer);
 }
 
 /*
@@ -76,7 +92,7 @@ static uint64_t woken_timer(ferry_px_stream_t *c, int w)
  * awake anyway: its 1 s safety-net timeout (timer count past `timer`) can
  * end a sleep just before the post, and then the post has no one to wake.
  */
-static void wait_woken_or_timer(ferry_px_stream_t *c, int w, uint64_t n, uint64_t timer)
+static void wait_woken_or_timer(ferry_sock_stream_t *c, int w, uint64_t n, uint64_t timer)
 {
     int tries;
 
@@ -110,10 +126,10 @@ static void dump_text(char **text)
     assert_non_null(*text);
 }
 
-static void park(ferry_px_stream_t *c, int lane, uint32_t seq)
+static void park(ferry_sock_stream_t *c, int lane, uint32_t seq)
 {
     atomic_store(&c->lanes[lane].seq, seq);
-    ferry_px_lane_set(c, lane, FERRY_PX_LANE_PARKED);
+    ferry_sock_lane_set(c, lane, FERRY_SOCK_LANE_PARKED);
 }
 
 /*
@@ -124,41 +140,42 @@ static void park(ferry_px_stream_t *c, int lane, uint32_t seq)
  */
 static void test_recv_post_wakes_only_matching_parked_lane(void **state)
 {
-    ferry_px_stream_t *c = calloc(1, sizeof(*c));
+    ferry_sock_stream_t *c = calloc(1, sizeof(*c));
     static char buf[2][64];
-    uint64_t w0, w1, t0, t1, sent;
+    uint64_t w0, w1, t0, t1, sent, sent0;
 
     (void)state;
     assert_non_null(c);
-    assert_int_equal(ferry_px_stream_init(c, FERRY_PX_RECV, "test", "10.0.0.2:1234", 2, 2, 64 << 10,
+    assert_int_equal(ferry_sock_stream_init(c, FERRY_PX_RECV, "test", "10.0.0.2:1234", 2, 2, 64 << 10,
                                         1 << 20, &idle_ops, &test_ring_ops), FERRY_OK);
     park(c, 0, 1);
     park(c, 1, 0);
-    assert_int_equal(ferry_px_stream_start(c), FERRY_OK);
+    assert_int_equal(ferry_sock_stream_start(c), FERRY_OK);
     wait_all_asleep(c);
     w0 = woken_post(c, 0);
     w1 = woken_post(c, 1);
     t0 = woken_timer(c, 0);
     t1 = woken_timer(c, 1);
+    sent0 = atomic_load(&c->pool.wakes_sent);
 
-    assert_non_null(ferry_px_stream_post(c, buf[0], sizeof(buf[0]), NULL, 0));
+    assert_non_null(ferry_sock_stream_post(c, buf[0], sizeof(buf[0]), NULL, 0));
     wait_woken_or_timer(c, 1, w1 + 1, t1);
     sleep_ms(50); /* A wrong wake-up would have landed by now. */
     assert_int_equal(woken_post(c, 0), w0);
-    assert_true(atomic_load(&c->wakes_sent) <= 1);
+    assert_true(atomic_load(&c->pool.wakes_sent) <= sent0 + 1);
     w1 = woken_post(c, 1);
 
     /* Lane 1 took its message and is idle now; message 1 is lane 0's. */
-    ferry_px_lane_set(c, 1, FERRY_PX_LANE_IDLE);
+    ferry_sock_lane_set(c, 1, FERRY_SOCK_LANE_IDLE);
     wait_all_asleep(c);
-    sent = atomic_load(&c->wakes_sent);
-    assert_non_null(ferry_px_stream_post(c, buf[1], sizeof(buf[1]), NULL, 0));
+    sent = atomic_load(&c->pool.wakes_sent);
+    assert_non_null(ferry_sock_stream_post(c, buf[1], sizeof(buf[1]), NULL, 0));
     wait_woken_or_timer(c, 0, w0 + 1, t0);
     sleep_ms(50);
     assert_int_equal(woken_post(c, 1), w1);
-    assert_true(atomic_load(&c->wakes_sent) <= sent + 1);
+    assert_true(atomic_load(&c->pool.wakes_sent) <= sent + 1);
 
-    ferry_px_stream_stop(c);
+    ferry_sock_stream_stop(c);
     free(c);
 }
 
@@ -169,58 +186,65 @@ static void test_recv_post_wakes_only_matching_parked_lane(void **state)
  */
 static void test_send_post_wakes_one_per_chunk_and_dump(void **state)
 {
-    ferry_px_stream_t *c = calloc(1, sizeof(*c));
+    ferry_sock_stream_t *c = calloc(1, sizeof(*c));
     static char buf[128 << 10];
-    char *text = NULL;
+    char *text = NULL, want[64];
+    uint64_t posts0, sent0;
     int i;
 
     (void)state;
     assert_non_null(c);
-    assert_int_equal(ferry_px_stream_init(c, FERRY_PX_SEND, "test", "10.0.0.2:1234", 4, 4, 64 << 10,
+    assert_int_equal(ferry_sock_stream_init(c, FERRY_PX_SEND, "test", "10.0.0.2:1234", 4, 4, 64 << 10,
                                         1 << 20, &idle_ops, &test_ring_ops), FERRY_OK);
-    assert_int_equal(ferry_px_stream_start(c), FERRY_OK);
+    assert_int_equal(ferry_sock_stream_start(c), FERRY_OK);
     wait_all_asleep(c);
+    /* The attach kicked each thread once to register the lanes: count from here. */
+    posts0 = woken_post(c, 0) + woken_post(c, 1) + woken_post(c, 2) + woken_post(c, 3);
+    sent0 = atomic_load(&c->pool.wakes_sent);
     /* 128 KiB over 4 lanes with 64 KiB chunks: 2 chunks, so 2 of the 4 workers. */
-    assert_non_null(ferry_px_stream_post(c, buf, sizeof(buf), NULL, 0));
+    assert_non_null(ferry_sock_stream_post(c, buf, sizeof(buf), NULL, 0));
     /* Workers 0 and 1, unless a safety-net timeout had one of them awake at that moment. */
     for (i = 0; i < 5000 && woken_post(c, 0) + woken_post(c, 1) + woken_post(c, 2) +
-                                    woken_post(c, 3) < 2; i++)
+                                    woken_post(c, 3) < posts0 + 2; i++)
         sleep_ms(1);
     sleep_ms(50);
-    assert_int_equal(woken_post(c, 0) + woken_post(c, 1) + woken_post(c, 2) + woken_post(c, 3), 2);
-    assert_int_equal(atomic_load(&c->wakes_sent), 2);
+    assert_int_equal(woken_post(c, 0) + woken_post(c, 1) + woken_post(c, 2) + woken_post(c, 3),
+                     posts0 + 2);
+    assert_int_equal(atomic_load(&c->pool.wakes_sent), sent0 + 2);
     for (i = 0; i < 4; i++) {
-        const ferry_px_worker_stats_t *st = &c->workers[i].stats;
+        ferry_px_pool_stats_t st = stats_of(c, i);
 
-        assert_true(atomic_load(&st->woken_post) + atomic_load(&st->woken_io) +
-                        atomic_load(&st->woken_timer) <= atomic_load(&st->sleeps));
-        assert_true(atomic_load(&st->sleeps) <= atomic_load(&st->sweeps));
-        assert_true(atomic_load(&st->idle_sweeps) <= atomic_load(&st->sweeps));
+        assert_true(atomic_load(&st.woken_post) + atomic_load(&st.woken_io) +
+                        atomic_load(&st.woken_timer) <= atomic_load(&st.sleeps));
+        assert_true(atomic_load(&st.sleeps) <= atomic_load(&st.sweeps));
+        assert_true(atomic_load(&st.idle_sweeps) <= atomic_load(&st.sweeps));
     }
 
     dump_text(&text);
-    assert_non_null(strstr(text, "thread 0 (ferry-s"));
-    assert_non_null(strstr(text, "thread 3 (ferry-s"));
-    assert_non_null(strstr(text, "woken 1 by posts"));
+    assert_non_null(strstr(text, "thread 0 (ferry-pool-"));
+    assert_non_null(strstr(text, "thread 3 (ferry-pool-"));
+    assert_non_null(strstr(text, "of the process' 4)"));
     assert_non_null(strstr(text, "helper wake-ups:"));
-    assert_non_null(strstr(text, "2 of them kicks by posts"));
+    snprintf(want, sizeof(want), "%llu of them kicks by this comm's posts",
+             (unsigned long long)(sent0 + 2));
+    assert_non_null(strstr(text, want));
     free(text);
 
-    ferry_px_stream_stop(c);
+    ferry_sock_stream_stop(c);
     free(c);
 }
 
 /* Without helper threads the dump says who moves the lanes. */
 static void test_dump_without_helpers(void **state)
 {
-    ferry_px_stream_t *c = calloc(1, sizeof(*c));
+    ferry_sock_stream_t *c = calloc(1, sizeof(*c));
     char *text = NULL, *own, *next;
 
     (void)state;
     assert_non_null(c);
-    assert_int_equal(ferry_px_stream_init(c, FERRY_PX_RECV, "test", "10.0.0.9:9", 1, 0, 64 << 10,
+    assert_int_equal(ferry_sock_stream_init(c, FERRY_PX_RECV, "test", "10.0.0.9:9", 1, 0, 64 << 10,
                                         1 << 20, &idle_ops, &test_ring_ops), FERRY_OK);
-    assert_int_equal(ferry_px_stream_start(c), FERRY_OK);
+    assert_int_equal(ferry_sock_stream_start(c), FERRY_OK);
     dump_text(&text);
     /* This comm's section: from its line to the next comm's, if any. */
     own = strstr(text, "peer 10.0.0.9:9");
@@ -231,7 +255,7 @@ static void test_dump_without_helpers(void **state)
     assert_non_null(strstr(own, "no helper threads: NCCL's thread moves every lane"));
     assert_null(strstr(own, "helper wake-ups"));
     free(text);
-    ferry_px_stream_stop(c);
+    ferry_sock_stream_stop(c);
     free(c);
 }
 
@@ -242,28 +266,28 @@ static void test_dump_without_helpers(void **state)
  */
 static void test_message_timeline(void **state)
 {
-    ferry_px_stream_t *c = calloc(1, sizeof(*c));
+    ferry_sock_stream_t *c = calloc(1, sizeof(*c));
     static char buf[256 << 10];
     const ferry_px_timing_t *t;
-    ferry_px_claim_t claim;
+    ferry_sock_claim_t claim;
     ferry_px_req_t *r;
     char *text = NULL, *own;
     int done = 0, size = 0, i;
 
     (void)state;
     assert_non_null(c);
-    assert_int_equal(ferry_px_stream_init(c, FERRY_PX_SEND, "test", "10.0.0.7:7", 2, 2, 64 << 10,
+    assert_int_equal(ferry_sock_stream_init(c, FERRY_PX_SEND, "test", "10.0.0.7:7", 2, 2, 64 << 10,
                                         1 << 20, &idle_ops, &test_ring_ops), FERRY_OK);
     ferry_px_ring_register(&c->ring); /* Listed in the dump; no helper threads started. */
-    r = ferry_px_stream_post(c, buf, sizeof(buf), NULL, 0);
+    r = ferry_sock_stream_post(c, buf, sizeof(buf), NULL, 0);
     assert_non_null(r);
     sleep_ms(20);
     for (i = 0; i < 2; i++) { /* 256 KiB over 2 lanes: 2 chunks. */
-        assert_int_equal(ferry_px_stream_claim(c, &claim), 1);
+        assert_int_equal(ferry_sock_stream_claim(c, &claim), 1);
         if (i == 0)
             sleep_ms(30);
         ferry_px_req_progress(r, claim.len);
-        ferry_px_stream_chunk_finish(c, i, r);
+        ferry_sock_stream_chunk_finish(c, i, r);
     }
     sleep_ms(10);
     assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
@@ -300,29 +324,38 @@ static void pin_self(int cpu)
     assert_int_equal(sched_getcpu(), cpu);
 }
 
-/* Wait (at most 5 s) until worker w has moved its CPUs n times. */
-static void wait_placed(ferry_px_stream_t *c, int w, uint64_t n)
+static uint64_t placed(ferry_sock_stream_t *c, int w)
+{
+    ferry_px_pool_stats_t st = stats_of(c, w);
+
+    return atomic_load(&st.placed);
+}
+
+/* Wait (at most 5 s) until pool thread w has moved its CPUs n times. */
+static void wait_placed(ferry_sock_stream_t *c, int w, uint64_t n)
 {
     int tries;
 
-    for (tries = 0; tries < 5000 && atomic_load(&c->workers[w].stats.placed) < n; tries++)
+    for (tries = 0; tries < 5000 && placed(c, w) < n; tries++)
         sleep_ms(1);
-    assert_int_equal(atomic_load(&c->workers[w].stats.placed), n);
+    assert_int_equal(placed(c, w), n);
 }
 
-static int worker_may_run_on(ferry_px_stream_t *c, int w, int cpu)
+static int worker_may_run_on(ferry_sock_stream_t *c, int w, int cpu)
 {
     cpu_set_t set;
+    pthread_t th;
 
-    assert_int_equal(pthread_getaffinity_np(c->workers[w].thread, sizeof(set), &set), 0);
+    assert_true(ferry_px_pool_thread_of(&c->pool, w, &th));
+    assert_int_equal(pthread_getaffinity_np(th, sizeof(set), &set), 0);
     return CPU_ISSET(cpu, &set);
 }
 
 /* Post a receive, wait for worker 0's n-th move, check it may run on `on` and not on `off`. */
-static void post_and_check_placed(ferry_px_stream_t *c, char *buf, size_t len, uint64_t n, int on,
+static void post_and_check_placed(ferry_sock_stream_t *c, char *buf, size_t len, uint64_t n, int on,
                                   int off)
 {
-    assert_non_null(ferry_px_stream_post(c, buf, len, NULL, 0));
+    assert_non_null(ferry_sock_stream_post(c, buf, len, NULL, 0));
     wait_placed(c, 0, n);
     assert_true(worker_may_run_on(c, 0, on));
     assert_false(worker_may_run_on(c, 0, off));
@@ -335,7 +368,7 @@ static void post_and_check_placed(ferry_px_stream_t *c, char *buf, size_t len, u
  */
 static void test_place_away_follows_posting_cpu(void **state)
 {
-    ferry_px_stream_t *c = calloc(1, sizeof(*c));
+    ferry_sock_stream_t *c = calloc(1, sizeof(*c));
     static char buf[3][64];
     cpu_set_t mine, saved;
     int a = -1, b = -1, cpu;
@@ -356,13 +389,13 @@ static void test_place_away_follows_posting_cpu(void **state)
         free(c);
         skip(); /* One CPU: nowhere to keep off to. */
     }
-    assert_int_equal(ferry_px_stream_init(c, FERRY_PX_RECV, "test", "10.0.0.5:5", 1, 1, 64 << 10,
+    assert_int_equal(ferry_sock_stream_init(c, FERRY_PX_RECV, "test", "10.0.0.5:5", 1, 1, 64 << 10,
                                         1 << 20, &idle_ops, &test_ring_ops), FERRY_OK);
     c->place_away = 1;
     park(c, 0, 0);
-    assert_int_equal(ferry_px_stream_start(c), FERRY_OK); /* The worker inherits the whole mask. */
+    assert_int_equal(ferry_sock_stream_start(c), FERRY_OK); /* The worker inherits the whole mask. */
     wait_all_asleep(c);
-    assert_int_equal(atomic_load(&c->workers[0].stats.placed), 0); /* No post yet: left alone. */
+    assert_int_equal(placed(c, 0), 0); /* No post yet: left alone. */
 
     pin_self(a);
     post_and_check_placed(c, buf[0], sizeof(buf[0]), 1, b, a);
@@ -375,20 +408,20 @@ static void test_place_away_follows_posting_cpu(void **state)
     snprintf(want, sizeof(want), "kept off the posting CPU, moved 2 times, last off CPU %d", b);
     assert_non_null(strstr(text, want));
     free(text);
-    ferry_px_stream_stop(c);
+    ferry_sock_stream_stop(c);
 
     /* Given only the posting CPU (has_cpus), the worker stays on it: never an empty set. */
-    assert_int_equal(ferry_px_stream_init(c, FERRY_PX_RECV, "test", "10.0.0.5:6", 1, 1, 64 << 10,
+    assert_int_equal(ferry_sock_stream_init(c, FERRY_PX_RECV, "test", "10.0.0.5:6", 1, 1, 64 << 10,
                                         1 << 20, &idle_ops, &test_ring_ops), FERRY_OK);
     c->place_away = 1;
     c->has_cpus = 1;
     CPU_ZERO(&c->cpus);
     CPU_SET(b, &c->cpus);
     park(c, 0, 0);
-    assert_int_equal(ferry_px_stream_start(c), FERRY_OK);
+    assert_int_equal(ferry_sock_stream_start(c), FERRY_OK);
     wait_all_asleep(c);
     post_and_check_placed(c, buf[2], sizeof(buf[2]), 1, b, a);
-    ferry_px_stream_stop(c);
+    ferry_sock_stream_stop(c);
     assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(saved), &saved), 0);
     free(c);
 }
