@@ -48,7 +48,8 @@ static struct {
     int running;
     struct fakeibv_job *head, *tail;
     struct fakeibv_qp *timers;    /* QPs with a retry deadline (qp->timer_next). */
-    int nworkers, nidle;
+    int nworkers, nidle;          /* Workers, and those asleep waiting for a job. */
+    int nwake;                    /* Of those asleep, woken for a job and not yet up. */
     pthread_t poll_thread, workers[FAKEIBV_ENGINE_MAX];
     uint64_t epoch;               /* Poll loop rounds (fakeibv_engine_unwatch's barrier). */
 } fakeibv_eng = {
@@ -73,12 +74,18 @@ static void fakeibv_push_locked(struct fakeibv_job *j)
     else
         fakeibv_eng.head = j;
     fakeibv_eng.tail = j;
-    if (fakeibv_eng.running && fakeibv_eng.nidle == 0 &&
-        fakeibv_eng.nworkers < FAKEIBV_ENGINE_MAX &&
-        fakeibv_thread_start(&fakeibv_eng.workers[fakeibv_eng.nworkers],
-                             FAKEIBV_THREAD_PREFIX "work", fakeibv_worker_main, NULL) == 0)
+    /* Each queued job claims a sleeping worker, or gets a new one: a worker
+     * woken for the previous job must not count for this one too, or a job
+     * that blocks until the one queued behind it runs would wait for ever. */
+    if (fakeibv_eng.nidle > fakeibv_eng.nwake) {
+        fakeibv_eng.nwake++;
+        pthread_cond_signal(&fakeibv_eng.work);
+    } else if (fakeibv_eng.running && fakeibv_eng.nworkers < FAKEIBV_ENGINE_MAX &&
+               fakeibv_thread_start(&fakeibv_eng.workers[fakeibv_eng.nworkers],
+                                    FAKEIBV_THREAD_PREFIX "work", fakeibv_worker_main,
+                                    NULL) == 0) {
         fakeibv_eng.nworkers++;
-    pthread_cond_signal(&fakeibv_eng.work);
+    }
 }
 
 static struct fakeibv_job *fakeibv_pop_locked(void)
@@ -164,6 +171,8 @@ static void *fakeibv_worker_main(void *arg)
             fakeibv_eng.nidle++;
             pthread_cond_wait(&fakeibv_eng.work, &fakeibv_eng.lock);
             fakeibv_eng.nidle--;
+            if (fakeibv_eng.nwake > 0)
+                fakeibv_eng.nwake--;
             continue;
         }
         qp = j->qp;
@@ -330,6 +339,7 @@ void fakeibv_engine_release(void)
     pthread_mutex_lock(&fakeibv_eng.lock);
     fakeibv_eng.nworkers = 0;
     fakeibv_eng.nidle = 0;
+    fakeibv_eng.nwake = 0;
     /* Jobs of QPs still in INIT wait in the queue for the next start. */
     pthread_cond_broadcast(&fakeibv_eng.changed);
     pthread_mutex_unlock(&fakeibv_eng.lock);
