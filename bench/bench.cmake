@@ -58,3 +58,14 @@ target_link_libraries(ferry-call-cost PRIVATE ${CMAKE_DL_LIBS} pthread)
 target_compile_definitions(ferry-call-cost PRIVATE
   FERRY_PLUGIN_DEFAULT="$<TARGET_FILE:nccl-net-ferry>")
 add_dependencies(ferry-call-cost nccl-net-ferry)
+
+# ferry-scale: N comm pairs between two processes, per backend: connect+accept
+# time, threads, RSS, fds and (fakeibv) QPs/CQs/MRs per pair (bench/scale/README.md).
+add_executable(ferry-scale ${FERRY_BENCH_DIR}/scale/ferry-scale.c ${FERRY_HARNESS_DIR}/harness.c
+  ${FERRY_HARNESS_DIR}/harness_leaks.c)
+target_include_directories(ferry-scale PRIVATE ${FERRY_HARNESS_DIR}
+  ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(ferry-scale PRIVATE ${CMAKE_DL_LIBS} pthread)
+target_compile_definitions(ferry-scale PRIVATE
+  FERRY_PLUGIN_DEFAULT="$<TARGET_FILE:nccl-net-ferry>")
+add_dependencies(ferry-scale nccl-net-ferry)

@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "ib/ib_cm_verbs.h"
 #include "ib/ib_comm.h"
+#include "ib/ib_ctrl_pool.h"
 
 #define FERRY_IB_CTS_BYTES   (sizeof(ferry_ib_cts_t) * FERRY_IB_MAX_RECVS * FERRY_IB_FIFO_SLOTS)
 #define FERRY_IB_SIZES_BYTES (sizeof(ferry_ib_sizes_slot_t) * FERRY_IB_FIFO_SLOTS)
@@ -147,9 +148,8 @@ static ferry_status_t ferry_ib_member_open(ferry_ib_comm_t *c, int m, int nqps, 
     ferry_status_t status;
     int cqe;
 
-    status = ferry_ib_mr_get(mem->dev->hca, c->conn.ctrl, c->conn.ctrl_len,
-                             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, 1, &mem->ctrl_mr,
-                             err, len);
+    /* The registration of the block's pool chunk, shared with its other comms. */
+    status = ferry_ib_ctrl_mr_get(mem->dev->hca, c->conn.ctrl, &mem->ctrl_mr, err, len);
     if (status != FERRY_OK)
         return status;
     /* Every QP's work could end up on one member's CQ after failovers. */
@@ -218,12 +218,11 @@ ferry_status_t ferry_ib_comm_create(ferry_px_req_kind_t kind, int devidx, int nq
 
     step = "registering the FIFO";
     c->conn.ctrl_len = (FERRY_IB_CTS_BYTES + FERRY_IB_SIZES_BYTES + 4095) & ~(size_t)4095;
-    if (posix_memalign(&c->conn.ctrl, 4096, c->conn.ctrl_len) != 0) {
-        c->conn.ctrl = NULL;
+    c->conn.ctrl = ferry_ib_ctrl_alloc(c->conn.ctrl_len); /* Zeroed. */
+    if (c->conn.ctrl == NULL) {
         status = FERRY_ERR_NO_MEMORY;
         goto err_destroy;
     }
-    memset(c->conn.ctrl, 0, c->conn.ctrl_len);
     step = "registering the FIFO and creating the CQ";
     for (i = 0; i < c->conn.nmem; i++) {
         status = ferry_ib_member_open(c, i, nqps, err, sizeof(err));
@@ -286,7 +285,7 @@ void ferry_ib_comm_destroy(ferry_ib_comm_t *c)
         if (mem->ctrl_mr != NULL)
             ferry_ib_mr_put(mem->dev->hca, mem->ctrl_mr);
     }
-    free(conn->ctrl);
+    ferry_ib_ctrl_free(conn->ctrl); /* After the puts: the chunk's region may go with it. */
     ferry_px_ring_fini(&c->ring);
     ferry_ib_magic_clear(&c->magic);
     free(c);

@@ -110,6 +110,17 @@ struct fakeibv_port_counters {
  * counter files). Returns 0, or EINVAL for a bad context or port. */
 int fakeibv_port_counters(struct ibv_context *ctx, uint8_t port, struct fakeibv_port_counters *c);
 
+/* Threads of fakeibv's engine now (the poll thread and the workers that
+ * serve every QP of the process; README "Threads"); 0 while it is stopped. */
+int fakeibv_engine_threads(void);
+
+/* Verbs objects of this process alive now, for measuring what a client
+ * keeps per connection. */
+struct fakeibv_objects {
+    uint64_t qps, cqs, mrs, pds, contexts;
+};
+void fakeibv_objects(struct fakeibv_objects *o);
+
 /* Tests only: while on, this process's hellos carry a wrong cookie value,
  * so the peer's probe fails as it would across pid namespaces. */
 void fakeibv_one_copy_break_probe(int on);

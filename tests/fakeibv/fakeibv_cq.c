@@ -93,6 +93,7 @@ struct fakeibv_cq *fakeibv_cq_create(struct ibv_context *context, int cqe, void 
     pthread_mutex_init(&cq->lock, NULL);
     if (channel != NULL)
         __atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_RELAXED);
+    fakeibv_live_add(&fakeibv_live.cqs, 1);
     return cq;
 }
 
@@ -136,6 +137,7 @@ FAKEIBV_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
     free(cq->ring);
     free(cq->trace_ts);
     free(cq);
+    fakeibv_live_add(&fakeibv_live.cqs, -1);
     return 0;
 }
 

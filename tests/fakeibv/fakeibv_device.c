@@ -505,6 +505,7 @@ FAKEIBV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
     c->ops.post_send = fakeibv_post_send;
     c->ops.post_recv = fakeibv_post_recv;
     FAKEIBV_INFO("opened %s, port 1 lid %u", device->name, d->ports[0].lid);
+    fakeibv_live_add(&fakeibv_live.contexts, 1);
     return c;
 }
 
@@ -519,6 +520,7 @@ FAKEIBV_EXPORT int ibv_close_device(struct ibv_context *context)
     pthread_mutex_destroy(&ctx->async_lock);
     pthread_cond_destroy(&ctx->async_acked);
     free(ctx);
+    fakeibv_live_add(&fakeibv_live.contexts, -1);
     return 0;
 }
 

@@ -265,12 +265,25 @@ struct fakeibv_rwqe {
     struct ibv_sge sge[FAKEIBV_MAX_SGE];
 };
 
+/* Work the engine (fakeibv_engine.c) hands a worker: embedded in the QP,
+ * queued at most once. */
+enum fakeibv_job_kind { FAKEIBV_JOB_TX, FAKEIBV_JOB_RX, FAKEIBV_JOB_RESP };
+struct fakeibv_job {
+    struct fakeibv_job *next;     /* Queue link (engine lock). */
+    struct fakeibv_qp *qp;
+    enum fakeibv_job_kind kind;
+    int slot;                     /* FAKEIBV_JOB_RESP: index in qp->in[]. */
+    int queued;                   /* In the queue (engine lock). */
+};
+
 struct fakeibv_inbound {
     int fd;                       /* -1 when the slot is free. */
     int peer_pid;                 /* Requester's pid (as this process names it). */
     int one_copy;                 /* The probe passed: descriptors may come. */
-    pthread_t thread;
-    int joinable;
+    int busy;                     /* A worker is serving it. */
+    int parked;                   /* Readable before the QP reached RTR: re-armed then. */
+    int ended;                    /* The stream ended (shut down); closed on reuse or stop. */
+    struct fakeibv_job job;
 };
 
 struct fakeibv_qp {
@@ -315,10 +328,18 @@ struct fakeibv_qp {
     uint32_t mtu_bytes;           /* Its path MTU in bytes, fixed at RTR (packet counts). */
     struct timespec deadline;     /* When the retry timer expires (broken only). */
     int deadline_set;
-    int threads_up;               /* tx and rx threads running. */
-    int acc_held;                 /* Counted in fakeibv_acceptor_hold() (RTR until reset). */
-    int stopping;                 /* Threads must exit. */
-    pthread_t tx_thread, rx_thread;
+    int rx_watched;               /* out_fd is in the engine's epoll set. */
+    int acc_held;                 /* Counted in fakeibv_acceptor_hold() and
+                                   * fakeibv_engine_hold() (RTR until reset). */
+    int stopping;                 /* Jobs must end. */
+    /* Engine bookkeeping (fakeibv_engine.c, under its lock). */
+    struct fakeibv_job tx_job, rx_job;
+    int jobs;                     /* Queued or running jobs of this QP. */
+    int dead;                     /* Stopping: no new job is queued. */
+    int tx_sched;                 /* tx_job queued or running. */
+    int timer_on;                 /* In the engine's timer list until timer_at. */
+    struct timespec timer_at;
+    struct fakeibv_qp *timer_next;
     struct fakeibv_inbound in[FAKEIBV_MAX_INBOUND];
     /* ibv_wr_* staging (fakeibv_post.c). */
     struct ibv_send_wr *wr_stage;
@@ -334,12 +355,6 @@ static inline struct fakeibv_qp *fakeibv_qp(struct ibv_qp *qp)
 {
     return fakeibv_container_of(qp, struct fakeibv_qp, qpx.qp_base);
 }
-
-/* Handed to a responder thread: its QP and its slot in qp->in[]. */
-struct fakeibv_responder_arg {
-    struct fakeibv_qp *qp;
-    int slot;
-};
 
 /* fakeibv_qp.c */
 struct fakeibv_qp *fakeibv_qp_lookup_get(uint32_t qpn);  /* Returns with qp->lock held. */
@@ -374,12 +389,27 @@ int fakeibv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send
 int fakeibv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 enum ibv_wc_opcode fakeibv_wc_opcode(enum ibv_wr_opcode op);
 
-/* fakeibv_xfer.c: the per-QP requester threads and the responder thread. */
-void *fakeibv_tx_main(void *arg);
+/* fakeibv_tx.c, fakeibv_xfer.c: the jobs behind a QP, run by the engine's
+ * workers. Each returns when its stream has nothing more waiting. */
+void fakeibv_tx_run(struct fakeibv_qp *qp);
 /* Sends what it can of the send queue from the posting thread (qp->lock held). */
 void fakeibv_tx_direct_locked(struct fakeibv_qp *qp);
-void *fakeibv_rx_main(void *arg);
-void *fakeibv_responder_main(void *arg);
+void fakeibv_rx_run(struct fakeibv_qp *qp);
+void fakeibv_resp_run(struct fakeibv_qp *qp, int slot);
+
+/* fakeibv_engine.c: the poll thread and the worker pool. */
+int fakeibv_engine_hold(void);
+void fakeibv_engine_release(void);
+int fakeibv_engine_watch(struct fakeibv_job *j, int fd);
+void fakeibv_engine_rearm(struct fakeibv_job *j, int fd);
+void fakeibv_engine_unwatch(const int *fds, int n);
+void fakeibv_engine_kick_tx_locked(struct fakeibv_qp *qp);
+void fakeibv_engine_tx_done_locked(struct fakeibv_qp *qp, const struct timespec *deadline);
+void fakeibv_engine_quiesce(struct fakeibv_qp *qp);
+
+/* Live objects behind fakeibv_objects() (fakeibv_objects.c). */
+extern struct fakeibv_objects fakeibv_live;
+void fakeibv_live_add(uint64_t *counter, int delta);
 
 /* Counters behind fakeibv_xfer_stats() (fakeibv.h), updated atomically. */
 extern struct fakeibv_xfer_stats fakeibv_stats;

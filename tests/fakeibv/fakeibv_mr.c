@@ -35,12 +35,14 @@ FAKEIBV_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
     }
     pd->pd.context = context;
     pd->pd.handle = 1;
+    fakeibv_live_add(&fakeibv_live.pds, 1);
     return &pd->pd;
 }
 
 FAKEIBV_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 {
     free(pd);
+    fakeibv_live_add(&fakeibv_live.pds, -1);
     return 0;
 }
 
@@ -137,6 +139,7 @@ static struct ibv_mr *fakeibv_mr_create(struct ibv_pd *pd, void *addr, size_t le
         errno = rc;
         return NULL;
     }
+    fakeibv_live_add(&fakeibv_live.mrs, 1);
     FAKEIBV_TRACE("reg_mr %p+%zu iova 0x%llx access 0x%x key 0x%x%s", addr, length,
                   (unsigned long long)iova, access, mr->mr.lkey, mr->is_cuda ? " (cuda)" : "");
     return &mr->mr;
@@ -217,6 +220,7 @@ FAKEIBV_EXPORT int ibv_dereg_mr(struct ibv_mr *ibmr)
     fakeibv_mr_tbl[mr->slot] = NULL;
     pthread_rwlock_unlock(&fakeibv_mr_lock);
     free(mr);
+    fakeibv_live_add(&fakeibv_live.mrs, -1);
     return 0;
 }
 

@@ -2,8 +2,8 @@
  * fakeibv queue pairs: creation, the kernel's state-transition rules,
  * connection at RTR, completion ordering, error and flush handling.
  *
- * Only RC is emulated. Transfers run on the QP's own threads
- * (fakeibv_xfer.c); this file owns the QP's state and its send-queue
+ * Only RC is emulated. Transfers run as jobs of the process's engine
+ * (fakeibv_engine.c, fakeibv_tx.c, fakeibv_xfer.c); this file owns the QP's state and its send-queue
  * counters, which every thread changes under qp->lock only.
  */
 #include <errno.h>
@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "fakeibv_internal.h"
+#include "fakeibv_wire.h"
 
 /* ---- registry: qpn -> QP, for inbound streams and fault injection ------ */
 
@@ -99,46 +100,57 @@ static int fakeibv_qp_port_up(const struct fakeibv_qp *qp)
            IBV_PORT_ACTIVE;
 }
 
+/* Closes inbound slot i, whose stream ended (qp->lock held, not stopping). */
+static void fakeibv_inbound_close_locked(struct fakeibv_qp *qp, int i)
+{
+    fakeibv_engine_unwatch(&qp->in[i].fd, 1);
+    close(qp->in[i].fd);
+    qp->in[i].fd = -1;
+    qp->in[i].ended = 0;
+    qp->in[i].parked = 0;
+}
+
 int fakeibv_qp_attach_inbound(uint32_t qpn, int fd, int peer_pid, int one_copy)
 {
     struct fakeibv_qp *qp = fakeibv_qp_lookup_get(qpn);
-    struct fakeibv_responder_arg *arg;
+    struct fakeibv_wire_hdr mode;
     int i, rc;
 
     if (qp == NULL)
         return ENOENT;
     for (i = 0; i < FAKEIBV_MAX_INBOUND; i++) {
-        if (qp->in[i].fd >= 0)
-            continue;
-        /* A responder whose stream ended has already let go of the lock
-         * for good, so joining it here cannot deadlock. */
-        if (qp->in[i].joinable) {
-            pthread_join(qp->in[i].thread, NULL);
-            qp->in[i].joinable = 0;
-        }
-        break;
+        /* A stream that ended is no longer served: its job let go of it. */
+        if (qp->in[i].fd >= 0 && qp->in[i].ended && !qp->in[i].busy && !qp->stopping)
+            fakeibv_inbound_close_locked(qp, i);
+        if (qp->in[i].fd < 0)
+            break;
     }
     /* A QP whose link is down hears nothing: the requester times out. */
     if (qp->link_down || (qp->attr.qp_state != IBV_QPS_RESET && !fakeibv_qp_port_up(qp))) {
         pthread_mutex_unlock(&qp->lock);
         return ENETDOWN;
     }
-    if (qp->stopping || i == FAKEIBV_MAX_INBOUND || (arg = malloc(sizeof(*arg))) == NULL) {
+    if (qp->stopping || i == FAKEIBV_MAX_INBOUND) {
         pthread_mutex_unlock(&qp->lock);
         return EBUSY;
     }
-    arg->qp = qp;
-    arg->slot = i;
-    qp->in[i].fd = fd;
-    qp->in[i].peer_pid = peer_pid;
-    qp->in[i].one_copy = one_copy;
-    rc = fakeibv_thread_start(&qp->in[i].thread, FAKEIBV_THREAD_PREFIX "resp",
-                              fakeibv_responder_main, arg);
-    if (rc != 0) {
-        qp->in[i].fd = -1;
-        free(arg);
-    } else {
-        qp->in[i].joinable = 1;
+    /* The stream's first message: the mode the probe allowed. Nothing else
+     * is on the fresh stream yet, so this cannot block. */
+    memset(&mode, 0, sizeof(mode));
+    mode.op = FAKEIBV_OP_MODE;
+    mode.len = one_copy ? 1 : 0;
+    rc = fakeibv_io_write(fd, &mode, sizeof(mode));
+    if (rc == 0) {
+        qp->in[i].fd = fd;
+        qp->in[i].peer_pid = peer_pid;
+        qp->in[i].one_copy = one_copy;
+        qp->in[i].busy = qp->in[i].parked = qp->in[i].ended = 0;
+        qp->in[i].job.qp = qp;
+        qp->in[i].job.kind = FAKEIBV_JOB_RESP;
+        qp->in[i].job.slot = i;
+        rc = fakeibv_engine_watch(&qp->in[i].job, fd);
+        if (rc != 0)
+            qp->in[i].fd = -1;
     }
     pthread_mutex_unlock(&qp->lock);
     return rc;
@@ -275,6 +287,8 @@ void fakeibv_qp_set_broken_locked(struct fakeibv_qp *qp)
     qp->broken = 1;
     qp->deadline_set = 0;
     pthread_cond_broadcast(&qp->cond);
+    if (!qp->stopping)
+        fakeibv_engine_kick_tx_locked(qp); /* Its retry timer. */
 }
 
 /* As if the QP's cable were pulled: every stream it has, outbound and
@@ -393,6 +407,9 @@ struct ibv_qp *fakeibv_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_at
     qp->out_fd = -1;
     for (i = 0; i < FAKEIBV_MAX_INBOUND; i++)
         qp->in[i].fd = -1;
+    qp->tx_job.qp = qp->rx_job.qp = qp;
+    qp->tx_job.kind = FAKEIBV_JOB_TX;
+    qp->rx_job.kind = FAKEIBV_JOB_RX;
     rc = fakeibv_qp_alloc_queues(qp);
     if (rc != 0) {
         fakeibv_qp_free(qp);
@@ -423,6 +440,7 @@ struct ibv_qp *fakeibv_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_at
     a->cap.max_recv_wr = qp->rq_depth;
     __atomic_add_fetch(&((struct fakeibv_cq *)a->send_cq)->users, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&((struct fakeibv_cq *)a->recv_cq)->users, 1, __ATOMIC_RELAXED);
+    fakeibv_live_add(&fakeibv_live.qps, 1);
     FAKEIBV_TRACE("created RC qpn 0x%x sq %u rq %u inline %u", qp->qpx.qp_base.qp_num,
                   qp->sq_depth, qp->rq_depth, qp->max_inline);
     return &qp->qpx.qp_base;
@@ -452,34 +470,33 @@ static void fakeibv_qp_release_acceptor(struct fakeibv_qp *qp)
     if (qp->acc_held) {
         qp->acc_held = 0;
         fakeibv_acceptor_release();
+        fakeibv_engine_release();
     }
 }
 
-/* Stops the QP's threads and closes its streams. Called without qp->lock. */
+/* Ends the QP's jobs and closes its streams. Called without qp->lock. */
 static void fakeibv_qp_stop_threads(struct fakeibv_qp *qp)
 {
-    int i, up;
+    int fds[FAKEIBV_MAX_INBOUND + 1], n = 0, i;
 
     pthread_mutex_lock(&qp->lock);
     qp->stopping = 1;
-    up = qp->threads_up;
-    if (qp->out_fd >= 0)
+    if (qp->out_fd >= 0) {
         shutdown(qp->out_fd, SHUT_RDWR);
-    for (i = 0; i < FAKEIBV_MAX_INBOUND; i++)
-        if (qp->in[i].fd >= 0)
-            shutdown(qp->in[i].fd, SHUT_RDWR);
-    pthread_cond_broadcast(&qp->cond);
-    pthread_mutex_unlock(&qp->lock);
-    if (up) {
-        pthread_join(qp->tx_thread, NULL);
-        pthread_join(qp->rx_thread, NULL);
+        if (qp->rx_watched)
+            fds[n++] = qp->out_fd;
     }
     for (i = 0; i < FAKEIBV_MAX_INBOUND; i++) {
-        if (qp->in[i].joinable) {
-            pthread_join(qp->in[i].thread, NULL);
-            qp->in[i].joinable = 0;
+        if (qp->in[i].fd >= 0) {
+            shutdown(qp->in[i].fd, SHUT_RDWR);
+            fds[n++] = qp->in[i].fd;
         }
     }
+    pthread_cond_broadcast(&qp->cond);
+    pthread_mutex_unlock(&qp->lock);
+    /* Nobody closes these meanwhile: stopping keeps the accept thread out. */
+    fakeibv_engine_unwatch(fds, n);
+    fakeibv_engine_quiesce(qp);
     pthread_mutex_lock(&qp->lock);
     /* A posting thread may still be sending on the stream (fakeibv_tx.c). */
     while (qp->tx_busy)
@@ -487,7 +504,13 @@ static void fakeibv_qp_stop_threads(struct fakeibv_qp *qp)
     if (qp->out_fd >= 0)
         close(qp->out_fd);
     qp->out_fd = -1;
-    qp->threads_up = 0;
+    qp->rx_watched = 0;
+    for (i = 0; i < FAKEIBV_MAX_INBOUND; i++) {
+        if (qp->in[i].fd >= 0)
+            close(qp->in[i].fd);
+        qp->in[i].fd = -1;
+        qp->in[i].busy = qp->in[i].parked = qp->in[i].ended = 0;
+    }
     qp->stopping = 0;
     qp->broken = 0;
     pthread_mutex_unlock(&qp->lock);
@@ -507,6 +530,7 @@ FAKEIBV_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
     pthread_mutex_destroy(&qp->lock);
     pthread_cond_destroy(&qp->cond);
     fakeibv_qp_free(qp);
+    fakeibv_live_add(&fakeibv_live.qps, -1);
     return 0;
 }
 
@@ -651,9 +675,14 @@ static int fakeibv_qp_connect(struct fakeibv_qp *qp)
 
     /* From RTR on, the peer's streams to this QP must be accepted. */
     if (!qp->acc_held) {
-        rc = fakeibv_acceptor_hold();
+        rc = fakeibv_engine_hold();
         if (rc != 0)
             return rc;
+        rc = fakeibv_acceptor_hold();
+        if (rc != 0) {
+            fakeibv_engine_release();
+            return rc;
+        }
         qp->acc_held = 1;
     }
     /* A port that is down sends nothing: modify_qp succeeds as on real
@@ -692,20 +721,19 @@ static int fakeibv_qp_connect(struct fakeibv_qp *qp)
      * fakeibv_qps_port_down could see this QP as connected. */
     if (!down && !fakeibv_qp_port_up(qp))
         fakeibv_qp_link_down_locked(qp);
-    pthread_mutex_unlock(&qp->lock);
-    rc = fakeibv_thread_start(&qp->tx_thread, FAKEIBV_THREAD_PREFIX "tx", fakeibv_tx_main, qp);
-    if (rc != 0)
-        return rc;
-    rc = fakeibv_thread_start(&qp->rx_thread, FAKEIBV_THREAD_PREFIX "rx", fakeibv_rx_main, qp);
-    if (rc != 0) {
-        pthread_mutex_lock(&qp->lock);
-        qp->stopping = 1;
-        pthread_cond_broadcast(&qp->cond);
-        pthread_mutex_unlock(&qp->lock);
-        pthread_join(qp->tx_thread, NULL);
-        return rc;
+    if (fd >= 0) {
+        rc = fakeibv_engine_watch(&qp->rx_job, fd);
+        if (rc != 0) {
+            FAKEIBV_WARN("qpn 0x%x: cannot watch its stream: %s", qp->qpx.qp_base.qp_num,
+                         strerror(rc));
+            fakeibv_qp_set_broken_locked(qp);
+        } else {
+            qp->rx_watched = 1;
+        }
     }
-    qp->threads_up = 1;
+    if (qp->broken)
+        fakeibv_engine_kick_tx_locked(qp); /* Its retry timer. */
+    pthread_mutex_unlock(&qp->lock);
     return 0;
 }
 
@@ -767,6 +795,19 @@ FAKEIBV_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, 
     qp->attr.cur_qp_state = next;
     ibqp->state = next;
     pthread_cond_broadcast(&qp->cond);
+    if (next != IBV_QPS_INIT) {
+        int i;
+
+        /* Requests that came before RTR are served now. */
+        for (i = 0; i < FAKEIBV_MAX_INBOUND; i++) {
+            if (qp->in[i].fd >= 0 && qp->in[i].parked && !qp->stopping) {
+                qp->in[i].parked = 0;
+                fakeibv_engine_rearm(&qp->in[i].job, qp->in[i].fd);
+            }
+        }
+        if (qp->sq_tx != qp->sq_head || qp->broken)
+            fakeibv_engine_kick_tx_locked(qp);
+    }
     pthread_mutex_unlock(&qp->lock);
     return 0;
 }

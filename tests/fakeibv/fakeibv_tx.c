@@ -1,8 +1,9 @@
 /*
- * fakeibv requester transmit side: the QP's tx thread, and the posting
- * thread itself for small requests.
+ * fakeibv requester transmit side: the QP's transmit job (run by an
+ * engine worker, fakeibv_engine.c), and the posting thread itself for small
+ * requests.
  *
- * The tx thread takes WQEs in order, checks local keys, sends the request
+ * The transmit job takes WQEs in order, checks local keys, sends the request
  * and its payload on the QP's outbound stream, and runs the retry timer
  * when the peer is unreachable. When no other thread is sending on the QP
  * and its stream has room, a
@@ -358,10 +359,12 @@ void fakeibv_tx_direct_locked(struct fakeibv_qp *qp)
         qp->tx_busy = 0;
         fakeibv_tx_after_locked(qp, idx, rc);
     }
-    /* Work left for the tx thread (its queue, its retry timer), or a stop
-     * waiting for tx_busy to clear; else nobody needs a wake-up. */
-    if (qp->sq_tx != qp->sq_head || qp->broken || qp->stopping)
+    /* Work left for the transmit job (the queue, the retry timer), or a
+     * stop waiting for tx_busy to clear; else nobody needs a wake-up. */
+    if (qp->stopping)
         pthread_cond_broadcast(&qp->cond);
+    else if (qp->sq_tx != qp->sq_head || qp->broken)
+        fakeibv_engine_kick_tx_locked(qp);
 }
 
 static int fakeibv_deadline_passed(const struct timespec *d)
@@ -401,20 +404,24 @@ static int fakeibv_retry_timer_locked(struct fakeibv_qp *qp)
     return 0;
 }
 
-void *fakeibv_tx_main(void *arg)
+/*
+ * The QP's transmit job: sends what the send queue holds, in order, until
+ * nothing is ready; with the peer unreachable and work outstanding it leaves
+ * the retry deadline with the engine, which runs it again then. A poster
+ * sending directly (tx_busy) kicks it again when it is done.
+ */
+void fakeibv_tx_run(struct fakeibv_qp *qp)
 {
-    struct fakeibv_qp *qp = arg;
+    const struct timespec *deadline = NULL;
 
     pthread_mutex_lock(&qp->lock);
     while (!qp->stopping) {
         int outstanding = qp->sq_ack != qp->sq_head && qp->attr.qp_state != IBV_QPS_ERR;
 
-        if (qp->broken && outstanding && !qp->tx_busy) {
-            if (fakeibv_retry_timer_locked(qp))
-                pthread_cond_timedwait(&qp->cond, &qp->lock, &qp->deadline);
-            else if (qp->attr.qp_state != IBV_QPS_ERR)
-                pthread_cond_wait(&qp->cond, &qp->lock);
-            continue;
+        if (qp->broken && outstanding) {
+            if (!qp->tx_busy && fakeibv_retry_timer_locked(qp))
+                deadline = &qp->deadline;
+            break;
         }
         /* Nothing goes out before the responder said which mode the stream
          * is in; until it did, no WQE could have completed anyway. */
@@ -441,10 +448,12 @@ void *fakeibv_tx_main(void *arg)
             pthread_mutex_lock(&qp->lock);
             qp->tx_busy = 0;
             fakeibv_tx_after_locked(qp, idx, rc);
+            if (qp->stopping)
+                pthread_cond_broadcast(&qp->cond); /* The stop waits for tx_busy. */
             continue;
         }
-        pthread_cond_wait(&qp->cond, &qp->lock);
+        break;
     }
+    fakeibv_engine_tx_done_locked(qp, deadline);
     pthread_mutex_unlock(&qp->lock);
-    return NULL;
 }

@@ -1,14 +1,15 @@
 /*
- * fakeibv data movement: the three kinds of thread behind an RC QP.
+ * fakeibv data movement: the work behind an RC QP, run as jobs by the
+ * engine's workers (fakeibv_engine.c) whenever a stream has something:
  *
- *  - tx thread (requester, fakeibv_tx.c): sends requests in order on the
+ *  - transmit (requester, fakeibv_tx.c): sends requests in order on the
  *    QP's outbound stream (small ones the posting thread sends itself);
  *    runs the retry timer when the peer is unreachable.
- *  - rx thread (requester): reads ACK / NAK / READ_RESP from the same
+ *  - responses (requester, here): reads ACK / NAK / READ_RESP from the same
  *    stream, places READ data, marks WQEs done and completes them in order.
- *  - responder thread (one per inbound stream): checks rkey, range and
- *    access, moves the bytes, consumes receive WQEs (waiting out RNR), and
- *    answers.
+ *  - requests (responder, here; one job per inbound stream): checks rkey,
+ *    range and access, moves the bytes, consumes receive WQEs (waiting out
+ *    RNR), and answers.
  *
  * One-copy mode (fakeibv_wire.h): when the responder's probe could read the
  * requester's memory, a payload request of at least FAKEIBV_ONE_COPY_MIN
@@ -29,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -90,91 +92,115 @@ static int fakeibv_read_scatter(struct fakeibv_qp *qp, int fd, const struct fake
     return rc;
 }
 
-void *fakeibv_rx_main(void *arg)
+/* Messages one job takes from a stream before it lets other streams in. */
+#define FAKEIBV_JOB_BATCH 64
+
+/* Something (data, or the end) waits on the stream now. */
+static int fakeibv_readable(int fd)
 {
-    struct fakeibv_qp *qp = arg;
+    struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
+
+    return poll(&p, 1, 0) == 1 && p.revents != 0;
+}
+
+/* Takes one response off the QP's outbound stream. Returns 0, or -1 when
+ * the stream ended (the QP is then broken unless it stops). */
+static int fakeibv_rx_one(struct fakeibv_qp *qp, int fd)
+{
     struct fakeibv_wire_hdr h;
-    int fd;
+    struct fakeibv_swqe *w, copy;
+    int rc = fakeibv_io_read(fd, &h, sizeof(h));
 
     pthread_mutex_lock(&qp->lock);
-    fd = qp->out_fd;
-    pthread_mutex_unlock(&qp->lock);
-    if (fd < 0)
-        return NULL; /* Never connected: the tx thread's retry timer reports it. */
-    for (;;) {
-        struct fakeibv_swqe *w, copy;
-        int rc = fakeibv_io_read(fd, &h, sizeof(h));
-
-        pthread_mutex_lock(&qp->lock);
-        if (rc != 0 || qp->stopping) {
-            if (!qp->stopping)
-                fakeibv_qp_set_broken_locked(qp);
-            pthread_mutex_unlock(&qp->lock);
-            return NULL;
-        }
-        if (h.op == FAKEIBV_OP_MODE) {
-            qp->one_copy = h.len == 1 && fakeibv_config()->one_copy;
-            qp->mode_known = 1;
-            FAKEIBV_INFO("qpn 0x%x -> qpn 0x%x: %s", qp->qpx.qp_base.qp_num,
-                         qp->attr.dest_qp_num,
-                         qp->one_copy ? "one-copy mode (descriptors from "
-                                        "FAKEIBV_ONE_COPY_MIN bytes on)"
-                                      : "streaming mode");
-            pthread_cond_broadcast(&qp->cond);
-            pthread_mutex_unlock(&qp->lock);
-            continue;
-        }
-        /* A response arrived on the port: READ data, or an ACK / NAK. */
+    if (rc != 0 || qp->stopping) {
+        if (!qp->stopping)
+            fakeibv_qp_set_broken_locked(qp);
         pthread_mutex_unlock(&qp->lock);
-        if (h.op == FAKEIBV_OP_READ_RESP)
-            fakeibv_port_count(qp, 0, h.len, h.len);
-        else
-            fakeibv_port_count(qp, 0, 0, -1);
+        return -1;
+    }
+    if (h.op == FAKEIBV_OP_MODE) {
+        qp->one_copy = h.len == 1 && fakeibv_config()->one_copy;
+        qp->mode_known = 1;
+        FAKEIBV_INFO("qpn 0x%x -> qpn 0x%x: %s", qp->qpx.qp_base.qp_num, qp->attr.dest_qp_num,
+                     qp->one_copy ? "one-copy mode (descriptors from "
+                                    "FAKEIBV_ONE_COPY_MIN bytes on)"
+                                  : "streaming mode");
+        pthread_cond_broadcast(&qp->cond);
+        if (qp->sq_tx != qp->sq_head)
+            fakeibv_engine_kick_tx_locked(qp); /* Posted before the mode was known. */
+        pthread_mutex_unlock(&qp->lock);
+        return 0;
+    }
+    /* A response arrived on the port: READ data, or an ACK / NAK. */
+    pthread_mutex_unlock(&qp->lock);
+    if (h.op == FAKEIBV_OP_READ_RESP)
+        fakeibv_port_count(qp, 0, h.len, h.len);
+    else
+        fakeibv_port_count(qp, 0, 0, -1);
+    pthread_mutex_lock(&qp->lock);
+    if (qp->attr.qp_state == IBV_QPS_ERR || qp->sq_resp == qp->sq_tx) {
+        /* Late answers to flushed WQEs; anything else is a desync. */
+        if (qp->attr.qp_state != IBV_QPS_ERR)
+            FAKEIBV_WARN("qpn 0x%x: response seq %llu with nothing outstanding (wire desync)",
+                         qp->qpx.qp_base.qp_num, (unsigned long long)h.seq);
+        pthread_mutex_unlock(&qp->lock);
+        if (h.op == FAKEIBV_OP_READ_RESP && !(h.flags & FAKEIBV_HDR_DESC) &&
+            fakeibv_io_discard(fd, h.len) != 0)
+            return -1;
+        return 0;
+    }
+    w = &qp->sq[qp->sq_resp % qp->sq_depth];
+    if (h.op == FAKEIBV_OP_NAK && h.syndrome == FAKEIBV_SYN_DROPPED) {
+        fakeibv_qp_set_broken_locked(qp);
+        pthread_mutex_unlock(&qp->lock);
+        return 0;
+    }
+    if (h.op == FAKEIBV_OP_READ_RESP && (h.flags & FAKEIBV_HDR_DESC)) {
+        w->status = IBV_WC_SUCCESS; /* The responder wrote our SGEs itself. */
+    } else if (h.op == FAKEIBV_OP_READ_RESP) {
+        copy = *w;
+        pthread_mutex_unlock(&qp->lock);
+        rc = fakeibv_read_scatter(qp, fd, &copy, h.len);
         pthread_mutex_lock(&qp->lock);
-        if (qp->attr.qp_state == IBV_QPS_ERR || qp->sq_resp == qp->sq_tx) {
-            /* Late answers to flushed WQEs; anything else is a desync. */
-            if (qp->attr.qp_state != IBV_QPS_ERR)
-                FAKEIBV_WARN("qpn 0x%x: response seq %llu with nothing outstanding (wire desync)",
-                             qp->qpx.qp_base.qp_num, (unsigned long long)h.seq);
-            pthread_mutex_unlock(&qp->lock);
-            if (h.op == FAKEIBV_OP_READ_RESP && !(h.flags & FAKEIBV_HDR_DESC) &&
-                fakeibv_io_discard(fd, h.len) != 0)
-                return NULL;
-            continue;
-        }
-        w = &qp->sq[qp->sq_resp % qp->sq_depth];
-        if (h.op == FAKEIBV_OP_NAK && h.syndrome == FAKEIBV_SYN_DROPPED) {
+        if (rc != 0 && rc != EFAULT) {
             fakeibv_qp_set_broken_locked(qp);
             pthread_mutex_unlock(&qp->lock);
-            continue;
+            return -1;
         }
-        if (h.op == FAKEIBV_OP_READ_RESP && (h.flags & FAKEIBV_HDR_DESC)) {
-            w->status = IBV_WC_SUCCESS; /* The responder wrote our SGEs itself. */
-        } else if (h.op == FAKEIBV_OP_READ_RESP) {
-            copy = *w;
+        if (qp->attr.qp_state == IBV_QPS_ERR) {
             pthread_mutex_unlock(&qp->lock);
-            rc = fakeibv_read_scatter(qp, fd, &copy, h.len);
-            pthread_mutex_lock(&qp->lock);
-            if (rc != 0 && rc != EFAULT) {
-                fakeibv_qp_set_broken_locked(qp);
-                pthread_mutex_unlock(&qp->lock);
-                return NULL;
-            }
-            if (qp->attr.qp_state == IBV_QPS_ERR) {
-                pthread_mutex_unlock(&qp->lock);
-                continue;
-            }
-            w->status = rc == EFAULT ? IBV_WC_LOC_PROT_ERR : IBV_WC_SUCCESS;
-        } else {
-            w->status = h.op == FAKEIBV_OP_ACK ? IBV_WC_SUCCESS : fakeibv_nak_status(h.syndrome);
+            return 0;
         }
-        w->done = 1;
-        /* Answered: the responder has read the whole request off the stream. */
-        qp->wire_out = qp->wire_out > w->wire ? qp->wire_out - w->wire : 0;
-        qp->sq_resp++;
-        fakeibv_qp_advance_locked(qp);
-        pthread_mutex_unlock(&qp->lock);
+        w->status = rc == EFAULT ? IBV_WC_LOC_PROT_ERR : IBV_WC_SUCCESS;
+    } else {
+        w->status = h.op == FAKEIBV_OP_ACK ? IBV_WC_SUCCESS : fakeibv_nak_status(h.syndrome);
     }
+    w->done = 1;
+    /* Answered: the responder has read the whole request off the stream. */
+    qp->wire_out = qp->wire_out > w->wire ? qp->wire_out - w->wire : 0;
+    qp->sq_resp++;
+    fakeibv_qp_advance_locked(qp);
+    pthread_mutex_unlock(&qp->lock);
+    return 0;
+}
+
+/* The engine found the outbound stream readable: the responses waiting. */
+void fakeibv_rx_run(struct fakeibv_qp *qp)
+{
+    int fd, n;
+
+    pthread_mutex_lock(&qp->lock);
+    fd = qp->stopping ? -1 : qp->out_fd;
+    pthread_mutex_unlock(&qp->lock);
+    if (fd < 0)
+        return;
+    for (n = 0; n < FAKEIBV_JOB_BATCH; n++) {
+        if (n > 0 && !fakeibv_readable(fd))
+            break;
+        if (fakeibv_rx_one(qp, fd) != 0)
+            return; /* Ended: nothing more to wait for on it. */
+    }
+    fakeibv_engine_rearm(&qp->rx_job, fd);
 }
 
 /* ---- responder ---------------------------------------------------------- */
@@ -527,73 +553,90 @@ static int fakeibv_read_desc(struct fakeibv_qp *qp, struct fakeibv_src *src, int
     return 0;
 }
 
-void *fakeibv_responder_main(void *argp)
+/* Serves one request from the stream. Returns 0, or nonzero when the
+ * stream ends. */
+static int fakeibv_resp_one(struct fakeibv_qp *qp, struct fakeibv_src *src, int one_copy)
 {
-    struct fakeibv_responder_arg arg = *(struct fakeibv_responder_arg *)argp;
-    struct fakeibv_qp *qp = arg.qp;
     struct fakeibv_wire_hdr h;
-    struct fakeibv_src src;
-    int fd, one_copy;
+    int fd = src->fd, rc = fakeibv_io_read(fd, &h, sizeof(h)), in_err;
+    uint64_t t0;
 
-    free(argp);
+    if (rc != 0)
+        return rc;
+    if (h.op < FAKEIBV_OP_WRITE || h.op > FAKEIBV_OP_READ_REQ) {
+        FAKEIBV_WARN("qpn 0x%x: unknown request op %u on inbound stream; closing it",
+                     qp->qpx.qp_base.qp_num, h.op);
+        return -1;
+    }
+    if (fakeibv_read_desc(qp, src, one_copy, &h) != 0)
+        return -1;
+    /* Requests that arrive before this QP reaches RTR (the peer got there
+     * first) wait in the stream: fakeibv_resp_run parks it until then. */
     pthread_mutex_lock(&qp->lock);
-    fd = qp->in[arg.slot].fd;
-    src.pid = qp->in[arg.slot].peer_pid;
-    one_copy = qp->in[arg.slot].one_copy;
+    if (qp->stopping) {
+        pthread_mutex_unlock(&qp->lock);
+        return -1;
+    }
+    in_err = qp->attr.qp_state == IBV_QPS_ERR;
+    pthread_mutex_unlock(&qp->lock);
+    /* The request arrived on this QP's port; every answer but a READ's
+     * data is one packet back (READ answers count where they go out). */
+    fakeibv_port_count(qp, 0, fakeibv_has_payload(h.op) ? h.len : 0,
+                       h.op == FAKEIBV_OP_READ_REQ ? -1 : (int64_t)h.len);
+    if (h.op != FAKEIBV_OP_READ_REQ || in_err)
+        fakeibv_port_count(qp, 1, 0, -1);
+    if (in_err) {
+        rc = fakeibv_has_payload(h.op) && !src->desc ? fakeibv_io_discard(fd, h.len) : 0;
+        return rc != 0 ? rc : fakeibv_reply(fd, FAKEIBV_OP_NAK, FAKEIBV_SYN_DROPPED, 0, h.seq);
+    }
+    t0 = fakeibv_trace.on ? fakeibv_trace_now_ns() : 0;
+    rc = fakeibv_serve(qp, src, &h);
+    if (rc == 0 && t0 != 0)
+        fakeibv_trace_served(t0);
+    return rc;
+}
+
+/*
+ * The engine found inbound stream `slot` readable: serve the requests
+ * waiting on it. Before the QP reaches RTR the stream is parked (not read,
+ * not re-armed) and ibv_modify_qp re-arms it; when it ends it is shut down
+ * (the requester sees the end) and closed when the slot is reused or the QP
+ * stops.
+ */
+void fakeibv_resp_run(struct fakeibv_qp *qp, int slot)
+{
+    struct fakeibv_inbound *in = &qp->in[slot];
+    struct fakeibv_src src;
+    int fd, one_copy, n, ended = 0;
+
+    pthread_mutex_lock(&qp->lock);
+    if (qp->stopping || in->fd < 0 || in->busy || in->ended) {
+        pthread_mutex_unlock(&qp->lock);
+        return;
+    }
+    if (qp->attr.qp_state == IBV_QPS_RESET || qp->attr.qp_state == IBV_QPS_INIT) {
+        in->parked = 1;
+        pthread_mutex_unlock(&qp->lock);
+        return;
+    }
+    in->busy = 1;
+    fd = in->fd;
+    src.pid = in->peer_pid;
+    one_copy = in->one_copy;
     pthread_mutex_unlock(&qp->lock);
     src.fd = fd;
-    /* The stream's first message: the mode the probe allowed. */
-    if (fakeibv_reply(fd, FAKEIBV_OP_MODE, 0, one_copy ? 1 : 0, 0) != 0)
-        goto out;
-    for (;;) {
-        int rc = fakeibv_io_read(fd, &h, sizeof(h)), in_err;
-        uint64_t t0;
-
-        if (rc != 0)
+    for (n = 0; n < FAKEIBV_JOB_BATCH && !ended; n++) {
+        if (n > 0 && !fakeibv_readable(fd))
             break;
-        if (h.op < FAKEIBV_OP_WRITE || h.op > FAKEIBV_OP_READ_REQ) {
-            FAKEIBV_WARN("qpn 0x%x: unknown request op %u on inbound stream; closing it",
-                         qp->qpx.qp_base.qp_num, h.op);
-            break;
-        }
-        if (fakeibv_read_desc(qp, &src, one_copy, &h) != 0)
-            break;
-        /* Requests may arrive before this QP reaches RTR (the peer got
-         * there first); a real HCA would drop them and the peer retry. */
-        pthread_mutex_lock(&qp->lock);
-        while (!qp->stopping && (qp->attr.qp_state == IBV_QPS_RESET ||
-                                 qp->attr.qp_state == IBV_QPS_INIT))
-            pthread_cond_wait(&qp->cond, &qp->lock);
-        if (qp->stopping) {
-            pthread_mutex_unlock(&qp->lock);
-            break;
-        }
-        in_err = qp->attr.qp_state == IBV_QPS_ERR;
-        pthread_mutex_unlock(&qp->lock);
-        /* The request arrived on this QP's port; every answer but a READ's
-         * data is one packet back (READ answers count where they go out). */
-        fakeibv_port_count(qp, 0, fakeibv_has_payload(h.op) ? h.len : 0,
-                           h.op == FAKEIBV_OP_READ_REQ ? -1 : (int64_t)h.len);
-        if (h.op != FAKEIBV_OP_READ_REQ || in_err)
-            fakeibv_port_count(qp, 1, 0, -1);
-        if (in_err) {
-            rc = fakeibv_has_payload(h.op) && !src.desc ? fakeibv_io_discard(fd, h.len) : 0;
-            if (rc == 0)
-                rc = fakeibv_reply(fd, FAKEIBV_OP_NAK, FAKEIBV_SYN_DROPPED, 0, h.seq);
-            if (rc != 0)
-                break;
-            continue;
-        }
-        t0 = fakeibv_trace.on ? fakeibv_trace_now_ns() : 0;
-        if (fakeibv_serve(qp, &src, &h) != 0)
-            break;
-        if (t0 != 0)
-            fakeibv_trace_served(t0);
+        ended = fakeibv_resp_one(qp, &src, one_copy) != 0;
     }
-out:
     pthread_mutex_lock(&qp->lock);
-    close(fd);
-    qp->in[arg.slot].fd = -1;
+    in->busy = 0;
+    if (ended) {
+        in->ended = 1;
+        shutdown(fd, SHUT_RDWR);
+    }
     pthread_mutex_unlock(&qp->lock);
-    return NULL;
+    if (!ended)
+        fakeibv_engine_rearm(&in->job, fd);
 }
