@@ -40,5 +40,6 @@ void ferry_cpu_share_compute(const ferry_cpu_share_in_t *in, ferry_cpu_share_t *
      * than the node has) and no other local rank runs on them; a quota's
      * CPUs are time shared by every thread, never cores of its own.
      */
-    out->bound = !in->ignore_mask && (in->online < 1 || mask < in->online) && out->sharers == 1 && !by_quota;
+    out->bound = !in->ignore_mask && (in->online < 1 || mask < in->online) &&
+                 out->sharers == 1 && !by_quota;
 }

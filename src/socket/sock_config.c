@@ -225,7 +225,7 @@ void ferry_sock_config_format(const ferry_sock_config_t *cfg, char *buf, size_t 
              "assist_max=%lld(%s) notsent_lowat=%d(%s) zerocopy=%d/%zu(%s) solo_max=%zu(%s) "
              "gpu_staging=%d(%s) epoll=%d(%s) socket_timeout=%ds(%s) ignore_cpu_affinity=%d(%s) "
              "send_threads=%d(%s) recv_threads=%d(%s) helper_place=%s(%s) cpus=%d(derived) "
-             "local_ranks=%d(%s)",
+             "local_ranks=%d%s%s(%s)",
              cfg->streams, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_STREAMS]), cfg->threads,
              ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_THREADS]), cfg->chunk_min, cfg->chunk_max,
              ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_CHUNK_MAX] != FERRY_CFG_DEFAULT
@@ -251,7 +251,12 @@ void ferry_sock_config_format(const ferry_sock_config_t *cfg, char *buf, size_t 
              cfg->helper_place == FERRY_SOCK_PLACE_AWAY ? "away" : "mask",
              ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_HELPER_PLACE]), cfg->ncpus,
              cfg->local_ranks,
+             /* A launcher's count names its variable: local_ranks=8:OMPI_COMM_WORLD_LOCAL_SIZE. */
+             cfg->local_ranks_src != NULL && cfg->src[FERRY_SOCK_CFG_LOCAL_RANKS] != FERRY_CFG_ENV
+                 ? ":" : "",
+             cfg->local_ranks_src != NULL && cfg->src[FERRY_SOCK_CFG_LOCAL_RANKS] != FERRY_CFG_ENV
+                 ? cfg->local_ranks_src : "",
              cfg->src[FERRY_SOCK_CFG_LOCAL_RANKS] == FERRY_CFG_ENV ? "env"
-             : cfg->local_ranks_src != NULL                         ? cfg->local_ranks_src
+             : cfg->local_ranks_src != NULL                         ? "derived"
                                                                     : "default");
 }

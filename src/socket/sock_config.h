@@ -48,7 +48,7 @@ typedef struct ferry_sock_config {
     int    send_threads;           /* Effective helper threads per send comm (0..streams). */
     int    recv_threads;           /* Effective helper threads per receive comm (0..streams). */
     int    helper_place;           /* FERRY_SOCK_PLACE_*: where helper threads may run. */
-    int    ncpus;                  /* CPUs the stream/thread defaults were chosen for (derived). */
+    int    ncpus;                  /* CPUs the defaults were chosen for: the rank's share. */
     int    ncpus_mask;             /* CPUs in the process' affinity mask, 0 when unread. */
     /*
      * The cgroup CPU quota over the process, if any (quota_us 0: none). Where
@@ -59,9 +59,11 @@ typedef struct ferry_sock_config {
     int    ncpus_given;            /* The mask's (or online) count before the quota capped it. */
     /*
      * 1 when the mask holds fewer CPUs than the host has online: a launcher
-     * (mpirun, Slurm, taskset) gave the process these CPUs. 0 when they are
-     * the whole host's, shared with every other process on it, or when a
-     * cgroup CPU limit caps them (time, not cores of its own).
+     * (mpirun, Slurm, taskset) gave the process these CPUs, and no other
+     * local rank of the job runs on them (cpu_sharers 1). 0 when they are
+     * the whole host's, shared with every other process on it, when local
+     * ranks share them, or when a cgroup CPU limit caps them (time, not
+     * cores of its own).
      */
     int    cpus_bound;
     int    local_ranks_env;        /* NCCL_FERRY_LOCAL_RANKS as given, 0 = unset (launchers say). */

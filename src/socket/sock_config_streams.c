@@ -33,7 +33,7 @@ int ferry_sock_config_streams_for(const ferry_sock_config_t *cfg, int live_conns
 {
     int n;
 
-    /* The user chose the streams (ferry's variable or NCCL's pair): theirs, for every connection. */
+    /* The user chose the streams (ferry's variable or NCCL's pair): every connection gets them. */
     if (cfg->src[FERRY_SOCK_CFG_STREAMS] == FERRY_CFG_ENV ||
         cfg->src[FERRY_SOCK_CFG_SOCKET_NTHREADS] == FERRY_CFG_ENV ||
         cfg->src[FERRY_SOCK_CFG_NSOCKS_PERTHREAD] == FERRY_CFG_ENV)

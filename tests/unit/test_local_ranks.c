@@ -220,7 +220,7 @@ static void test_malformed_ignored(void **state)
                                    "is taken as unknown");
 }
 
-/* Disjoint masks, masks of every CPU, partial overlap; the budget and whether it is the rank's own. */
+/* Disjoint masks, masks of every CPU, partial overlap: the budget, and whether it is its own. */
 static void test_share_arithmetic(void **state)
 {
     static const struct {

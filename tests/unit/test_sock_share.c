@@ -77,6 +77,15 @@ static void test_unbound_eight_ranks(void **state)
     expect_in(line, "chosen for 2 CPUs: 16 in the affinity mask shared by 8 local ranks "
                     "(OMPI_COMM_WORLD_LOCAL_SIZE) (2 CPUs as this rank's share of CPUs other "
                     "local ranks run on too: no core for helpers)");
+    /* The effective-config line names the launcher's variable in the value, for ferry-info. */
+    line[0] = '\0';
+    ferry_sock_config_format(&cfg, line, sizeof(line));
+    expect_in(line, " cpus=2(derived) local_ranks=8:OMPI_COMM_WORLD_LOCAL_SIZE(derived)");
+    setenv("NCCL_FERRY_LOCAL_RANKS", "4", 1);
+    load(&cfg, 16, 16, &no_quota, line, sizeof(line));
+    line[0] = '\0';
+    ferry_sock_config_format(&cfg, line, sizeof(line));
+    expect_in(line, " cpus=4(derived) local_ranks=4(env)");
 }
 
 /* Bound by the launcher to 2 CPUs each: disjoint, the rank's own; the 2-CPU send helper. */
