@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "test_config_util.h"
@@ -197,6 +198,27 @@ static void test_no_launcher_unchanged(void **state)
     expect_in(line, "chosen for 16 CPUs in the affinity mask (from 3 CPUs");
 }
 
+/* The process' own mask and node, as init reads them: 2 local ranks halve what it had alone. */
+static void test_real_mask(void **state)
+{
+    ferry_sock_config_t alone, shared;
+
+    (void)state;
+    assert_int_equal(ferry_sock_config_load(&alone), FERRY_OK);
+    setenv("NCCL_FERRY_LOCAL_RANKS", "2", 1);
+    assert_int_equal(ferry_sock_config_load(&shared), FERRY_OK);
+    printf("this runner: %d of %d online CPUs in the mask; alone %d CPUs, with 2 local ranks %d "
+           "(sharers %d)\n", shared.ncpus_mask, shared.ncpus_online, alone.ncpus, shared.ncpus,
+           shared.cpu_sharers);
+    assert_int_equal(shared.ncpus_online, (int)sysconf(_SC_NPROCESSORS_ONLN));
+    assert_int_equal(alone.cpu_sharers, 1);
+    if (shared.ncpus_mask >= shared.ncpus_online) {
+        assert_int_equal(shared.cpu_sharers, 2);
+        assert_int_equal(shared.ncpus, alone.ncpus / 2 > 0 ? alone.ncpus / 2 : 1);
+        assert_int_equal(shared.cpus_bound, 0);
+    }
+}
+
 /* Streams per connection: the default for a few, fewer for many; explicit settings win. */
 static void test_streams_scale_with_connections(void **state)
 {
@@ -250,6 +272,7 @@ int main(void)
         cmocka_unit_test_setup(test_quota_shared, clear_env),
         cmocka_unit_test_setup(test_ignore_affinity_shared, clear_env),
         cmocka_unit_test_setup(test_no_launcher_unchanged, clear_env),
+        cmocka_unit_test_setup(test_real_mask, clear_env),
         cmocka_unit_test_setup(test_streams_scale_with_connections, clear_env),
     };
 
