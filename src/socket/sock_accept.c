@@ -43,7 +43,7 @@ ferry_status_t ferry_sock_listen(ferry_ctx_t *ctx, int dev, void *handle, void *
     struct sockaddr_storage addr;
     socklen_t addr_len;
     ferry_sock_dev_t *d;
-    int one = 1;
+    int one = 1, open_conns;
 
     *listen_comm_p = NULL;
     if (dev < 0 || dev >= ferry_sock_state.ndev) {
@@ -72,6 +72,14 @@ ferry_status_t ferry_sock_listen(ferry_ctx_t *ctx, int dev, void *handle, void *
                    d->ifc.name, d->addr_str, strerror(errno));
         goto err_close;
     }
+    /*
+     * Before this listen is listed: the connections the process already has
+     * (and the listens that will become some) choose this one's streams.
+     */
+    open_conns = (int)(ferry_live_count_kind(FERRY_LIVE_SEND) +
+                       ferry_live_count_kind(FERRY_LIVE_RECV) +
+                       ferry_live_count_kind(FERRY_LIVE_LISTEN));
+    lc->nlanes = ferry_sock_config_streams_for(&ferry_sock_state.cfg, open_conns);
     if (ferry_live_add(lc, FERRY_LIVE_LISTEN) != FERRY_OK) {
         FERRY_WARN("listen on %s (%s): no memory to list the listen comm as live", d->ifc.name,
                    d->addr_str);
@@ -81,7 +89,6 @@ ferry_status_t ferry_sock_listen(ferry_ctx_t *ctx, int dev, void *handle, void *
     }
     lc->magic = FERRY_SOCK_LISTEN_MAGIC;
     lc->dev = dev;
-    lc->nlanes = ferry_sock_state.cfg.streams;
     lc->token = ferry_sock_random64();
     ferry_sockaddr_str((struct sockaddr *)&addr, lc->addr_str, sizeof(lc->addr_str));
 
@@ -92,8 +99,14 @@ ferry_status_t ferry_sock_listen(ferry_ctx_t *ctx, int dev, void *handle, void *
     h->family = addr.ss_family;
     h->token = lc->token;
     ferry_sockaddr_to_wire(&addr, &h->family, &h->port, h->addr, &h->scope_id);
-    FERRY_INFO(FERRY_LOG_NET, "listening on %s (%s), %d streams per connection", lc->addr_str,
-               d->ifc.name, lc->nlanes);
+    if (lc->nlanes < ferry_sock_state.cfg.streams)
+        FERRY_INFO(FERRY_LOG_NET, "listening on %s (%s), %d streams per connection (not %d: "
+                   "%d socket comms are open in this process, and the sockets grow no faster "
+                   "than the connections)", lc->addr_str, d->ifc.name, lc->nlanes,
+                   ferry_sock_state.cfg.streams, open_conns);
+    else
+        FERRY_INFO(FERRY_LOG_NET, "listening on %s (%s), %d streams per connection",
+                   lc->addr_str, d->ifc.name, lc->nlanes);
     *listen_comm_p = lc;
     return FERRY_OK;
 

@@ -7,8 +7,10 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/config_table.h"
+#include "core/local_ranks.h"
 #include "core/log.h"
 #include "proxy/pool.h"
 #include "socket/sock_config.h"
@@ -121,6 +123,12 @@ static const ferry_cfg_var_t ferry_sock_cfg_vars[FERRY_SOCK_CFG_COUNT] = {
         "budget) or 1..64: helper threads of the process' one pool, which serves every "
         "connection's streams; the per-connection settings then say over how many of them one "
         "connection's streams spread"},
+    [FERRY_SOCK_CFG_LOCAL_RANKS] = {"NCCL_FERRY_LOCAL_RANKS", FERRY_CFG_KIND_INT,
+        FERRY_SOCK_CFG_FIELD(local_ranks_env), 0, 0, FERRY_LOCAL_RANKS_MAX,
+        "0..4096 (ranks of the job on this node, sharing its CPUs; 0: as the launcher's "
+        "variables say: OMPI_COMM_WORLD_LOCAL_SIZE, MV2_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, "
+        "LOCAL_WORLD_SIZE, SLURM_STEP_TASKS_PER_NODE, SLURM_TASKS_PER_NODE, "
+        "SLURM_NTASKS_PER_NODE)"},
 };
 
 /*
@@ -161,6 +169,13 @@ ferry_status_t ferry_sock_config_load_host_cpus(ferry_sock_config_t *cfg, int nc
 ferry_status_t ferry_sock_config_load_quota(ferry_sock_config_t *cfg, int ncpus, int bound,
                                             const ferry_cpu_quota_t *quota)
 {
+    /* A bound mask on a node of unknown size is the rank's own (online 0). */
+    return ferry_sock_config_load_shape(cfg, ncpus, bound || ncpus <= 0 ? 0 : ncpus, quota);
+}
+
+ferry_status_t ferry_sock_config_load_shape(ferry_sock_config_t *cfg, int ncpus, int online,
+                                            const ferry_cpu_quota_t *quota)
+{
     ferry_cpu_quota_t own;
     ferry_status_t status;
 
@@ -176,10 +191,19 @@ ferry_status_t ferry_sock_config_load_quota(ferry_sock_config_t *cfg, int ncpus,
     if (ncpus > 0) {
         cfg->ncpus = ncpus;
         cfg->ncpus_mask = ncpus;
-        cfg->cpus_bound = bound;
+        cfg->ncpus_online = online;
+        cfg->cpus_bound = online == 0 || ncpus < online;
     } else {
         cfg->ncpus = ferry_sock_config_cpus(cfg->ignore_cpu_affinity != 0, &cfg->ncpus_mask,
                                             &cfg->cpus_bound);
+        cfg->ncpus_online = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    }
+    {
+        ferry_local_ranks_t lr;
+
+        (void)ferry_local_ranks_read(cfg->local_ranks_env, &lr);
+        cfg->local_ranks = lr.count;
+        cfg->local_ranks_src = lr.source;
     }
     if (quota == NULL) {
         (void)ferry_cpu_quota_read("", &own);
@@ -210,7 +234,7 @@ void ferry_sock_config_format(const ferry_sock_config_t *cfg, char *buf, size_t 
              "assist_max=%lld(%s) notsent_lowat=%d(%s) zerocopy=%d/%zu(%s) solo_max=%zu(%s) "
              "gpu_staging=%d(%s) epoll=%d(%s) socket_timeout=%ds(%s) ignore_cpu_affinity=%d(%s) "
              "send_threads=%d(%s) recv_threads=%d(%s) helper_place=%s(%s) pool_threads=%d(%s) "
-             "cpus=%d(derived)",
+             "cpus=%d(derived) local_ranks=%d%s%s(%s)",
              cfg->streams, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_STREAMS]), cfg->threads,
              ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_THREADS]), cfg->chunk_min, cfg->chunk_max,
              ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_CHUNK_MAX] != FERRY_CFG_DEFAULT
@@ -235,5 +259,14 @@ void ferry_sock_config_format(const ferry_sock_config_t *cfg, char *buf, size_t 
              ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_RECV_THREADS]),
              cfg->helper_place == FERRY_SOCK_PLACE_AWAY ? "away" : "mask",
              ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_HELPER_PLACE]), cfg->pool_threads,
-             ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_POOL_THREADS]), cfg->ncpus);
+             ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_POOL_THREADS]), cfg->ncpus,
+             cfg->local_ranks,
+             /* A launcher's count names its variable: local_ranks=8:OMPI_COMM_WORLD_LOCAL_SIZE. */
+             cfg->local_ranks_src != NULL && cfg->src[FERRY_SOCK_CFG_LOCAL_RANKS] != FERRY_CFG_ENV
+                 ? ":" : "",
+             cfg->local_ranks_src != NULL && cfg->src[FERRY_SOCK_CFG_LOCAL_RANKS] != FERRY_CFG_ENV
+                 ? cfg->local_ranks_src : "",
+             cfg->src[FERRY_SOCK_CFG_LOCAL_RANKS] == FERRY_CFG_ENV ? "env"
+             : cfg->local_ranks_src != NULL                         ? "derived"
+                                                                    : "default");
 }

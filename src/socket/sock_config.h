@@ -15,6 +15,7 @@
 
 #include "core/config.h"
 #include "core/cpu_quota.h"
+#include "core/cpu_share.h"
 
 #define FERRY_SOCK_DEFAULT_STREAMS 4
 #define FERRY_SOCK_MAX_STREAMS     64
@@ -48,7 +49,7 @@ typedef struct ferry_sock_config {
     int    recv_threads;           /* Effective helper threads per receive comm (0..streams). */
     int    helper_place;           /* FERRY_SOCK_PLACE_*: where helper threads may run. */
     int    pool_threads;           /* Helper threads of the process' pool (sock_config_pool.c). */
-    int    ncpus;                  /* CPUs the stream/thread defaults were chosen for (derived). */
+    int    ncpus;                  /* CPUs the defaults were chosen for: the rank's share. */
     int    ncpus_mask;             /* CPUs in the process' affinity mask, 0 when unread. */
     /*
      * The cgroup CPU quota over the process, if any (quota_us 0: none). Where
@@ -59,11 +60,23 @@ typedef struct ferry_sock_config {
     int    ncpus_given;            /* The mask's (or online) count before the quota capped it. */
     /*
      * 1 when the mask holds fewer CPUs than the host has online: a launcher
-     * (mpirun, Slurm, taskset) gave the process these CPUs. 0 when they are
-     * the whole host's, shared with every other process on it, or when a
-     * cgroup CPU limit caps them (time, not cores of its own).
+     * (mpirun, Slurm, taskset) gave the process these CPUs, and no other
+     * local rank of the job runs on them (cpu_sharers 1). 0 when they are
+     * the whole host's, shared with every other process on it, when local
+     * ranks share them, or when a cgroup CPU limit caps them (time, not
+     * cores of its own).
      */
     int    cpus_bound;
+    int    local_ranks_env;        /* NCCL_FERRY_LOCAL_RANKS as given, 0 = unset (launchers say). */
+    int    local_ranks;            /* Ranks of the job on this node, 0 when no launcher said. */
+    const char *local_ranks_src;   /* The variable that said (static), NULL when none. */
+    int    ncpus_online;           /* CPUs online on the node, 0 when not known (tests). */
+    /*
+     * Local ranks estimated to run on this rank's CPUs, itself included
+     * (core/cpu_share.h): ncpus is the CPUs (the mask's, or the quota's
+     * where fewer) divided by them. 1: the rank's own.
+     */
+    int    cpu_sharers;
     ferry_cfg_src_t src[32];       /* Source of each value, indexed as the table in sock_config.c. */
 } ferry_sock_config_t;
 
@@ -100,6 +113,7 @@ typedef enum ferry_sock_cfg_id {
     FERRY_SOCK_CFG_RECV_THREADS,
     FERRY_SOCK_CFG_HELPER_PLACE,
     FERRY_SOCK_CFG_POOL_THREADS,
+    FERRY_SOCK_CFG_LOCAL_RANKS,
     FERRY_SOCK_CFG_COUNT
 } ferry_sock_cfg_id_t;
 
@@ -126,6 +140,13 @@ ferry_status_t ferry_sock_config_load_host_cpus(ferry_sock_config_t *cfg, int nc
 ferry_status_t ferry_sock_config_load_quota(ferry_sock_config_t *cfg, int ncpus, int bound,
                                             const ferry_cpu_quota_t *quota);
 /*
+ * The same for a mask of mask CPUs on a node of online CPUs (tests; both > 0),
+ * the local ranks read from the environment as always: what a rank of an
+ * 8-rank job derives, bound or not.
+ */
+ferry_status_t ferry_sock_config_load_shape(ferry_sock_config_t *cfg, int mask, int online,
+                                            const ferry_cpu_quota_t *quota);
+/*
  * The CPUs the process may run on: the affinity mask, or with ignore_mask
  * every online CPU (NCCL_IGNORE_CPU_AFFINITY=1). *mask_p gets the mask's
  * count (0 when it cannot be read), *bound_p whether the mask holds fewer
@@ -133,11 +154,22 @@ ferry_status_t ferry_sock_config_load_quota(ferry_sock_config_t *cfg, int ncpus,
  */
 int ferry_sock_config_cpus(int ignore_mask, int *mask_p, int *bound_p);
 /*
- * A cgroup CPU quota (quota_us 0: none) caps the CPU count the mask gave:
- * fewer whole CPUs of time than the mask holds become the budget. They are
- * time shared by every thread, not cores of the process' own (cpus_bound 0).
+ * The CPU budget from the mask's count (cfg->ncpus on entry, ncpus_online,
+ * cpus_bound as the mask gave them), a cgroup CPU quota (quota_us 0: none)
+ * and the local ranks (cfg->local_ranks): fewer whole CPUs of time than the
+ * mask holds cap it (time shared by every thread, not cores of the process'
+ * own: cpus_bound 0), and the local ranks that run on the same CPUs divide
+ * it (core/cpu_share.h; cpus_bound 1 only where the masks are disjoint).
  */
 void ferry_sock_config_apply_quota(ferry_sock_config_t *cfg, const ferry_cpu_quota_t *quota);
+/*
+ * Streams per connection for a listen() while live_conns socket comms and
+ * listen comms are open in the process (sock_config_streams.c): an explicit
+ * NCCL_FERRY_STREAMS, or NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD, wins;
+ * otherwise cfg->streams for the first few connections and fewer for many,
+ * so that the sockets a process holds grow no faster than its connections.
+ */
+int ferry_sock_config_streams_for(const ferry_sock_config_t *cfg, int live_conns);
 /*
  * The one INFO line saying what streams and threads were chosen and why:
  * the CPU count and where it came from, the CPU-based default, and which

@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <sched.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "core/log.h"
@@ -76,23 +77,39 @@ int ferry_sock_config_cpus(int ignore_mask, int *mask_p, int *bound_p)
  * spends the limit all the same, so a helper would push the rank past it.
  * Helpers sized for a large host's mask are throttled under a limit, not
  * helped: each stop costs the rest of the period.
+ *
+ * Then the local ranks that run on the same CPUs divide them
+ * (core/cpu_share.h): a GPU node's eight ranks, unbound, each see every
+ * CPU, and sized as if each owned them they would put eight times the
+ * node's cores in busy threads. A launcher's mask stays the rank's own
+ * (cpus_bound) only where no sibling's overlaps it.
  */
 void ferry_sock_config_apply_quota(ferry_sock_config_t *cfg, const ferry_cpu_quota_t *quota)
 {
-    int n = ferry_cpu_quota_cpus(quota);
+    ferry_cpu_share_in_t in = {
+        .mask = cfg->ncpus,
+        .online = cfg->ncpus_online,
+        .ignore_mask = cfg->ignore_cpu_affinity != 0,
+        .quota_cpus = ferry_cpu_quota_cpus(quota),
+        .local_ranks = cfg->local_ranks,
+    };
+    ferry_cpu_share_t share;
 
     cfg->quota = *quota;
     cfg->ncpus_given = cfg->ncpus;
-    if (n > 0 && n < cfg->ncpus) {
-        cfg->ncpus = n;
-        cfg->cpus_bound = 0;
-    }
+    ferry_cpu_share_compute(&in, &share);
+    cfg->ncpus = share.budget;
+    cfg->cpu_sharers = share.sharers;
+    /* A mask a launcher gave stays the rank's own only when no sibling shares it. */
+    cfg->cpus_bound = cfg->cpus_bound && share.bound;
 }
 
-/* 1 when the quota, not the mask, set the CPU budget. */
+/* 1 when the quota, not the mask, set the CPUs before they were shared. */
 static int ferry_sock_cfg_by_quota(const ferry_sock_config_t *cfg)
 {
-    return cfg->ncpus < cfg->ncpus_given;
+    int n = ferry_cpu_quota_cpus(&cfg->quota);
+
+    return n > 0 && n < cfg->ncpus_given;
 }
 
 /* Helper threads per connection for a process on ncpus CPUs, when nobody said. */
@@ -127,7 +144,10 @@ static void ferry_sock_cfg_warn_one_cpu(const ferry_sock_config_t *cfg)
 {
     char where[320];
 
-    if (ferry_sock_cfg_by_quota(cfg))
+    if (cfg->cpu_sharers > 1)
+        snprintf(where, sizeof(where), "with one CPU as its share of the CPUs %d local ranks "
+                 "run on", cfg->cpu_sharers);
+    else if (ferry_sock_cfg_by_quota(cfg))
         snprintf(where, sizeof(where), "with one CPU of time (the cgroup CPU quota in %s)",
                  cfg->quota.file);
     else
@@ -143,8 +163,9 @@ static void ferry_sock_cfg_warn_one_cpu(const ferry_sock_config_t *cfg)
                    ? "NCCL_FERRY_SEND_THREADS"
                    : "NCCL_FERRY_RECV_THREADS",
                where,
-               ferry_sock_cfg_by_quota(cfg) ? "a CPU limit of 2 or more for the container or job"
-                                            : "mpirun --bind-to none, or --map-by slot:PE=N");
+               cfg->cpu_sharers > 1 ? "fewer ranks per node, or a larger CPU allocation"
+               : ferry_sock_cfg_by_quota(cfg) ? "a CPU limit of 2 or more for the container or job"
+                                              : "mpirun --bind-to none, or --map-by slot:PE=N");
 }
 
 /*
@@ -254,24 +275,68 @@ static const char *ferry_sock_cfg_lanes_setter(const ferry_sock_config_t *cfg)
 }
 
 /*
- * Where the CPU count came from: "2 CPUs in the affinity mask", "16 online
- * CPUs (NCCL_IGNORE_CPU_AFFINITY=1; ...)", or the quota that capped either.
+ * The CPUs before local ranks share them: "2 CPUs in the affinity mask",
+ * "16 online CPUs (NCCL_IGNORE_CPU_AFFINITY=1; ...)", or the quota that
+ * capped either; n is the count to say.
  */
-static void ferry_sock_cfg_budget_words(const ferry_sock_config_t *cfg, char *buf, size_t len)
+static void ferry_sock_cfg_given_words(const ferry_sock_config_t *cfg, int n, char *buf,
+                                       size_t len)
 {
-    const char *s = cfg->ncpus == 1 ? "" : "s";
+    const char *s = n == 1 ? "" : "s";
 
     if (ferry_sock_cfg_by_quota(cfg))
         snprintf(buf, len, "%d CPU%s of time (the cgroup CPU quota, %lld us per %lld us in %s, "
-                 "caps the %d %s)", cfg->ncpus, s, cfg->quota.quota_us, cfg->quota.period_us,
+                 "caps the %d %s)", n, s, cfg->quota.quota_us, cfg->quota.period_us,
                  cfg->quota.file, cfg->ncpus_given,
                  cfg->ignore_cpu_affinity ? "online CPUs NCCL_IGNORE_CPU_AFFINITY counts"
                                           : "CPUs of the affinity mask");
     else if (cfg->ignore_cpu_affinity)
         snprintf(buf, len, "%d online CPU%s (NCCL_IGNORE_CPU_AFFINITY=%d; the affinity mask "
-                 "holds %d)", cfg->ncpus, s, cfg->ignore_cpu_affinity, cfg->ncpus_mask);
+                 "holds %d)", n, s, cfg->ignore_cpu_affinity, cfg->ncpus_mask);
     else
-        snprintf(buf, len, "%d CPU%s in the affinity mask", cfg->ncpus, s);
+        snprintf(buf, len, "%d CPU%s in the affinity mask", n, s);
+}
+
+/* 1 when every local rank runs on this rank's CPUs: a mask of every online CPU, or set aside. */
+static int ferry_sock_cfg_mask_whole(const ferry_sock_config_t *cfg)
+{
+    return cfg->ignore_cpu_affinity || (cfg->ncpus_online > 0 &&
+                                        cfg->ncpus_mask >= cfg->ncpus_online);
+}
+
+/*
+ * Where the CPU budget came from: the CPUs (ferry_sock_cfg_given_words),
+ * and where local ranks share them, how many and who said: "2 CPUs: 16 in
+ * the affinity mask shared by 8 local ranks (OMPI_COMM_WORLD_LOCAL_SIZE)".
+ */
+static void ferry_sock_cfg_budget_words(const ferry_sock_config_t *cfg, char *buf, size_t len)
+{
+    int given = ferry_sock_cfg_by_quota(cfg) ? ferry_cpu_quota_cpus(&cfg->quota)
+                                             : cfg->ncpus_given;
+    const char *src = cfg->local_ranks_src != NULL ? cfg->local_ranks_src : "?";
+    char words[400];
+
+    if (cfg->cpu_sharers <= 1) {
+        ferry_sock_cfg_given_words(cfg, cfg->ncpus, buf, len);
+        if (cfg->local_ranks > 1 && cfg->cpus_bound) {
+            size_t off = strlen(buf);
+
+            snprintf(buf + off, len - off, ", this rank's own (%d local ranks (%s) split the "
+                     "%d online CPUs)", cfg->local_ranks, src, cfg->ncpus_online);
+        }
+        return;
+    }
+    ferry_sock_cfg_given_words(cfg, given, words, sizeof(words));
+    /* "16 CPUs in the affinity mask" reads "16 in the affinity mask" after "2 CPUs: ". */
+    if (!ferry_sock_cfg_by_quota(cfg) && !cfg->ignore_cpu_affinity)
+        snprintf(words, sizeof(words), "%d in the affinity mask", given);
+    if (ferry_sock_cfg_mask_whole(cfg))
+        snprintf(buf, len, "%d CPU%s: %s shared by %d local ranks (%s)", cfg->ncpus,
+                 cfg->ncpus == 1 ? "" : "s", words, cfg->cpu_sharers, src);
+    else
+        snprintf(buf, len, "%d CPU%s: %s shared by an estimated %d of the %d local ranks (%s) "
+                 "on %d online CPUs", cfg->ncpus, cfg->ncpus == 1 ? "" : "s", words,
+                 cfg->cpu_sharers, cfg->local_ranks, src, cfg->ncpus_online);
 }
 
 void ferry_sock_config_lanes_line(const ferry_sock_config_t *cfg, char *buf, size_t len)
@@ -280,7 +345,7 @@ void ferry_sock_config_lanes_line(const ferry_sock_config_t *cfg, char *buf, siz
     int auto_threads = ferry_sock_cfg_auto_threads(cfg->ncpus, FERRY_SOCK_DEFAULT_STREAMS);
     int auto_send = ferry_sock_cfg_send_helper_mode(cfg) ? 1 : auto_threads;
     const char *why;
-    char chosen[112], dflt[112], where[400];
+    char chosen[112], dflt[112], where[768];
 
     ferry_sock_cfg_budget_words(cfg, where, sizeof(where));
     ferry_sock_cfg_lanes_words(cfg->streams, cfg->send_threads, cfg->recv_threads, chosen,
@@ -297,6 +362,9 @@ void ferry_sock_config_lanes_line(const ferry_sock_config_t *cfg, char *buf, siz
         why = "2 CPUs given to this process: NCCL's thread moves the receives, and each send "
               "comm's helper runs off that thread's CPU, on the core the application's waiting "
               "thread yields";
+    else if (cfg->ncpus == FERRY_SOCK_SENDHELPER_CPUS && cfg->cpu_sharers > 1)
+        why = "2 CPUs as this rank's share of CPUs other local ranks run on too: no core for "
+              "helpers";
     else if (cfg->ncpus == FERRY_SOCK_SENDHELPER_CPUS && ferry_sock_cfg_by_quota(cfg))
         why = "2 CPUs of time under a CPU limit: an application thread that waits by yielding "
               "spends the limit too, so a helper would push the process past it";

@@ -102,8 +102,21 @@ static const sock_var_case_t sock_vars[] = {
      "and NCCL_FERRY_RECV_THREADS where one is set, else from the CPU budget) or 1..64: helper "
      "threads of the process' one pool, which serves every connection's streams; the "
      "per-connection settings then say over how many of them one connection's streams spread"},
+    {FERRY_SOCK_CFG_LOCAL_RANKS, "NCCL_FERRY_LOCAL_RANKS", "8", "local_ranks=8(env)", "4097",
+     "0..4096 (ranks of the job on this node, sharing its CPUs; 0: as the launcher's "
+     "variables say: OMPI_COMM_WORLD_LOCAL_SIZE, MV2_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, "
+     "LOCAL_WORLD_SIZE, SLURM_STEP_TASKS_PER_NODE, SLURM_TASKS_PER_NODE, "
+     "SLURM_NTASKS_PER_NODE)"},
 };
 #define NSOCK_VARS ((int)(sizeof(sock_vars) / sizeof(sock_vars[0])))
+
+/* What launchers set: a runner started under one must not change these tests' CPU counts. */
+static const char *const launcher_vars[] = {
+    "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_SIZE",
+    "MV2_COMM_WORLD_LOCAL_RANK", "MPI_LOCALNRANKS", "MPI_LOCALRANKID", "LOCAL_WORLD_SIZE",
+    "LOCAL_RANK", "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE",
+    "SLURM_NODEID", "SLURM_LOCALID", NULL,
+};
 
 static int clear_env(void **state)
 {
@@ -112,6 +125,8 @@ static int clear_env(void **state)
     (void)state;
     for (i = 0; i < NSOCK_VARS; i++)
         unsetenv(sock_vars[i].name);
+    for (i = 0; launcher_vars[i] != NULL; i++)
+        unsetenv(launcher_vars[i]);
     last_warn[0] = '\0';
     return 0;
 }
@@ -134,7 +149,7 @@ static void test_every_variable_has_a_row(void **state)
                      "solo_max=65536(default) gpu_staging=0(default) epoll=0(default) "      \
                      "socket_timeout=30s(default) ignore_cpu_affinity=0(default) "             \
                      "send_threads=4(derived) recv_threads=4(derived) helper_place=mask(derived) " \
-                     "pool_threads=15(derived) cpus=16(derived)"
+                     "pool_threads=15(derived) cpus=16(derived) local_ranks=0(default)"
 
 static void test_defaults(void **state)
 {
@@ -248,7 +263,7 @@ static void test_env_values_together(void **state)
                               "gpu_staging=0(default) epoll=0(default) socket_timeout=0s(env) "
                               "ignore_cpu_affinity=0(default) send_threads=2(derived) "
                               "recv_threads=2(derived) helper_place=mask(derived) "
-                              "pool_threads=2(derived) cpus=8(derived)");
+                              "pool_threads=2(derived) cpus=8(derived) local_ranks=0(default)");
     setenv("NCCL_FERRY_SOCKET_TIMEOUT_S", "3600", 1);
     assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
     assert_int_equal(cfg.socket_timeout_s, 3600);
@@ -819,6 +834,36 @@ static void test_chunk_min_above_max(void **state)
     assert_int_equal(ferry_sock_config_load(&cfg), FERRY_OK);
 }
 
+/*
+ * Eight ranks of a job on a 16-CPU node, none bound: each sees the node's
+ * every CPU, and owns an eighth of them. Before, each sized its streams and
+ * helpers for all 16 (4 and 4 per connection, eight times over).
+ */
+static void test_local_ranks_share_node(void **state)
+{
+    ferry_sock_config_t cfg;
+    char line[1024];
+
+    (void)state;
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "8", 1);
+    assert_int_equal(ferry_sock_config_load_host_cpus(&cfg, 16), FERRY_OK);
+    ferry_sock_config_lanes_line(&cfg, line, sizeof(line));
+    printf("8 local ranks, unbound on 16 CPUs: %d CPUs, %d stream(s), %d/%d helpers\n  %s\n",
+           cfg.ncpus, cfg.streams, cfg.send_threads, cfg.recv_threads, line);
+    assert_int_equal(cfg.ncpus, 2);
+    assert_int_equal(cfg.cpus_bound, 0);
+    assert_int_equal(cfg.streams, 1);
+    assert_int_equal(cfg.send_threads, 0);
+    assert_int_equal(cfg.recv_threads, 0);
+    assert_non_null(strstr(line, "chosen for 2 CPUs: 16 in the affinity mask shared by 8 local "
+                                 "ranks (OMPI_COMM_WORLD_LOCAL_SIZE)"));
+    /* Bound to 2 each by the launcher: the rank's own 2, as before. */
+    assert_int_equal(ferry_sock_config_load_ncpus(&cfg, 2), FERRY_OK);
+    assert_int_equal(cfg.ncpus, 2);
+    assert_int_equal(cfg.cpus_bound, 1);
+    assert_int_equal(cfg.send_threads, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -837,6 +882,7 @@ int main(void)
         cmocka_unit_test_setup(test_two_cpus_whole_host, clear_env),
         cmocka_unit_test_setup(test_ignore_cpu_affinity, clear_env),
         cmocka_unit_test_setup(test_cpu_quota_caps, clear_env),
+        cmocka_unit_test_setup(test_local_ranks_share_node, clear_env),
         cmocka_unit_test_setup(test_bad_values_warn, clear_env),
         cmocka_unit_test_setup(test_chunk_min_above_max, clear_env),
     };
