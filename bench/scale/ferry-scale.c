@@ -14,7 +14,8 @@
  *   comm), threads of the process before and after (/proc/self/task; the
  *   ferry-* and fakeibv-* ones apart), RSS growth per pair in KiB (after
  *   minus before, / N), fds per pair, and on fakeibv the verbs objects per
- *   pair (QPs, CQs, MRs through fakeibv_objects(); "na" on any other
+ *   pair (QPs, CQs, MRs through fakeibv_objects(), and the CQs' entries through
+ *   fakeibv_cq_entries(); "na" on any other
  *   libibverbs or on the socket backend), and whether the data was right.
  * The backend is NCCL_FERRY_BACKEND's (socket, or ib with LD_LIBRARY_PATH
  * naming fakeibv's folder); --backend sets it. Exit 0 only when every
@@ -42,7 +43,7 @@ typedef struct snap {
     int    threads, ferry_threads, fake_threads, fds;
     long   rss_kb;
     int    have_objs;
-    uint64_t qps, cqs, mrs;
+    uint64_t qps, cqs, mrs, cqes;
 } snap_t;
 
 /* fakeibv_objects of the libibverbs the plugin loaded, if it is fakeibv. */
@@ -69,6 +70,7 @@ static void take_snap(snap_t *s)
 {
     void *h = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
     void (*objs)(struct fake_objs *) = NULL;
+    uint64_t (*cqes)(void) = NULL;
 
     memset(s, 0, sizeof(*s));
     s->threads = fit_count_threads("", NULL, 0);
@@ -87,6 +89,9 @@ static void take_snap(snap_t *s)
             s->cqs = o.cqs;
             s->mrs = o.mrs;
         }
+        cqes = (uint64_t (*)(void))dlvsym(h, "fakeibv_cq_entries", "FAKEIBV_1.0");
+        if (cqes != NULL)
+            s->cqes = cqes();
         dlclose(h);
     }
 }
@@ -235,17 +240,18 @@ static int run_side(const char *plugin, const char *role, int n, int rfd, int wf
     io_all(wfd, &t_conn, sizeof(t_conn), 1);
     io_all(rfd, &t_other, sizeof(t_other), 0);
     if (after.have_objs)
-        snprintf(objs, sizeof(objs), "%.2f,%.2f,%.2f", per(after.qps, before.qps, n),
-                 per(after.cqs, before.cqs, n), per(after.mrs, before.mrs, n));
+        snprintf(objs, sizeof(objs), "%.2f,%.2f,%.2f,%.1f", per(after.qps, before.qps, n),
+                 per(after.cqs, before.cqs, n), per(after.mrs, before.mrs, n),
+                 per(after.cqes, before.cqes, n));
     else
-        snprintf(objs, sizeof(objs), "na,na,na");
+        snprintf(objs, sizeof(objs), "na,na,na,na");
     /* A's header and row first, then B's. */
     if (!header)
         io_all(rfd, &t_other, 1, 0);
     if (header)
         printf("backend,role,pairs,connect_accept_s,threads_before,threads_after,"
                "ferry_threads,fakeibv_threads,rss_kib_per_pair,fds_per_pair,"
-               "qps_per_pair,cqs_per_pair,mrs_per_pair,data\n");
+               "qps_per_pair,cqs_per_pair,mrs_per_pair,cq_entries_per_pair,data\n");
     printf("%s,%s,%d,%.3f,%d,%d,%d,%d,%.1f,%.2f,%s,%s\n", backend ? backend : "default", role, n,
            t_conn > t_other ? t_conn : t_other, before.threads,
            end.threads > after.threads ? end.threads : after.threads,

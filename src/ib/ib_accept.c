@@ -96,7 +96,8 @@ ferry_status_t ferry_ib_accept_comm(int devidx, const ferry_ib_meta_t *m, const 
                            m->devname[63] == '\0' ? m->devname : "?", why);
         return FERRY_ERR_REMOTE;
     }
-    status = ferry_ib_comm_create(FERRY_PX_RECV, devidx, m->nqps, peer, cm_ids, &c);
+    status = ferry_ib_comm_create(FERRY_PX_RECV, devidx, m->nqps, m->nmembers, peer, cm_ids,
+                                  &c);
     if (status != FERRY_OK)
         return status;
     /* The connecting side chose the traffic class and service level. */

@@ -138,7 +138,7 @@ static ferry_status_t ferry_ib_cm_stage_connect(ferry_ib_cm_stage_t *st, const f
     if (devidx != dev)
         FERRY_INFO(FERRY_LOG_NET, "ib connect to %s (rdmacm): rdma_cm chose %s; NCCL asked for "
                    "%s", st->peer, ferry_ib_dev_name(devidx), ferry_ib_dev_name(dev));
-    status = ferry_ib_comm_create(FERRY_PX_SEND, devidx, st->nqps, st->peer, st->cm->ids, &c);
+    status = ferry_ib_comm_create(FERRY_PX_SEND, devidx, st->nqps, 0, st->peer, st->cm->ids, &c);
     if (status != FERRY_OK)
         return status;
     st->comm = (ferry_ib_send_comm_t *)c;

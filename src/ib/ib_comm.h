@@ -168,6 +168,7 @@ typedef struct ferry_ib_conn {
     size_t           stripe_min;   /* multi: messages this big are striped, smaller go whole. */
     int              cts_qp;       /* recv: the QP that carries the clear-to-sends (multi). */
     uint32_t         max_inline;   /* What the QPs got (0: NCCL_IB_USE_INLINE off). */
+    uint32_t         sq_depth, rq_depth; /* WRs each data QP was made for (ib_qp.c). */
     int              split;        /* NCCL_IB_SPLIT_DATA_ON_QPS. */
     void            *ctrl;         /* Page-aligned: send: CTS FIFO + sizes source; recv: sizes FIFO + CTS source. */
     size_t           ctrl_len;
@@ -442,13 +443,15 @@ int ferry_ib_handle_sockaddr(const ferry_ib_handle_t *h, struct sockaddr_storage
 /* ib_qp.c: a comm's verbs resources. */
 struct rdma_cm_id;
 /*
- * CQ, control block and nqps RC QPs at INIT; with cm_ids (rdmacm mode) QP i
+ * CQ, control block and nqps RC QPs at INIT; peer_members: the ports of the
+ * peer's device (a receive comm's QPs keep more receives when it is merged; 0:
+ * not known, as on a send comm); with cm_ids (rdmacm mode) QP i
  * is created on cm_ids[i] with rdma_create_qp, which leaves it to rdma_cm
  * to bring it up; NULL: ibv_create_qp and INIT here (oob mode).
  */
 ferry_status_t ferry_ib_comm_create(ferry_px_req_kind_t kind, int devidx, int nqps,
-                                    const char *peer, struct rdma_cm_id *const *cm_ids,
-                                    ferry_ib_comm_t **comm_p);
+                                    int peer_members, const char *peer,
+                                    struct rdma_cm_id *const *cm_ids, ferry_ib_comm_t **comm_p);
 void ferry_ib_comm_destroy(ferry_ib_comm_t *c);
 /* Remote metadata checked, then every QP to RTR and RTS. WARNs naming `step`. */
 ferry_status_t ferry_ib_comm_connect_qps(ferry_ib_comm_t *c, const ferry_ib_meta_t *remote,

@@ -136,7 +136,7 @@ static ferry_status_t ferry_ib_stage_create(const ferry_ctx_t *ctx, int dev, fer
                    ferry_ib_state.vdevs[dev].ndevs, FERRY_IB_MAX_QPS);
         nqps = FERRY_IB_MAX_QPS;
     }
-    status = ferry_ib_comm_create(FERRY_PX_SEND, dev, nqps < 1 ? 1 : nqps, st->peer, NULL, &c);
+    status = ferry_ib_comm_create(FERRY_PX_SEND, dev, nqps < 1 ? 1 : nqps, 0, st->peer, NULL, &c);
     if (status != FERRY_OK) {
         free(st);
         return status;

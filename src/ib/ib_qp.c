@@ -61,9 +61,8 @@ static ferry_status_t ferry_ib_comm_qp_create(ferry_ib_comm_t *c, int i, struct 
     ia.send_cq = mem->cq;
     ia.recv_cq = mem->cq;
     ia.qp_type = IBV_QPT_RC;
-    ia.cap.max_send_wr = 2 * FERRY_IB_FIFO_SLOTS * FERRY_IB_MAX_RECVS;
-    /* A merged device's QPs keep FERRY_IB_RQ_DEPTH receives posted (ib_recv.c). */
-    ia.cap.max_recv_wr = 2 * FERRY_IB_FIFO_SLOTS * FERRY_IB_MAX_RECVS;
+    ia.cap.max_send_wr = conn->sq_depth;
+    ia.cap.max_recv_wr = conn->rq_depth;
     if (da->max_qp_wr > 0 && ia.cap.max_send_wr > (uint32_t)da->max_qp_wr)
         ia.cap.max_send_wr = (uint32_t)da->max_qp_wr;
     if (da->max_qp_wr > 0 && ia.cap.max_recv_wr > (uint32_t)da->max_qp_wr)
@@ -140,6 +139,42 @@ static void ferry_ib_comm_local_meta(ferry_ib_comm_t *c)
         m->qpn[i] = conn->qps[i]->qp_num;
 }
 
+/*
+ * What one data QP can have outstanding, by what the comm posts on it:
+ *  - send: each of the FIFO_SLOTS messages in flight writes, per QP, at most a
+ *    chain of MAX_RECVS data writes and the sizes write, and a failover may post a
+ *    moved chain again next to it (2 x); it never posts a receive (one, as some
+ *    providers refuse 0);
+ *  - recv: a clear-to-send per receive in flight, each held until a later
+ *    signalled one (every CTS_SIGNAL-th) is polled, and as many again moved by a
+ *    failover: 4 x FIFO_SLOTS covers both with room for acks polled late. Receives:
+ *    one per message per QP it uses, at most FIFO_SLOTS (a slot is reused only
+ *    after its message's completion was polled), twice that for room; a merged
+ *    device on either side keeps FERRY_IB_RQ_DEPTH posted on every QP.
+ */
+static void ferry_ib_qp_depths(ferry_ib_conn_t *conn, ferry_px_req_kind_t kind, int multi)
+{
+    if (kind == FERRY_PX_SEND) {
+        conn->sq_depth = 2 * FERRY_IB_FIFO_SLOTS * FERRY_IB_MAX_RECVS;
+        conn->rq_depth = 1;
+    } else {
+        conn->sq_depth = 4 * FERRY_IB_FIFO_SLOTS;
+        conn->rq_depth = multi ? FERRY_IB_RQ_DEPTH : 2 * FERRY_IB_FIFO_SLOTS;
+    }
+}
+
+/*
+ * A member's CQ holds every completion its QPs can owe at once: each QP's send
+ * and receive queues whole (after an error every posted WR completes, signalled
+ * or not), for all nqps QPs, and the GDR flush QP's (ib_flush.c) on a receive comm.
+ */
+static int ferry_ib_cq_entries(const ferry_ib_conn_t *conn, ferry_px_req_kind_t kind, int nqps)
+{
+    int flush = kind == FERRY_PX_RECV ? FERRY_MAX_REQUESTS + 1 : 0;
+
+    return (int)(conn->sq_depth + conn->rq_depth) * nqps + flush + 16;
+}
+
 /* Member m's control-block registration and CQ. */
 static ferry_status_t ferry_ib_member_open(ferry_ib_comm_t *c, int m, int nqps, char *err,
                                            size_t len)
@@ -152,8 +187,7 @@ static ferry_status_t ferry_ib_member_open(ferry_ib_comm_t *c, int m, int nqps, 
     status = ferry_ib_ctrl_mr_get(mem->dev->hca, c->conn.ctrl, &mem->ctrl_mr, err, len);
     if (status != FERRY_OK)
         return status;
-    /* Every QP's work could end up on one member's CQ after failovers. */
-    cqe = 2 * FERRY_IB_FIFO_SLOTS * FERRY_IB_MAX_RECVS * 2 * nqps + 64;
+    cqe = ferry_ib_cq_entries(&c->conn, c->ring.kind, nqps);
     if (mem->dev->hca->attr.max_cqe > 0 && cqe > mem->dev->hca->attr.max_cqe)
         cqe = mem->dev->hca->attr.max_cqe;
     mem->cq = ferry_ibv.create_cq(mem->dev->hca->ctx, cqe, NULL, NULL, 0);
@@ -167,8 +201,8 @@ static ferry_status_t ferry_ib_member_open(ferry_ib_comm_t *c, int m, int nqps, 
 }
 
 ferry_status_t ferry_ib_comm_create(ferry_px_req_kind_t kind, int devidx, int nqps,
-                                    const char *peer, struct rdma_cm_id *const *cm_ids,
-                                    ferry_ib_comm_t **comm_p)
+                                    int peer_members, const char *peer,
+                                    struct rdma_cm_id *const *cm_ids, ferry_ib_comm_t **comm_p)
 {
     size_t size = kind == FERRY_PX_SEND ? sizeof(ferry_ib_send_comm_t)
                                         : sizeof(ferry_ib_recv_comm_t);
@@ -204,6 +238,7 @@ ferry_status_t ferry_ib_comm_create(ferry_px_req_kind_t kind, int devidx, int nq
     c->conn.split = ferry_ib_state.cfg.split_data_on_qps;
     c->conn.stripe_min = ferry_ib_state.cfg.stripe_min;
     c->conn.oob_fd = -1;
+    ferry_ib_qp_depths(&c->conn, kind, v->ndevs > 1 || peer_members != 1);
     snprintf(c->conn.peer, sizeof(c->conn.peer), "%s", peer);
     status = ferry_px_ring_init(&c->ring, kind, "ib", peer,
                                 kind == FERRY_PX_SEND ? &ferry_ib_send_ring_ops
@@ -464,6 +499,13 @@ ferry_status_t ferry_ib_comm_connect_qps(ferry_ib_comm_t *c, const ferry_ib_meta
     if (conn->nchains > conn->nqps)
         conn->nchains = conn->nqps;
     conn->multi = conn->nmem > 1 || rmem > 1;
+    if (c->ring.kind == FERRY_PX_RECV && conn->multi && conn->rq_depth < FERRY_IB_RQ_DEPTH) {
+        /* The accept saw the peer's device as one port: its QPs hold too few receives. */
+        FERRY_WARN("ib comm with %s on %s: %s: the peer's device now has %d ports, its "
+                   "metadata at accept said 1; every rank must load the same ferry build",
+                   conn->peer, ferry_ib_comm_where(c), step, rmem);
+        return FERRY_ERR_REMOTE;
+    }
     status = ferry_ib_qps_up(c, -1, step);
     if (status != FERRY_OK)
         return status;

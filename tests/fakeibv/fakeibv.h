@@ -120,6 +120,9 @@ struct fakeibv_objects {
     uint64_t qps, cqs, mrs, pds, contexts;
 };
 void fakeibv_objects(struct fakeibv_objects *o);
+/* Entries of this process's live CQs together (what their rings hold room for): a
+ * CQ's size, not only its count, is what a connection costs. */
+uint64_t fakeibv_cq_entries(void);
 
 /* Tests only: while on, this process's hellos carry a wrong cookie value,
  * so the peer's probe fails as it would across pid namespaces. */

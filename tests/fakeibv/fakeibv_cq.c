@@ -94,6 +94,7 @@ struct fakeibv_cq *fakeibv_cq_create(struct ibv_context *context, int cqe, void 
     if (channel != NULL)
         __atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_RELAXED);
     fakeibv_live_add(&fakeibv_live.cqs, 1);
+    fakeibv_live_add(&fakeibv_live_cqes, cqe);
     return cq;
 }
 
@@ -134,6 +135,7 @@ FAKEIBV_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
         __atomic_sub_fetch(&ibcq->channel->refcnt, 1, __ATOMIC_RELAXED);
     }
     pthread_mutex_destroy(&cq->lock);
+    fakeibv_live_add(&fakeibv_live_cqes, -(int)cq->size);
     free(cq->ring);
     free(cq->trace_ts);
     free(cq);
@@ -166,6 +168,7 @@ FAKEIBV_EXPORT int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
     cq->ring = ring;
     free(cq->trace_ts); /* Its stamps no longer match the entries' positions. */
     cq->trace_ts = NULL;
+    fakeibv_live_add(&fakeibv_live_cqes, cqe - (int)cq->size);
     cq->size = (uint32_t)cqe;
     __atomic_store_n(&cq->tail, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&cq->head, n, __ATOMIC_RELEASE);

@@ -409,6 +409,7 @@ void fakeibv_engine_quiesce(struct fakeibv_qp *qp);
 
 /* Live objects behind fakeibv_objects() (fakeibv_objects.c). */
 extern struct fakeibv_objects fakeibv_live;
+extern uint64_t fakeibv_live_cqes; /* ...and their CQs' entries (fakeibv_cq_entries). */
 void fakeibv_live_add(uint64_t *counter, int delta);
 
 /* Counters behind fakeibv_xfer_stats() (fakeibv.h), updated atomically. */

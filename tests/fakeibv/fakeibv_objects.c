@@ -6,6 +6,7 @@
 #include "fakeibv_internal.h"
 
 struct fakeibv_objects fakeibv_live;
+uint64_t fakeibv_live_cqes;
 
 void fakeibv_live_add(uint64_t *counter, int delta)
 {
@@ -22,4 +23,9 @@ FAKEIBV_EXPORT void fakeibv_objects(struct fakeibv_objects *o)
     o->mrs = __atomic_load_n(&fakeibv_live.mrs, __ATOMIC_RELAXED);
     o->pds = __atomic_load_n(&fakeibv_live.pds, __ATOMIC_RELAXED);
     o->contexts = __atomic_load_n(&fakeibv_live.contexts, __ATOMIC_RELAXED);
+}
+
+FAKEIBV_EXPORT uint64_t fakeibv_cq_entries(void)
+{
+    return __atomic_load_n(&fakeibv_live_cqes, __ATOMIC_RELAXED);
 }
