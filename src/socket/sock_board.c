@@ -142,7 +142,13 @@ static void ferry_sock_board_read_locked(void)
                   ferry_live_count_kind(FERRY_LIVE_LISTEN));
     pool = ferry_px_pool_size();
     if (conns > 0 || pool > 0) {
-        /* Comms made with the init numbers, or a pool sized by them: changing now would mix them. */
+        /*
+         * Comms made with the init numbers, or a pool sized by them: changing
+         * now would mix them. Not reached through the API today (every
+         * listen and connect checks first, and an init while comms linger
+         * revives the backend without a new init, core/api.c); kept so a
+         * later entry point that makes comms without checking stays safe.
+         */
         FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET, "CPU budget checked against the %d local "
                    "ranks' masks: %s; budget %d CPU%s, but the streams and helper threads "
                    "chosen at init for %d CPU%s stay (%s)", n, result, counted.ncpus,

@@ -72,9 +72,10 @@ typedef struct ferry_sock_config {
     const char *local_ranks_src;   /* The variable that said (static), NULL when none. */
     int    ncpus_online;           /* CPUs online on the node, 0 when not known (tests). */
     /*
-     * Local ranks estimated to run on this rank's CPUs, itself included
-     * (core/cpu_share.h): ncpus is the CPUs (the mask's, or the quota's
-     * where fewer) divided by them. 1: the rank's own.
+     * Local ranks estimated to run on this rank's CPUs (core/cpu_share.h),
+     * or counted from their masks (cpu_sharers_known), itself included:
+     * ncpus is the CPUs (the mask's, or the quota's where fewer) divided by
+     * them. 1: the rank's own.
      */
     int    cpu_sharers;
     /*
