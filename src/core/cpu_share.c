@@ -31,7 +31,10 @@ void ferry_cpu_share_compute(const ferry_cpu_share_in_t *in, ferry_cpu_share_t *
     int by_quota = in->quota_cpus > 0 && in->quota_cpus < mask;
 
     out->given = by_quota ? in->quota_cpus : mask;
-    out->sharers = ferry_cpu_share_sharers(mask, in->online, in->ignore_mask, in->local_ranks);
+    out->sharers = in->known_sharers > 0 && !in->ignore_mask
+                       ? in->known_sharers
+                       : ferry_cpu_share_sharers(mask, in->online, in->ignore_mask,
+                                                 in->local_ranks);
     out->budget = out->given / out->sharers;
     if (out->budget < 1)
         out->budget = 1;

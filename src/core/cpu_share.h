@@ -21,6 +21,12 @@ typedef struct ferry_cpu_share_in {
     int ignore_mask; /* NCCL_IGNORE_CPU_AFFINITY: the mask is set aside, every online CPU counts. */
     int quota_cpus;  /* Whole CPUs a cgroup quota pays for, 0 when none. */
     int local_ranks; /* Ranks of the job on this node, 0 when unknown. */
+    /*
+     * Local ranks whose masks were compared and overlap this one's, itself
+     * included (core/mask_board.h); 0 when not counted: then they are
+     * estimated from the mask's size.
+     */
+    int known_sharers;
 } ferry_cpu_share_in_t;
 
 typedef struct ferry_cpu_share {

@@ -180,3 +180,40 @@ int ferry_mask_board_read(const char *path, int self, int nslots, const cpu_set_
     close(fd);
     return 1;
 }
+
+int ferry_mask_board_leave(const char *path, int index, int nslots, char *why, size_t why_len)
+{
+    ferry_mask_slot_t s, zero;
+    int fd, i, live = 0;
+
+    if (why_len > 0)
+        why[0] = '\0';
+    if (nslots > FERRY_MASK_BOARD_SLOTS)
+        nslots = FERRY_MASK_BOARD_SLOTS;
+    fd = ferry_mask_board_open(path, O_RDWR, why, why_len);
+    if (fd < 0)
+        return 0;
+    /* Only this process' own slot: a rank of another run under the key keeps its own. */
+    memset(&zero, 0, sizeof(zero));
+    if (index >= 0 && index < FERRY_MASK_BOARD_SLOTS &&
+        pread(fd, &s, sizeof(s), (off_t)index * (off_t)sizeof(s)) == (ssize_t)sizeof(s) &&
+        s.pid == (int32_t)getpid())
+        (void)!pwrite(fd, &zero, sizeof(zero), (off_t)index * (off_t)sizeof(zero));
+    /*
+     * Each rank clears its slot before it looks at the others', so of two
+     * that leave at once at least the later one sees both cleared; both may
+     * remove the file (the second unlink finds it gone: harmless). A slot
+     * of a rank that died counts as left.
+     */
+    for (i = 0; i < nslots && !live; i++)
+        live = pread(fd, &s, sizeof(s), (off_t)i * (off_t)sizeof(s)) == (ssize_t)sizeof(s) &&
+               ferry_mask_slot_ok(&s, i);
+    close(fd);
+    if (live)
+        return 0;
+    if (unlink(path) != 0 && errno != ENOENT) {
+        snprintf(why, why_len, "%s: unlink: %s", path, strerror(errno));
+        return 0;
+    }
+    return 1;
+}

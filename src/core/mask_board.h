@@ -65,4 +65,13 @@ int ferry_mask_board_publish(const char *path, int index, const cpu_set_t *mask,
 int ferry_mask_board_read(const char *path, int self, int nslots, const cpu_set_t *mask,
                           int *valid, int *overlap, char *why, size_t why_len);
 
+/*
+ * This rank leaves the board: its slot (index, written by this process) is
+ * cleared, and the file is removed when no slot of 0..nslots-1 belongs to a
+ * live rank any more: the last rank to leave removes it, whichever that is,
+ * without waiting for the others. 1 when this call removed the file, 0 when
+ * it stays (siblings still on it) or could not be opened (why filled).
+ */
+int ferry_mask_board_leave(const char *path, int index, int nslots, char *why, size_t why_len);
+
 #endif

@@ -19,6 +19,7 @@
 
 #include "core/log.h"
 #include "socket/sock.h"
+#include "socket/sock_board.h"
 
 /* Streams accepted per accept() call: bounds the work of one call. */
 #define FERRY_SOCK_ACCEPT_BURST 64
@@ -46,6 +47,8 @@ ferry_status_t ferry_sock_listen(ferry_ctx_t *ctx, int dev, void *handle, void *
     int one = 1, open_conns;
 
     *listen_comm_p = NULL;
+    /* Before anything reads the config: the budget may be derived again from the siblings' masks. */
+    ferry_sock_board_check();
     if (dev < 0 || dev >= ferry_sock_state.ndev) {
         FERRY_WARN("listen(dev=%d): socket backend has %d device(s)", dev, ferry_sock_state.ndev);
         return FERRY_ERR_INVALID;

@@ -173,8 +173,35 @@ ferry_status_t ferry_sock_config_load_quota(ferry_sock_config_t *cfg, int ncpus,
     return ferry_sock_config_load_shape(cfg, ncpus, bound || ncpus <= 0 ? 0 : ncpus, quota);
 }
 
+static ferry_status_t ferry_sock_config_read_shape(ferry_sock_config_t *cfg, int ncpus,
+                                                   int online, const ferry_cpu_quota_t *quota);
+
 ferry_status_t ferry_sock_config_load_shape(ferry_sock_config_t *cfg, int ncpus, int online,
                                             const ferry_cpu_quota_t *quota)
+{
+    ferry_status_t status = ferry_sock_config_read_shape(cfg, ncpus, online, quota);
+
+    if (status == FERRY_OK)
+        ferry_sock_config_derive(cfg);
+    return status;
+}
+
+ferry_status_t ferry_sock_config_load_raw(ferry_sock_config_t *cfg)
+{
+    return ferry_sock_config_read_shape(cfg, 0, 0, NULL);
+}
+
+void ferry_sock_config_derive(ferry_sock_config_t *cfg)
+{
+    ferry_sock_config_apply_quota(cfg, &cfg->quota);
+    ferry_sock_config_derive_lanes(cfg);
+    ferry_sock_config_derive_pool(cfg);
+    ferry_sock_cfg_derive_spin(cfg);
+}
+
+/* The variables, the CPUs, the local ranks and the quota: what the derivation starts from. */
+static ferry_status_t ferry_sock_config_read_shape(ferry_sock_config_t *cfg, int ncpus,
+                                                   int online, const ferry_cpu_quota_t *quota)
 {
     ferry_cpu_quota_t own;
     ferry_status_t status;
@@ -204,15 +231,13 @@ ferry_status_t ferry_sock_config_load_shape(ferry_sock_config_t *cfg, int ncpus,
         (void)ferry_local_ranks_read(cfg->local_ranks_env, &lr);
         cfg->local_ranks = lr.count;
         cfg->local_ranks_src = lr.source;
+        cfg->local_index = lr.index;
     }
     if (quota == NULL) {
         (void)ferry_cpu_quota_read("", &own);
         quota = &own;
     }
-    ferry_sock_config_apply_quota(cfg, quota);
-    ferry_sock_config_derive_lanes(cfg);
-    ferry_sock_config_derive_pool(cfg);
-    ferry_sock_cfg_derive_spin(cfg);
+    cfg->quota = *quota;
     return FERRY_OK;
 }
 

@@ -72,11 +72,20 @@ typedef struct ferry_sock_config {
     const char *local_ranks_src;   /* The variable that said (static), NULL when none. */
     int    ncpus_online;           /* CPUs online on the node, 0 when not known (tests). */
     /*
-     * Local ranks estimated to run on this rank's CPUs, itself included
-     * (core/cpu_share.h): ncpus is the CPUs (the mask's, or the quota's
-     * where fewer) divided by them. 1: the rank's own.
+     * Local ranks estimated to run on this rank's CPUs (core/cpu_share.h),
+     * or counted from their masks (cpu_sharers_known), itself included:
+     * ncpus is the CPUs (the mask's, or the quota's where fewer) divided by
+     * them. 1: the rank's own.
      */
     int    cpu_sharers;
+    /*
+     * Input of the derivation: the local ranks whose affinity masks were
+     * compared on the job's board (core/mask_board.h, socket/sock_board.h)
+     * and overlap this rank's, itself included; 0 while cpu_sharers is the
+     * estimate.
+     */
+    int    cpu_sharers_known;
+    int    local_index;            /* This rank's place among the local ranks, -1 when unknown. */
     ferry_cfg_src_t src[32];       /* Source of each value, indexed as the table in sock_config.c. */
 } ferry_sock_config_t;
 
@@ -146,6 +155,15 @@ ferry_status_t ferry_sock_config_load_quota(ferry_sock_config_t *cfg, int ncpus,
  */
 ferry_status_t ferry_sock_config_load_shape(ferry_sock_config_t *cfg, int mask, int online,
                                             const ferry_cpu_quota_t *quota);
+/*
+ * The two halves of ferry_sock_config_load: the variables, CPUs, local ranks
+ * and quota as read (nothing derived yet: the board's check derives again
+ * from them, socket/sock_board.h), then the budget, streams, threads, pool
+ * and spinning derived from them (cfg->cpu_sharers_known as the caller set
+ * it).
+ */
+ferry_status_t ferry_sock_config_load_raw(ferry_sock_config_t *cfg);
+void ferry_sock_config_derive(ferry_sock_config_t *cfg);
 /*
  * The CPUs the process may run on: the affinity mask, or with ignore_mask
  * every online CPU (NCCL_IGNORE_CPU_AFFINITY=1). *mask_p gets the mask's

@@ -92,10 +92,12 @@ void ferry_sock_config_apply_quota(ferry_sock_config_t *cfg, const ferry_cpu_quo
         .ignore_mask = cfg->ignore_cpu_affinity != 0,
         .quota_cpus = ferry_cpu_quota_cpus(quota),
         .local_ranks = cfg->local_ranks,
+        .known_sharers = cfg->cpu_sharers_known,
     };
     ferry_cpu_share_t share;
 
-    cfg->quota = *quota;
+    if (quota != &cfg->quota)
+        cfg->quota = *quota;
     cfg->ncpus_given = cfg->ncpus;
     ferry_cpu_share_compute(&in, &share);
     cfg->ncpus = share.budget;
@@ -321,8 +323,12 @@ static void ferry_sock_cfg_budget_words(const ferry_sock_config_t *cfg, char *bu
         if (cfg->local_ranks > 1 && cfg->cpus_bound) {
             size_t off = strlen(buf);
 
-            snprintf(buf + off, len - off, ", this rank's own (%d local ranks (%s) split the "
-                     "%d online CPUs)", cfg->local_ranks, src, cfg->ncpus_online);
+            if (cfg->cpu_sharers_known > 0)
+                snprintf(buf + off, len - off, ", this rank's own (none of the other %d local "
+                         "ranks' (%s) masks holds them: compared)", cfg->local_ranks - 1, src);
+            else
+                snprintf(buf + off, len - off, ", this rank's own (%d local ranks (%s) split "
+                         "the %d online CPUs)", cfg->local_ranks, src, cfg->ncpus_online);
         }
         return;
     }
@@ -333,6 +339,10 @@ static void ferry_sock_cfg_budget_words(const ferry_sock_config_t *cfg, char *bu
     if (ferry_sock_cfg_mask_whole(cfg))
         snprintf(buf, len, "%d CPU%s: %s shared by %d local ranks (%s)", cfg->ncpus,
                  cfg->ncpus == 1 ? "" : "s", words, cfg->cpu_sharers, src);
+    else if (cfg->cpu_sharers_known > 0)
+        snprintf(buf, len, "%d CPU%s: %s shared by %d of the %d local ranks (%s; their masks "
+                 "compared)", cfg->ncpus, cfg->ncpus == 1 ? "" : "s", words, cfg->cpu_sharers,
+                 cfg->local_ranks, src);
     else
         snprintf(buf, len, "%d CPU%s: %s shared by an estimated %d of the %d local ranks (%s) "
                  "on %d online CPUs", cfg->ncpus, cfg->ncpus == 1 ? "" : "s", words,

@@ -21,6 +21,7 @@
 
 #include "core/log.h"
 #include "socket/sock.h"
+#include "socket/sock_board.h"
 
 typedef enum ferry_sock_conn_state {
     FERRY_SOCK_CONN_CLOSED,     /* No socket; (re)connect when next_try_ns has passed. */
@@ -236,6 +237,8 @@ ferry_status_t ferry_sock_connect(ferry_ctx_t *ctx, int dev, void *handle, int t
     int i, ready = 0;
 
     *send_comm_p = NULL;
+    /* Before anything reads the config: the budget may be derived again from the siblings' masks. */
+    ferry_sock_board_check();
     status = ferry_sock_handle_check(dev, h);
     if (status == FERRY_OK)
         status = ferry_sock_stage_find(dev, h, &st);

@@ -10,6 +10,7 @@
 
 #include "core/log.h"
 #include "socket/sock.h"
+#include "socket/sock_board.h"
 
 ferry_sock_state_t ferry_sock_state;
 
@@ -173,7 +174,7 @@ static const char *ferry_sock_dev_slow_why(const ferry_config_t *core,
 ferry_status_t ferry_sock_init(const ferry_config_t *core)
 {
     const ferry_sock_config_t *cfg = &ferry_sock_state.cfg;
-    ferry_sock_config_t own;
+    ferry_sock_config_t raw, own;
     ferry_netif_t ifs[FERRY_NETIF_MAX];
     ferry_status_t status;
     char line[1024];
@@ -185,9 +186,11 @@ ferry_status_t ferry_sock_init(const ferry_config_t *core)
      * core's: a bad one fails this init with its WARN, and with the ib
      * backend they are never parsed (nothing on the ib path reads them).
      */
-    status = ferry_sock_config_load(&own);
+    status = ferry_sock_config_load_raw(&raw);
     if (status != FERRY_OK)
         return status;
+    own = raw;
+    ferry_sock_config_derive(&own);
     ferry_sock_state.core = *core;
     ferry_sock_state.cfg = own;
     n = ferry_netif_find(core->socket_ifname, core->socket_family, ifs, FERRY_NETIF_MAX);
@@ -227,11 +230,14 @@ ferry_status_t ferry_sock_init(const ferry_config_t *core)
                cfg->spin_us);
     ferry_sock_config_lanes_line(cfg, line, sizeof(line));
     FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET, "%s", line);
+    /* Last: a slot on the board only for an init that succeeded. */
+    ferry_sock_board_publish(&raw);
     return FERRY_OK;
 }
 
 void ferry_sock_fini(void)
 {
+    ferry_sock_board_leave();
     /* Device names stay valid: NCCL may keep pointers from getProperties. */
 }
 

@@ -227,20 +227,24 @@ static void test_share_arithmetic(void **state)
         ferry_cpu_share_in_t in;
         int sharers, budget, bound;
     } cases[] = {
-        /* mask online ignore quota ranks */
-        {{16, 16, 0, 0, 8}, 8, 2, 0},  /* Unbound 8 ranks on 16: 2 each. */
-        {{16, 16, 0, 0, 0}, 1, 16, 0}, /* No launcher said: the whole node, as before. */
-        {{16, 16, 0, 0, 1}, 1, 16, 0},
-        {{2, 16, 0, 0, 8}, 1, 2, 1},   /* Bound, 2 each: disjoint, its own. */
-        {{8, 16, 0, 0, 8}, 4, 2, 0},   /* A socket of 8 each: 4 share it. */
-        {{4, 16, 0, 0, 8}, 2, 2, 0},
-        {{2, 20, 0, 0, 8}, 1, 2, 1},   /* 8 on 20 split 2 and 3: still disjoint... */
-        {{3, 20, 0, 0, 8}, 1, 3, 1},
-        {{16, 16, 1, 0, 8}, 8, 2, 0},  /* NCCL_IGNORE_CPU_AFFINITY: every CPU, every rank. */
-        {{16, 16, 0, 4, 8}, 8, 1, 0},  /* A quota of 4 over 8 ranks: 1 each, at least 1. */
-        {{16, 16, 0, 8, 4}, 4, 2, 0},
-        {{2, 16, 0, 0, 64}, 8, 1, 0},  /* Oversubscribed: never below 1. */
-        {{4, 0, 0, 0, 8}, 1, 4, 1},    /* A node of unknown size (tests): the mask is its own. */
+        /* mask online ignore quota ranks known */
+        {{16, 16, 0, 0, 8, 0}, 8, 2, 0},  /* Unbound 8 ranks on 16: 2 each. */
+        {{16, 16, 0, 0, 0, 0}, 1, 16, 0}, /* No launcher said: the whole node, as before. */
+        {{16, 16, 0, 0, 1, 0}, 1, 16, 0},
+        {{2, 16, 0, 0, 8, 0}, 1, 2, 1},   /* Bound, 2 each: disjoint, its own. */
+        {{8, 16, 0, 0, 8, 0}, 4, 2, 0},   /* A socket of 8 each: 4 share it. */
+        {{4, 16, 0, 0, 8, 0}, 2, 2, 0},
+        {{2, 20, 0, 0, 8, 0}, 1, 2, 1},   /* 8 on 20 split 2 and 3: still disjoint... */
+        {{3, 20, 0, 0, 8, 0}, 1, 3, 1},
+        {{16, 16, 1, 0, 8, 0}, 8, 2, 0},  /* NCCL_IGNORE_CPU_AFFINITY: every CPU, every rank. */
+        {{16, 16, 0, 4, 8, 0}, 8, 1, 0},  /* A quota of 4 over 8 ranks: 1 each, at least 1. */
+        {{16, 16, 0, 8, 4, 0}, 4, 2, 0},
+        {{2, 16, 0, 0, 64, 0}, 8, 1, 0},  /* Oversubscribed: never below 1. */
+        {{4, 0, 0, 0, 8, 0}, 1, 4, 1},    /* A node of unknown size (tests): the mask is its own. */
+        /* The masks compared (mask_board.h): the count replaces the estimate. */
+        {{8, 16, 0, 0, 8, 1}, 1, 8, 1},  /* A socket of 8 each, but no sibling on it: its own. */
+        {{2, 16, 0, 0, 8, 3}, 3, 1, 0},  /* Sized as a split, yet 3 ranks on the same 2 CPUs. */
+        {{16, 16, 1, 0, 8, 2}, 8, 2, 0}, /* NCCL_IGNORE_CPU_AFFINITY sets the masks aside. */
     };
     size_t i;
 

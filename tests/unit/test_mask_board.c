@@ -160,6 +160,60 @@ static void test_bad_slots(void **state)
     assert_int_equal(overlap, 0);
 }
 
+/*
+ * Leaving: a rank clears only its own slot; the file stays while a live
+ * rank's slot is on it and goes with the last one to leave (a dead rank's
+ * slot counts as left).
+ */
+static void test_leave(void **state)
+{
+    cpu_set_t m;
+    char why[512], c;
+    int to_child[2], from_child[2], valid, overlap, st;
+    pid_t child;
+
+    (void)state;
+    mask_of(&m, 0, 2);
+    assert_int_equal(ferry_mask_board_publish(path, 0, &m, why, sizeof(why)), 1);
+    assert_int_equal(pipe(to_child), 0);
+    assert_int_equal(pipe(from_child), 0);
+    child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        int ok = ferry_mask_board_publish(path, 1, &m, why, sizeof(why));
+
+        close(to_child[1]); /* Else the read below never sees the parent's close. */
+
+        (void)!write(from_child[1], ok ? "y" : "n", 1);
+        (void)!read(to_child[0], &c, 1);
+        _exit(0);
+    }
+    assert_int_equal(read(from_child[0], &c, 1), 1);
+    assert_int_equal(c, 'y');
+    /* The sibling in slot 1 lives: this rank's slot goes, the file stays. */
+    assert_int_equal(ferry_mask_board_leave(path, 0, 3, why, sizeof(why)), 0);
+    assert_int_equal(access(path, F_OK), 0);
+    assert_int_equal(ferry_mask_board_read(path, 1, 3, &m, &valid, &overlap, why, sizeof(why)), 1);
+    assert_int_equal(valid, 0);
+    /* Slot 1 is the sibling's: leaving as index 1 does not clear it. */
+    assert_int_equal(ferry_mask_board_leave(path, 1, 3, why, sizeof(why)), 0);
+    assert_int_equal(ferry_mask_board_read(path, 0, 3, &m, &valid, &overlap, why, sizeof(why)), 1);
+    assert_int_equal(valid, 1);
+    /* The sibling exits without leaving (a crash): its slot no longer counts; the file goes. */
+    close(to_child[1]);
+    assert_int_equal(waitpid(child, &st, 0), child);
+    assert_int_equal(ferry_mask_board_leave(path, 0, 3, why, sizeof(why)), 1);
+    assert_int_equal(access(path, F_OK), -1);
+    /* Gone already: 0 and why. */
+    assert_int_equal(ferry_mask_board_leave(path, 0, 3, why, sizeof(why)), 0);
+    assert_non_null(strstr(why, path));
+    close(to_child[0]);
+    close(from_child[0]);
+    close(from_child[1]);
+    printf("leave: own slot cleared, a live sibling keeps the file, the last (a crashed sibling's "
+           "slot aside) removes it\n");
+}
+
 /* Files that are not this user's own closed regular file: refused, with the reason. */
 static void test_refused_files(void **state)
 {
@@ -221,6 +275,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_publish_and_read, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_slots, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_leave, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
