@@ -89,13 +89,6 @@ NT_BUILD=${REGEN_NT_BUILD:-$FNB_DIR/build/nccl-tests}
 export NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0
 
 # ---- builds ------------------------------------------------------------------
-mpi_home() {
-  local d
-  for d in "${MPI_HOME:-}" /usr/lib/x86_64-linux-gnu/openmpi /usr/lib64/openmpi /usr/local; do
-    [ -n "$d" ] && [ -f "$d/include/mpi.h" ] && { echo "$d"; return 0; }
-  done
-  return 1
-}
 
 gpu_arch() { # sm number of GPU 0, e.g. 90
   timeout 20 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. '
@@ -103,7 +96,7 @@ gpu_arch() { # sm number of GPU 0, e.g. 90
 
 build_nccl_tests() {
   local mpi arch nccl_home=${NCCL_HOME:-/usr}
-  mpi=$(mpi_home) || { mpi=${MPI_HOME:-/usr}; fnb_log "no mpi.h found (set MPI_HOME); trying $mpi"; }
+  mpi=$(fnb_mpi_home) || { mpi=${MPI_HOME:-/usr}; fnb_log "no mpi.h found (set MPI_HOME); trying $mpi"; }
   arch=$(gpu_arch)
   [ -n "$arch" ] || arch=90
   fnb_log "building nccl-tests from $NT_SRC (sm_$arch, MPI in $mpi) into $NT_BUILD"

@@ -39,6 +39,15 @@ fnb_config_env() {
   esac
 }
 
+# The Open MPI installation whose mpi.h nccl-tests builds against (MPI_HOME wins).
+fnb_mpi_home() {
+  local d
+  for d in "${MPI_HOME:-}" /usr/lib/x86_64-linux-gnu/openmpi /usr/lib64/openmpi /usr/local; do
+    [ -n "$d" ] && [ -f "$d/include/mpi.h" ] && { echo "$d"; return 0; }
+  done
+  return 1
+}
+
 fnb_log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
 
 # fnb_rotate REP CONFIG...: the configurations in the order repetition REP runs

@@ -62,13 +62,6 @@ LOGS=$OUTDIR/logs
 export NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET
 COMMIT=${COMMIT:-$(git -C "$FNB_REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 
-mpi_home() {
-  local d
-  for d in "${MPI_HOME:-}" /usr/lib/x86_64-linux-gnu/openmpi /usr/lib64/openmpi /usr/local; do
-    [ -n "$d" ] && [ -f "$d/include/mpi.h" ] && { echo "$d"; return 0; }
-  done
-  echo /usr
-}
 
 fnb_build_ferry "$LOGS/build-ferry.log" || { fnb_log "ferry build failed"; exit 1; }
 fnb_build_fakeibv "$LOGS/build-fakeibv.log" || { fnb_log "fakeibv build failed"; exit 1; }
@@ -113,7 +106,7 @@ for d in "${NCCL_LIST[@]}"; do
   ver=$(sed -n 's/^nccl //p' "$d/version.txt")
   nt=$d/nccl-tests
   fnb_log "NCCL $ver: building nccl-tests against $d"
-  if ! make -C "$NT_SRC/src" -j "$(nproc)" MPI=1 MPI_HOME="$(mpi_home)" NCCL_HOME="$d" \
+  if ! make -C "$NT_SRC/src" -j "$(nproc)" MPI=1 MPI_HOME="$(fnb_mpi_home || echo /usr)" NCCL_HOME="$d" \
        NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" BUILDDIR="$nt" \
        "$nt/all_reduce_perf" "$nt/alltoall_perf" >"$LOGS/build-nccl-tests-$ver.log" 2>&1; then
     for b in socket ib; do
