@@ -1,9 +1,9 @@
 /*
  * A pool thread's wait (pool.h): one epoll set per thread holding its wake
- * eventfd and its units' fds, level-triggered, so a unit that still has
- * bytes to read is reported again. A unit's registration changes only when
- * what it waits for changes (a send stream that fills its socket buffer
- * adds POLLOUT, and drops it once drained); the epoll data is the unit.
+ * eventfd and its units' fds, level-triggered, so a unit whose fd is still
+ * readable is reported again. A unit's registration changes only when what
+ * it waits for changes (a unit that must wait for room to write adds
+ * POLLOUT, and drops it once it has room); the epoll data is the unit.
  */
 #include <errno.h>
 #include <stdint.h>
