@@ -71,6 +71,12 @@ struct fakeibv_xfer_stats {
     uint64_t probes_ok;           /* Accepted streams in one-copy mode. */
     uint64_t probes_failed;       /* Accepted streams left streaming (probe failed or off). */
     uint64_t direct_ops;          /* Requests the posting thread sent itself (FAKEIBV_DIRECT). */
+    /* FAKEIBV_NULL_PAYLOAD: requests this process sent whose payload (WRITE, SEND) or READ
+     * data was not moved, their bytes, and requests it served as responder without placing
+     * (or, for a READ, sending) their bytes. */
+    uint64_t null_ops;
+    uint64_t null_bytes;
+    uint64_t null_served_ops;
 };
 void fakeibv_xfer_stats(struct fakeibv_xfer_stats *stats);
 

@@ -50,6 +50,8 @@ struct fakeibv_config {
     int one_copy;               /* FAKEIBV_ONE_COPY: offer/accept descriptor mode. */
     uint64_t one_copy_min;      /* FAKEIBV_ONE_COPY_MIN: smallest WR sent as a descriptor. */
     int direct;                 /* FAKEIBV_DIRECT: the posting thread sends small requests. */
+    int null_payload;           /* FAKEIBV_NULL_PAYLOAD: large payloads complete without bytes. */
+    uint64_t null_payload_min;  /* FAKEIBV_NULL_PAYLOAD_MIN: smallest payload skipped. */
     const char *sysfs_root;     /* FAKEIBV_SYSFS_ROOT (absolute); NULL: per-process default. */
     const char *fabric_dir;     /* FAKEIBV_FABRIC_DIR: path sockets there; NULL: abstract. */
     const char *netdev;         /* FAKEIBV_NETDEV: ifnames, comma-separated, one per port. */
