@@ -31,6 +31,13 @@ for f in "$bench" "$plugin" "$fake/libibverbs.so.1"; do
   [ -e "$f" ] || { echo "ib_null: $f missing (build ferry-bench, the plugin and fakeibv in $BUILD)" >&2; exit 2; }
 done
 mkdir -p "$OUT/logs" || exit 1
+{
+  echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+  echo "commit: $(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo "host: $(uname -srm), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+  echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "command: bench/ib_null.sh --build $BUILD --reps $REPS --time $TIME OUTDIR"
+} >"$OUT/env.txt"
 export NCCL_SOCKET_IFNAME=lo NCCL_FERRY_BACKEND=ib LD_LIBRARY_PATH=$fake FAKEIBV_RETRY_TIMEOUT_MS=2000
 # --slots 1: every message of a connection uses one buffer, so the stream's
 # data check is off (a null device leaves the receive buffer as it was).
@@ -54,6 +61,7 @@ for r in $(seq 1 "$REPS"); do
     fi
   done
 done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/env.txt"
 # Per device, test, size: median of the rounds and their range (with 5
 # rounds the range holds the true median with 94% confidence).
 awk -F, 'NR > 1 {
@@ -62,7 +70,6 @@ awk -F, 'NR > 1 {
     vals[k] = (k in vals) ? vals[k] " " v : v
   }
   END {
-    print "device,test,size_bytes,metric,median,low,high,rounds"
     for (k in vals) {
       n = split(vals[k], a, " ")
       for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
@@ -70,12 +77,17 @@ awk -F, 'NR > 1 {
       split(k, f, ",")
       print k "," (f[2] == "stream" ? "msgs_per_s" : "rtt_p50_us") "," med "," a[1] "," a[n] "," n
     }
-  }' "$csv" | sort -t, -k2,2 -k1,1 -k3,3n >"$OUT/summary.csv"
+  }' "$csv" | sort -t, -k2,2r -k1,1r -k3,3n >"$OUT/summary.body"
+{ echo "device,test,size_bytes,metric,median,low,high,rounds"; cat "$OUT/summary.body"; } >"$OUT/summary.csv"
+rm -f "$OUT/summary.body"
 awk -F, 'NR > 1 { m[$2 "," $3 "," $1] = sprintf("%s [%s-%s]", $5, $6, $7); s[$3] = 1; t[$2] = 1 }
   END {
     print "| test | size | null device | copying device | null / copying |"
     print "|---|---|---|---|---|"
-    for (tt in t) {
+    split("stream pingpong", order, " ")
+    for (o = 1; o <= 2; o++) {
+      tt = order[o]
+      if (!(tt in t)) continue
       n = 0; for (x in s) z[++n] = x + 0
       for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (z[j] < z[i]) { q = z[i]; z[i] = z[j]; z[j] = q }
       for (i = 1; i <= n; i++) {
