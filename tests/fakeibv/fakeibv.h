@@ -120,6 +120,12 @@ int fakeibv_port_counters(struct ibv_context *ctx, uint8_t port, struct fakeibv_
  * serve every QP of the process; README "Threads"); 0 while it is stopped. */
 int fakeibv_engine_threads(void);
 
+/* Tests: while on, the engine's jobs that read responses (ACKs) wait before
+ * reading, as a worker the scheduler left behind would (at most 10 s); off
+ * lets them go. A full send queue still takes the ACKs already waiting
+ * (fakeibv_reap.c), as a NIC would have. */
+void fakeibv_test_hold_acks(int on);
+
 /* Verbs objects of this process alive now, for measuring what a client
  * keeps per connection. */
 struct fakeibv_objects {

@@ -310,6 +310,9 @@ struct fakeibv_qp {
     uint32_t sq_free;             /* Slots up to here may be reused. */
     int sq_blocked;               /* A local error stopped transmission. */
     int tx_busy;                  /* A thread (tx or poster) is sending a request. */
+    int rx_busy;                  /* A thread (the RX job, or a poster reaping ACKs:
+                                   * fakeibv_reap.c) reads responses off out_fd. */
+    int rx_waiters;               /* Threads waiting on cond for rx_busy to clear. */
     uint64_t wire_out;            /* Bytes of requests sent and not yet answered: at most
                                    * what the stream still holds (fakeibv_tx.c's room check). */
     int out_sndbuf;               /* out_fd's SO_SNDBUF, read when it connected. */
@@ -397,6 +400,12 @@ void fakeibv_tx_run(struct fakeibv_qp *qp);
 /* Sends what it can of the send queue from the posting thread (qp->lock held). */
 void fakeibv_tx_direct_locked(struct fakeibv_qp *qp);
 void fakeibv_rx_run(struct fakeibv_qp *qp);
+int fakeibv_rx_one(struct fakeibv_qp *qp, int fd);
+/* fakeibv_reap.c: one reader of the outbound stream at a time. */
+int fakeibv_rx_claim_locked(struct fakeibv_qp *qp);
+void fakeibv_rx_unclaim_locked(struct fakeibv_qp *qp);
+void fakeibv_sq_reap_locked(struct fakeibv_qp *qp);
+void fakeibv_rx_hold_wait(void);
 void fakeibv_resp_run(struct fakeibv_qp *qp, int slot);
 
 /* fakeibv_engine.c: the poll thread and the worker pool. */

@@ -115,7 +115,7 @@ static int fakeibv_readable(int fd)
 
 /* Takes one response off the QP's outbound stream. Returns 0, or -1 when
  * the stream ended (the QP is then broken unless it stops). */
-static int fakeibv_rx_one(struct fakeibv_qp *qp, int fd)
+int fakeibv_rx_one(struct fakeibv_qp *qp, int fd)
 {
     struct fakeibv_wire_hdr h;
     struct fakeibv_swqe *w, copy;
@@ -198,20 +198,26 @@ static int fakeibv_rx_one(struct fakeibv_qp *qp, int fd)
 /* The engine found the outbound stream readable: the responses waiting. */
 void fakeibv_rx_run(struct fakeibv_qp *qp)
 {
-    int fd, n;
+    int fd, n, ended = 0;
 
+    fakeibv_rx_hold_wait();
     pthread_mutex_lock(&qp->lock);
-    fd = qp->stopping ? -1 : qp->out_fd;
+    fd = fakeibv_rx_claim_locked(qp) ? qp->out_fd : -1;
     pthread_mutex_unlock(&qp->lock);
     if (fd < 0)
         return;
-    for (n = 0; n < FAKEIBV_JOB_BATCH; n++) {
-        if (n > 0 && !fakeibv_readable(fd))
+    /* Readable is checked before the first message too: a poster reaping
+     * ACKs (fakeibv_reap.c) may have taken what the poll thread saw. */
+    for (n = 0; n < FAKEIBV_JOB_BATCH && !ended; n++) {
+        if (!fakeibv_readable(fd))
             break;
-        if (fakeibv_rx_one(qp, fd) != 0)
-            return; /* Ended: nothing more to wait for on it. */
+        ended = fakeibv_rx_one(qp, fd) != 0;
     }
-    fakeibv_engine_rearm(&qp->rx_job, fd);
+    pthread_mutex_lock(&qp->lock);
+    fakeibv_rx_unclaim_locked(qp);
+    pthread_mutex_unlock(&qp->lock);
+    if (!ended) /* Ended: nothing more to wait for on it. */
+        fakeibv_engine_rearm(&qp->rx_job, fd);
 }
 
 /* ---- responder ---------------------------------------------------------- */
