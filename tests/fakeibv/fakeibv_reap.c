@@ -86,7 +86,8 @@ static struct {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int on;
-} fakeibv_ack_hold = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 };
+    unsigned long jobs; /* ACK jobs run (FAKEIBV_TEST_ACK_LAG_US). */
+} fakeibv_ack_hold = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
 
 FAKEIBV_EXPORT void fakeibv_test_hold_acks(int on)
 {
@@ -101,7 +102,16 @@ FAKEIBV_EXPORT void fakeibv_test_hold_acks(int on)
 void fakeibv_rx_hold_wait(void)
 {
     struct timespec until;
+    long lag = fakeibv_config()->test_ack_lag_us;
 
+    /* FAKEIBV_TEST_ACK_LAG_US: a worker left behind by the scheduler now
+     * and then (every 256th ACK job of the process), for end-to-end runs of
+     * a consumer (ferry-bench); on every job it would slow all QPs alike. */
+    if (lag > 0 && __atomic_add_fetch(&fakeibv_ack_hold.jobs, 1, __ATOMIC_RELAXED) % 256 == 0) {
+        struct timespec d = { lag / 1000000, (lag % 1000000) * 1000 };
+
+        nanosleep(&d, NULL);
+    }
     if (!__atomic_load_n(&fakeibv_ack_hold.on, __ATOMIC_RELAXED))
         return;
     clock_gettime(CLOCK_REALTIME, &until);
