@@ -21,6 +21,11 @@
 #   gdr2     the same with GPU buffers (GPUDirect on the emulated device)
 #   socket8  8 ranks, all_reduce and alltoall, as socket2
 #   ib8      8 ranks, all_reduce and alltoall, as ib2
+#   ibnull2  as ib2 on fakeibv's null-payload device (FAKEIBV_NULL_PAYLOAD=1:
+#            completions without the payload bytes), 4K..64K whatever --sizes
+#            says, data unchecked (-c 0), NCCL_PROTO=Simple (LL/LL128 flags
+#            live in the payload): each plugin's own CPU cost per message; at
+#            one size, the busbw ratio is the message-rate ratio
 # Every topic runs unbound (--bind-to none).
 #
 # Method. A calibration run of ferry's configuration times every size; each
@@ -32,8 +37,9 @@
 # of the same repetition; the row gives the median of those ratios and a 95 %
 # bootstrap interval, against the baseline ferry fares worst against. An
 # interval that contains 1.0 reads "level". Every run is checked by nccl-tests
-# (-c 1): a wrong element fails the command. A proof run per topic shows that
-# NCCL loaded ferry and sent every channel through it.
+# (-c 1; ibnull2, whose data is wrong by design, -c 0): a wrong element fails
+# the command. A proof run per topic shows that NCCL loaded ferry and sent
+# every channel through it.
 #
 # Output (DIR, default $OUT, else bench/results/<date>-regen): README.md (the
 # rows in the README's form, the per-size tables, the method, versions,
@@ -52,7 +58,7 @@ SIZES=4K:256M
 OUT_ARG=
 COMMIT=
 
-usage() { sed -n '2,42p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,48p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
   case $1 in
@@ -77,7 +83,7 @@ case $MIN_TIME in ''|*[!0-9.]*) die_usage "--min-time needs seconds (e.g. 0.25)"
 case $SIZES in *:*) ;; *) die_usage "--sizes is FIRST:LAST (e.g. 4K:256M)" ;; esac
 IFS=, read -r -a TOPIC_LIST <<<"$TOPICS"
 for t in "${TOPIC_LIST[@]}"; do
-  case $t in socket2|ib2|gdr2|socket8|ib8) ;; *) die_usage "unknown topic '$t'" ;; esac
+  case $t in socket2|ib2|gdr2|socket8|ib8|ibnull2) ;; *) die_usage "unknown topic '$t'" ;; esac
 done
 command -v mpirun >/dev/null || die_usage "mpirun not found (Open MPI)"
 command -v nvcc >/dev/null || [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ] ||
@@ -123,9 +129,13 @@ FNB_VARIANT_ENV[nccl-ib-gdr]=NCCL_NET_PLUGIN=none,NCCL_NET=IB,NCCL_GIN_TYPE=2
 topic_setup() {
   IB=0
   TOPIC_ENV=()
+  CHECK=1
+  TOPIC_SIZES=$SIZES
   case $1 in
     socket2|socket8) CONFIGS=(ferry socket-default socket-2x2) ;;
     ib2|ib8) CONFIGS=(ferry-ib nccl-ib); IB=1; TOPIC_ENV=(FAKEIBV_DMABUF=0) ;;
+    ibnull2) CONFIGS=(ferry-ib nccl-ib); IB=1; CHECK=0; TOPIC_SIZES=4K:64K
+             TOPIC_ENV=(FAKEIBV_DMABUF=0 FAKEIBV_NULL_PAYLOAD=1 NCCL_PROTO=Simple) ;;
     gdr2) CONFIGS=(ferry-ib-gdr nccl-ib-gdr); IB=1
           TOPIC_ENV=(FAKEIBV_DMABUF=1 NCCL_NET_GDR_LEVEL=SYS NCCL_NET_FORCE_FLUSH=1) ;;
   esac
@@ -135,6 +145,7 @@ topic_setup() {
   esac
   case $1 in
     socket*) SETUP="socket, $NP ranks on one GPU, unbound" ;;
+    ibnull*) SETUP="ib on the emulated verbs device moving no payload (FAKEIBV_NULL_PAYLOAD=1), host buffers, data unchecked, NCCL_PROTO=Simple, $NP ranks on one GPU, unbound" ;;
     ib*) SETUP="ib on the emulated verbs device, host buffers, $NP ranks on one GPU, unbound" ;;
     gdr*) SETUP="ib on the emulated verbs device, GPU buffers (GPUDirect), $NP ranks on one GPU, unbound" ;;
   esac
@@ -167,7 +178,7 @@ run_nt() {
   done
   # stdin from /dev/null: mpirun forwards stdin and would eat the band list being read.
   timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$NP" --bind-to none "${xs[@]}" \
-    "$WRAP" "$NT_BUILD/${op}_perf" -g 1 -c 1 "$@" </dev/null >"$log" 2>&1
+    "$WRAP" "$NT_BUILD/${op}_perf" -g 1 -c "$CHECK" "$@" </dev/null >"$log" 2>&1
 }
 
 # nt_rows LOG: "size time_us busbw wrong" per data line (out-of-place columns).
@@ -243,6 +254,8 @@ failed=0
 for topic in "${TOPIC_LIST[@]}"; do
   topic_setup "$topic"
   echo "$topic|$SETUP|${CONFIGS[*]}" >>"$OUTDIR/topics.txt"
+  FIRST=${TOPIC_SIZES%%:*}
+  LAST=${TOPIC_SIZES##*:}
   # Proof: NCCL loaded ferry and every channel went through it.
   plog=$LOGS/proof-$topic.log
   RUN_EXTRA="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET"

@@ -71,6 +71,12 @@ struct fakeibv_xfer_stats {
     uint64_t probes_ok;           /* Accepted streams in one-copy mode. */
     uint64_t probes_failed;       /* Accepted streams left streaming (probe failed or off). */
     uint64_t direct_ops;          /* Requests the posting thread sent itself (FAKEIBV_DIRECT). */
+    /* FAKEIBV_NULL_PAYLOAD: requests this process sent whose payload (WRITE, SEND) or READ
+     * data was not moved, their bytes, and requests it served as responder without placing
+     * (or, for a READ, sending) their bytes. */
+    uint64_t null_ops;
+    uint64_t null_bytes;
+    uint64_t null_served_ops;
 };
 void fakeibv_xfer_stats(struct fakeibv_xfer_stats *stats);
 
@@ -113,6 +119,12 @@ int fakeibv_port_counters(struct ibv_context *ctx, uint8_t port, struct fakeibv_
 /* Threads of fakeibv's engine now (the poll thread and the workers that
  * serve every QP of the process; README "Threads"); 0 while it is stopped. */
 int fakeibv_engine_threads(void);
+
+/* Tests: while on, the engine's jobs that read responses (ACKs) wait before
+ * reading, as a worker the scheduler left behind would (at most 10 s); off
+ * lets them go. A full send queue still takes the ACKs already waiting
+ * (fakeibv_reap.c), as a NIC would have. */
+void fakeibv_test_hold_acks(int on);
 
 /* Verbs objects of this process alive now, for measuring what a client
  * keeps per connection. */

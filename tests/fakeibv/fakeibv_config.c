@@ -177,6 +177,21 @@ static void fakeibv_config_load(void)
     c->one_copy = (int)fakeibv_env_long("FAKEIBV_ONE_COPY", 1, 0, 1);
     c->one_copy_min = fakeibv_env_size("FAKEIBV_ONE_COPY_MIN", 64 << 10);
     c->direct = (int)fakeibv_env_long("FAKEIBV_DIRECT", 1, 0, 1);
+    c->null_payload = (int)fakeibv_env_long("FAKEIBV_NULL_PAYLOAD", 0, 0, 1);
+    /*
+     * Null-payload mode must still deliver what a plugin reads itself: its
+     * control writes. The largest are the clear-to-send FIFO writes of a
+     * grouped receive, 8 entries of 64 bytes in one RDMA WRITE, in ferry
+     * (ferry_ib_cts_t x FERRY_IB_MAX_RECVS) and in NCCL's IB transport
+     * (ncclIbSendFifo x NCCL_NET_IB_MAX_RECVS) alike: 512 bytes. The sizes
+     * FIFO writes (4 bytes per receive) and the 1-byte flush READ are
+     * smaller. 4 KiB leaves those an 8x margin and is still below the
+     * sizes a bandwidth or message-rate comparison cares about.
+     */
+    c->null_payload_min = fakeibv_env_size("FAKEIBV_NULL_PAYLOAD_MIN", 4096);
+    c->test_ack_lag_us = fakeibv_env_long("FAKEIBV_TEST_ACK_LAG_US", 0, 0, 1000000);
+    if (c->null_payload_min == 0)
+        c->null_payload_min = 1;
     /* One-copy mode: the peer's responder thread reads this process's
      * memory with process_vm_readv(2). Under Yama ptrace_scope 1 only an
      * ancestor may do that unless the target names a ptracer, so name any

@@ -50,6 +50,9 @@ struct fakeibv_config {
     int one_copy;               /* FAKEIBV_ONE_COPY: offer/accept descriptor mode. */
     uint64_t one_copy_min;      /* FAKEIBV_ONE_COPY_MIN: smallest WR sent as a descriptor. */
     int direct;                 /* FAKEIBV_DIRECT: the posting thread sends small requests. */
+    int null_payload;           /* FAKEIBV_NULL_PAYLOAD: large payloads complete without bytes. */
+    uint64_t null_payload_min;  /* FAKEIBV_NULL_PAYLOAD_MIN: smallest payload skipped. */
+    long test_ack_lag_us;       /* FAKEIBV_TEST_ACK_LAG_US: each ACK job sleeps first (tests). */
     const char *sysfs_root;     /* FAKEIBV_SYSFS_ROOT (absolute); NULL: per-process default. */
     const char *fabric_dir;     /* FAKEIBV_FABRIC_DIR: path sockets there; NULL: abstract. */
     const char *netdev;         /* FAKEIBV_NETDEV: ifnames, comma-separated, one per port. */
@@ -308,6 +311,9 @@ struct fakeibv_qp {
     uint32_t sq_free;             /* Slots up to here may be reused. */
     int sq_blocked;               /* A local error stopped transmission. */
     int tx_busy;                  /* A thread (tx or poster) is sending a request. */
+    int rx_busy;                  /* A thread (the RX job, or a poster reaping ACKs:
+                                   * fakeibv_reap.c) reads responses off out_fd. */
+    int rx_waiters;               /* Threads waiting on cond for rx_busy to clear. */
     uint64_t wire_out;            /* Bytes of requests sent and not yet answered: at most
                                    * what the stream still holds (fakeibv_tx.c's room check). */
     int out_sndbuf;               /* out_fd's SO_SNDBUF, read when it connected. */
@@ -395,6 +401,12 @@ void fakeibv_tx_run(struct fakeibv_qp *qp);
 /* Sends what it can of the send queue from the posting thread (qp->lock held). */
 void fakeibv_tx_direct_locked(struct fakeibv_qp *qp);
 void fakeibv_rx_run(struct fakeibv_qp *qp);
+int fakeibv_rx_one(struct fakeibv_qp *qp, int fd);
+/* fakeibv_reap.c: one reader of the outbound stream at a time. */
+int fakeibv_rx_claim_locked(struct fakeibv_qp *qp);
+void fakeibv_rx_unclaim_locked(struct fakeibv_qp *qp);
+void fakeibv_sq_reap_locked(struct fakeibv_qp *qp);
+void fakeibv_rx_hold_wait(void);
 void fakeibv_resp_run(struct fakeibv_qp *qp, int slot);
 
 /* fakeibv_engine.c: the poll thread and the worker pool. */

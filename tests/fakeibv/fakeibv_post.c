@@ -85,7 +85,10 @@ int fakeibv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_se
     }
     pthread_mutex_lock(&qp->lock);
     for (; wr != NULL; wr = wr->next) {
-        enum ibv_qp_state st = qp->attr.qp_state;
+        enum ibv_qp_state st;
+
+    again:
+        st = qp->attr.qp_state;
 
         if (st == IBV_QPS_ERR) {
             /* Posting to an errored QP is legal; the WR flushes at once. */
@@ -98,6 +101,13 @@ int fakeibv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_se
             break;
         }
         if (qp->sq_head - qp->sq_free >= qp->sq_depth) {
+            uint32_t was = qp->sq_free;
+
+            /* ACKs a NIC would have handled already may wait unread
+             * (fakeibv_reap.c); the state is looked at again after. */
+            fakeibv_sq_reap_locked(qp);
+            if (qp->sq_free != was)
+                goto again;
             rc = ENOMEM; /* Send queue full, as every provider reports it. */
             break;
         }

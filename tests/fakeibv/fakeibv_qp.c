@@ -499,7 +499,7 @@ static void fakeibv_qp_stop_threads(struct fakeibv_qp *qp)
     fakeibv_engine_quiesce(qp);
     pthread_mutex_lock(&qp->lock);
     /* A posting thread may still be sending on the stream (fakeibv_tx.c). */
-    while (qp->tx_busy)
+    while (qp->tx_busy || qp->rx_busy)
         pthread_cond_wait(&qp->cond, &qp->lock);
     if (qp->out_fd >= 0)
         close(qp->out_fd);

@@ -160,6 +160,16 @@ static void fakeibv_trace_print(void)
             fakeibv_trace_mean_us(&t->cqe_send_ns, &t->cqe_send_n),
             fakeibv_trace_mean_us(&t->poll_gap_ns, &t->poll_gap_n),
             fakeibv_trace_mean_us(&t->post_call_ns, &t->post_calls));
+    if (fakeibv_config()->null_payload)
+        fprintf(stderr,
+                "fakeibv[%d]: null payload: %llu requests sent without their %llu bytes, "
+                "%llu served without placing any (FAKEIBV_NULL_PAYLOAD_MIN %llu)\n",
+                (int)getpid(),
+                (unsigned long long)__atomic_load_n(&fakeibv_stats.null_ops, __ATOMIC_RELAXED),
+                (unsigned long long)__atomic_load_n(&fakeibv_stats.null_bytes, __ATOMIC_RELAXED),
+                (unsigned long long)__atomic_load_n(&fakeibv_stats.null_served_ops,
+                                                    __ATOMIC_RELAXED),
+                (unsigned long long)fakeibv_config()->null_payload_min);
 }
 
 __attribute__((constructor)) static void fakeibv_trace_init(void)

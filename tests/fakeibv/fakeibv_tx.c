@@ -156,6 +156,7 @@ struct fakeibv_txmsg {
     } m;
     size_t wire;
     int desc;
+    int null; /* FAKEIBV_HDR_NULL: the header alone stands for the payload. */
 };
 
 /* Copies a small payload into dst under its MRs' read lock (a deregistration
@@ -207,6 +208,7 @@ static int fakeibv_tx_build(struct fakeibv_qp *qp, const struct fakeibv_swqe *w,
     t->m.h.seq = seq;
     t->wire = sizeof(t->m.h);
     t->desc = 0;
+    t->null = 0;
     if (w->inline_buf != NULL) {
         /* Copied at post; small enough for one send (max_inline <= the buffer). */
         memcpy(t->m.data, w->inline_buf, w->len);
@@ -215,6 +217,15 @@ static int fakeibv_tx_build(struct fakeibv_qp *qp, const struct fakeibv_swqe *w,
     }
     if (w->len == 0)
         return 0;
+    if (fakeibv_config()->null_payload && w->len >= fakeibv_config()->null_payload_min) {
+        /* Null-payload mode: the keys are checked as for a real transfer,
+         * then the header goes alone (inline data, above, always travels). */
+        if (!fakeibv_sges_ok(qp, w, access))
+            return EFAULT;
+        t->null = 1;
+        t->m.h.flags = FAKEIBV_HDR_NULL;
+        return 0;
+    }
     if (one_copy && w->len >= fakeibv_config()->one_copy_min) {
         /* 1: every SGE is host memory (t->m.iov filled); 0: some is device memory. */
         rc = fakeibv_desc_build(qp, w, access, t->m.iov, &niov);
@@ -257,7 +268,9 @@ static int fakeibv_tx_send(struct fakeibv_qp *qp, int fd, const struct fakeibv_s
     fakeibv_port_count(qp, 1, is_read ? 0 : w->len, is_read ? -1 : (int64_t)w->len);
     if (build_rc != 0)
         return build_rc;
-    if (t->desc)
+    if (t->null)
+        fakeibv_count(&fakeibv_stats.null_ops, &fakeibv_stats.null_bytes, w->len);
+    else if (t->desc)
         fakeibv_count(&fakeibv_stats.one_copy_ops, &fakeibv_stats.one_copy_bytes, w->len);
     else if (w->len > 0)
         fakeibv_count(&fakeibv_stats.stream_ops, &fakeibv_stats.stream_bytes, w->len);

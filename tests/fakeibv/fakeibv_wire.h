@@ -52,6 +52,11 @@ enum fakeibv_wire_op {
 };
 
 #define FAKEIBV_HDR_DESC 0x1u  /* hdr.flags: iovecs follow instead of the payload. */
+/* hdr.flags: null-payload mode (FAKEIBV_NULL_PAYLOAD): no payload follows and
+ * none is placed; keys and ranges are checked and the request completes as
+ * if it had been. On a READ_REQ: answer with a READ_RESP carrying the flag
+ * and no bytes (the requester's SGEs stay as they are). */
+#define FAKEIBV_HDR_NULL 0x2u
 
 /* A piece of the requester's memory, in its address space (HDR_DESC). */
 struct fakeibv_wire_iov {

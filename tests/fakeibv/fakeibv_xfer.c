@@ -21,6 +21,13 @@
  * after the copy, exactly as the requester's completion waits for it in
  * streaming mode.
  *
+ * Null-payload mode (FAKEIBV_NULL_PAYLOAD=1, a requester's choice per
+ * request): a payload of at least FAKEIBV_NULL_PAYLOAD_MIN bytes that is
+ * not inline goes as a bare header with FAKEIBV_HDR_NULL; the responder
+ * runs the same checks, receive WQEs and completions, and places nothing
+ * (a READ's answer carries no bytes either), so a client's own cost per
+ * message shows without the device's copies.
+ *
  * No thread holds qp->lock across socket I/O; the WQE it works on cannot be
  * reused while it is in flight, because its slot is freed only on
  * completion.
@@ -48,6 +55,9 @@ FAKEIBV_EXPORT void fakeibv_xfer_stats(struct fakeibv_xfer_stats *out)
     out->probes_ok = __atomic_load_n(&fakeibv_stats.probes_ok, __ATOMIC_RELAXED);
     out->probes_failed = __atomic_load_n(&fakeibv_stats.probes_failed, __ATOMIC_RELAXED);
     out->direct_ops = __atomic_load_n(&fakeibv_stats.direct_ops, __ATOMIC_RELAXED);
+    out->null_ops = __atomic_load_n(&fakeibv_stats.null_ops, __ATOMIC_RELAXED);
+    out->null_bytes = __atomic_load_n(&fakeibv_stats.null_bytes, __ATOMIC_RELAXED);
+    out->null_served_ops = __atomic_load_n(&fakeibv_stats.null_served_ops, __ATOMIC_RELAXED);
 }
 
 
@@ -105,7 +115,7 @@ static int fakeibv_readable(int fd)
 
 /* Takes one response off the QP's outbound stream. Returns 0, or -1 when
  * the stream ended (the QP is then broken unless it stops). */
-static int fakeibv_rx_one(struct fakeibv_qp *qp, int fd)
+int fakeibv_rx_one(struct fakeibv_qp *qp, int fd)
 {
     struct fakeibv_wire_hdr h;
     struct fakeibv_swqe *w, copy;
@@ -144,7 +154,7 @@ static int fakeibv_rx_one(struct fakeibv_qp *qp, int fd)
             FAKEIBV_WARN("qpn 0x%x: response seq %llu with nothing outstanding (wire desync)",
                          qp->qpx.qp_base.qp_num, (unsigned long long)h.seq);
         pthread_mutex_unlock(&qp->lock);
-        if (h.op == FAKEIBV_OP_READ_RESP && !(h.flags & FAKEIBV_HDR_DESC) &&
+        if (h.op == FAKEIBV_OP_READ_RESP && !(h.flags & (FAKEIBV_HDR_DESC | FAKEIBV_HDR_NULL)) &&
             fakeibv_io_discard(fd, h.len) != 0)
             return -1;
         return 0;
@@ -155,8 +165,9 @@ static int fakeibv_rx_one(struct fakeibv_qp *qp, int fd)
         pthread_mutex_unlock(&qp->lock);
         return 0;
     }
-    if (h.op == FAKEIBV_OP_READ_RESP && (h.flags & FAKEIBV_HDR_DESC)) {
-        w->status = IBV_WC_SUCCESS; /* The responder wrote our SGEs itself. */
+    if (h.op == FAKEIBV_OP_READ_RESP && (h.flags & (FAKEIBV_HDR_DESC | FAKEIBV_HDR_NULL))) {
+        /* The responder wrote our SGEs itself, or (null payload) nobody does. */
+        w->status = IBV_WC_SUCCESS;
     } else if (h.op == FAKEIBV_OP_READ_RESP) {
         copy = *w;
         pthread_mutex_unlock(&qp->lock);
@@ -187,20 +198,26 @@ static int fakeibv_rx_one(struct fakeibv_qp *qp, int fd)
 /* The engine found the outbound stream readable: the responses waiting. */
 void fakeibv_rx_run(struct fakeibv_qp *qp)
 {
-    int fd, n;
+    int fd, n, ended = 0;
 
+    fakeibv_rx_hold_wait();
     pthread_mutex_lock(&qp->lock);
-    fd = qp->stopping ? -1 : qp->out_fd;
+    fd = fakeibv_rx_claim_locked(qp) ? qp->out_fd : -1;
     pthread_mutex_unlock(&qp->lock);
     if (fd < 0)
         return;
-    for (n = 0; n < FAKEIBV_JOB_BATCH; n++) {
-        if (n > 0 && !fakeibv_readable(fd))
+    /* Readable is checked before the first message too: a poster reaping
+     * ACKs (fakeibv_reap.c) may have taken what the poll thread saw. */
+    for (n = 0; n < FAKEIBV_JOB_BATCH && !ended; n++) {
+        if (!fakeibv_readable(fd))
             break;
-        if (fakeibv_rx_one(qp, fd) != 0)
-            return; /* Ended: nothing more to wait for on it. */
+        ended = fakeibv_rx_one(qp, fd) != 0;
     }
-    fakeibv_engine_rearm(&qp->rx_job, fd);
+    pthread_mutex_lock(&qp->lock);
+    fakeibv_rx_unclaim_locked(qp);
+    pthread_mutex_unlock(&qp->lock);
+    if (!ended) /* Ended: nothing more to wait for on it. */
+        fakeibv_engine_rearm(&qp->rx_job, fd);
 }
 
 /* ---- responder ---------------------------------------------------------- */
@@ -225,10 +242,11 @@ static int fakeibv_reply(int fd, uint8_t op, uint8_t syndrome, uint32_t len, uin
 }
 
 /* Where a request's payload comes from: the stream, or (HDR_DESC) the
- * requester's memory, consumed from off on. */
+ * requester's memory, consumed from off on, or (HDR_NULL) nowhere. */
 struct fakeibv_src {
     int fd;
     int desc;
+    int null;
     int pid;
     int niov;
     size_t off;
@@ -262,6 +280,8 @@ static int fakeibv_src_place(struct fakeibv_src *s, const struct fakeibv_mr *mr,
 {
     int rc;
 
+    if (s->null)
+        return 0;
     if (!s->desc)
         return fakeibv_mem_from_fd(mr, addr, s->fd, n);
     rc = fakeibv_mem_pvm(mr, addr, n, s->pid, s->iov, s->niov, s->off, 0);
@@ -274,6 +294,8 @@ static int fakeibv_src_place(struct fakeibv_src *s, const struct fakeibv_mr *mr,
 /* Drops the next n payload bytes (stream) or just skips them (descriptor). */
 static int fakeibv_src_skip(struct fakeibv_src *s, size_t n)
 {
+    if (s->null)
+        return 0;
     if (!s->desc)
         return fakeibv_io_discard(s->fd, n);
     s->off += n;
@@ -474,6 +496,13 @@ static int fakeibv_serve(struct fakeibv_qp *qp, struct fakeibv_src *src,
             return fakeibv_reply(fd, FAKEIBV_OP_NAK, FAKEIBV_SYN_REM_ACCESS, 0, h->seq);
         }
     }
+    if (!is_write && src->null) {
+        /* Null payload: the range was checked; the answer carries no bytes. */
+        if (mr != NULL)
+            fakeibv_mr_put();
+        fakeibv_port_count(qp, 1, h->len, h->len);
+        return fakeibv_reply_f(fd, FAKEIBV_OP_READ_RESP, 0, h->len, h->seq, FAKEIBV_HDR_NULL);
+    }
     if (!is_write && src->desc) {
         /* Into the requester's SGEs first; the response then says "done". */
         rc = mr != NULL ? fakeibv_mem_pvm(mr, h->raddr, h->len, src->pid, src->iov, src->niov,
@@ -528,6 +557,12 @@ static int fakeibv_read_desc(struct fakeibv_qp *qp, struct fakeibv_src *src, int
 
     src->desc = 0;
     src->off = 0;
+    src->null = (h->flags & FAKEIBV_HDR_NULL) != 0;
+    if (src->null && (h->flags & FAKEIBV_HDR_DESC)) {
+        FAKEIBV_WARN("qpn 0x%x: request both null and descriptor; closing the stream",
+                     qp->qpx.qp_base.qp_num);
+        return -1;
+    }
     if (!(h->flags & FAKEIBV_HDR_DESC))
         return 0;
     if (!one_copy || n > FAKEIBV_MAX_SGE) {
@@ -586,9 +621,13 @@ static int fakeibv_resp_one(struct fakeibv_qp *qp, struct fakeibv_src *src, int 
     if (h.op != FAKEIBV_OP_READ_REQ || in_err)
         fakeibv_port_count(qp, 1, 0, -1);
     if (in_err) {
-        rc = fakeibv_has_payload(h.op) && !src->desc ? fakeibv_io_discard(fd, h.len) : 0;
+        rc = fakeibv_has_payload(h.op) && !src->desc && !src->null
+                 ? fakeibv_io_discard(fd, h.len)
+                 : 0;
         return rc != 0 ? rc : fakeibv_reply(fd, FAKEIBV_OP_NAK, FAKEIBV_SYN_DROPPED, 0, h.seq);
     }
+    if (src->null)
+        __atomic_add_fetch(&fakeibv_stats.null_served_ops, 1, __ATOMIC_RELAXED);
     t0 = fakeibv_trace.on ? fakeibv_trace_now_ns() : 0;
     rc = fakeibv_serve(qp, src, &h);
     if (rc == 0 && t0 != 0)

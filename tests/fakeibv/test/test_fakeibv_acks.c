@@ -1,0 +1,171 @@
+/*
+ * fakeibv unit tests, ACKs that lag behind: the engine's job that reads a
+ * QP's responses is held (fakeibv_test_hold_acks, as a worker the scheduler
+ * left behind under CPU load), the send queue is filled with unsignalled
+ * RDMA WRITEs and one signalled last, and the peer places all of them.
+ * A NIC would have retired the queue by then, so the next ibv_post_send
+ * must succeed, the signalled WR must complete, and every byte must land
+ * where it was written. A queue of only unsignalled WRs stays full (ENOMEM,
+ * bad pointing at the WR): an unsignalled completion frees no slot, on a
+ * NIC as here.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <cmocka.h>
+
+#include "fakeibv.h"
+#include "fakeibv_test_util.h"
+
+#define DEPTH 32u
+#define CHUNK 64u
+#define BUF ((DEPTH + 1) * CHUNK)
+#define WAIT_MS 3000
+
+static int setup(void **state)
+{
+    static struct fx_pair x;
+
+    if (fx_pair_open(&x, BUF, DEPTH, 256) != 0)
+        return -1;
+    *state = &x;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fakeibv_test_hold_acks(0);
+    fx_pair_close(*state);
+    return 0;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec d = { ms / 1000, (ms % 1000) * 1000000L };
+
+    nanosleep(&d, NULL);
+}
+
+/* WRITE i puts chunk i of src at chunk i of dst. */
+static int write_chunk(struct fx_pair *x, uint32_t i, unsigned flags)
+{
+    return fx_write(x->a, 1000 + i, IBV_WR_RDMA_WRITE, x->src + (size_t)i * CHUNK, CHUNK,
+                    x->src_mr->lkey, (uintptr_t)(x->dst + (size_t)i * CHUNK), x->dst_mr->rkey,
+                    flags, 0);
+}
+
+/* Waits until chunks [0, n) of dst equal src's; returns 1 if they do. */
+static int wait_placed(struct fx_pair *x, uint32_t n)
+{
+    struct timespec t0;
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (fx_ms_since(&t0) < WAIT_MS) {
+        if (memcmp(x->dst, x->src, (size_t)n * CHUNK) == 0)
+            return 1;
+        sleep_ms(1);
+    }
+    return 0;
+}
+
+static void fill_queue(struct fx_pair *x, int signal_last)
+{
+    uint32_t i;
+
+    struct ibv_wc wc;
+
+    fx_fill(x->src, BUF, 7);
+    memset(x->dst, 0, BUF);
+    /* One answered WRITE first: the responder's mode message, which the
+     * ACK job reads too, must be in before the job is held. */
+    assert_int_equal(write_chunk(x, 0, IBV_SEND_SIGNALED), 0);
+    assert_int_equal(fx_poll(x->f.cq, &wc, 1, WAIT_MS), 1);
+    assert_int_equal(wc.status, IBV_WC_SUCCESS);
+    fakeibv_test_hold_acks(1);
+    for (i = 0; i < DEPTH; i++) {
+        unsigned flags = signal_last && i == DEPTH - 1 ? IBV_SEND_SIGNALED : 0;
+
+        assert_int_equal(write_chunk(x, i, flags), 0);
+    }
+    assert_true(wait_placed(x, DEPTH));
+}
+
+/* Full of unsignalled WRITEs and one signalled: placed, so not full. */
+static void test_full_queue_takes_waiting_acks(void **state)
+{
+    struct fx_pair *x = *state;
+    struct ibv_wc wc[4];
+    struct timespec t0;
+    int rc = ENOMEM, tries = 0;
+
+    fill_queue(x, 1);
+    /* The responder writes its ACK just after placing the data: give it a
+     * moment, while the ACK job stays held throughout. */
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (rc == ENOMEM && fx_ms_since(&t0) < WAIT_MS) {
+        tries++;
+        rc = write_chunk(x, DEPTH, IBV_SEND_SIGNALED);
+        if (rc == ENOMEM)
+            sleep_ms(5);
+    }
+    printf("full send queue (%u WRs, last signalled), ACK job held: next post %s after %d "
+           "tries\n",
+           DEPTH, rc == 0 ? "accepted" : strerror(rc), tries);
+    assert_int_equal(rc, 0);
+    /* The signalled WR completed while the ACK job was still held. */
+    assert_int_equal(fx_poll(x->f.cq, wc, 1, WAIT_MS), 1);
+    assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+    assert_int_equal(wc[0].wr_id, 1000 + DEPTH - 1);
+    assert_int_equal(wc[0].opcode, IBV_WC_RDMA_WRITE);
+    fakeibv_test_hold_acks(0);
+    assert_int_equal(fx_poll(x->f.cq, wc, 1, WAIT_MS), 1);
+    assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+    assert_int_equal(wc[0].wr_id, 1000 + DEPTH);
+    assert_int_equal(fx_poll(x->f.cq, wc, 4, 50), 0);
+    assert_memory_equal(x->dst, x->src, BUF);
+}
+
+/* Full of unsignalled WRITEs only: still full once placed. */
+static void test_unsignalled_queue_stays_full(void **state)
+{
+    struct fx_pair *x = *state;
+    struct ibv_sge sge = { .addr = (uintptr_t)x->src, .length = CHUNK, .lkey = x->src_mr->lkey };
+    struct ibv_send_wr wr, *bad = NULL;
+    struct ibv_wc wc[2];
+    int rc;
+
+    fill_queue(x, 0);
+    sleep_ms(20);
+    memset(&wr, 0, sizeof(wr));
+    wr.wr_id = 77;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = (uintptr_t)(x->dst + (size_t)DEPTH * CHUNK);
+    wr.wr.rdma.rkey = x->dst_mr->rkey;
+    rc = ibv_post_send(x->a, &wr, &bad);
+    printf("full send queue (%u unsignalled WRs), all placed: next post %s\n", DEPTH,
+           rc == 0 ? "accepted" : strerror(rc));
+    assert_int_equal(rc, ENOMEM);
+    assert_ptr_equal(bad, &wr);
+    fakeibv_test_hold_acks(0);
+    assert_int_equal(fx_poll(x->f.cq, wc, 2, 100), 0);
+    assert_memory_equal(x->dst, x->src, (size_t)DEPTH * CHUNK);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_full_queue_takes_waiting_acks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unsignalled_queue_stays_full, setup, teardown),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
