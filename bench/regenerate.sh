@@ -5,6 +5,7 @@
 #
 #   bench/regenerate.sh --nccl-tests SRC [--topics T[,T...]] [--reps N]
 #                       [--min-time S] [--sizes 4K:256M] [--out DIR] [--commit ID]
+#                       [--cores-per-rank N] [--budget SECONDS]
 #
 # SRC is an nccl-tests source tree (its top folder, holding src/Makefile); it
 # is built here, with MPI, for the GPU's own architecture only, into
@@ -26,7 +27,14 @@
 #            says, data unchecked (-c 0), NCCL_PROTO=Simple (LL/LL128 flags
 #            live in the payload): each plugin's own CPU cost per message; at
 #            one size, the busbw ratio is the message-rate ratio
-# Every topic runs unbound (--bind-to none).
+# Every topic runs unbound (--bind-to none), or with --cores-per-rank N bound
+# to N cores per rank (mpirun --map-by slot:PE=N --bind-to core).
+#
+# --budget SECONDS bounds the whole call (one GPU call runs at most 10
+# minutes): the time left is shared among the topic/operation pairs still to
+# run, and a pair starts no further repetition that would overrun its share
+# (at least 2 run). The table then gives each row's repetition count, and a
+# row from fewer than 5 says so.
 #
 # Method. A calibration run of ferry's configuration times every size; each
 # size then gets iterations enough to run --min-time seconds (default 0.25),
@@ -57,6 +65,8 @@ MIN_TIME=0.25
 SIZES=4K:256M
 OUT_ARG=
 COMMIT=
+CORES=
+BUDGET=
 
 usage() { sed -n '2,48p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
@@ -69,6 +79,8 @@ while [ $# -gt 0 ]; do
     --sizes) SIZES=${2:-}; shift ;;
     --out) OUT_ARG=${2:-}; shift ;;
     --commit) COMMIT=${2:-}; shift ;;
+    --cores-per-rank) CORES=${2:-}; shift ;;
+    --budget) BUDGET=${2:-}; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "regenerate.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -81,6 +93,9 @@ die_usage() { echo "regenerate.sh: $*" >&2; exit 2; }
 case $REPS in ''|*[!0-9]*|0) die_usage "--reps needs a whole number >= 1" ;; esac
 case $MIN_TIME in ''|*[!0-9.]*) die_usage "--min-time needs seconds (e.g. 0.25)" ;; esac
 case $SIZES in *:*) ;; *) die_usage "--sizes is FIRST:LAST (e.g. 4K:256M)" ;; esac
+case $CORES in ''|[1-9]|[1-9][0-9]) ;; *) die_usage "--cores-per-rank needs a whole number 1-99" ;; esac
+case $BUDGET in ''|[1-9][0-9]|[1-9][0-9][0-9]|[1-9][0-9][0-9][0-9]) ;;
+  *) die_usage "--budget needs whole seconds, 10-9999" ;; esac
 IFS=, read -r -a TOPIC_LIST <<<"$TOPICS"
 for t in "${TOPIC_LIST[@]}"; do
   case $t in socket2|ib2|gdr2|socket8|ib8|ibnull2) ;; *) die_usage "unknown topic '$t'" ;; esac
@@ -93,6 +108,13 @@ OUTDIR=$(fnb_outdir "${OUT_ARG:-${OUT:-$FNB_REPO/bench/results/$(date +%Y-%m-%d)
 LOGS=$OUTDIR/logs
 NT_BUILD=${REGEN_NT_BUILD:-$FNB_DIR/build/nccl-tests}
 export NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0
+if [ -n "$CORES" ]; then
+  BIND=(--map-by "slot:PE=$CORES" --bind-to core)
+  PLACE="$CORES cores per rank (bound)"
+else
+  BIND=(--bind-to none)
+  PLACE=unbound
+fi
 
 # ---- builds ------------------------------------------------------------------
 
@@ -144,10 +166,10 @@ topic_setup() {
     *) NP=2; OPS=(all_reduce) ;;
   esac
   case $1 in
-    socket*) SETUP="socket, $NP ranks on one GPU, unbound" ;;
-    ibnull*) SETUP="ib on the emulated verbs device moving no payload (FAKEIBV_NULL_PAYLOAD=1), host buffers, data unchecked, NCCL_PROTO=Simple, $NP ranks on one GPU, unbound" ;;
-    ib*) SETUP="ib on the emulated verbs device, host buffers, $NP ranks on one GPU, unbound" ;;
-    gdr*) SETUP="ib on the emulated verbs device, GPU buffers (GPUDirect), $NP ranks on one GPU, unbound" ;;
+    socket*) SETUP="socket, $NP ranks on one GPU, $PLACE" ;;
+    ibnull*) SETUP="ib on the emulated verbs device moving no payload (FAKEIBV_NULL_PAYLOAD=1), host buffers, data unchecked, NCCL_PROTO=Simple, $NP ranks on one GPU, $PLACE" ;;
+    ib*) SETUP="ib on the emulated verbs device, host buffers, $NP ranks on one GPU, $PLACE" ;;
+    gdr*) SETUP="ib on the emulated verbs device, GPU buffers (GPUDirect), $NP ranks on one GPU, $PLACE" ;;
   esac
   if [ "$IB" = 1 ]; then
     TOPIC_ENV+=("LD_LIBRARY_PATH=$FNB_FAKEIBV_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
@@ -177,7 +199,7 @@ run_nt() {
     xs+=(-x "$kv")
   done
   # stdin from /dev/null: mpirun forwards stdin and would eat the band list being read.
-  timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$NP" --bind-to none "${xs[@]}" \
+  timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$NP" "${BIND[@]}" "${xs[@]}" \
     "$WRAP" "$NT_BUILD/${op}_perf" -g 1 -c "$CHECK" "$@" </dev/null >"$log" 2>&1
 }
 
@@ -239,7 +261,7 @@ record_env() {
     echo "gpu: $(timeout 20 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
     echo "cuda: $(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
     echo "nccl-tests: $(nt_src_version)"
-    echo "command: bench/regenerate.sh --nccl-tests SRC --topics $TOPICS --reps $REPS --min-time $MIN_TIME --sizes $SIZES"
+    echo "command: bench/regenerate.sh --nccl-tests SRC --topics $TOPICS --reps $REPS --min-time $MIN_TIME --sizes $SIZES${CORES:+ --cores-per-rank $CORES}${BUDGET:+ --budget $BUDGET}"
   } >"$OUTDIR/env.txt"
 }
 
@@ -251,8 +273,20 @@ LAST=${SIZES##*:}
 echo "topic,op,rep,config,size,time_us,busbw,nccl_version" >"$OUTDIR/raw.csv"
 printf 'topic\top\trep\tconfig\tband\texit\tseconds\n' >"$OUTDIR/runs.tsv"
 failed=0
+# Budget: topic/operation pairs still to run, each given an equal share of the
+# time left (less a reserve for the tables and the log archive).
+UNITS_LEFT=0
+for t in "${TOPIC_LIST[@]}"; do case $t in *8) UNITS_LEFT=$((UNITS_LEFT + 2)) ;; *) UNITS_LEFT=$((UNITS_LEFT + 1)) ;; esac; done
+BUDGET_RESERVE=40
 for topic in "${TOPIC_LIST[@]}"; do
   topic_setup "$topic"
+  if [ -n "$BUDGET" ] && [ $((BUDGET - BUDGET_RESERVE - SECONDS)) -le 0 ]; then
+    echo "$topic: not run, the budget of ${BUDGET} s was spent" >>"$OUTDIR/budget.txt"
+    fnb_log "$topic: not run (budget spent)"
+    failed=1
+    continue
+  fi
+  UNIT_START=$SECONDS
   echo "$topic|$SETUP|${CONFIGS[*]}" >>"$OUTDIR/topics.txt"
   FIRST=${TOPIC_SIZES%%:*}
   LAST=${TOPIC_SIZES##*:}
@@ -269,6 +303,9 @@ for topic in "${TOPIC_LIST[@]}"; do
   cat "$LOGS/proof-$topic.txt" >>"$OUTDIR/proofs.txt"
   fnb_log "$(head -2 "$LOGS/proof-$topic.txt" | tr '\n' ' ')"
   for op in "${OPS[@]}"; do
+    [ "$op" = "${OPS[0]}" ] || UNIT_START=$SECONDS
+    UNIT_SHARE=$(( BUDGET ? (BUDGET - BUDGET_RESERVE - UNIT_START) / UNITS_LEFT : 0 ))
+    UNITS_LEFT=$((UNITS_LEFT - 1))
     # Calibration: ferry's configuration, few iterations, every size.
     clog=$LOGS/calib-$topic-$op.log
     run_nt "${CONFIGS[0]}" "$op" "$clog" -b "$FIRST" -e "$LAST" -f 4 -w 20 -n 5 ||
@@ -276,7 +313,15 @@ for topic in "${TOPIC_LIST[@]}"; do
     nt_rows "$clog" | awk '{ print $1, $2 }' >"$LOGS/calib-$topic-$op.txt"
     bands "$LOGS/calib-$topic-$op.txt" >"$LOGS/bands-$topic-$op.txt"
     fnb_log "$topic $op bands (first last iters warmup): $(tr '\n' ';' <"$LOGS/bands-$topic-$op.txt")"
+    last_rep=0
     for rep in $(seq "$REPS"); do
+      rep_start=$SECONDS
+      if [ -n "$BUDGET" ] && [ "$rep" -gt 2 ] &&
+         [ $((SECONDS - UNIT_START + last_rep)) -gt "$UNIT_SHARE" ]; then
+        echo "$topic $op: $((rep - 1)) of $REPS repetitions (its share of --budget $BUDGET was ${UNIT_SHARE} s)" >>"$OUTDIR/budget.txt"
+        fnb_log "$topic $op: stopped after $((rep - 1)) repetitions (budget)"
+        break
+      fi
       for config in $(fnb_rotate "$rep" "${CONFIGS[@]}"); do
         b=0
         while read -r first last iters warm; do
@@ -298,7 +343,8 @@ for topic in "${TOPIC_LIST[@]}"; do
           [ $rc -eq 0 ] || { failed=1; fnb_log "$topic $op rep $rep $config band $b: exit $rc"; }
         done <"$LOGS/bands-$topic-$op.txt"
       done
-      fnb_log "$topic $op rep $rep done"
+      last_rep=$((SECONDS - rep_start))
+      fnb_log "$topic $op rep $rep done (${last_rep} s)"
     done
   done
 done

@@ -67,10 +67,14 @@ def interval(ratios, rng):
     return meds[int(0.025 * BOOT)], meds[int(0.975 * BOOT) - 1]
 
 
-def verdict(med, lo, hi):
+MIN_REPS = 5  # fewer repetitions than this: the row says so
+
+
+def verdict(med, lo, hi, n):
+    few = f" [{n} reps]" if n < MIN_REPS else ""
     if lo <= 1.0 <= hi:
-        return "level"
-    return f"{med:.2f}x ({lo:.2f}-{hi:.2f})"
+        return "level" + few
+    return f"{med:.2f}x ({lo:.2f}-{hi:.2f})" + few
 
 
 def main():
@@ -114,7 +118,7 @@ def main():
                     "topic": name, "op": op, "size": size, "ferry": ferry, "against": base,
                     "reps": n, "ferry_busbw": round(statistics.median(mine.values()), 3),
                     "against_busbw": round(base_bw, 3), "ratio": round(med, 4),
-                    "lo": round(lo, 4), "hi": round(hi, 4), "verdict": verdict(med, lo, hi),
+                    "lo": round(lo, 4), "hi": round(hi, 4), "verdict": verdict(med, lo, hi, n),
                 })
     with open(os.path.join(d, "summary.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(out[0].keys()) if out else ["topic"])
@@ -130,8 +134,8 @@ def row_text(items):
     i = 0
     while i < len(items):
         j = i
-        if items[i]["verdict"] == "level":
-            while j + 1 < len(items) and items[j + 1]["verdict"] == "level":
+        if items[i]["verdict"].startswith("level"):
+            while j + 1 < len(items) and items[j + 1]["verdict"] == items[i]["verdict"]:
                 j += 1
         span = human(items[i]["size"]) if i == j else f"{human(items[i]['size'])}-{human(items[j]['size'])}"
         parts.append(f"{span} {items[i]['verdict']}")
@@ -170,6 +174,12 @@ def write_readme(d, topics, out, env, versions):
                              f"{o['against_busbw']:.2f} | {o['ratio']:.3f} | {o['lo']:.3f}-{o['hi']:.3f} | "
                              f"{o['reps']} | {o['verdict']} |")
             lines.append("")
+    budget = os.path.join(d, "budget.txt")
+    if os.path.exists(budget):
+        lines.append("## Cut short by --budget")
+        lines.append("")
+        lines.extend(f"- {line.strip()}" for line in open(budget) if line.strip())
+        lines.append("")
     lines.append("## Method")
     lines.append("")
     lines.append("See the header of `bench/regenerate.sh`: a calibration run sets the iterations "
