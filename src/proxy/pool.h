@@ -29,6 +29,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/api.h"
 
@@ -125,6 +126,11 @@ void ferry_px_pool_kick_all(ferry_px_pool_client_t *client);
 int ferry_px_pool_sleeping(const ferry_px_pool_client_t *client, int slot);
 /* The process' posting CPU moved (place_away): cheap when it did not. */
 void ferry_px_pool_note_caller(int cpu);
+
+/* The shared pool's threads and their figures, once per dump (nothing if none runs). */
+void ferry_px_pool_dump(FILE *out);
+/* The same for a given pool (tests' private pools). */
+void ferry_px_pool_dump_threads(FILE *out, struct ferry_px_pool *pool);
 
 /* Threads the running pool has (0: none runs). */
 int ferry_px_pool_size(void);

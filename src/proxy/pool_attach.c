@@ -355,6 +355,14 @@ int ferry_px_pool_size(void)
     return n;
 }
 
+void ferry_px_pool_dump(FILE *out)
+{
+    pthread_mutex_lock(&ferry_px_pool_shared_lock);
+    if (ferry_px_pool_shared != NULL)
+        ferry_px_pool_dump_threads(out, ferry_px_pool_shared);
+    pthread_mutex_unlock(&ferry_px_pool_shared_lock);
+}
+
 int ferry_px_pool_thread_stats(const ferry_px_pool_client_t *client, int slot,
                                ferry_px_pool_stats_t *out, int *index_p, int *placed_for_p)
 {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "proxy/pool.h"
 #include "proxy/registry.h"
 
 /* Milliseconds since then; a request posted after the dump took "now" reads 0. */
@@ -146,6 +147,7 @@ int ferry_px_registry_dump(FILE *out)
     fclose(ctx.out);
     fprintf(out, "NET/ferry : dump of %d live comm(s)\n%s", n, body != NULL ? body : "");
     free(body);
+    ferry_px_pool_dump(out);
     fflush(out);
     return n;
 }

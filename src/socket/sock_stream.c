@@ -182,14 +182,11 @@ static void ferry_sock_stream_note_small(ferry_sock_stream_t *comm)
         atomic_store_explicit(&comm->small_post_ns, ferry_px_now_ns(), memory_order_relaxed);
 }
 
-long ferry_sock_stream_progress_lane(ferry_sock_stream_t *comm, int lane, short revents)
+/* The lane is ours (lane_busy): move it, then let go and hand it to a pool thread that missed it. */
+static long ferry_sock_stream_progress_held(ferry_sock_stream_t *comm, int lane, short revents)
 {
-    int expected = 0;
     long work;
 
-    if (!atomic_compare_exchange_strong_explicit(&comm->lane_busy[lane], &expected, 1,
-                                                 memory_order_acquire, memory_order_relaxed))
-        return 0;
     /* A failed comm moves no more bytes, but held-back completions still come due. */
     work = atomic_load_explicit(&comm->ring.failed, memory_order_relaxed) == 0
                ? comm->ops->progress(comm, lane, revents)
@@ -199,8 +196,47 @@ long ferry_sock_stream_progress_lane(ferry_sock_stream_t *comm, int lane, short 
         work += comm->ops->retire(comm, lane);
     if (comm->defer != NULL)
         work += ferry_sock_stream_defer_retire(comm, lane);
-    atomic_store_explicit(&comm->lane_busy[lane], 0, memory_order_release);
+    /*
+     * seq_cst with the pool's missed-then-retry (progress_lane_pool): either
+     * its retry finds the lane free, or this exchange finds its mark.
+     */
+    atomic_store_explicit(&comm->lane_busy[lane], 0, memory_order_seq_cst);
+    if (atomic_load_explicit(&comm->lane_missed[lane], memory_order_seq_cst) &&
+        atomic_exchange_explicit(&comm->lane_missed[lane], 0, memory_order_seq_cst) &&
+        comm->pool.pool != NULL && comm->pool.nthreads > 0)
+        ferry_px_pool_kick(&comm->pool, lane % comm->pool.nthreads);
     return work;
+}
+
+static int ferry_sock_stream_take_lane(ferry_sock_stream_t *comm, int lane)
+{
+    int expected = 0;
+
+    return atomic_compare_exchange_strong_explicit(&comm->lane_busy[lane], &expected, 1,
+                                                   memory_order_seq_cst, memory_order_seq_cst);
+}
+
+long ferry_sock_stream_progress_lane(ferry_sock_stream_t *comm, int lane, short revents)
+{
+    if (!ferry_sock_stream_take_lane(comm, lane))
+        return 0;
+    return ferry_sock_stream_progress_held(comm, lane, revents);
+}
+
+long ferry_sock_stream_progress_lane_pool(ferry_sock_stream_t *comm, int lane, short revents)
+{
+    if (!ferry_sock_stream_take_lane(comm, lane)) {
+        atomic_store_explicit(&comm->lane_missed[lane], 1, memory_order_seq_cst);
+        if (!ferry_sock_stream_take_lane(comm, lane))
+            return 0; /* The holder's release will see the mark and kick. */
+    }
+    atomic_store_explicit(&comm->lane_missed[lane], 0, memory_order_relaxed);
+    return ferry_sock_stream_progress_held(comm, lane, revents);
+}
+
+int ferry_sock_stream_lane_missed(const ferry_sock_stream_t *comm, int lane)
+{
+    return atomic_load_explicit(&comm->lane_missed[lane], memory_order_relaxed);
 }
 
 void ferry_sock_stream_assist(ferry_sock_stream_t *comm)

@@ -102,6 +102,12 @@ typedef struct ferry_sock_stream {
      * backend's lane state from one thread to the next.
      */
     _Atomic int           lane_busy[FERRY_SOCK_STREAM_MAX_LANES];
+    /*
+     * 1 when a pool thread found the lane busy: it stops waiting on the
+     * lane's fd (level-triggered, it would fire again at once and spin while
+     * NCCL's thread copies a chunk) and the holder kicks it on release.
+     */
+    _Atomic int           lane_missed[FERRY_SOCK_STREAM_MAX_LANES];
     size_t                assist_max;    /* Messages up to this size are sent by the posting thread. */
     size_t                assist_test_max; /* test() moves lane 0 for messages up to this size. */
     size_t                solo_max;      /* ...and up to this size while the comm is alone (stream.c). */
@@ -188,6 +194,14 @@ void ferry_sock_stream_assist(ferry_sock_stream_t *comm);
  * already polling for. Returns the ns left of that hold (0: the pool's).
  */
 uint64_t ferry_sock_stream_lane0_held_ns(const ferry_sock_stream_t *comm, uint64_t now);
+/*
+ * The pool's way into a lane: as ferry_sock_stream_progress_lane, but a lane
+ * held by another thread is marked missed, and its holder hands it back with
+ * a kick when it lets go (ferry_sock_stream_lane_missed says whether to wait).
+ */
+long ferry_sock_stream_progress_lane_pool(ferry_sock_stream_t *comm, int lane, short revents);
+/* 1 while a pool thread waits for the lane's holder to hand it back. */
+int ferry_sock_stream_lane_missed(const ferry_sock_stream_t *comm, int lane);
 /* Have every pool thread of the comm look at its lanes (failure, stop). */
 void ferry_sock_stream_kick(ferry_sock_stream_t *comm);
 /*

@@ -1,6 +1,6 @@
 /*
  * The stream scheduler's part of a dump and of a stall warning: each lane's
- * state and figures, the pool threads that serve it and their wake-ups.
+ * state and figures, the pool threads that serve it and its kicks.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -8,15 +8,16 @@
 #include "socket/sock_stream.h"
 
 /*
- * The pool threads that serve the comm (shared with other comms, so their
- * figures are the threads', not this comm's): how often they turned, slept
- * and what woke them, and the wake-ups per chunk this comm moved.
+ * The pool threads that serve the comm: named here, their figures in the
+ * pool's section of the dump (they are shared with other comms). What is
+ * this comm's own: its chunks and the kicks its posts sent.
  */
 static void ferry_sock_stream_dump_threads(FILE *out, const ferry_sock_stream_t *comm)
 {
-    uint64_t chunks = 0, sleeps = 0;
+    uint64_t chunks = 0;
+    char names[256];
+    int i, n = 0, index, placed_for;
     ferry_px_pool_stats_t st;
-    int i, index, placed_for;
 
     if (comm->nthreads == 0) {
         fprintf(out, "NET/ferry :     no helper threads: NCCL's thread moves every lane\n");
@@ -24,33 +25,14 @@ static void ferry_sock_stream_dump_threads(FILE *out, const ferry_sock_stream_t 
     }
     for (i = 0; i < comm->nlanes; i++)
         chunks += atomic_load_explicit(&comm->lanes[i].chunks, memory_order_relaxed);
-    for (i = 0; i < comm->pool.nthreads; i++) {
-        uint64_t slept;
-        char placed[96] = "";
-
-        if (!ferry_px_pool_thread_stats(&comm->pool, i, &st, &index, &placed_for))
-            continue;
-        slept = atomic_load_explicit(&st.sleeps, memory_order_relaxed);
-        sleeps += slept;
-        if (comm->place_away)
-            snprintf(placed, sizeof(placed), "; kept off the posting CPU, moved %" PRIu64
-                     " times, last off CPU %d",
-                     (uint64_t)atomic_load_explicit(&st.placed, memory_order_relaxed), placed_for);
-        fprintf(out, "NET/ferry :     thread %d (ferry-pool-%d, of the process' %d): %" PRIu64
-                " sweeps (%" PRIu64 " found nothing, %" PRIu64 " over every lane), slept %" PRIu64
-                " times: woken %" PRIu64 " by posts, %" PRIu64 " by its streams, %" PRIu64
-                " by the timer%s\n",
-                i, index, ferry_px_pool_size(),
-                (uint64_t)atomic_load_explicit(&st.sweeps, memory_order_relaxed),
-                (uint64_t)atomic_load_explicit(&st.idle_sweeps, memory_order_relaxed),
-                (uint64_t)atomic_load_explicit(&st.full_sweeps, memory_order_relaxed), slept,
-                (uint64_t)atomic_load_explicit(&st.woken_post, memory_order_relaxed),
-                (uint64_t)atomic_load_explicit(&st.woken_io, memory_order_relaxed),
-                (uint64_t)atomic_load_explicit(&st.woken_timer, memory_order_relaxed), placed);
-    }
-    fprintf(out, "NET/ferry :     helper wake-ups: %" PRIu64 " (of threads shared with other "
-            "comms) for %" PRIu64 " chunks (%.2f per chunk), %" PRIu64 " of them kicks by this "
-            "comm's posts\n", sleeps, chunks, chunks > 0 ? (double)sleeps / (double)chunks : 0.0,
+    names[0] = '\0';
+    for (i = 0; i < comm->pool.nthreads && n >= 0 && (size_t)n < sizeof(names); i++)
+        if (ferry_px_pool_thread_stats(&comm->pool, i, &st, &index, &placed_for))
+            n += snprintf(names + n, sizeof(names) - (size_t)n, "%sferry-pool-%d",
+                          n > 0 ? ", " : "", index);
+    fprintf(out, "NET/ferry :     served by %s (of the process' %d; their figures under "
+            "\"helper pool\"): %" PRIu64 " chunks, %" PRIu64 " helper wake-ups by this comm's "
+            "posts\n", names[0] != '\0' ? names : "no pool thread", ferry_px_pool_size(), chunks,
             (uint64_t)atomic_load_explicit(&comm->pool.wakes_sent, memory_order_relaxed));
 }
 

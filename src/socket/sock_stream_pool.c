@@ -27,7 +27,7 @@ static long ferry_sock_stream_unit_progress(void *ctx, int lane, short revents)
         return 0;
     if (lane == 0 && ferry_sock_stream_lane0_held_ns(comm, ferry_px_now_ns()) > 0)
         return 0;
-    return ferry_sock_stream_progress_lane(comm, lane, revents);
+    return ferry_sock_stream_progress_lane_pool(comm, lane, revents);
 }
 
 static short ferry_sock_stream_unit_wants(void *ctx, int lane, int *fd_p)
@@ -40,6 +40,9 @@ static short ferry_sock_stream_unit_wants(void *ctx, int lane, int *fd_p)
         atomic_load_explicit(&comm->ring.failed, memory_order_relaxed))
         return 0;
     if (lane == 0 && ferry_sock_stream_lane0_held_ns(comm, ferry_px_now_ns()) > 0)
+        return 0;
+    /* Held by another thread: its release kicks this one (sock_stream.c). */
+    if (ferry_sock_stream_lane_missed(comm, lane))
         return 0;
     return comm->ops->wants(comm, lane, fd_p);
 }

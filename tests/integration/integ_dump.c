@@ -297,7 +297,9 @@ int main(int argc, char **argv)
               dump_contains_ci(text, "bytes"), "the dump shows no request counters");
     /* Helper threads and their wake-ups, or who moves the lanes without them (one CPU). */
     FIT_CHECK(receiver_driven ||
-              (strstr(text, "thread 0 (ferry-") != NULL && strstr(text, "helper wake-ups:") != NULL) ||
+              (strstr(text, "served by ferry-pool-") != NULL &&
+               strstr(text, "helper wake-ups by this comm's posts") != NULL &&
+               strstr(text, "helper pool: ") != NULL && strstr(text, "  ferry-pool-0: ") != NULL) ||
               strstr(text, "no helper threads: NCCL's thread moves every lane") != NULL,
               "the dump shows neither helper threads with their wake-ups nor their absence");
     snprintf(comm_str, sizeof(comm_str), "%p", a.recv_comm);

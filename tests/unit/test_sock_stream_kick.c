@@ -16,6 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <cmocka.h>
 
 #include "socket/sock_stream.h"
@@ -180,6 +183,107 @@ static void test_recv_post_wakes_only_matching_parked_lane(void **state)
 }
 
 /*
+ * A lane held by another thread (NCCL's thread copying a chunk in test())
+ * while its socket is readable: the pool thread that finds it busy must not
+ * wait on the fd again (level-triggered, it fires at once: a spinning
+ * thread), and must get the lane back from the holder when it lets go.
+ */
+static int held_fd = -1;
+static _Atomic int held_release;
+static _Atomic int held_inside;
+static _Atomic size_t held_read;
+static pthread_t held_holder;
+
+static long held_progress(ferry_sock_stream_t *comm, int lane, short revents)
+{
+    char buf[256];
+    ssize_t n;
+    int i;
+
+    (void)comm;
+    (void)revents;
+    if (lane != 1)
+        return 0;
+    if (pthread_equal(pthread_self(), held_holder)) {
+        atomic_store(&held_inside, 1);
+        for (i = 0; i < 5000 && !atomic_load(&held_release); i++)
+            sleep_ms(1);
+        return 0; /* The holder leaves the bytes to the pool. */
+    }
+    n = read(held_fd, buf, sizeof(buf));
+    if (n <= 0)
+        return 0;
+    atomic_fetch_add(&held_read, (size_t)n);
+    return n;
+}
+
+static short held_wants(ferry_sock_stream_t *comm, int lane, int *fd_p)
+{
+    (void)comm;
+    *fd_p = lane == 1 ? held_fd : -1;
+    return lane == 1 ? POLLIN : 0;
+}
+
+static const ferry_sock_stream_lane_ops_t held_ops = {.progress = held_progress, .wants = held_wants};
+
+static void *held_holder_main(void *arg)
+{
+    ferry_sock_stream_progress_lane(arg, 1, 0);
+    return NULL;
+}
+
+static void test_busy_lane_no_spin_and_handed_back(void **state)
+{
+    ferry_sock_stream_t *c = calloc(1, sizeof(*c));
+    ferry_px_pool_stats_t st;
+    uint64_t idle0, idle1;
+    char data[100];
+    int sv[2], i;
+
+    (void)state;
+    assert_non_null(c);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    held_fd = sv[0];
+    atomic_store(&held_release, 0);
+    atomic_store(&held_inside, 0);
+    atomic_store(&held_read, 0);
+    assert_int_equal(ferry_sock_stream_init(c, FERRY_PX_RECV, "test", "10.0.0.3:1", 2, 2, 64 << 10,
+                                        1 << 20, &held_ops, &test_ring_ops), FERRY_OK);
+    assert_int_equal(ferry_sock_stream_start(c), FERRY_OK);
+    wait_all_asleep(c);
+
+    /* Another thread takes lane 1 and stays inside its progress. */
+    assert_int_equal(pthread_create(&held_holder, NULL, held_holder_main, c), 0);
+    for (i = 0; i < 5000 && !atomic_load(&held_inside); i++)
+        sleep_ms(1);
+    assert_true(atomic_load(&held_inside));
+    st = stats_of(c, 1);
+    idle0 = atomic_load(&st.idle_sweeps);
+    memset(data, 0x5a, sizeof(data));
+    assert_int_equal(write(sv[1], data, sizeof(data)), (ssize_t)sizeof(data));
+    sleep_ms(100);
+    st = stats_of(c, 1);
+    idle1 = atomic_load(&st.idle_sweeps);
+    printf("  lane held 100 ms with its socket readable: %llu idle sweeps of its pool thread\n",
+           (unsigned long long)(idle1 - idle0));
+    /* One wake to find it busy, maybe the safety timeout; a spin makes thousands. */
+    assert_true(idle1 - idle0 <= 5);
+    assert_int_equal(atomic_load(&held_read), 0);
+
+    /* The holder lets go: its release kicks the pool thread, which reads the bytes. */
+    atomic_store(&held_release, 1);
+    assert_int_equal(pthread_join(held_holder, NULL), 0);
+    for (i = 0; i < 5000 && atomic_load(&held_read) < sizeof(data); i++)
+        sleep_ms(1);
+    assert_int_equal(atomic_load(&held_read), sizeof(data));
+
+    ferry_sock_stream_stop(c);
+    free(c);
+    close(sv[0]);
+    close(sv[1]);
+}
+
+/*
  * A send post wakes one sleeping worker per chunk, no more; the counters add
  * up (every sleep ended by one cause) and the dump shows them per thread with
  * the wake-ups per chunk.
@@ -221,13 +325,20 @@ static void test_send_post_wakes_one_per_chunk_and_dump(void **state)
     }
 
     dump_text(&text);
-    assert_non_null(strstr(text, "thread 0 (ferry-pool-"));
-    assert_non_null(strstr(text, "thread 3 (ferry-pool-"));
-    assert_non_null(strstr(text, "of the process' 4)"));
-    assert_non_null(strstr(text, "helper wake-ups:"));
-    snprintf(want, sizeof(want), "%llu of them kicks by this comm's posts",
+    /* The comm names its 4 threads; the pool's section, once, gives their figures. */
+    assert_non_null(strstr(text, "served by ferry-pool-"));
+    assert_non_null(strstr(text, "(of the process' 4; their figures under \"helper pool\")"));
+    snprintf(want, sizeof(want), "%llu helper wake-ups by this comm's posts",
              (unsigned long long)(sent0 + 2));
     assert_non_null(strstr(text, want));
+    assert_non_null(strstr(text, "helper pool: 4 thread(s), shared by every comm of the process"));
+    for (i = 0; i < 4; i++) {
+        char line[64];
+
+        snprintf(line, sizeof(line), "  ferry-pool-%d: ", i);
+        assert_non_null(strstr(text, line));
+        assert_null(strstr(strstr(text, line) + 1, line)); /* Once per dump. */
+    }
     free(text);
 
     ferry_sock_stream_stop(c);
@@ -434,6 +545,7 @@ int main(void)
         cmocka_unit_test(test_dump_without_helpers),
         cmocka_unit_test(test_message_timeline),
         cmocka_unit_test(test_place_away_follows_posting_cpu),
+        cmocka_unit_test(test_busy_lane_no_spin_and_handed_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
