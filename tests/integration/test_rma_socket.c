@@ -1,0 +1,600 @@
+/*
+ * ferry's RMA plugin (ncclRmaPlugin_v14 / _v13) over the socket backend,
+ * driven as NCCL's RMA proxy drives it: forked ranks, listen handles
+ * all-gathered through shared memory, connect(handles[], nranks, rank),
+ * createContext, collective regMrSym, then one-sided operations checked
+ * byte for byte, with the targets moving only through rmaProgress/test.
+ *
+ * Cases (--case):
+ *   data      v14, 3 ranks: iputSignal (ADD and signal-only INC) to the next
+ *             rank, data checked the moment the signal is seen; iget from the
+ *             next rank; iput + iflush to the rank after, checked after the
+ *             flush; 8 B .. 64 MiB; test() of a finished request; then one
+ *             rank closes first and the others see no error.
+ *   v13       the same over ncclRmaPlugin_v13 (GIN v13 layout), smaller sizes.
+ *   misuse    rank out of range, a put beyond the target's region refused at
+ *             the source (return code and text), a bad signal op, a foreign
+ *             handle to test(); then with the source check off (test knob
+ *             FERRY_TEST_RMA_NO_SOURCE_CHECK) the target refuses it: the
+ *             request fails, both sides WARN, nothing is written, and the
+ *             group keeps working.
+ *   killed    rank 2 is SIGKILLed: ranks 0 and 1 see queryLastError report it
+ *             within a bound, and a put to it fails instead of hanging.
+ *   ib        NCCL_FERRY_BACKEND=ib (fakeibv): init refuses with a message
+ *             naming the backend and what to set; devices() says 0.
+ */
+#include <dlfcn.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "nccl/rma.h"
+
+#define NRANKS      3
+#define MAX_SIZE    (64u << 20)
+#define PLAIN_OFF   MAX_SIZE           /* Where plain iput + iflush land in the window. */
+#define PLAIN_SIZE  (1u << 20)
+#define WIN_SIZE    (MAX_SIZE + PLAIN_SIZE)
+#define GUARD       4096               /* Bytes after the window that nothing may touch. */
+#define NSIG_WORDS  (2 * NRANKS)       /* ADD words by source, then INC words by source. */
+#define WAIT_S      15.0
+
+/* Shared between the forked ranks: handles and a barrier per step. */
+typedef struct shared {
+    char        handles[NRANKS][NCCL_NET_HANDLE_MAXSIZE];
+    _Atomic int arrived[64];
+    _Atomic int ready_to_die;
+} shared_t;
+
+static shared_t *sh;
+static int my_rank;
+static int use_v13;
+static const ncclRma_v14_t *v14;
+static const ncclRma_v13_t *v13;
+static void *rctx; /* RMA context, once created: barrier waits move it. */
+
+/* ---- the two ABI versions behind one set of calls ---------------------------------- */
+
+static ncclResult_t rma_init(void **ctx)
+{
+    return use_v13 ? v13->init(ctx, 0xfe44, fit_logger) : v14->init(ctx, 0xfe44, fit_logger);
+}
+
+static ncclResult_t rma_create(void *coll, void **ctx)
+{
+    if (use_v13) {
+        ncclGinConfig_v13_t cfg = { .nContexts = 1, .trafficClass = -1 };
+        ncclNetDeviceHandle_v11_t *dev = (void *)1;
+        ncclResult_t rc = v13->createContext(coll, &cfg, ctx, &dev);
+
+        FIT_CHECK(rc != ncclSuccess || dev == NULL, "v13 createContext left a device handle");
+        return rc;
+    }
+    ncclRmaConfig_v14_t cfg = { .nContexts = 1, .trafficClass = -1, .rankStride = 1 };
+    return v14->createContext(coll, &cfg, ctx);
+}
+
+static ncclResult_t rma_reg(void *coll, void *data, size_t size, uint64_t flags, void **mh)
+{
+    if (use_v13) {
+        void *gin = NULL;
+        ncclResult_t rc = v13->regMrSym(coll, data, size, NCCL_PTR_HOST, flags, mh, &gin);
+
+        FIT_CHECK(rc != ncclSuccess || gin != NULL, "v13 regMrSym gave no GIN handle");
+        return rc;
+    }
+    return v14->regMrSym(coll, data, size, NCCL_PTR_HOST, flags, mh);
+}
+
+static ncclResult_t rma_iput(uint64_t soff, void *smh, size_t size, uint64_t doff, void *dmh,
+                             uint32_t rank, void **req)
+{
+    return use_v13 ? v13->iput(rctx, 0, soff, smh, size, doff, dmh, rank, req)
+                   : v14->iput(rctx, 0, soff, smh, size, doff, dmh, rank, req);
+}
+
+static ncclResult_t rma_iput_signal(uint64_t soff, void *smh, size_t size, uint64_t doff,
+                                    void *dmh, uint32_t rank, uint64_t sig_off, void *sig_mh,
+                                    uint64_t value, uint32_t op, void **req)
+{
+    return use_v13 ? v13->iputSignal(rctx, 0, soff, smh, size, doff, dmh, rank, sig_off, sig_mh,
+                                     value, op, req)
+                   : v14->iputSignal(rctx, 0, soff, smh, size, doff, dmh, rank, sig_off, sig_mh,
+                                     value, op, true, req);
+}
+
+static ncclResult_t rma_iget(uint64_t roff, void *rmh, size_t size, uint64_t loff, void *lmh,
+                             uint32_t rank, void **req)
+{
+    return use_v13 ? v13->iget(rctx, 0, roff, rmh, size, loff, lmh, rank, req)
+                   : v14->iget(rctx, 0, roff, rmh, size, loff, lmh, rank, req);
+}
+
+static ncclResult_t rma_iflush(void *mh, uint32_t rank, void **req)
+{
+    return use_v13 ? v13->iflush(rctx, 0, mh, rank, req) : v14->iflush(rctx, 0, mh, rank, req);
+}
+
+static ncclResult_t rma_test(void *coll, void *req, int *done)
+{
+    return use_v13 ? v13->test(coll, req, done) : v14->test(coll, req, done);
+}
+
+static void rma_progress(void)
+{
+    if (rctx != NULL)
+        FIT_NCCL(use_v13 ? v13->ginProgress(rctx) : v14->rmaProgress(rctx));
+}
+
+static int rma_has_error(void)
+{
+    bool err = false;
+
+    FIT_NCCL(use_v13 ? v13->queryLastError(rctx, &err) : v14->queryLastError(rctx, &err));
+    return err;
+}
+
+/* ---- helpers ---------------------------------------------------------------------- */
+
+/* All ranks reach step k; the waiting keeps this rank's RMA moving (peers may need answers). */
+static void barrier(int k)
+{
+    double end = fit_now() + WAIT_S * fit_time_scale();
+
+    atomic_fetch_add(&sh->arrived[k], 1);
+    while (atomic_load(&sh->arrived[k]) < NRANKS) {
+        FIT_CHECK(fit_now() < end, "barrier %d: %d of %d ranks in %.0f s", k,
+                  atomic_load(&sh->arrived[k]), NRANKS, WAIT_S);
+        rma_progress();
+        usleep(100);
+    }
+}
+
+static unsigned char pat(int src, int round, size_t i)
+{
+    return (unsigned char)(i * 131u + (size_t)src * 17u + (size_t)round * 29u + 7u);
+}
+
+static void fill(unsigned char *buf, size_t n, int src, int round)
+{
+    for (size_t i = 0; i < n; i++)
+        buf[i] = pat(src, round, i);
+}
+
+static void check_bytes(const unsigned char *buf, size_t n, int src, int round, const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        FIT_CHECK(buf[i] == pat(src, round, i), "%s: byte %zu of %zu is 0x%02x, expected 0x%02x "
+                  "(source rank %d, round %d)", what, i, n, buf[i], pat(src, round, i), src,
+                  round);
+}
+
+/* test() until done; returns its last result (success expected unless want_err). */
+static ncclResult_t wait_req(void *coll, void *req, const char *what)
+{
+    double end = fit_now() + WAIT_S * fit_time_scale();
+    int done = 0;
+
+    FIT_CHECK(req != NULL, "%s: no request", what);
+    for (long i = 0; !done; i++) {
+        ncclResult_t rc = rma_test(coll, req, &done);
+
+        if (rc != ncclSuccess)
+            return rc;
+        FIT_CHECK(fit_now() < end, "%s: not done after %.0f s", what, WAIT_S);
+        if (!done && i % 64 == 63)
+            usleep(50);
+    }
+    return ncclSuccess;
+}
+
+static void wait_word(volatile uint64_t *w, uint64_t want, const char *what)
+{
+    double end = fit_now() + WAIT_S * fit_time_scale();
+
+    while (__atomic_load_n(w, __ATOMIC_ACQUIRE) != want) {
+        FIT_CHECK(fit_now() < end, "%s: signal word is %llu, want %llu after %.0f s", what,
+                  (unsigned long long)*w, (unsigned long long)want, WAIT_S);
+        rma_progress();
+    }
+}
+
+/* ---- one rank ------------------------------------------------------------------------ */
+
+typedef struct rank_state {
+    void          *ctx, *coll;
+    unsigned char *src, *win;
+    uint64_t      *sig;
+    void          *src_mh, *win_mh, *sig_mh;
+} rank_state_t;
+
+static void rank_setup(rank_state_t *s, int step0)
+{
+    void *lc;
+    void *handles[NRANKS];
+    ncclNetProperties_v12_t props;
+    int ndev = 0;
+
+    FIT_NCCL(rma_init(&s->ctx));
+    FIT_NCCL(use_v13 ? v13->devices(&ndev) : v14->devices(&ndev));
+    FIT_CHECK(ndev >= 1, "devices() = %d", ndev);
+    FIT_NCCL(use_v13 ? v13->getProperties(0, &props) : v14->getProperties(0, &props));
+    FIT_CHECK(props.netDeviceType == NCCL_NET_DEVICE_GIN_PROXY, "netDeviceType %d",
+              (int)props.netDeviceType);
+    FIT_CHECK(props.ptrSupport == NCCL_PTR_HOST && props.maxRecvs == 1,
+              "ptrSupport %d maxRecvs %d", props.ptrSupport, props.maxRecvs);
+    FIT_NCCL(use_v13 ? v13->listen(s->ctx, 0, sh->handles[my_rank], &lc)
+                     : v14->listen(s->ctx, 0, sh->handles[my_rank], &lc));
+    barrier(step0);
+    for (int r = 0; r < NRANKS; r++)
+        handles[r] = sh->handles[r];
+    FIT_NCCL(use_v13 ? v13->connect(s->ctx, handles, NRANKS, my_rank, lc, &s->coll)
+                     : v14->connect(s->ctx, handles, NRANKS, my_rank, lc, &s->coll));
+    FIT_NCCL(use_v13 ? v13->closeListen(lc) : v14->closeListen(lc));
+    FIT_NCCL(rma_create(s->coll, &rctx));
+    s->src = malloc(MAX_SIZE);
+    s->win = malloc(WIN_SIZE + GUARD);
+    s->sig = calloc(NSIG_WORDS, sizeof(uint64_t));
+    FIT_CHECK(s->src != NULL && s->win != NULL && s->sig != NULL, "allocation");
+    memset(s->win, 0xee, WIN_SIZE + GUARD);
+    /* Collective, same order everywhere: source, window, signals. */
+    FIT_NCCL(rma_reg(s->coll, s->src, MAX_SIZE, 0, &s->src_mh));
+    FIT_NCCL(rma_reg(s->coll, s->win, WIN_SIZE, 0, &s->win_mh));
+    FIT_NCCL(rma_reg(s->coll, s->sig, NSIG_WORDS * sizeof(uint64_t),
+                     NCCL_NET_MR_FLAG_SIGNAL_NEVER_RESET, &s->sig_mh));
+}
+
+static void rank_teardown(rank_state_t *s)
+{
+    const int dereg_first = my_rank != 0; /* Close order differs across ranks on purpose. */
+
+    if (dereg_first) {
+        FIT_NCCL(use_v13 ? v13->deregMrSym(s->coll, s->src_mh) : v14->deregMrSym(s->coll, s->src_mh));
+        FIT_NCCL(use_v13 ? v13->deregMrSym(s->coll, s->win_mh) : v14->deregMrSym(s->coll, s->win_mh));
+        FIT_NCCL(use_v13 ? v13->deregMrSym(s->coll, s->sig_mh) : v14->deregMrSym(s->coll, s->sig_mh));
+    }
+    FIT_NCCL(use_v13 ? v13->destroyContext(rctx) : v14->destroyContext(rctx));
+    rctx = NULL;
+    FIT_NCCL(use_v13 ? v13->closeColl(s->coll) : v14->closeColl(s->coll));
+    FIT_NCCL(use_v13 ? v13->finalize(s->ctx) : v14->finalize(s->ctx));
+    free(s->src);
+    free(s->win);
+    free(s->sig);
+}
+
+static void round_trip(rank_state_t *s, int round, size_t size, int step)
+{
+    int next = (my_rank + 1) % NRANKS, prev = (my_rank + NRANKS - 1) % NRANKS;
+    int far = (my_rank + 2) % NRANKS, from_far = (my_rank + NRANKS - 2) % NRANKS;
+    size_t plain = size < PLAIN_SIZE ? size : PLAIN_SIZE;
+    uint64_t add = (uint64_t)(round + 1) * 1000u + (uint64_t)my_rank;
+    uint64_t want_add = 0;
+    void *req = NULL;
+    double t0, t_put, t_get;
+    int done = 0;
+
+    for (int k = 0; k <= round; k++)
+        want_add += (uint64_t)(k + 1) * 1000u + (uint64_t)prev;
+    fill(s->src, size, my_rank, round);
+    /* Put with ADD signal to the next rank; its data must be there once the signal is. */
+    t0 = fit_now();
+    FIT_NCCL(rma_iput_signal(0, s->src_mh, size, 0, s->win_mh, (uint32_t)next,
+                             8u * (uint64_t)my_rank, s->sig_mh, add, NCCL_NET_SIGNAL_OP_ADD,
+                             &req));
+    FIT_NCCL(wait_req(s->coll, req, "iputSignal"));
+    if (round == 0) {
+        /* A finished request is no request any more. */
+        fit_log_expect("must be tested until it reports done");
+        FIT_CHECK(rma_test(s->coll, req, &done) == ncclInvalidUsage && !done,
+                  "test() of a finished request did not say ncclInvalidUsage");
+        FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "RMA test(", "must be tested until it "
+                               "reports done", NULL, NULL, 0) >= 0, "no WARN for the finished "
+                  "request");
+    }
+    wait_word(&s->sig[prev], want_add, "ADD signal");
+    check_bytes(s->win, size, prev, round, "iputSignal payload at the signal");
+    t_put = fit_now() - t0;
+    /* Signal only (no payload), INC: the word counts rounds. */
+    FIT_NCCL(rma_iput_signal(0, NULL, 0, 0, NULL, (uint32_t)next,
+                             8u * (uint64_t)(NRANKS + my_rank), s->sig_mh, 12345,
+                             NCCL_NET_SIGNAL_OP_INC, &req));
+    FIT_NCCL(wait_req(s->coll, req, "signal-only iputSignal"));
+    wait_word(&s->sig[NRANKS + prev], (uint64_t)round + 1, "INC signal");
+    barrier(step);
+    /* Get back from the next rank what we put there. */
+    memset(s->src, 0, size);
+    t0 = fit_now();
+    FIT_NCCL(rma_iget(0, s->win_mh, size, 0, s->src_mh, (uint32_t)next, &req));
+    FIT_NCCL(wait_req(s->coll, req, "iget"));
+    t_get = fit_now() - t0;
+    check_bytes(s->src, size, my_rank, round, "iget");
+    /* Plain put to the rank after next, then a flush: applied once the flush is done. */
+    fill(s->src, plain, my_rank, round + 100);
+    FIT_NCCL(rma_iput(0, s->src_mh, plain, PLAIN_OFF, s->win_mh, (uint32_t)far, &req));
+    FIT_NCCL(wait_req(s->coll, req, "iput"));
+    FIT_NCCL(rma_iflush(s->win_mh, (uint32_t)far, &req));
+    FIT_NCCL(wait_req(s->coll, req, "iflush"));
+    barrier(step + 1);
+    check_bytes(s->win + PLAIN_OFF, plain, from_far, round + 100, "iput after iflush");
+    for (size_t i = 0; i < GUARD; i++)
+        FIT_CHECK(s->win[WIN_SIZE + i] == 0xee, "guard byte %zu after the window written", i);
+    if (my_rank == 0)
+        printf("rank 0: %zu B: iputSignal+check %.4f s, iget %.4f s\n", size, t_put, t_get);
+    barrier(step + 2);
+}
+
+static void case_data(void)
+{
+    static const size_t sizes[] = { 8, 4096, (1u << 20) + 3, MAX_SIZE };
+    const int nsizes = use_v13 ? 2 : 4;
+    rank_state_t s;
+
+    memset(&s, 0, sizeof(s));
+    rank_setup(&s, 0);
+    for (int i = 0; i < nsizes; i++)
+        round_trip(&s, i, sizes[i + (use_v13 ? 1 : 0)], 1 + 3 * i);
+    if (my_rank == 0) {
+        /* Beyond the size rank 1 registered: refused here, before anything leaves. */
+        void *req = (void *)0x1;
+        char text[512];
+
+        fit_log_expect("registered as region");
+        FIT_CHECK(rma_iput(0, s.src_mh, 8192, WIN_SIZE - 4096, s.win_mh, 1, &req) ==
+                  ncclInvalidUsage && req == NULL, "an iput beyond rank 1's window was not "
+                  "refused with ncclInvalidUsage");
+        FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "offset 68153344 + size 8192 is beyond the "
+                               "68157440 bytes rank 1", "registered as region 1",
+                               "nothing was sent", text, sizeof(text)) >= 0,
+                  "no WARN naming the refused range");
+        printf("rank 0: source check said: %s\n", text);
+    }
+    /* Close order: rank 0 leaves first; the others keep progressing and see no error. */
+    if (my_rank == 0) {
+        rank_teardown(&s);
+        atomic_fetch_add(&sh->arrived[40], 1);
+    } else {
+        double end = fit_now() + WAIT_S;
+
+        while (atomic_load(&sh->arrived[40]) == 0) {
+            FIT_CHECK(fit_now() < end, "rank 0 did not close");
+            rma_progress();
+            usleep(100);
+        }
+        for (int i = 0; i < 200; i++) {
+            rma_progress();
+            usleep(500);
+        }
+        FIT_CHECK(!rma_has_error(), "queryLastError reports an error after rank 0 closed in "
+                  "order");
+        /* Ranks 1 and 2 leave together (rank 0 is gone: no barrier of three). */
+        atomic_fetch_add(&sh->arrived[41], 1);
+        end = fit_now() + WAIT_S;
+        while (atomic_load(&sh->arrived[41]) < NRANKS - 1) {
+            FIT_CHECK(fit_now() < end, "ranks 1 and 2 did not both reach the close");
+            rma_progress();
+            usleep(100);
+        }
+        rank_teardown(&s);
+    }
+    fit_log_check_clean("data case");
+}
+
+static void case_misuse(void)
+{
+    rank_state_t s;
+    void *req = (void *)0x1;
+    int done = 0, line;
+    char text[512];
+
+    /* The target's own check is what the second half is about. */
+    setenv("FERRY_TEST_RMA_NO_SOURCE_CHECK", "1", 1);
+    memset(&s, 0, sizeof(s));
+    rank_setup(&s, 0);
+    unsetenv("FERRY_TEST_RMA_NO_SOURCE_CHECK");
+    if (my_rank == 0) {
+        fit_log_expect("is out of range");
+        FIT_CHECK(rma_iput(0, s.src_mh, 8, 0, s.win_mh, NRANKS, &req) == ncclInvalidArgument &&
+                  req == NULL, "iput to rank %d was not refused as ncclInvalidArgument", NRANKS);
+        FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "RMA iput", "rank 3 is out of range",
+                               "ranks 0..2", NULL, 0) >= 0, "no WARN naming the bad rank");
+        fit_log_expect("is none NCCL defines");
+        FIT_CHECK(rma_iput_signal(0, s.src_mh, 8, 0, s.win_mh, 1, 0, s.sig_mh, 1, 7, &req) ==
+                  ncclInvalidArgument, "signal op 7 accepted");
+        fit_log_expect("test(");
+        FIT_CHECK(rma_test(s.coll, (void *)0x12345, &done) == ncclInvalidUsage && !done,
+                  "test() of a foreign handle accepted");
+        /* Beyond the target's window: refused by the target, which writes nothing. */
+        fit_log_expect("was refused by the target");
+        line = fit_log_lines();
+        FIT_NCCL(rma_iput(0, s.src_mh, 8192, WIN_SIZE - 4096, s.win_mh, 1, &req));
+        FIT_CHECK(wait_req(s.coll, req, "out-of-bounds iput") == ncclInvalidUsage,
+                  "the out-of-bounds put did not end with ncclInvalidUsage");
+        FIT_CHECK(fit_log_find(line, NCCL_LOG_WARN, "PUT to rank 1", "refused by the target",
+                               "offset 68153344, size 8192", text, sizeof(text)) >= 0,
+                  "no initiator WARN naming the put");
+        printf("rank 0: initiator said: %s\n", text);
+        /* The group still works afterwards. */
+        fill(s.src, 4096, 0, 7);
+        FIT_NCCL(rma_iput(0, s.src_mh, 4096, 0, s.win_mh, 1, &req));
+        FIT_NCCL(wait_req(s.coll, req, "iput after the refusal"));
+        FIT_NCCL(rma_iflush(s.win_mh, 1, &req));
+        FIT_NCCL(wait_req(s.coll, req, "iflush after the refusal"));
+    } else if (my_rank == 1) {
+        fit_log_expect("refused PUT");
+    }
+    barrier(1);
+    if (my_rank == 1) {
+        FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "refused PUT seq", "from rank 0",
+                               "offset 68153344 + size 8192 is beyond region 1", text,
+                               sizeof(text)) >= 0, "no target WARN naming the refused put");
+        printf("rank 1: target said: %s\n", text);
+        for (size_t i = 0; i < 4096; i++)
+            FIT_CHECK(s.win[WIN_SIZE - 4096 + i] == 0xee && s.win[WIN_SIZE + i] == 0xee,
+                      "the refused put wrote byte %zu", i);
+        check_bytes(s.win, 4096, 0, 7, "put after the refusal");
+    }
+    barrier(2);
+    rank_teardown(&s);
+    fit_log_check_clean("misuse case");
+}
+
+static void case_killed(void)
+{
+    rank_state_t s;
+    void *req = NULL;
+    double t0, seen;
+    ncclResult_t rc;
+
+    memset(&s, 0, sizeof(s));
+    rank_setup(&s, 0);
+    barrier(1);
+    if (my_rank == 2) {
+        atomic_store(&sh->ready_to_die, 1);
+        for (;;)
+            pause(); /* The parent kills us. */
+    }
+    while (atomic_load(&sh->ready_to_die) != 2)
+        usleep(1000);
+    fit_log_expect("the connection to rank 2");
+    fit_log_expect("failed earlier");
+    fit_log_expect("connection to rank 2");
+    t0 = fit_now();
+    while (!rma_has_error()) {
+        FIT_CHECK(fit_now() - t0 < 10.0, "queryLastError silent 10 s after rank 2 was killed");
+        usleep(200);
+    }
+    seen = fit_now() - t0;
+    FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "the connection to rank 2", "failed",
+                           "check that rank 2 is alive", NULL, 0) >= 0,
+              "no WARN naming the dead rank");
+    rc = rma_iput(0, s.src_mh, 64, 0, s.win_mh, 2, &req);
+    if (rc == ncclSuccess)
+        rc = wait_req(s.coll, req, "iput to the dead rank");
+    FIT_CHECK(rc == ncclRemoteError, "a put to the dead rank gave %d, not ncclRemoteError",
+              (int)rc);
+    printf("rank %d: rank 2 killed: queryLastError reported it after %.3f s\n", my_rank, seen);
+    /* The survivors still talk to each other. */
+    fill(s.src, 4096, my_rank, 3);
+    FIT_NCCL(rma_iput(0, s.src_mh, 4096, 0, s.win_mh, (uint32_t)(1 - my_rank), &req));
+    FIT_NCCL(wait_req(s.coll, req, "iput between survivors"));
+    FIT_NCCL(rma_iflush(s.win_mh, (uint32_t)(1 - my_rank), &req));
+    FIT_NCCL(wait_req(s.coll, req, "iflush between survivors"));
+    {
+        double end = fit_now() + WAIT_S;
+
+        atomic_fetch_add(&sh->arrived[50], 1);
+        while (atomic_load(&sh->arrived[50]) < 2) {
+            FIT_CHECK(fit_now() < end, "survivor barrier");
+            rma_progress();
+            usleep(100);
+        }
+    }
+    check_bytes(s.win, 4096, 1 - my_rank, 3, "survivor put");
+    rank_teardown(&s);
+}
+
+static void case_ib(void)
+{
+    void *ctx = NULL;
+    int ndev = -1;
+
+    fit_log_expect("not available on ferry's ib backend");
+    FIT_CHECK(v14->init(&ctx, 1, fit_logger) == ncclInvalidUsage && ctx == NULL,
+              "RMA init on the ib backend was not refused");
+    FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "not available on ferry's ib backend",
+                           "NCCL_FERRY_BACKEND=socket", "NCCL_RMA_PLUGIN", NULL, 0) >= 0,
+              "the refusal does not say what to set");
+    FIT_NCCL(v14->devices(&ndev));
+    FIT_CHECK(ndev == 0, "devices() = %d after the refusal", ndev);
+    printf("ib: RMA init refused, devices() = 0\n");
+    fit_log_check_clean("ib case");
+}
+
+static void run_rank(int rank, void (*fn)(void))
+{
+    char role[16];
+
+    my_rank = rank;
+    snprintf(role, sizeof(role), "rank%d", rank);
+    fit_set_role(role);
+    fn();
+    fit_child_exit(0);
+}
+
+int main(int argc, char **argv)
+{
+    const char *path = fit_plugin_path(&argc, argv);
+    const char *which = argc >= 3 && strcmp(argv[1], "--case") == 0 ? argv[2] : "data";
+    void (*fn)(void) = NULL;
+    pid_t pids[NRANKS];
+    int fails = 0, nprocs = NRANKS;
+    double t0 = fit_now();
+    void *lib;
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    FIT_CHECK(lib != NULL, "dlopen %s: %s", path, dlerror());
+    v14 = dlsym(lib, "ncclRmaPlugin_v14");
+    v13 = dlsym(lib, "ncclRmaPlugin_v13");
+    FIT_CHECK(v14 != NULL && v13 != NULL, "ncclRmaPlugin_v14/_v13 not exported");
+    FIT_CHECK(strcmp(v14->name, "ferry") == 0, "name %s", v14->name);
+    if (strcmp(which, "ib") == 0) {
+        case_ib();
+        return 0;
+    }
+    if (strcmp(which, "data") == 0)
+        fn = case_data;
+    else if (strcmp(which, "v13") == 0)
+        fn = case_data, use_v13 = 1;
+    else if (strcmp(which, "misuse") == 0)
+        fn = case_misuse;
+    else if (strcmp(which, "killed") == 0)
+        fn = case_killed;
+    FIT_CHECK(fn != NULL, "unknown case %s (data, v13, misuse, killed, ib)", which);
+    sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    FIT_CHECK(sh != MAP_FAILED, "mmap");
+    memset(sh, 0, sizeof(*sh));
+    for (int r = 0; r < NRANKS; r++) {
+        pids[r] = fork();
+        FIT_CHECK(pids[r] >= 0, "fork");
+        if (pids[r] == 0)
+            run_rank(r, fn);
+    }
+    if (fn == case_killed) {
+        double end = fit_now() + WAIT_S;
+
+        while (atomic_load(&sh->ready_to_die) != 1 && fit_now() < end)
+            usleep(1000);
+        kill(pids[2], SIGKILL);
+        waitpid(pids[2], NULL, 0);
+        atomic_store(&sh->ready_to_die, 2);
+        nprocs = 2;
+    }
+    for (int r = 0; r < nprocs; r++) {
+        double end = fit_now() + 60.0 * fit_time_scale();
+        int status = 0;
+        pid_t got;
+
+        while ((got = waitpid(pids[r], &status, WNOHANG)) == 0 && fit_now() < end)
+            usleep(10000);
+        if (got != pids[r]) {
+            fprintf(stderr, "rank %d did not finish in 60 s: killed\n", r);
+            kill(pids[r], SIGKILL);
+            waitpid(pids[r], &status, 0);
+            fails++;
+        } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            fprintf(stderr, "rank %d failed (status 0x%x)\n", r, status);
+            fails++;
+        }
+    }
+    if (fails == 0)
+        printf("ok - rma socket case %s: %d ranks in %.2f s\n", which, NRANKS, fit_now() - t0);
+    return fails == 0 ? 0 : 1;
+}
