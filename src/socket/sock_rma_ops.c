@@ -395,9 +395,9 @@ static void ferry_sock_rma_stall_why(const ferry_px_ring_t *ring, const ferry_px
 
     snprintf(buf, len, "%s; the target rank %d (%s) applies and answers it from its own "
              "progress: check that rank %d is alive and calls NCCL's RMA progress",
-             atomic_load(&req->transmitted) == 0 ? "its frame has not left yet (the connection "
+             atomic_load(&req->transmitted) == 0 ? "Its frame has not left yet (the connection "
                                                    "is backed up)"
-                                                 : "its frame left, no answer yet",
+                                                 : "Its frame left, no answer yet",
              p->rank, p->addr, p->rank);
 }
 

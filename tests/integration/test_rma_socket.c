@@ -18,6 +18,10 @@
  *             FERRY_TEST_RMA_NO_SOURCE_CHECK) the target refuses it: the
  *             request fails, both sides WARN, nothing is written, and the
  *             group keeps working.
+ *   stall     rank 1 stops progressing while rank 0's put waits for its answer:
+ *             the stall WARN (NCCL_FERRY_STALL_WARN_S=1) and the signal dump
+ *             (NCCL_FERRY_DUMP_SIGNAL=USR1) both show the RMA request with its
+ *             counters; then rank 1 resumes and the put completes.
  *   killed    rank 2 is SIGKILLed: ranks 0 and 1 see queryLastError report it
  *             within a bound, and a put to it fails instead of hanging.
  *   ib        NCCL_FERRY_BACKEND=ib (fakeibv): init refuses with a message
@@ -445,6 +449,66 @@ static void case_misuse(void)
     fit_log_check_clean("misuse case");
 }
 
+/* Bounded wait for a log line with both needles from line `from` on; its index or -1. */
+static int wait_log(int from, const char *n1, const char *n2, double seconds, void *coll,
+                    void *req, int *done)
+{
+    double end = fit_now() + seconds;
+    int line;
+
+    while ((line = fit_log_find(from, -1, n1, n2, NULL, NULL, 0)) < 0 && fit_now() < end) {
+        if (req != NULL && !*done)
+            FIT_NCCL(rma_test(coll, req, done));
+        usleep(1000);
+    }
+    return line;
+}
+
+static void case_stall(void)
+{
+    rank_state_t s;
+    void *req = NULL;
+    int done = 0, line;
+    char text[1024];
+
+    memset(&s, 0, sizeof(s));
+    rank_setup(&s, 0);
+    barrier(1);
+    if (my_rank == 1) {
+        /* No progress here until rank 0 has seen the stall and the dump. */
+        double end = fit_now() + WAIT_S;
+
+        while (atomic_load(&sh->ready_to_die) == 0 && fit_now() < end)
+            usleep(1000);
+    } else if (my_rank == 0) {
+        fit_log_expect("has made no progress");
+        fill(s.src, 4096, 0, 9);
+        FIT_NCCL(rma_iput(0, s.src_mh, 4096, 0, s.win_mh, 1, &req));
+        line = wait_log(0, "rma rank 0->1", "has made no progress", 5.0, s.coll, req, &done);
+        FIT_CHECK(line >= 0 && !done, "no stall WARN for the unanswered put (done %d)", done);
+        fit_log_find(line, -1, "rma rank 0->1", NULL, NULL, text, sizeof(text));
+        FIT_CHECK(strstr(text, "Its frame left, no answer yet") != NULL &&
+                  strstr(text, "frames posted 1") != NULL, "stall WARN: %s", text);
+        printf("rank 0: stall WARN: %s\n", text);
+        line = fit_log_lines();
+        raise(SIGUSR1);
+        line = wait_log(line, "rma rank 0->1", "messages posted 1", 5.0, NULL, NULL, NULL);
+        FIT_CHECK(line >= 0, "the dump shows no RMA ring towards rank 1");
+        fit_log_find(line, -1, "rma rank 0->1", NULL, NULL, text, sizeof(text));
+        printf("rank 0: dump: %s\n", text);
+        FIT_CHECK(fit_log_find(line, -1, "frames posted 1", NULL, NULL, NULL, 0) >= 0,
+                  "the dump does not show the put's counters");
+        atomic_store(&sh->ready_to_die, 1);
+        FIT_NCCL(wait_req(s.coll, req, "the put once rank 1 progresses"));
+    }
+    barrier(2);
+    if (my_rank == 1)
+        check_bytes(s.win, 4096, 0, 9, "the put after the stall");
+    barrier(3);
+    rank_teardown(&s);
+    fit_log_check_clean("stall case");
+}
+
 static void case_killed(void)
 {
     rank_state_t s;
@@ -557,7 +621,9 @@ int main(int argc, char **argv)
         fn = case_misuse;
     else if (strcmp(which, "killed") == 0)
         fn = case_killed;
-    FIT_CHECK(fn != NULL, "unknown case %s (data, v13, misuse, killed, ib)", which);
+    else if (strcmp(which, "stall") == 0)
+        fn = case_stall;
+    FIT_CHECK(fn != NULL, "unknown case %s (data, v13, misuse, stall, killed, ib)", which);
     sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     FIT_CHECK(sh != MAP_FAILED, "mmap");
     memset(sh, 0, sizeof(*sh));
