@@ -123,10 +123,10 @@ ncclResult_t ferry_nccl_rma_get_properties(int dev, ncclNetProperties_v12_t *pro
     if (res != ncclSuccess)
         return res;
     FERRY_NCCL_PROPS_FILL_V12(props, &fp, dev);
-    /* A CPU proxy drives it; host memory only; 32 operations in flight per peer. */
+    /* A CPU proxy drives it; no DMA-BUF (regMrSymDmaBuf refuses); 32 in flight per peer. */
     props->netDeviceType = NCCL_NET_DEVICE_GIN_PROXY;
     props->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION;
-    props->ptrSupport = NCCL_PTR_HOST;
+    props->ptrSupport = fp.ptr_support & (NCCL_PTR_HOST | NCCL_PTR_CUDA);
     props->regIsGlobal = 0;
     props->forceFlush = 0;
     props->maxRecvs = 1;
@@ -246,7 +246,7 @@ ncclResult_t ferry_nccl_rma_reg_dmabuf(void *coll, void *data, size_t size, int 
     (void)flags;
     *mhandle_p = NULL;
     FERRY_WARN("RMA regMrSymDmaBuf(%p, %zu bytes, type %d, offset %llu, fd %d): ferry's RMA "
-               "takes host memory only (its properties say NCCL_PTR_HOST); register host "
+               "takes no DMA-BUF (its properties do not say NCCL_PTR_DMABUF); register the "
                "memory with regMrSym", data, size, type, (unsigned long long)offset, fd);
     return ncclInvalidUsage;
 }

@@ -22,6 +22,7 @@
 
 #include "core/rma.h"
 #include "proxy/ring.h"
+#include "socket/sock_gpu.h"
 
 #define FERRY_SOCK_RMA_MAGIC       0x616d726bU            /* "krma" on the wire. */
 #define FERRY_SOCK_RMA_GROUP_MAGIC 0x70726761726d6b73ULL
@@ -85,8 +86,10 @@ typedef struct ferry_sock_rma_listen {
 typedef struct ferry_sock_rma_mr {
     uint64_t magic;
     uint32_t index;     /* Its number in the group's registration order. */
-    char    *base;
+    char    *base;      /* The caller's address: host memory, or GPU memory when is_gpu. */
     size_t   size;
+    int      is_gpu;    /* Its bytes cross TCP through gpu.shadow (sock_rma_gpu.c). */
+    ferry_sock_gpu_region_t gpu;
 } ferry_sock_rma_mr_t;
 
 /* One frame waiting to go out, with the payload that follows it. */
@@ -124,6 +127,9 @@ typedef struct ferry_sock_rma_peer {
     ferry_px_req_t              *rx_req;   /* A REPLY's request. */
     /* Each request's frame as it went out, by ring slot: what an error names. */
     ferry_sock_rma_frame_t       sent[FERRY_MAX_REQUESTS];
+    /* A get's local region and offset, by ring slot: where a GPU region's bytes land. */
+    ferry_sock_rma_mr_t         *land[FERRY_MAX_REQUESTS];
+    uint64_t                     land_off[FERRY_MAX_REQUESTS];
 } ferry_sock_rma_peer_t;
 
 typedef struct ferry_sock_rma_group {
@@ -137,6 +143,7 @@ typedef struct ferry_sock_rma_group {
     uint32_t               nregs;
     ferry_sock_rma_mr_t   *regs[FERRY_SOCK_RMA_MAX_REGS]; /* NULL once deregistered. */
     _Atomic int            failed;    /* A peer's connection failed. */
+    ferry_sock_gpu_queue_t gpu_q;     /* Copies of GPU regions; set up by the first one. */
     char                   scratch[64 * 1024]; /* Where refused payloads are read and dropped. */
 } ferry_sock_rma_group_t;
 
@@ -162,6 +169,24 @@ ferry_status_t ferry_sock_rma_reg(void *group, void *data, size_t size, int type
 ferry_status_t ferry_sock_rma_dereg(void *group, void *mr);
 /* The live region number index of ours, or NULL. */
 ferry_sock_rma_mr_t *ferry_sock_rma_region(ferry_sock_rma_group_t *g, uint32_t index);
+
+/*
+ * sock_rma_gpu.c: GPU regions, staged through a pinned host shadow with
+ * synchronous copies (with g->lock held).
+ */
+ferry_status_t ferry_sock_rma_gpu_reg(ferry_sock_rma_group_t *g, ferry_sock_rma_mr_t *mr);
+void ferry_sock_rma_gpu_dereg(ferry_sock_rma_mr_t *mr);
+/* Where TCP reads and writes [off, ...) of mr: the caller's memory, or the shadow. */
+static inline char *ferry_sock_rma_host(const ferry_sock_rma_mr_t *mr, uint64_t off)
+{
+    return (mr->is_gpu ? mr->gpu.shadow : mr->base) + off;
+}
+/* Copy [off, off + len) between a GPU region and its shadow; a host region: nothing. */
+ferry_status_t ferry_sock_rma_gpu_copy(ferry_sock_rma_group_t *g, ferry_sock_rma_mr_t *mr,
+                                       uint64_t off, size_t len, int to_device);
+/* Add to the 64-bit signal word at off of mr (after the data, in order). */
+ferry_status_t ferry_sock_rma_signal(ferry_sock_rma_group_t *g, ferry_sock_rma_mr_t *mr,
+                                     uint64_t off, uint64_t add);
 
 /* sock_rma_progress.c: with g->lock held. */
 /* Queue a frame to peer p; FERRY_ERR_INTERNAL when its queue is full (a bug: it is sized). */

@@ -225,8 +225,13 @@ static void ferry_sock_rma_group_free(ferry_sock_rma_group_t *g)
             close(p->fd);
         free(p->reg_size);
     }
-    for (uint32_t i = 0; i < g->nregs; i++)
+    /* Copies still queued land before the shadows go. */
+    ferry_sock_gpu_queue_fini(&g->gpu_q);
+    for (uint32_t i = 0; i < g->nregs; i++) {
+        if (g->regs[i] != NULL)
+            ferry_sock_rma_gpu_dereg(g->regs[i]);
         free(g->regs[i]);
+    }
     pthread_mutex_destroy(&g->lock);
     free(g->peers);
     ferry_sock_magic_clear(&g->magic);

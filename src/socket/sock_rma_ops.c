@@ -165,7 +165,10 @@ static ferry_status_t ferry_sock_rma_put_locked(ferry_sock_rma_group_t *g,
                                         op->size);
         if (st != FERRY_OK)
             return st;
-        from = src->base + op->src_off;
+        st = ferry_sock_rma_gpu_copy(g, src, op->src_off, op->size, 0);
+        if (st != FERRY_OK)
+            return st;
+        from = ferry_sock_rma_host(src, op->src_off);
     }
     if (op->sig_op != FERRY_RMA_SIGNAL_NONE) {
         sig = ferry_sock_rma_local(g, name, "signal", op->sig_mr, 0, 0);
@@ -192,12 +195,18 @@ static ferry_status_t ferry_sock_rma_put_locked(ferry_sock_rma_group_t *g,
             return ferry_sock_rma_remote_fits(g, p, name, "destination", dst->index,
                                               op->dst_off, op->size);
         }
-        if (op->size > 0)
-            memmove(dst->base + op->dst_off, from, op->size);
-        if (sig != NULL)
-            __atomic_fetch_add((uint64_t *)(void *)(sig->base + op->sig_off),
-                               op->sig_op == FERRY_RMA_SIGNAL_INC ? 1 : op->sig_value,
-                               __ATOMIC_RELEASE);
+        if (op->size > 0) {
+            memmove(ferry_sock_rma_host(dst, op->dst_off), from, op->size);
+            st = ferry_sock_rma_gpu_copy(g, dst, op->dst_off, op->size, 1);
+        }
+        if (st == FERRY_OK && sig != NULL)
+            st = ferry_sock_rma_signal(g, sig, op->sig_off,
+                                       op->sig_op == FERRY_RMA_SIGNAL_INC ? 1 : op->sig_value);
+        if (st != FERRY_OK) {
+            ferry_px_req_fail(req, st);
+            *req_p = NULL;
+            return st;
+        }
         ferry_px_req_part_finish(req, op->size);
         return FERRY_OK;
     }
@@ -250,7 +259,7 @@ static ferry_status_t ferry_sock_rma_get_locked(ferry_sock_rma_group_t *g,
                                     op->size);
     if (st != FERRY_OK)
         return st;
-    to = local->base + op->local_off;
+    to = ferry_sock_rma_host(local, op->local_off);
     req = ferry_sock_rma_post(g, p, "iget", to, op->size);
     if (req == NULL)
         return FERRY_ERR_USAGE;
@@ -260,11 +269,20 @@ static ferry_status_t ferry_sock_rma_get_locked(ferry_sock_rma_group_t *g,
             ferry_px_req_fail(req, FERRY_ERR_USAGE);
             return FERRY_ERR_USAGE;
         }
-        if (op->size > 0)
-            memmove(to, remote->base + op->remote_off, op->size);
+        st = ferry_sock_rma_gpu_copy(g, remote, op->remote_off, op->size, 0);
+        if (st == FERRY_OK && op->size > 0) {
+            memmove(to, ferry_sock_rma_host(remote, op->remote_off), op->size);
+            st = ferry_sock_rma_gpu_copy(g, local, op->local_off, op->size, 1);
+        }
+        if (st != FERRY_OK) {
+            ferry_px_req_fail(req, st);
+            return st;
+        }
         ferry_px_req_part_finish(req, op->size);
         return FERRY_OK;
     }
+    p->land[ferry_px_ring_slot_index(&p->ring, req)] = local;
+    p->land_off[ferry_px_ring_slot_index(&p->ring, req)] = op->local_off;
     memset(&f, 0, sizeof(f));
     f.op = FERRY_SOCK_RMA_GET;
     f.reg = remote->index;

@@ -160,8 +160,9 @@ static void ferry_sock_rma_put_begin(ferry_sock_rma_peer_t *p)
         }
     }
     p->rx_status = why == NULL ? FERRY_OK : ferry_sock_rma_refuse(p, f, why);
-    p->rx_dst = why == NULL && f->size > 0 ? ferry_sock_rma_region(g, f->reg)->base + f->off
-                                           : NULL;
+    p->rx_dst = why == NULL && f->size > 0
+                    ? ferry_sock_rma_host(ferry_sock_rma_region(g, f->reg), f->off)
+                    : NULL;
     p->rx_got_body = 0;
     p->rx_body = f->size > 0;
 }
@@ -169,15 +170,25 @@ static void ferry_sock_rma_put_begin(ferry_sock_rma_peer_t *p)
 /* A PUT's payload is in: its signal, then the answer. */
 static void ferry_sock_rma_put_end(ferry_sock_rma_peer_t *p)
 {
+    ferry_sock_rma_group_t *g = p->group;
     const ferry_sock_rma_frame_t *f = &p->rx;
+    ferry_sock_rma_mr_t *mr;
 
+    /* Looked up again: the caller may have deregistered it while the payload came in. */
+    if (p->rx_status == FERRY_OK && f->size > 0) {
+        mr = ferry_sock_rma_region(g, f->reg);
+        p->rx_status = mr == NULL ? ferry_sock_rma_refuse(p, f, "its region was deregistered "
+                                                              "while the payload arrived")
+                                  : ferry_sock_rma_gpu_copy(g, mr, f->off, f->size, 1);
+    }
     if (p->rx_status == FERRY_OK && f->sig_op != FERRY_RMA_SIGNAL_NONE) {
-        ferry_sock_rma_mr_t *mr = ferry_sock_rma_region(p->group, f->sig_reg);
-        uint64_t *word = (uint64_t *)(void *)(mr->base + f->sig_off);
-        uint64_t add = f->sig_op == FERRY_RMA_SIGNAL_INC ? 1 : f->sig_value;
-
-        /* Release: whoever reads the signal with acquire sees the payload written before it. */
-        __atomic_fetch_add(word, add, __ATOMIC_RELEASE);
+        mr = ferry_sock_rma_region(g, f->sig_reg);
+        p->rx_status = mr == NULL
+                           ? ferry_sock_rma_refuse(p, f, "its signal region was deregistered")
+                           : ferry_sock_rma_signal(g, mr, f->sig_off,
+                                                   f->sig_op == FERRY_RMA_SIGNAL_INC
+                                                       ? 1
+                                                       : f->sig_value);
     }
     ferry_sock_rma_answer(p, FERRY_SOCK_RMA_ACK, f->seq, (ferry_status_t)p->rx_status, NULL, 0);
 }
@@ -244,12 +255,16 @@ static void ferry_sock_rma_dispatch(ferry_sock_rma_peer_t *p)
     case FERRY_SOCK_RMA_GET: {
         const char *why = ferry_sock_rma_range_bad(g, f->reg, f->off, f->size, buf, sizeof(buf));
 
-        if (why != NULL)
-            ferry_sock_rma_answer(p, FERRY_SOCK_RMA_REPLY, f->seq, ferry_sock_rma_refuse(p, f, why),
-                                  NULL, 0);
+        ferry_status_t st = why != NULL ? ferry_sock_rma_refuse(p, f, why)
+                                        : ferry_sock_rma_gpu_copy(g, ferry_sock_rma_region(g, f->reg),
+                                                                  f->off, f->size, 0);
+
+        if (st != FERRY_OK)
+            ferry_sock_rma_answer(p, FERRY_SOCK_RMA_REPLY, f->seq, st, NULL, 0);
         else
             ferry_sock_rma_answer(p, FERRY_SOCK_RMA_REPLY, f->seq, FERRY_OK,
-                                  ferry_sock_rma_region(g, f->reg)->base + f->off, f->size);
+                                  ferry_sock_rma_host(ferry_sock_rma_region(g, f->reg), f->off),
+                                  f->size);
         return;
     }
     case FERRY_SOCK_RMA_FLUSH:
@@ -307,9 +322,17 @@ static void ferry_sock_rma_body_end(ferry_sock_rma_peer_t *p)
     if (p->rx.op == FERRY_SOCK_RMA_PUT) {
         ferry_sock_rma_put_end(p);
     } else {
-        ferry_px_req_progress(p->rx_req, p->rx.size);
-        ferry_px_req_part_done(p->rx_req);
+        ferry_px_req_t *req = p->rx_req;
+        uint32_t slot = ferry_px_ring_slot_index(&p->ring, req);
+        ferry_status_t st = ferry_sock_rma_gpu_copy(p->group, p->land[slot], p->land_off[slot],
+                                                    p->rx.size, 1);
+
         p->rx_req = NULL;
+        ferry_px_req_progress(req, p->rx.size);
+        if (st != FERRY_OK)
+            ferry_px_req_fail(req, st);
+        else
+            ferry_px_req_part_done(req);
     }
 }
 

@@ -74,11 +74,11 @@ ferry_status_t ferry_sock_rma_reg(void *group, void *data, size_t size, int type
         return FERRY_ERR_INVALID;
     }
     ferry_sock_rma_describe(g, who, sizeof(who));
-    if (type != FERRY_PTR_HOST) {
+    if (type != FERRY_PTR_HOST && type != FERRY_PTR_CUDA) {
         FERRY_WARN("RMA regMrSym: %s: memory type %d at %p (%zu bytes) refused: ferry's socket "
-                   "backend moves RMA data from and to host memory only (NCCL_PTR_HOST); "
-                   "register host memory, or use an RMA plugin with GPU support", who, type,
-                   data, size);
+                   "backend takes host memory (NCCL_PTR_HOST) and, with "
+                   "NCCL_FERRY_GPU_STAGING=1, GPU memory (NCCL_PTR_CUDA)", who, type, data,
+                   size);
         return FERRY_ERR_USAGE;
     }
     if (data == NULL && size > 0) {
@@ -101,6 +101,12 @@ ferry_status_t ferry_sock_rma_reg(void *group, void *data, size_t size, int type
     mr->index = g->nregs;
     mr->base = data;
     mr->size = size;
+    /* Before it takes a number: a region that cannot be staged is never announced. */
+    if (type == FERRY_PTR_CUDA && (st = ferry_sock_rma_gpu_reg(g, mr)) != FERRY_OK) {
+        free(mr);
+        pthread_mutex_unlock(&g->lock);
+        return st;
+    }
     g->regs[g->nregs++] = mr;
     g->peers[g->rank].reg_size[mr->index] = size;
     g->peers[g->rank].nregs = g->nregs;
@@ -117,6 +123,7 @@ ferry_status_t ferry_sock_rma_reg(void *group, void *data, size_t size, int type
     if (st != FERRY_OK) {
         /* The number stays taken: peers may have counted it. */
         g->regs[mr->index] = NULL;
+        ferry_sock_rma_gpu_dereg(mr);
         ferry_sock_magic_clear(&mr->magic);
         free(mr);
         pthread_mutex_unlock(&g->lock);
@@ -147,6 +154,7 @@ ferry_status_t ferry_sock_rma_dereg(void *group, void *mhandle)
     }
     /* Peers' later operations on this number are refused (sock_rma_progress.c). */
     g->regs[mr->index] = NULL;
+    ferry_sock_rma_gpu_dereg(mr);
     pthread_mutex_unlock(&g->lock);
     ferry_sock_magic_clear(&mr->magic);
     free(mr);
