@@ -12,6 +12,10 @@
  *             flush; 8 B .. 64 MiB; test() of a finished request; then one
  *             rank closes first and the others see no error.
  *   v13       the same over ncclRmaPlugin_v13 (GIN v13 layout), smaller sizes.
+ *   threads   the data case up to 1 MiB with a second thread per rank calling
+ *             rmaProgress and queryLastError all along, as NCCL's RMA progress
+ *             thread does while another thread posts, tests and registers
+ *             (for TSan).
  *   misuse    rank out of range, a put beyond the target's region refused at
  *             the source (return code and text), a bad signal op, a foreign
  *             handle to test(); then with the source check off (test knob
@@ -32,6 +36,7 @@
  *             naming the backend and what to set; devices() says 0.
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -68,6 +73,8 @@ static int use_v13;
 static const ncclRma_v14_t *v14;
 static const ncclRma_v13_t *v13;
 static void *rctx; /* RMA context, once created: barrier waits move it. */
+static int with_thread;     /* threads case: a progress thread per rank. */
+static _Atomic int thread_stop;
 
 /* ---- the two ABI versions behind one set of calls ---------------------------------- */
 
@@ -339,14 +346,29 @@ static void round_trip(rank_state_t *s, int round, size_t size, int step)
     barrier(step + 2);
 }
 
+/* What NCCL's RMA progress thread does while other threads post and test. */
+static void *progress_thread(void *arg)
+{
+    (void)arg;
+    for (long i = 0; i < 100000000L && !atomic_load(&thread_stop); i++) {
+        rma_progress();
+        FIT_CHECK(!rma_has_error(), "queryLastError in the progress thread");
+        usleep(20);
+    }
+    return NULL;
+}
+
 static void case_data(void)
 {
     static const size_t sizes[] = { 8, 4096, (1u << 20) + 3, MAX_SIZE };
-    const int nsizes = use_v13 ? 2 : 4;
+    const int nsizes = use_v13 || with_thread ? (with_thread ? 3 : 2) : 4;
+    pthread_t th;
     rank_state_t s;
 
     memset(&s, 0, sizeof(s));
     rank_setup(&s, 0);
+    if (with_thread)
+        FIT_CHECK(pthread_create(&th, NULL, progress_thread, NULL) == 0, "pthread_create");
     for (int i = 0; i < nsizes; i++)
         round_trip(&s, i, sizes[i + (use_v13 ? 1 : 0)], 1 + 3 * i);
     if (my_rank == 0) {
@@ -363,6 +385,18 @@ static void case_data(void)
                                "nothing was sent", text, sizeof(text)) >= 0,
                   "no WARN naming the refused range");
         printf("rank 0: source check said: %s\n", text);
+    }
+    if (with_thread) {
+        /* A registration while the progress thread runs, then it stops before the close. */
+        void *extra;
+        char *buf = calloc(1, 4096);
+
+        FIT_NCCL(rma_reg(s.coll, buf, 4096, 0, &extra));
+        FIT_NCCL(use_v13 ? v13->deregMrSym(s.coll, extra) : v14->deregMrSym(s.coll, extra));
+        free(buf);
+        barrier(30);
+        atomic_store(&thread_stop, 1);
+        pthread_join(th, NULL);
     }
     /* Close order: rank 0 leaves first; the others keep progressing and see no error. */
     if (my_rank == 0) {
@@ -721,6 +755,8 @@ int main(int argc, char **argv)
         fn = case_data;
     else if (strcmp(which, "v13") == 0)
         fn = case_data, use_v13 = 1;
+    else if (strcmp(which, "threads") == 0)
+        fn = case_data, with_thread = 1;
     else if (strcmp(which, "misuse") == 0)
         fn = case_misuse;
     else if (strcmp(which, "killed") == 0)
@@ -729,7 +765,7 @@ int main(int argc, char **argv)
         fn = case_stall;
     else if (strcmp(which, "gpu") == 0)
         fn = case_gpu;
-    FIT_CHECK(fn != NULL, "unknown case %s (data, v13, misuse, stall, gpu, killed, ib)", which);
+    FIT_CHECK(fn != NULL, "unknown case %s (data, v13, threads, misuse, stall, gpu, killed, ib)", which);
     sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     FIT_CHECK(sh != MAP_FAILED, "mmap");
     memset(sh, 0, sizeof(*sh));
