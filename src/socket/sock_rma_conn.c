@@ -188,7 +188,7 @@ static ferry_status_t ferry_sock_rma_take(ferry_sock_rma_group_t *g, ferry_sock_
                                                                             : FERRY_ERR_IO;
     ferry_sockaddr_str((struct sockaddr *)&sa, from, sizeof(from));
     if (ferry_sock_rma_recv_all(fd, &hello, sizeof(hello), FERRY_SOCK_RMA_HELLO_MS) != FERRY_OK)
-        why = "no complete hello in time";
+        why = "no complete hello (it hung up, or sent too little within the hello timeout)";
     else if ((why = ferry_sock_rma_frame_bad(&hello)) != NULL)
         ;
     else if (hello.op != FERRY_SOCK_RMA_HELLO || hello.off != l->token)

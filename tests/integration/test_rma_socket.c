@@ -16,7 +16,9 @@
  *             rmaProgress and queryLastError all along, as NCCL's RMA progress
  *             thread does while another thread posts, tests and registers
  *             (for TSan).
- *   misuse    rank out of range, a put beyond the target's region refused at
+ *   misuse    strangers knock on rank 2's listener before the group connects
+ *             (junk bytes, a hello cut short): closed and WARNed, the group
+ *             connects anyway; rank out of range, a put beyond the target's region refused at
  *             the source (return code and text), a bad signal op, a foreign
  *             handle to test(); then with the source check off (test knob
  *             FERRY_TEST_RMA_NO_SOURCE_CHECK) the target refuses it: the
@@ -42,7 +44,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -50,6 +55,7 @@
 #include "harness.h"
 #include "harness_cuda.h"
 #include "nccl/rma.h"
+#include "socket/sock_rma.h" /* The listen handle's layout, for the strangers. */
 
 #define NRANKS      3
 #define MAX_SIZE    (64u << 20)
@@ -65,10 +71,12 @@ typedef struct shared {
     char        handles[NRANKS][NCCL_NET_HANDLE_MAXSIZE];
     _Atomic int arrived[64];
     _Atomic int ready_to_die;
+    _Atomic int strangers_done; /* misuse: the parent's junk reached rank 2's listener. */
 } shared_t;
 
 static shared_t *sh;
 static int my_rank;
+static int wait_strangers; /* misuse: connect only after the strangers knocked. */
 static int use_v13;
 static const ncclRma_v14_t *v14;
 static const ncclRma_v13_t *v13;
@@ -251,6 +259,12 @@ static void rank_setup(rank_state_t *s, int step0)
     barrier(step0);
     for (int r = 0; r < NRANKS; r++)
         handles[r] = sh->handles[r];
+    if (wait_strangers) {
+        double end = fit_now() + WAIT_S;
+
+        while (!atomic_load(&sh->strangers_done))
+            FIT_CHECK(fit_now() < end && usleep(1000) == 0, "the strangers never came");
+    }
     FIT_NCCL(use_v13 ? v13->connect(s->ctx, handles, NRANKS, my_rank, lc, &s->coll)
                      : v14->connect(s->ctx, handles, NRANKS, my_rank, lc, &s->coll));
     FIT_NCCL(use_v13 ? v13->closeListen(lc) : v14->closeListen(lc));
@@ -439,8 +453,22 @@ static void case_misuse(void)
     /* The target's own check is what the second half is about. */
     setenv("FERRY_TEST_RMA_NO_SOURCE_CHECK", "1", 1);
     memset(&s, 0, sizeof(s));
+    if (my_rank == 2)
+        fit_log_expect("closed a connection from");
+    if (my_rank == 1) /* Its progress may meet rank 0's bad put while it still registers. */
+        fit_log_expect("refused PUT");
+    wait_strangers = 1;
     rank_setup(&s, 0);
     unsetenv("FERRY_TEST_RMA_NO_SOURCE_CHECK");
+    if (my_rank == 2) {
+        FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "closed a connection from", "wrong magic",
+                               "still waiting for the group's ranks", text, sizeof(text)) >= 0,
+                  "no WARN for the junk stranger");
+        printf("rank 2: junk stranger: %s\n", text);
+        FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "closed a connection from",
+                               "no complete hello (it hung up", NULL, NULL, 0) >= 0,
+                  "no WARN for the stranger that hung up");
+    }
     if (my_rank == 0) {
         fit_log_expect("is out of range");
         FIT_CHECK(rma_iput(0, s.src_mh, 8, 0, s.win_mh, NRANKS, &req) == ncclInvalidArgument &&
@@ -469,8 +497,6 @@ static void case_misuse(void)
         FIT_NCCL(wait_req(s.coll, req, "iput after the refusal"));
         FIT_NCCL(rma_iflush(s.win_mh, 1, &req));
         FIT_NCCL(wait_req(s.coll, req, "iflush after the refusal"));
-    } else if (my_rank == 1) {
-        fit_log_expect("refused PUT");
     }
     barrier(1);
     if (my_rank == 1) {
@@ -719,6 +745,34 @@ static void case_ib(void)
     fit_log_check_clean("ib case");
 }
 
+/* Two strangers at rank 2's listener: 64 junk bytes, and 10 bytes then a hang-up. */
+static void knock_on_rank2(void)
+{
+    const ferry_sock_rma_handle_t *h = (const void *)sh->handles[2];
+    double end = fit_now() + WAIT_S;
+    struct sockaddr_in sa;
+    char junk[64];
+
+    while (atomic_load(&sh->arrived[0]) < NRANKS)
+        FIT_CHECK(fit_now() < end && usleep(1000) == 0, "the ranks never listened");
+    FIT_CHECK(h->family == AF_INET, "rank 2 listens on family %d, not IPv4", h->family);
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = h->port;
+    memcpy(&sa.sin_addr, h->addr, 4);
+    memset(junk, 'J', sizeof(junk));
+    for (int i = 0; i < 2; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+        FIT_CHECK(fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0,
+                  "stranger %d could not connect", i);
+        FIT_CHECK(send(fd, junk, i == 0 ? sizeof(junk) : 10, MSG_NOSIGNAL) > 0, "send");
+        usleep(100000); /* Rank 2 reads it while the connection is still up. */
+        close(fd);
+    }
+    atomic_store(&sh->strangers_done, 1);
+}
+
 static void run_rank(int rank, void (*fn)(void))
 {
     char role[16];
@@ -775,6 +829,8 @@ int main(int argc, char **argv)
         if (pids[r] == 0)
             run_rank(r, fn);
     }
+    if (fn == case_misuse)
+        knock_on_rank2();
     if (fn == case_killed) {
         double end = fit_now() + WAIT_S;
 
