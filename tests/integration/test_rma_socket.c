@@ -800,7 +800,12 @@ int main(int argc, char **argv)
     v14 = dlsym(lib, "ncclRmaPlugin_v14");
     v13 = dlsym(lib, "ncclRmaPlugin_v13");
     FIT_CHECK(v14 != NULL && v13 != NULL, "ncclRmaPlugin_v14/_v13 not exported");
-    FIT_CHECK(strcmp(v14->name, "ferry") == 0, "name %s", v14->name);
+    FIT_CHECK(strcmp(v14->name, "ferry") == 0 && strcmp(v13->name, "ferry") == 0, "name %s",
+              v14->name);
+    /* NCCL calls every member it finds without a NULL check (rmaProgress aside): all set. */
+    for (size_t i = 1; i < sizeof(*v14) / sizeof(void *); i++)
+        FIT_CHECK(((void *const *)(const void *)v14)[i] != NULL &&
+                  ((void *const *)(const void *)v13)[i] != NULL, "member %zu is NULL", i);
     if (strcmp(which, "ib") == 0) {
         case_ib();
         return 0;
