@@ -680,19 +680,41 @@ static void case_killed(void)
     double t0, seen;
     ncclResult_t rc;
 
+    void *inflight = NULL;
+    int done = 0;
+
     memset(&s, 0, sizeof(s));
     rank_setup(&s, 0);
     barrier(1);
     if (my_rank == 2) {
+        /* No progress here any more: the survivors' puts stay unanswered until we die. */
+        double end = fit_now() + WAIT_S;
+
+        while (atomic_load(&sh->arrived[51]) < 2 && fit_now() < end)
+            usleep(1000);
         atomic_store(&sh->ready_to_die, 1);
         for (;;)
             pause(); /* The parent kills us. */
     }
+    fill(s.src, 1 << 20, my_rank, 5);
+    FIT_NCCL(rma_iput(0, s.src_mh, 1 << 20, 0, s.win_mh, 2, &inflight));
+    atomic_fetch_add(&sh->arrived[51], 1);
     while (atomic_load(&sh->ready_to_die) != 2)
         usleep(1000);
     fit_log_expect("the connection to rank 2");
     fit_log_expect("failed earlier");
     fit_log_expect("connection to rank 2");
+    /* The put in flight when rank 2 died ends with an error, within a bound. */
+    t0 = fit_now();
+    for (rc = ncclSuccess; rc == ncclSuccess && !done;) {
+        FIT_CHECK(fit_now() - t0 < 10.0, "the put in flight to the killed rank still pending "
+                  "after 10 s");
+        rc = rma_test(s.coll, inflight, &done);
+    }
+    FIT_CHECK(rc == ncclRemoteError && !done, "the put in flight to the killed rank gave %d "
+              "(done %d), not ncclRemoteError", (int)rc, done);
+    printf("rank %d: rank 2 killed: its put in flight failed after %.3f s\n", my_rank,
+           fit_now() - t0);
     t0 = fit_now();
     while (!rma_has_error()) {
         FIT_CHECK(fit_now() - t0 < 10.0, "queryLastError silent 10 s after rank 2 was killed");
