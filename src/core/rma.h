@@ -29,7 +29,7 @@ typedef struct ferry_rma_put {
     void    *src_mr;    /* The caller's region the bytes come from (NULL when size is 0). */
     uint64_t src_off;
     size_t   size;
-    void    *dst_mr;    /* The same registration, naming the target's region (NULL when size is 0). */
+    void    *dst_mr;    /* The same registration names the target's region (NULL: size 0). */
     uint64_t dst_off;
     void    *sig_mr;    /* Signal region (the caller's handle of it). */
     uint64_t sig_off;   /* Byte offset of the 64-bit word; a multiple of 8. */

@@ -254,17 +254,16 @@ static void ferry_sock_rma_dispatch(ferry_sock_rma_peer_t *p)
         return;
     case FERRY_SOCK_RMA_GET: {
         const char *why = ferry_sock_rma_range_bad(g, f->reg, f->off, f->size, buf, sizeof(buf));
-
+        ferry_sock_rma_mr_t *mr = ferry_sock_rma_region(g, f->reg);
         ferry_status_t st = why != NULL ? ferry_sock_rma_refuse(p, f, why)
-                                        : ferry_sock_rma_gpu_copy(g, ferry_sock_rma_region(g, f->reg),
-                                                                  f->off, f->size, 0);
+                                        : ferry_sock_rma_gpu_copy(g, mr, f->off, f->size, 0);
 
+        /* A GPU region's bytes were just copied to its shadow; the answer goes from there. */
         if (st != FERRY_OK)
             ferry_sock_rma_answer(p, FERRY_SOCK_RMA_REPLY, f->seq, st, NULL, 0);
         else
             ferry_sock_rma_answer(p, FERRY_SOCK_RMA_REPLY, f->seq, FERRY_OK,
-                                  ferry_sock_rma_host(ferry_sock_rma_region(g, f->reg), f->off),
-                                  f->size);
+                                  ferry_sock_rma_host(mr, f->off), f->size);
         return;
     }
     case FERRY_SOCK_RMA_FLUSH:
@@ -402,7 +401,8 @@ static long ferry_sock_rma_tx_step(ferry_sock_rma_peer_t *p)
     for (int frames = 0; frames < FERRY_SOCK_RMA_STEP_FRAMES && p->tx_head != p->tx_tail &&
                          bytes < FERRY_SOCK_RMA_STEP_BYTES && !p->dead;) {
         ferry_sock_rma_tx_t *t = &p->tx[p->tx_head % FERRY_SOCK_RMA_TXQ];
-        size_t hdr = sizeof(t->frame), total = hdr + t->len, room = FERRY_SOCK_RMA_STEP_BYTES - bytes;
+        size_t hdr = sizeof(t->frame), total = hdr + t->len;
+        size_t room = FERRY_SOCK_RMA_STEP_BYTES - bytes;
         struct iovec iov[2];
         struct msghdr msg;
         int niov = 0;
