@@ -17,6 +17,7 @@
 #ifndef FERRY_SOCK_RMA_H
 #define FERRY_SOCK_RMA_H
 
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -140,6 +141,8 @@ typedef struct ferry_sock_rma_group {
     uint64_t               comm_id;
     int                    source_check; /* 0 only in tests: leave the bounds to the target. */
     ferry_sock_rma_peer_t *peers;     /* nranks entries; peers[rank] is ourselves. */
+    struct pollfd         *pfds;      /* One poll() per progress call finds the readable peers. */
+    int                   *pfd_rank;  /* The rank of each pfds entry. */
     uint32_t               nregs;
     ferry_sock_rma_mr_t   *regs[FERRY_SOCK_RMA_MAX_REGS]; /* NULL once deregistered. */
     _Atomic int            failed;    /* A peer's connection failed. */

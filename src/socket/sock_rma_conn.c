@@ -234,6 +234,8 @@ static void ferry_sock_rma_group_free(ferry_sock_rma_group_t *g)
     }
     pthread_mutex_destroy(&g->lock);
     free(g->peers);
+    free(g->pfds);
+    free(g->pfd_rank);
     ferry_sock_magic_clear(&g->magic);
     free(g);
 }
@@ -246,7 +248,12 @@ static ferry_status_t ferry_sock_rma_group_alloc(int nranks, int rank, uint64_t 
     if (g == NULL)
         return FERRY_ERR_NO_MEMORY;
     g->peers = calloc((size_t)nranks, sizeof(*g->peers));
-    if (g->peers == NULL) {
+    g->pfds = calloc((size_t)nranks, sizeof(*g->pfds));
+    g->pfd_rank = calloc((size_t)nranks, sizeof(*g->pfd_rank));
+    if (g->peers == NULL || g->pfds == NULL || g->pfd_rank == NULL) {
+        free(g->peers);
+        free(g->pfds);
+        free(g->pfd_rank);
         free(g);
         return FERRY_ERR_NO_MEMORY;
     }

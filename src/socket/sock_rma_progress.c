@@ -451,26 +451,48 @@ static long ferry_sock_rma_tx_step(ferry_sock_rma_peer_t *p)
 long ferry_sock_rma_progress_locked(ferry_sock_rma_group_t *g)
 {
     long work = 0;
-    int failed = 0;
+    int failed = 0, n = 0;
 
+    /*
+     * Sends go out wherever frames wait; reads only where poll() says there
+     * is something, so an idle call costs one system call, not one per peer.
+     */
     for (int r = 0; r < g->nranks; r++) {
         ferry_sock_rma_peer_t *p = &g->peers[r];
         long w;
 
         if (r == g->rank || p->fd < 0 || p->dead)
             continue;
-        if (!p->bye) {
+        if (!p->bye && p->tx_head != p->tx_tail) {
             w = ferry_sock_rma_tx_step(p);
             if (w < 0)
                 failed = 1;
             else
                 work += w;
         }
-        w = p->dead ? -1 : ferry_sock_rma_rx_step(p);
-        if (w < 0)
-            failed = 1;
-        else
-            work += w;
+        if (p->dead || p->bye)
+            continue;
+        g->pfds[n].fd = p->fd;
+        g->pfds[n].events = POLLIN;
+        g->pfds[n].revents = 0;
+        g->pfd_rank[n++] = r;
+    }
+    if (n > 0 && poll(g->pfds, (nfds_t)n, 0) > 0) {
+        for (int i = 0; i < n; i++) {
+            ferry_sock_rma_peer_t *p = &g->peers[g->pfd_rank[i]];
+            long w;
+
+            if (g->pfds[i].revents == 0 || p->dead)
+                continue;
+            w = ferry_sock_rma_rx_step(p);
+            /* What it asked for goes back now, not on the next call. */
+            if (w > 0 && !p->dead && !p->bye && p->tx_head != p->tx_tail)
+                w += ferry_sock_rma_tx_step(p) > 0;
+            if (w < 0 || p->dead)
+                failed = 1;
+            else
+                work += w;
+        }
     }
     return failed && work == 0 ? -1 : work;
 }
