@@ -373,7 +373,8 @@ ferry_status_t ferry_sock_rma_close(void *group)
     for (int r = 0; r < g->nranks; r++) {
         ferry_sock_rma_peer_t *p = &g->peers[r];
 
-        if (p->fd < 0 || p->dead)
+        /* A peer that left (BYE) reads nothing more. */
+        if (p->fd < 0 || p->dead || p->bye)
             continue;
         /* What is queued goes first (bounded), so BYE is not cut into a frame in flight. */
         for (int i = 0; i < 1000 && p->tx_head != p->tx_tail && !p->dead; i++) {
