@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Check that a built plugin exports exactly the five ncclNetPlugin_vN and
-# three ncclTunerPlugin_vN structs and nothing else (style rule 3). The library is loaded RTLD_LOCAL
-# by NCCL, but any extra global symbol can still interpose on or clash with
-# the application's own, so the exported set is part of the ABI.
+# Check that a built plugin exports exactly the five ncclNetPlugin_vN, two
+# ncclRmaPlugin_vN and three ncclTunerPlugin_vN structs and nothing else
+# (style rule 3). The library is loaded RTLD_LOCAL by NCCL, but any extra
+# global symbol can still interpose on or clash with the application's own,
+# so the exported set is part of the ABI.
 #
 # usage: tools/check-exports.sh path/to/libnccl-net-ferry.so
 set -euo pipefail
 export LC_ALL=C
 
-expected="ncclNetPlugin_v10 ncclNetPlugin_v11 ncclNetPlugin_v12 ncclNetPlugin_v8 ncclNetPlugin_v9 ncclTunerPlugin_v3 ncclTunerPlugin_v4 ncclTunerPlugin_v5"
+expected="ncclNetPlugin_v10 ncclNetPlugin_v11 ncclNetPlugin_v12 ncclNetPlugin_v8 ncclNetPlugin_v9 ncclRmaPlugin_v13 ncclRmaPlugin_v14 ncclTunerPlugin_v3 ncclTunerPlugin_v4 ncclTunerPlugin_v5"
 
 if [ $# -ne 1 ]; then
     echo "usage: $0 <plugin.so>" >&2
@@ -47,7 +48,7 @@ fi
 
 # NCCL dlsym()s the structs as data; a function of that name would be called
 # through as a struct and crash. Code is type T/t/W/w/i.
-bad=$(printf '%s\n' "$out" | awk 'NF >= 3 && $3 ~ /^ncclNetPlugin_v/ && $2 ~ /^[TtWwi]$/ { print $3 }')
+bad=$(printf '%s\n' "$out" | awk 'NF >= 3 && $3 ~ /^ncclNet|^ncclRma|^ncclTuner/ && $2 ~ /^[TtWwi]$/ { print $3 }')
 if [ -n "$bad" ]; then
     echo "check-exports: FAIL: exported as code, not data: $bad" >&2
     exit 1

@@ -288,6 +288,16 @@ int ferry_api_tuning(ferry_api_tuning_t *out)
     return up;
 }
 
+const char *ferry_api_backend_name(void)
+{
+    const char *name;
+
+    pthread_mutex_lock(&ferry_api_lock);
+    name = ferry_api_be != NULL ? ferry_api_be->name : NULL;
+    pthread_mutex_unlock(&ferry_api_lock);
+    return name;
+}
+
 /* The backend for calls that need one; NULL (with a WARN) before init. */
 static const ferry_backend_ops_t *ferry_api_backend(const char *op)
 {

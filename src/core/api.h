@@ -70,6 +70,8 @@ ferry_status_t ferry_api_init(void **ctx_p, const ferry_backend_set_t *set, uint
 /* Safe with ctx == NULL (after a failed init) and after every other error. */
 ferry_status_t ferry_api_finalize(void *ctx);
 ferry_status_t ferry_api_devices(int *ndev_p);
+/* The name of the backend that runs ("socket", "ib"), or NULL before a successful init. */
+const char *ferry_api_backend_name(void);
 ferry_status_t ferry_api_get_properties(int dev, ferry_props_t *props_p);
 /* NCCL's makeVDevice: merge devs[0..ndevs-1] into a new device, its number in *dev_p. */
 ferry_status_t ferry_api_make_vdevice(int *dev_p, int ndevs, const int *devs);
