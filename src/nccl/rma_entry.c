@@ -70,6 +70,8 @@ static ferry_nccl_rma_ctx_t *ferry_nccl_rma_ctx(void *rma_ctx, const char *op)
     return c;
 }
 
+static _Atomic int ferry_nccl_rma_refusal_said;
+
 ncclResult_t ferry_nccl_rma_init(void **ctx_p, uint64_t comm_id, ncclDebugLogger_t log_fn)
 {
     ferry_nccl_rma_init_t *init = calloc(1, sizeof(*init));
@@ -94,11 +96,17 @@ ncclResult_t ferry_nccl_rma_init(void **ctx_p, uint64_t comm_id, ncclDebugLogger
             return ncclSuccess;
         }
     }
-    FERRY_WARN("RMA init: one-sided operations (NCCL's RMA plugin API: put, put with signal, "
-               "get) are not available on ferry's %s backend yet; only the socket backend has "
-               "them. Set NCCL_FERRY_BACKEND=socket to run them over TCP, or point "
-               "NCCL_RMA_PLUGIN at another RMA plugin; ferry's net plugin itself is "
-               "unaffected", name != NULL ? name : "(none)");
+    /*
+     * Not a WARN: NCCL asks every communicator, and on an ib cluster it then
+     * takes its own IB RMA, which is what such a job wants. Said once.
+     */
+    if (!atomic_exchange(&ferry_nccl_rma_refusal_said, 1))
+        FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET,
+                   "RMA init: one-sided operations (NCCL's RMA plugin API: put, put with "
+                   "signal, get) are not available on ferry's %s backend yet, so NCCL uses "
+                   "its own RMA or the one NCCL_RMA_PLUGIN names; NCCL_FERRY_BACKEND=socket "
+                   "runs them over TCP; ferry's net plugin itself is unaffected",
+                   name != NULL ? name : "(none)");
     (void)ferry_api_finalize(init->core);
     init->magic = 0;
     free(init);

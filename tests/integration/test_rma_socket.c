@@ -753,14 +753,22 @@ static void case_killed(void)
 static void case_ib(void)
 {
     void *ctx = NULL;
-    int ndev = -1;
+    int ndev = -1, first;
 
-    fit_log_expect("not available on ferry's ib backend");
     FIT_CHECK(v14->init(&ctx, 1, fit_logger) == ncclInvalidUsage && ctx == NULL,
               "RMA init on the ib backend was not refused");
-    FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "not available on ferry's ib backend",
+    /* An INFO, not a WARN (NCCL falls back to its own RMA), and once per process. */
+    FIT_CHECK(fit_log_find(0, NCCL_LOG_INFO, "not available on ferry's ib backend",
                            "NCCL_FERRY_BACKEND=socket", "NCCL_RMA_PLUGIN", NULL, 0) >= 0,
               "the refusal does not say what to set");
+    FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "not available on ferry's ib backend", NULL, NULL,
+                           NULL, 0) < 0, "the refusal is a WARN: NCCL asks every communicator");
+    FIT_CHECK(v14->init(&ctx, 2, fit_logger) == ncclInvalidUsage && ctx == NULL,
+              "a second RMA init on the ib backend was not refused");
+    first = fit_log_find(0, NCCL_LOG_INFO, "not available on ferry's ib backend", NULL, NULL,
+                         NULL, 0);
+    FIT_CHECK(fit_log_find(first + 1, NCCL_LOG_INFO, "not available on ferry's ib backend", NULL,
+                           NULL, NULL, 0) < 0, "the refusal is said more than once per process");
     FIT_NCCL(v14->devices(&ndev));
     FIT_CHECK(ndev == 0, "devices() = %d after the refusal", ndev);
     printf("ib: RMA init refused, devices() = 0\n");
