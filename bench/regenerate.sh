@@ -110,7 +110,7 @@ NT_BUILD=${REGEN_NT_BUILD:-$FNB_DIR/build/nccl-tests}
 export NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0
 if [ -n "$CORES" ]; then
   BIND=(--map-by "slot:PE=$CORES" --bind-to core)
-  PLACE="$CORES cores per rank (bound)"
+  PLACE="$CORES core$([ "$CORES" = 1 ] || echo s) per rank (bound)"
 else
   BIND=(--bind-to none)
   PLACE=unbound

@@ -3,7 +3,9 @@
 
     bench/nccl/regen_stats.py DIR
 
-Reads DIR/raw.csv (or raw.csv.xz), DIR/topics.txt and DIR/env.txt; writes
+Reads DIR/raw.csv (or raw.csv.xz), DIR/topics.txt, DIR/env.txt and, when there,
+DIR/budget.txt, DIR/notes.md (the recorder's words, under the title) and
+DIR/ratios.png (regen_plot.sh); writes
 DIR/summary.csv and DIR/README.md.
 
 Per topic, operation and size, each repetition's busbw of ferry's
@@ -143,12 +145,23 @@ def row_text(items):
     return "; ".join(parts)
 
 
+def tree_note(env):
+    mod = env.get("dirty-files", "?")
+    if mod == "?":
+        return "run from a copy of that commit's tree"
+    return f"{mod} modified tracked files"
+
+
 def write_readme(d, topics, out, env, versions):
     lines = ["# Regenerated results", ""]
+    notes = os.path.join(d, "notes.md")
+    if os.path.exists(notes):  # What the recorder adds: the run's place, caveats.
+        lines.extend(open(notes).read().rstrip("\n").split("\n"))
+        lines.append("")
     lines.append(f"Command: `{env.get('command', 'bench/regenerate.sh')}` (SRC: an nccl-tests "
                  f"source tree, {env.get('nccl-tests', '?')}).")
-    lines.append(f"NCCL {', '.join(sorted(versions))}; commit {env.get('commit', '?')[:12]} "
-                 f"({env.get('dirty-files', '?')} modified tracked files); {env.get('date', '?')}; "
+    lines.append(f"NCCL {', '.join(sorted(versions))}; commit {env.get('commit', '?').split()[0][:12]} "
+                 f"({tree_note(env)}); {env.get('date', '?')}; "
                  f"{env.get('gpu', '?')}; CUDA {env.get('cuda', '?')}; {env.get('host', '?')}.")
     lines.append("")
     lines.append("Busbw of ferry over the baseline, by size: the median of ratios paired by "
@@ -179,6 +192,9 @@ def write_readme(d, topics, out, env, versions):
         lines.append("## Cut short by --budget")
         lines.append("")
         lines.extend(f"- {line.strip()}" for line in open(budget) if line.strip())
+        lines.append("")
+    if os.path.exists(os.path.join(d, "ratios.png")):
+        lines.append("![ferry's busbw over the baseline by size, with 95 % intervals](ratios.png)")
         lines.append("")
     lines.append("## Method")
     lines.append("")
