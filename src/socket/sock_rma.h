@@ -98,6 +98,7 @@ typedef struct ferry_sock_rma_tx {
     ferry_sock_rma_frame_t frame;
     const char            *payload;
     size_t                 len;
+    int                    owned;   /* payload is a copy to free once sent (sock_rma_forget.c). */
     ferry_px_req_t        *req; /* Our request the frame carries, or NULL (an answer). */
 } ferry_sock_rma_tx_t;
 
@@ -123,6 +124,7 @@ typedef struct ferry_sock_rma_peer {
     size_t                       rx_got;   /* Header bytes read. */
     int                          rx_body;  /* Reading the payload of rx. */
     char                        *rx_dst;   /* Where it goes; NULL: read and dropped. */
+    int                          rx_dropped; /* A REPLY's landing region left: its get fails. */
     size_t                       rx_got_body;
     int32_t                      rx_status; /* What the answer will say. */
     ferry_px_req_t              *rx_req;   /* A REPLY's request. */
@@ -179,6 +181,10 @@ ferry_sock_rma_mr_t *ferry_sock_rma_region(ferry_sock_rma_group_t *g, uint32_t i
  */
 ferry_status_t ferry_sock_rma_gpu_reg(ferry_sock_rma_group_t *g, ferry_sock_rma_mr_t *mr);
 void ferry_sock_rma_gpu_dereg(ferry_sock_rma_mr_t *mr);
+/* Before mr is freed: nothing of the group points into its memory any more. Under the lock. */
+void ferry_sock_rma_forget_region(ferry_sock_rma_group_t *g, const ferry_sock_rma_mr_t *mr);
+/* A frame left or was dropped: free its payload if it was a copy. */
+void ferry_sock_rma_tx_release(ferry_sock_rma_tx_t *t);
 /* Where TCP reads and writes [off, ...) of mr: the caller's memory, or the shadow. */
 static inline char *ferry_sock_rma_host(const ferry_sock_rma_mr_t *mr, uint64_t off)
 {

@@ -223,6 +223,8 @@ static void ferry_sock_rma_group_free(ferry_sock_rma_group_t *g)
         }
         if (p->fd >= 0)
             close(p->fd);
+        for (uint32_t i = p->tx_head; i != p->tx_tail; i++)
+            ferry_sock_rma_tx_release(&p->tx[i % FERRY_SOCK_RMA_TXQ]);
         free(p->reg_size);
     }
     /* Copies still queued land before the shadows go. */

@@ -83,6 +83,7 @@ ferry_status_t ferry_sock_rma_queue(ferry_sock_rma_peer_t *p, const ferry_sock_r
     t->payload = payload;
     t->len = len;
     t->req = req;
+    t->owned = 0;
     p->tx_tail++;
     return FERRY_OK;
 }
@@ -294,7 +295,9 @@ static void ferry_sock_rma_dispatch(ferry_sock_rma_peer_t *p)
             return;
         }
         p->rx_req = req;
-        p->rx_dst = req->sub[0].buf;
+        p->rx_dropped = 0;
+        p->rx_dst = p->land[ferry_px_ring_slot_index(&p->ring, req)] != NULL ? req->sub[0].buf
+                                                                           : NULL;
         p->rx_got_body = 0;
         p->rx_body = f->size > 0;
         if (!p->rx_body)
@@ -323,9 +326,16 @@ static void ferry_sock_rma_body_end(ferry_sock_rma_peer_t *p)
     } else {
         ferry_px_req_t *req = p->rx_req;
         uint32_t slot = ferry_px_ring_slot_index(&p->ring, req);
-        ferry_status_t st = ferry_sock_rma_gpu_copy(p->group, p->land[slot], p->land_off[slot],
-                                                    p->rx.size, 1);
+        int gone = p->rx_dropped || p->land[slot] == NULL; /* sock_rma_forget.c */
+        ferry_status_t st = gone ? FERRY_ERR_USAGE
+                                 : ferry_sock_rma_gpu_copy(p->group, p->land[slot],
+                                                           p->land_off[slot], p->rx.size, 1);
 
+        if (gone)
+            FERRY_WARN_LIMITED("RMA: get seq %u from rank %d (%s): its local region was "
+                               "deregistered before the answer was in; the get fails",
+                               p->rx.seq, p->rank, p->addr);
+        p->rx_dropped = 0;
         p->rx_req = NULL;
         ferry_px_req_progress(req, p->rx.size);
         if (st != FERRY_OK)
@@ -441,6 +451,7 @@ static long ferry_sock_rma_tx_step(ferry_sock_rma_peer_t *p)
             ferry_px_req_progress(t->req, t->len);
             ferry_px_req_part_moved(t->req);
         }
+        ferry_sock_rma_tx_release(t);
         p->tx_head++;
         p->tx_sent = 0;
         frames++;

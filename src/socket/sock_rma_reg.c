@@ -154,6 +154,7 @@ ferry_status_t ferry_sock_rma_dereg(void *group, void *mhandle)
     }
     /* Peers' later operations on this number are refused (sock_rma_progress.c). */
     g->regs[mr->index] = NULL;
+    ferry_sock_rma_forget_region(g, mr);
     ferry_sock_rma_gpu_dereg(mr);
     pthread_mutex_unlock(&g->lock);
     ferry_sock_magic_clear(&mr->magic);
