@@ -265,7 +265,7 @@ static void rc_time_size(rc_ctx_t *c, size_t size)
         med = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
         oneway = med / 2;
         printf("perf size=%zu iters=%d median_rtt_us=%.2f min_rtt_us=%.2f oneway_us=%.2f "
-               "gbps=%.4f\n", size, n, med * 1e6, t[0] * 1e6, oneway * 1e6,
+               "gbps=%.6f\n", size, n, med * 1e6, t[0] * 1e6, oneway * 1e6,
                (double)size / oneway / 1e9);
         fflush(stdout);
     }

@@ -11,8 +11,9 @@
 #
 # DIR is an NCCL source tree of release 2.30 or later (its top folder). It is
 # built for the GPU's own architecture into bench/nccl/build/nccl-<version>-sm<arch>
-# (ignored by git) unless a finished build of that release is there already;
-# an interrupted build resumes where it stopped. ferry is built from this
+# (ignored by git) unless a finished build of that release is there already,
+# from a copy of DIR made once into bench/nccl/build/nccl-src-<version>, so an
+# interrupted build resumes where it stopped. ferry is built from this
 # checkout into build-gpu/, tests/fakeibv too for the ib runs, and
 # bench/nccl/rma_check.c against the NCCL built (rpath to it).
 # --build-only stops after the builds (the NCCL build is the long part: one
@@ -105,7 +106,9 @@ NCCL_VER="$(mk_var NCCL_MAJOR).$(mk_var NCCL_MINOR).$(mk_var NCCL_PATCH)"
 NCCL_CODE=$(( $(mk_var NCCL_MAJOR) * 10000 + $(mk_var NCCL_MINOR) * 100 + $(mk_var NCCL_PATCH) ))
 ARCH=$(timeout 20 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
 case $ARCH in ''|*[!0-9]*) fnb_log "cannot read the GPU's compute capability; building for sm_90"; ARCH=90 ;; esac
-NCCL_OUT=$FNB_DIR/build/nccl-$NCCL_VER-sm$ARCH
+# RMA_CHECK_NCCL_OUT: another NCCL build folder (the selftest's mock NCCL).
+NCCL_OUT=${RMA_CHECK_NCCL_OUT:-$FNB_DIR/build/nccl-$NCCL_VER-sm$ARCH}
+NCCL_COPY=$FNB_DIR/build/nccl-src-$NCCL_VER
 RC_BIN=$FNB_DIR/build/rma_check/rma_check
 
 build_nccl() {
@@ -114,8 +117,17 @@ build_nccl() {
     fnb_log "NCCL $NCCL_VER for sm_$ARCH already built in $NCCL_OUT: reused"
     return 0
   fi
+  # Built from a copy made once: a source tree carried anew for each call gets
+  # new timestamps, and make would then redo an interrupted build from scratch.
+  if [ ! -f "$NCCL_COPY/.rma-check-copied" ]; then
+    if ! { rm -rf "$NCCL_COPY" && mkdir -p "$NCCL_COPY" && cp -a "$NCCL_SRC/." "$NCCL_COPY/" &&
+           touch "$NCCL_COPY/.rma-check-copied"; }; then
+      fnb_log "cannot copy $NCCL_SRC to $NCCL_COPY"
+      return 1
+    fi
+  fi
   fnb_log "building NCCL $NCCL_VER (sm_$ARCH) into $NCCL_OUT: the long step"
-  bash "$FNB_DIR/build_nccl.sh" --src "$NCCL_SRC" --out "$NCCL_OUT" --arch "$ARCH" -j "$(nproc)" \
+  bash "$FNB_DIR/build_nccl.sh" --src "$NCCL_COPY" --out "$NCCL_OUT" --arch "$ARCH" -j "$(nproc)" \
     2>"$LOGS/build-nccl.log"
 }
 
@@ -146,7 +158,7 @@ record_env() {
       echo "dirty-files: $(git -C "$FNB_REPO" status --porcelain 2>/dev/null | grep -vc '^??')"
     fi
     echo "host: $(uname -r), $(nproc) CPUs"
-    echo "gpu: $(timeout 20 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
+    echo "gpu: $(timeout 20 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
     echo "cuda: $("$CUDA_HOME/bin/nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
     echo "nccl: $NCCL_VER from $NCCL_SRC, built for sm_$ARCH in $NCCL_OUT"
     [ -f "$NCCL_OUT/version.txt" ] && sed 's/^/nccl-build: /' "$NCCL_OUT/version.txt"
@@ -156,7 +168,11 @@ record_env() {
 }
 
 build_start=$SECONDS
-build_nccl || { fnb_log "NCCL build failed (log: $LOGS/build-nccl.log, $NCCL_OUT/build.log)"; exit 1; }
+if ! build_nccl; then
+  tail -n 30 "$LOGS/build-nccl.log" >&2
+  fnb_log "NCCL build failed (logs: $LOGS/build-nccl.log, $NCCL_OUT/build.log)"
+  exit 1
+fi
 fnb_build_ferry "$LOGS/build-ferry.log" || { fnb_log "ferry build failed"; exit 1; }
 if [ "$BACKEND" != socket ]; then
   fnb_build_fakeibv "$LOGS/build-fakeibv.log" || { fnb_log "fakeibv build failed"; exit 1; }
@@ -298,11 +314,11 @@ done
   awk -F, 'NR > 1 { key = $2; if (!(key in seen)) { seen[key] = 1; order[++n] = key }
                     g[$1 "," key] = $7; u[$1 "," key] = $6 }
     function h(b) { return b >= 1048576 ? b / 1048576 " MiB" : b >= 1024 ? b / 1024 " KiB" : b " B" }
-    function f(x) { return x == "" ? "n/a" : x }
+    function f(x, fmt) { return x == "" ? "n/a" : sprintf(fmt, x) }
     END { for (i = 1; i <= n; i++) { s = order[i]; a = g["ferry-socket," s]; b = g["nccl-ib," s]
             r = (a != "" && b != "" && b + 0 > 0) ? sprintf("%.2fx", a / b) : "n/a"
-            printf "| %s | %s | %s | %s | %s | %s |\n", h(s), f(a), f(u["ferry-socket," s]), f(b),
-                   f(u["nccl-ib," s]), r } }' "$OUTDIR/perf.csv"
+            printf "| %s | %s | %s | %s | %s | %s |\n", h(s), f(a, "%.4f"), f(u["ferry-socket," s], "%.1f"),
+                   f(b, "%.4f"), f(u["nccl-ib," s], "%.1f"), r } }' "$OUTDIR/perf.csv"
   echo
   echo "The baseline is NCCL's own RMA (RMA_IB_PROXY) on the emulated verbs device: its bytes are"
   echo "moved by fakeibv's CPU copies, not a NIC, so the ratio compares two CPU-driven paths on one"
