@@ -7,7 +7,7 @@
 #
 #   bench/nccl/rma_check.sh --nccl-src DIR [--out DIR] [--backend socket|ib|both]
 #                           [--commit ID] [--build-only] [--sizes 8:64M] [--factor 4]
-#                           [--min-time 0.2] [--run-timeout 150]
+#                           [--min-time 0.2] [--run-timeout 150] [--build-budget S]
 #
 # DIR is an NCCL source tree of release 2.30 or later (its top folder). It is
 # built for the GPU's own architecture into bench/nccl/build/nccl-<version>-sm<arch>
@@ -17,7 +17,9 @@
 # checkout into build-gpu/, tests/fakeibv too for the ib runs, and
 # bench/nccl/rma_check.c against the NCCL built (rpath to it).
 # --build-only stops after the builds (the NCCL build is the long part: one
-# call builds, a second on the same warm machine runs).
+# call builds, a second on the same warm machine runs). --build-budget S
+# interrupts the NCCL build after S seconds (SIGINT: make removes what it had
+# half written) and exits 3: the same command again resumes it.
 #
 # Runs (each one mpirun of 2 ranks, bounded by --run-timeout seconds; every
 # stream wait inside rma_check is bounded too):
@@ -60,8 +62,9 @@ SIZES=8:64M
 FACTOR=4
 MIN_TIME=0.2
 RUN_TIMEOUT=150
+BUILD_BUDGET=
 
-usage() { sed -n '2,49p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,51p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
   case $1 in
@@ -74,6 +77,7 @@ while [ $# -gt 0 ]; do
     --factor) FACTOR=${2:-}; shift ;;
     --min-time) MIN_TIME=${2:-}; shift ;;
     --run-timeout) RUN_TIMEOUT=${2:-}; shift ;;
+    --build-budget) BUILD_BUDGET=${2:-}; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "rma_check.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -91,6 +95,8 @@ case $SIZES in [0-9]*:[0-9]*) ;; *) die_usage "--sizes is FIRST:LAST (e.g. 8:64M
 case $FACTOR in 2|4|8|16) ;; *) die_usage "--factor is 2, 4, 8 or 16" ;; esac
 case $MIN_TIME in ''|*[!0-9.]*) die_usage "--min-time needs seconds (e.g. 0.2)" ;; esac
 case $RUN_TIMEOUT in [1-9][0-9]|[1-5][0-9][0-9]) ;; *) die_usage "--run-timeout needs whole seconds, 10-599" ;; esac
+case $BUILD_BUDGET in ''|[1-9][0-9]|[1-9][0-9][0-9]|[1-9][0-9][0-9][0-9]) ;;
+  *) die_usage "--build-budget needs whole seconds, 10-9999" ;; esac
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 [ -x "$CUDA_HOME/bin/nvcc" ] || die_usage "no nvcc in $CUDA_HOME/bin (set CUDA_HOME): NCCL's build needs it"
 command -v mpirun >/dev/null || die_usage "mpirun not found (Open MPI)"
@@ -126,8 +132,10 @@ build_nccl() {
       return 1
     fi
   fi
-  fnb_log "building NCCL $NCCL_VER (sm_$ARCH) into $NCCL_OUT: the long step"
-  bash "$FNB_DIR/build_nccl.sh" --src "$NCCL_COPY" --out "$NCCL_OUT" --arch "$ARCH" -j "$(nproc)" \
+  fnb_log "building NCCL $NCCL_VER (sm_$ARCH) into $NCCL_OUT: the long step${BUILD_BUDGET:+ (at most $BUILD_BUDGET s)}"
+  # timeout signals its whole process group, make and the compilers included.
+  timeout -s INT -k 30 "${BUILD_BUDGET:-0}" \
+    bash "$FNB_DIR/build_nccl.sh" --src "$NCCL_COPY" --out "$NCCL_OUT" --arch "$ARCH" -j "$(nproc)" \
     2>"$LOGS/build-nccl.log"
 }
 
@@ -168,7 +176,12 @@ record_env() {
 }
 
 build_start=$SECONDS
-if ! build_nccl; then
+build_nccl
+brc=$?
+if [ $brc -eq 124 ] || [ $brc -eq 137 ]; then
+  fnb_log "NCCL build interrupted after --build-budget $BUILD_BUDGET s; run the same command again to resume it"
+  exit 3
+elif [ $brc -ne 0 ]; then
   tail -n 30 "$LOGS/build-nccl.log" >&2
   fnb_log "NCCL build failed (logs: $LOGS/build-nccl.log, $NCCL_OUT/build.log)"
   exit 1
