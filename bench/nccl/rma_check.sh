@@ -112,10 +112,11 @@ NCCL_VER="$(mk_var NCCL_MAJOR).$(mk_var NCCL_MINOR).$(mk_var NCCL_PATCH)"
 NCCL_CODE=$(( $(mk_var NCCL_MAJOR) * 10000 + $(mk_var NCCL_MINOR) * 100 + $(mk_var NCCL_PATCH) ))
 ARCH=$(timeout 20 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
 case $ARCH in ''|*[!0-9]*) fnb_log "cannot read the GPU's compute capability; building for sm_90"; ARCH=90 ;; esac
-# RMA_CHECK_NCCL_OUT: another NCCL build folder (the selftest's mock NCCL).
+# RMA_CHECK_NCCL_OUT, RMA_CHECK_BIN: another NCCL build folder and rma_check
+# binary (the selftest's mock NCCL).
 NCCL_OUT=${RMA_CHECK_NCCL_OUT:-$FNB_DIR/build/nccl-$NCCL_VER-sm$ARCH}
 NCCL_COPY=$FNB_DIR/build/nccl-src-$NCCL_VER
-RC_BIN=$FNB_DIR/build/rma_check/rma_check
+RC_BIN=${RMA_CHECK_BIN:-$FNB_DIR/build/rma_check/rma_check}
 
 build_nccl() {
   if [ -f "$NCCL_OUT/version.txt" ] && [ -e "$NCCL_OUT/lib/libnccl.so" ] &&

@@ -115,6 +115,7 @@ sh_run() { # sh_run OUT ENV... -- script args
   while [ "$1" != -- ]; do envs+=("$1"); shift; done
   shift
   env PATH="$WORK/bin:$PATH" CUDA_HOME="$WORK/cuda" RMA_CHECK_NCCL_OUT="$WORK/nccl" \
+    RMA_CHECK_BIN="$WORK/script-bin/rma_check" \
     CUDA_MPS_PIPE_DIRECTORY="$WORK/mps" MOCK_MPS_LOG="$WORK/mps.log" "${envs[@]}" \
     timeout 600 bash "$HERE/../rma_check.sh" --nccl-src "$NCCL_SRC" --out "$WORK/$out" \
     --min-time 0.01 --sizes 8:64K --factor 8 "$@"
