@@ -1,0 +1,346 @@
+#!/usr/bin/env bash
+# rma_check.sh: NCCL's host one-sided API (ncclPutSignal / ncclWaitSignal on
+# symmetric windows, NCCL >= 2.30) through ferry's RMA plugin, checked byte
+# for byte and timed, on a GPU machine (one GPU: the 2 ranks share it under
+# MPS, each its own NCCL_HOSTID, so NCCL sees two nodes and its RMA goes
+# through the RMA plugin's CPU proxy instead of a copy engine).
+#
+#   bench/nccl/rma_check.sh --nccl-src DIR [--out DIR] [--backend socket|ib|both]
+#                           [--commit ID] [--build-only] [--sizes 8:64M] [--factor 4]
+#                           [--min-time 0.2] [--run-timeout 150] [--build-budget S]
+#
+# DIR is an NCCL source tree of release 2.30 or later (its top folder). It is
+# built for the GPU's own architecture into bench/nccl/build/nccl-<version>-sm<arch>
+# (ignored by git) unless a finished build of that release is there already,
+# from a copy of DIR made once into bench/nccl/build/nccl-src-<version>, so an
+# interrupted build resumes where it stopped. ferry is built from this
+# checkout into build-gpu/, tests/fakeibv too for the ib runs, and
+# bench/nccl/rma_check.c against the NCCL built (rpath to it).
+# --build-only stops after the builds (the NCCL build is the long part: one
+# call builds, a second on the same warm machine runs). --build-budget S
+# interrupts the NCCL build after S seconds (SIGINT: make removes what it had
+# half written) and exits 3: the same command again resumes it.
+#
+# Runs (each one mpirun of 2 ranks, bounded by --run-timeout seconds; every
+# stream wait inside rma_check is bounded too):
+#   socket  ferry-socket: ferry as net plugin and RMA plugin, socket backend
+#           over lo (NCCL_FERRY_BACKEND=socket, NCCL_FERRY_GPU_STAGING=1: the
+#           windows are GPU memory). Proof: NCCL loaded the RMA plugin from
+#           ferry's library and assigned "ferry" to every communicator.
+#   ib      nccl-ib: the baseline, NCCL's own IB transport and its own RMA
+#           (RMA_IB_PROXY) on the emulated verbs device (tests/fakeibv, DMA-BUF
+#           on, so GPU windows register), no net plugin and NCCL_RMA_PLUGIN=none.
+#           NCCL_RMA_PLUGIN=none only drops the default libnccl-rma.so: NCCL
+#           2.30 still asks the net plugin's library for an RMA plugin
+#           (src/plugin/rma.cc), so the baseline loads no net plugin at all.
+#           ferry-ib: ferry's ib backend as net plugin on fakeibv; ferry's RMA
+#           refuses there, so NCCL must fall back to RMA_IB_PROXY: proof of
+#           that fallback, bytes checked, timed like the others.
+#   both    all three (default).
+# Every run sets NCCL_GIN_TYPE=2: NCCL's symmetric memory across nodes needs
+# a GIN, and the one it can have here is its GIN proxy over the RMA plugin
+# (the GDAKI probe wants an mlx5 device). Where fakeibv's emulation lacks
+# something NCCL's IB RMA needs, nccl-ib fails, its proof says so, the table
+# shows "n/a" for the baseline and the script exits 1; --backend socket
+# leaves the ib runs out.
+#
+# Output (DIR, default $OUT, else bench/results/<date>-rma): README.md (the
+# verdicts and a table: size, ferry GB/s and one-way us, baseline GB/s and
+# us, ferry/baseline), perf.csv (every timed size of every run), proofs.txt
+# (per run: verdict, counted log lines, excerpt), runs.tsv, env.txt, logs/.
+# Exit 0 only when every run asked for passed its byte checks and its proof.
+set -uo pipefail
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+NCCL_SRC=
+OUT_ARG=
+BACKEND=both
+COMMIT=
+BUILD_ONLY=0
+SIZES=8:64M
+FACTOR=4
+MIN_TIME=0.2
+RUN_TIMEOUT=150
+BUILD_BUDGET=
+
+usage() { sed -n '2,51p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
+while [ $# -gt 0 ]; do
+  case $1 in
+    --nccl-src) NCCL_SRC=${2:-}; shift ;;
+    --out) OUT_ARG=${2:-}; shift ;;
+    --backend) BACKEND=${2:-}; shift ;;
+    --commit) COMMIT=${2:-}; shift ;;
+    --build-only) BUILD_ONLY=1 ;;
+    --sizes) SIZES=${2:-}; shift ;;
+    --factor) FACTOR=${2:-}; shift ;;
+    --min-time) MIN_TIME=${2:-}; shift ;;
+    --run-timeout) RUN_TIMEOUT=${2:-}; shift ;;
+    --build-budget) BUILD_BUDGET=${2:-}; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "rma_check.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+  shift
+done
+
+die_usage() { echo "rma_check.sh: $*" >&2; exit 2; }
+[ -n "$NCCL_SRC" ] || die_usage "--nccl-src DIR is required (an NCCL 2.30+ source tree)"
+{ [ -f "$NCCL_SRC/src/Makefile" ] && [ -f "$NCCL_SRC/makefiles/version.mk" ]; } ||
+  die_usage "--nccl-src: '$NCCL_SRC' holds no src/Makefile and makefiles/version.mk (not an NCCL tree)"
+grep -q ncclPutSignal "$NCCL_SRC/src/nccl.h.in" 2>/dev/null ||
+  die_usage "--nccl-src: '$NCCL_SRC/src/nccl.h.in' declares no ncclPutSignal (NCCL 2.30 or later is needed)"
+case $BACKEND in socket|ib|both) ;; *) die_usage "--backend is socket, ib or both" ;; esac
+case $SIZES in [0-9]*:[0-9]*) ;; *) die_usage "--sizes is FIRST:LAST (e.g. 8:64M)" ;; esac
+case $FACTOR in 2|4|8|16) ;; *) die_usage "--factor is 2, 4, 8 or 16" ;; esac
+case $MIN_TIME in ''|*[!0-9.]*) die_usage "--min-time needs seconds (e.g. 0.2)" ;; esac
+case $RUN_TIMEOUT in [1-9][0-9]|[1-5][0-9][0-9]) ;; *) die_usage "--run-timeout needs whole seconds, 10-599" ;; esac
+case $BUILD_BUDGET in ''|[1-9][0-9]|[1-9][0-9][0-9]|[1-9][0-9][0-9][0-9]) ;;
+  *) die_usage "--build-budget needs whole seconds, 10-9999" ;; esac
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+[ -x "$CUDA_HOME/bin/nvcc" ] || die_usage "no nvcc in $CUDA_HOME/bin (set CUDA_HOME): NCCL's build needs it"
+command -v mpirun >/dev/null || die_usage "mpirun not found (Open MPI)"
+
+OUTDIR=$(fnb_outdir "${OUT_ARG:-${OUT:-$FNB_REPO/bench/results/$(date +%Y-%m-%d)-rma}}") || exit 2
+LOGS=$OUTDIR/logs
+export NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0
+
+# ---- builds ------------------------------------------------------------------
+
+mk_var() { sed -n "s/^$1[[:space:]]*:*=[[:space:]]*\([0-9]*\).*/\1/p" "$NCCL_SRC/makefiles/version.mk" | head -1; }
+NCCL_VER="$(mk_var NCCL_MAJOR).$(mk_var NCCL_MINOR).$(mk_var NCCL_PATCH)"
+NCCL_CODE=$(( $(mk_var NCCL_MAJOR) * 10000 + $(mk_var NCCL_MINOR) * 100 + $(mk_var NCCL_PATCH) ))
+ARCH=$(timeout 20 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
+case $ARCH in ''|*[!0-9]*) fnb_log "cannot read the GPU's compute capability; building for sm_90"; ARCH=90 ;; esac
+# RMA_CHECK_NCCL_OUT, RMA_CHECK_BIN: another NCCL build folder and rma_check
+# binary (the selftest's mock NCCL).
+NCCL_OUT=${RMA_CHECK_NCCL_OUT:-$FNB_DIR/build/nccl-$NCCL_VER-sm$ARCH}
+NCCL_COPY=$FNB_DIR/build/nccl-src-$NCCL_VER
+RC_BIN=${RMA_CHECK_BIN:-$FNB_DIR/build/rma_check/rma_check}
+
+build_nccl() {
+  if [ -f "$NCCL_OUT/version.txt" ] && [ -e "$NCCL_OUT/lib/libnccl.so" ] &&
+     grep -qx "nccl $NCCL_VER" "$NCCL_OUT/version.txt" && grep -qx "arch sm_$ARCH" "$NCCL_OUT/version.txt"; then
+    fnb_log "NCCL $NCCL_VER for sm_$ARCH already built in $NCCL_OUT: reused"
+    return 0
+  fi
+  # Built from a copy made once: a source tree carried anew for each call gets
+  # new timestamps, and make would then redo an interrupted build from scratch.
+  if [ ! -f "$NCCL_COPY/.rma-check-copied" ]; then
+    if ! { rm -rf "$NCCL_COPY" && mkdir -p "$NCCL_COPY" && cp -a "$NCCL_SRC/." "$NCCL_COPY/" &&
+           touch "$NCCL_COPY/.rma-check-copied"; }; then
+      fnb_log "cannot copy $NCCL_SRC to $NCCL_COPY"
+      return 1
+    fi
+  fi
+  fnb_log "building NCCL $NCCL_VER (sm_$ARCH) into $NCCL_OUT: the long step${BUILD_BUDGET:+ (at most $BUILD_BUDGET s)}"
+  # timeout signals its whole process group, make and the compilers included.
+  timeout -s INT -k 30 "${BUILD_BUDGET:-0}" \
+    bash "$FNB_DIR/build_nccl.sh" --src "$NCCL_COPY" --out "$NCCL_OUT" --arch "$ARCH" -j "$(nproc)" \
+    2>"$LOGS/build-nccl.log"
+}
+
+# rma_check against the NCCL just built; the rpath makes it load that one, not the system's.
+build_rma_check() {
+  local mpi cc=mpicc mpiflags=()
+  if ! command -v mpicc >/dev/null; then
+    mpi=$(fnb_mpi_home) || { fnb_log "no mpicc and no mpi.h found (set MPI_HOME)"; return 1; }
+    cc=gcc
+    mpiflags=(-isystem "$mpi/include" -L"$mpi/lib" "-Wl,-rpath,$mpi/lib" -lmpi)
+  fi
+  mkdir -p "$(dirname "$RC_BIN")"
+  "$cc" -std=c11 -O2 -g -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
+    -Wmissing-prototypes -Wformat=2 -Wwrite-strings \
+    -isystem "$NCCL_OUT/include" -isystem "$CUDA_HOME/include" "$FNB_DIR/rma_check.c" -o "$RC_BIN" \
+    -L"$NCCL_OUT/lib" -Wl,-rpath,"$NCCL_OUT/lib" -lnccl \
+    -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart "${mpiflags[@]}" \
+    >"$LOGS/build-rma-check.log" 2>&1 || { cat "$LOGS/build-rma-check.log" >&2; return 1; }
+}
+
+record_env() {
+  {
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    if [ -n "$COMMIT" ]; then
+      echo "commit: $COMMIT (given: the tree ran as a copy)"
+    else
+      echo "commit: $(git -C "$FNB_REPO" rev-parse HEAD 2>/dev/null || echo unknown)"
+      echo "dirty-files: $(git -C "$FNB_REPO" status --porcelain 2>/dev/null | grep -vc '^??')"
+    fi
+    echo "host: $(uname -r), $(nproc) CPUs"
+    echo "gpu: $(timeout 20 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+    echo "cuda: $("$CUDA_HOME/bin/nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
+    echo "nccl: $NCCL_VER from $NCCL_SRC, built for sm_$ARCH in $NCCL_OUT"
+    [ -f "$NCCL_OUT/version.txt" ] && sed 's/^/nccl-build: /' "$NCCL_OUT/version.txt"
+    echo "mpirun: $(mpirun --version 2>/dev/null | head -1)"
+    echo "command: bench/nccl/rma_check.sh --nccl-src $NCCL_SRC --backend $BACKEND --sizes $SIZES --factor $FACTOR --min-time $MIN_TIME --run-timeout $RUN_TIMEOUT"
+  } >"$OUTDIR/env.txt"
+}
+
+build_start=$SECONDS
+build_nccl
+brc=$?
+if [ $brc -eq 124 ] || [ $brc -eq 137 ]; then
+  fnb_log "NCCL build interrupted after --build-budget $BUILD_BUDGET s; run the same command again to resume it"
+  exit 3
+elif [ $brc -ne 0 ]; then
+  tail -n 30 "$LOGS/build-nccl.log" >&2
+  fnb_log "NCCL build failed (logs: $LOGS/build-nccl.log, $NCCL_OUT/build.log)"
+  exit 1
+fi
+fnb_build_ferry "$LOGS/build-ferry.log" || { fnb_log "ferry build failed"; exit 1; }
+if [ "$BACKEND" != socket ]; then
+  fnb_build_fakeibv "$LOGS/build-fakeibv.log" || { fnb_log "fakeibv build failed"; exit 1; }
+fi
+build_rma_check || { fnb_log "rma_check build failed"; exit 1; }
+fnb_log "builds done in $((SECONDS - build_start)) s"
+record_env
+if [ "$BUILD_ONLY" = 1 ]; then
+  fnb_log "--build-only: NCCL in $NCCL_OUT, ferry $FNB_PLUGIN, rma_check $RC_BIN"
+  exit 0
+fi
+
+# ---- runs --------------------------------------------------------------------
+
+fnb_mps_start || exit 1
+trap fnb_mps_stop EXIT
+
+# The rank wrapper: each rank its own host identity, both on GPU 0; on fakeibv
+# each rank also sees the emulated device's sysfs tree.
+WRAP=$LOGS/rank.sh
+# shellcheck disable=SC2016 # the rank script expands these
+{
+  echo '#!/bin/bash'
+  echo 'export NCCL_HOSTID=host$OMPI_COMM_WORLD_RANK NCCL_TESTS_DEVICE=0'
+  echo 'if [ "${RC_IB:-0}" = 1 ]; then exec '"$FNB_REPO"'/tests/fakeibv/test/with_sysfs.sh "$@"; fi'
+  echo 'exec "$@"'
+} >"$WRAP"
+chmod +x "$WRAP"
+
+# The environment of one run, as NAME=value words.
+run_env() {
+  local ib="RC_IB=1 LD_LIBRARY_PATH=${FNB_FAKEIBV_DIR:-}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} FAKEIBV_DMABUF=1 NCCL_NET_GDR_LEVEL=SYS"
+  case $1 in
+    ferry-socket) echo "NCCL_NET_PLUGIN=$FNB_PLUGIN NCCL_NET=ferry NCCL_FERRY_BACKEND=socket NCCL_FERRY_GPU_STAGING=1" ;;
+    nccl-ib) echo "NCCL_NET_PLUGIN=none NCCL_NET=IB NCCL_RMA_PLUGIN=none $ib" ;;
+    ferry-ib) echo "NCCL_NET_PLUGIN=$FNB_PLUGIN NCCL_NET=ferry NCCL_FERRY_BACKEND=ib $ib" ;;
+  esac
+}
+
+# rma_proof RUN LOG: whose RMA NCCL assigned to the communicators, and whether
+# that is the one RUN must use. One line of counts; 0 when it holds.
+rma_proof() {
+  local run=$1 log=$2 want loaded assigned other net
+  case $run in ferry-socket) want=ferry ;; *) want=RMA_IB_PROXY ;; esac
+  loaded=$(grep -c 'RMA/Plugin: Successfully loaded external plugin .*libnccl-net-ferry' "$log")
+  assigned=$(grep -c "RMA/Plugin: Assigned plugin $want to comm" "$log")
+  other=$(grep 'RMA/Plugin: Assigned plugin' "$log" | grep -vc "Assigned plugin $want to comm")
+  net=$(grep -cE 'NET/Plugin: Loaded net plugin ferry|Successfully loaded external network plugin .*ferry' "$log")
+  printf 'rma-plugin-from-ferry-lib=%s assigned-%s=%s assigned-other=%s net-plugin-ferry=%s\n' \
+    "$loaded" "$want" "$assigned" "$other" "$net"
+  # Each of the 2 ranks assigns an RMA plugin to its communicator.
+  if [ "$assigned" -lt 2 ] || [ "$other" -ne 0 ]; then return 1; fi
+  case $run in
+    ferry-socket) [ "$loaded" -gt 0 ] && [ "$net" -gt 0 ] ;;
+    ferry-ib) [ "$net" -gt 0 ] ;;
+    nccl-ib) [ "$net" -eq 0 ] ;;
+  esac
+}
+
+rma_excerpt() {
+  grep -m 1 'NCCL version' "$1"
+  grep -m 2 -E 'NET/Plugin: Loaded net plugin|Successfully loaded external network plugin' "$1"
+  grep -m 6 -E 'RMA/Plugin|GIN/Plugin' "$1"
+  grep -m 2 -E 'Symmetric memory is not supported|host RMA is not supported|One-sided RMA requires' "$1"
+  grep -m 1 -E 'not available on ferry' "$1"
+  grep -m 3 -E 'MISMATCH|wrong|rma_check: (PASS|FAIL)' "$1"
+}
+
+RUNS=()
+case $BACKEND in
+  socket) RUNS=(ferry-socket) ;;
+  ib) RUNS=(nccl-ib ferry-ib) ;;
+  both) RUNS=(ferry-socket nccl-ib ferry-ib) ;;
+esac
+echo "run,size,iters,median_rtt_us,min_rtt_us,oneway_us,gbps" >"$OUTDIR/perf.csv"
+printf 'run\texit\tseconds\tbytes\tproof\n' >"$OUTDIR/runs.tsv"
+: >"$OUTDIR/proofs.txt"
+declare -A VERDICT=()
+failed=0
+for run in "${RUNS[@]}"; do
+  log=$LOGS/$run.log
+  xs=()
+  # shellcheck disable=SC2046 # run_env prints NAME=value words
+  for kv in $(run_env "$run") NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0 NCCL_GIN_TYPE=2 \
+            NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV \
+            CUDA_MPS_PIPE_DIRECTORY="$CUDA_MPS_PIPE_DIRECTORY"; do
+    xs+=(-x "$kv")
+  done
+  fnb_log "$run: 2 ranks, sizes $SIZES x$FACTOR"
+  start=$SECONDS
+  # stdin from /dev/null: mpirun forwards stdin. The waits inside rma_check end
+  # before this timeout; it catches a hang in NCCL's init or registration.
+  timeout -k 10 "$RUN_TIMEOUT" mpirun --allow-run-as-root --oversubscribe -np 2 --bind-to none \
+    "${xs[@]}" "$WRAP" "$RC_BIN" -b "${SIZES%%:*}" -e "${SIZES##*:}" -f "$FACTOR" \
+    -m "$MIN_TIME" -t 45 </dev/null >"$log" 2>&1
+  rc=$?
+  secs=$((SECONDS - start))
+  bytes=FAIL
+  grep -q '^rma_check: PASS' "$log" && [ $rc -eq 0 ] && bytes=PASS
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then bytes="FAIL (killed after ${RUN_TIMEOUT} s)"; fi
+  # The rpath should make it load the NCCL just built, not the system's.
+  if [ "$bytes" = PASS ] && ! grep -q "^rma_check: NCCL $NCCL_CODE (built against $NCCL_CODE)" "$log"; then
+    bytes="FAIL (the NCCL loaded is not $NCCL_VER: see the log's first line)"
+  fi
+  counts=$(rma_proof "$run" "$log")
+  proof=FAIL
+  rma_proof "$run" "$log" >/dev/null && proof=PASS
+  VERDICT[$run]="bytes $bytes, proof $proof"
+  if [ "$bytes" != PASS ] || [ "$proof" != PASS ]; then failed=1; fi
+  awk -v r="$run" '$1 == "perf" { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+      printf "%s,%s,%s,%s,%s,%s,%s\n", r, v["size"], v["iters"], v["median_rtt_us"],
+             v["min_rtt_us"], v["oneway_us"], v["gbps"] }' "$log" >>"$OUTDIR/perf.csv"
+  printf '%s\t%s\t%s\t%s\t%s\n' "$run" "$rc" "$secs" "$bytes" "$proof" >>"$OUTDIR/runs.tsv"
+  {
+    echo "== $run: bytes $bytes, proof $proof (exit $rc, ${secs} s)"
+    echo "env: $(run_env "$run") NCCL_GIN_TYPE=2"
+    echo "$counts"
+    rma_excerpt "$log" | cut -c1-240
+    echo
+  } >>"$OUTDIR/proofs.txt"
+  fnb_log "$run: bytes $bytes, proof $proof ($counts)"
+done
+
+# ---- report ------------------------------------------------------------------
+
+{
+  echo "# NCCL one-sided API through ferry's RMA plugin"
+  echo
+  echo "\`bench/nccl/rma_check.sh\`, $(sed -n 's/^date: //p' "$OUTDIR/env.txt"), NCCL $NCCL_VER (built from source for sm_$ARCH),"
+  echo "$(sed -n 's/^gpu: //p' "$OUTDIR/env.txt"); commit $(sed -n 's/^commit: //p' "$OUTDIR/env.txt")."
+  echo "2 ranks on one GPU under MPS, each its own NCCL_HOSTID; ncclPutSignal + ncclWaitSignal on"
+  echo "ncclMemAlloc'd symmetric windows; every size checked byte for byte both ways, then a ping-pong:"
+  echo "one-way time = median round trip / 2, GB/s = size / one-way time."
+  echo
+  for run in "${RUNS[@]}"; do echo "- $run: ${VERDICT[$run]}"; done
+  echo
+  echo "| size | ferry-socket GB/s | one-way us | nccl-ib (fakeibv) GB/s | one-way us | ferry / baseline |"
+  echo "|---:|---:|---:|---:|---:|---:|"
+  awk -F, 'NR > 1 { key = $2; if (!(key in seen)) { seen[key] = 1; order[++n] = key }
+                    g[$1 "," key] = $7; u[$1 "," key] = $6 }
+    function h(b) { return b >= 1048576 ? b / 1048576 " MiB" : b >= 1024 ? b / 1024 " KiB" : b " B" }
+    function f(x, fmt) { return x == "" ? "n/a" : sprintf(fmt, x) }
+    END { for (i = 1; i <= n; i++) { s = order[i]; a = g["ferry-socket," s]; b = g["nccl-ib," s]
+            r = (a != "" && b != "" && b + 0 > 0) ? sprintf("%.2fx", a / b) : "n/a"
+            printf "| %s | %s | %s | %s | %s | %s |\n", h(s), f(a, "%.4f"), f(u["ferry-socket," s], "%.1f"),
+                   f(b, "%.4f"), f(u["nccl-ib," s], "%.1f"), r } }' "$OUTDIR/perf.csv"
+  echo
+  echo "The baseline is NCCL's own RMA (RMA_IB_PROXY) on the emulated verbs device: its bytes are"
+  echo "moved by fakeibv's CPU copies, not a NIC, so the ratio compares two CPU-driven paths on one"
+  echo "host, not ferry against InfiniBand hardware. ferry-ib (ferry's ib net plugin; its RMA refuses"
+  echo "and NCCL falls back to RMA_IB_PROXY) is in perf.csv and proofs.txt."
+  echo
+  echo "Files: perf.csv (every timed size), proofs.txt (per run: counted log lines and excerpt),"
+  echo "runs.tsv, env.txt, logs/ (NCCL_DEBUG=INFO logs, build logs)."
+} >"$OUTDIR/README.md"
+cat "$OUTDIR/README.md"
+exit $failed

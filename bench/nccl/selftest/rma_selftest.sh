@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# rma_selftest.sh: checks rma_check (byte checks, messages, bounded waits) and
+# rma_check.sh (runs, proof verdicts, table, exit status) on a machine without
+# a GPU, against a mock NCCL one-sided API and CUDA runtime over shared memory
+# (mock_rma_nccl.c) and the mock MPS control in this folder.
+#
+#   bash bench/nccl/selftest/rma_selftest.sh [--nccl-src DIR]
+#
+# DIR is an NCCL 2.30+ source tree (default .ext/nccl-src/2.30.7-1): its
+# nccl.h.in is turned into nccl.h the way NCCL's build does it, and
+# rma_check.sh is pointed at a mock "build" of it (RMA_CHECK_NCCL_OUT), so
+# NCCL itself is not built. Needs gcc, mpicc and mpirun (Open MPI), cmake,
+# CUDA headers (CUDA_HOME, default /usr/local/cuda). ferry is built into
+# build-gpu/ (FNB_BUILD) and fakeibv for the ib runs, as on the GPU machine.
+# Proves nothing about NCCL or ferry: that is the GPU machine's job. Prints
+# "N passed, N failed".
+set -uo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../../.." && pwd)
+NCCL_SRC=$REPO/.ext/nccl-src/2.30.7-1
+[ "${1:-}" = --nccl-src ] && NCCL_SRC=${2:-}
+REAL_CUDA=${CUDA_HOME:-/usr/local/cuda}
+for tool in gcc mpicc mpirun cmake; do
+  command -v "$tool" >/dev/null || { echo "rma_selftest.sh: $tool not found" >&2; exit 2; }
+done
+[ -f "$REAL_CUDA/include/cuda_runtime.h" ] || { echo "rma_selftest.sh: no CUDA headers in $REAL_CUDA" >&2; exit 2; }
+[ -f "$NCCL_SRC/src/nccl.h.in" ] || { echo "rma_selftest.sh: no src/nccl.h.in under '$NCCL_SRC'" >&2; exit 2; }
+WORK=$(mktemp -d /tmp/rma-selftest.XXXXXX)
+export MOCK_SHM_PREFIX=/rc-mock-$$
+trap 'rm -rf "$WORK"; rm -f /dev/shm"$MOCK_SHM_PREFIX"-*' EXIT
+PASSED=0
+FAILED=0
+
+# check NAME WANT_RC CMD...: runs CMD with output in $WORK/NAME.out.
+check() {
+  local name=$1 want=$2 rc
+  shift 2
+  "$@" >"$WORK/$name.out" 2>&1
+  rc=$?
+  if [ "$rc" -eq "$want" ]; then
+    PASSED=$((PASSED + 1)); echo "ok   $name"
+  else
+    FAILED=$((FAILED + 1)); echo "FAIL $name: exit $rc, wanted $want"; tail -5 "$WORK/$name.out"
+  fi
+}
+
+# expect NAME GREP_ARGS...: the output of check NAME matches.
+expect() {
+  local name=$1
+  shift
+  if grep -q "$@" "$WORK/$name.out"; then
+    PASSED=$((PASSED + 1)); echo "ok   $name: $*"
+  else
+    FAILED=$((FAILED + 1)); echo "FAIL $name: no match for $*"
+  fi
+}
+
+# A mock NCCL "build" and CUDA toolkit: nccl.h from the real nccl.h.in, the
+# mock as libnccl.so and libcudart.so, an nvcc that does nothing.
+mock_build() {
+  local mk=$NCCL_SRC/makefiles/version.mk major minor patch flags
+  major=$(sed -n 's/^NCCL_MAJOR[[:space:]]*:*=[[:space:]]*//p' "$mk")
+  minor=$(sed -n 's/^NCCL_MINOR[[:space:]]*:*=[[:space:]]*//p' "$mk")
+  patch=$(sed -n 's/^NCCL_PATCH[[:space:]]*:*=[[:space:]]*//p' "$mk")
+  NCCL_VER=$major.$minor.$patch
+  mkdir -p "$WORK/nccl/include" "$WORK/nccl/lib" "$WORK/cuda/bin" "$WORK/cuda/lib64" "$WORK/bin"
+  sed -e "s/\${nccl:Major}/$major/g" -e "s/\${nccl:Minor}/$minor/g" -e "s/\${nccl:Patch}/$patch/g" \
+      -e "s/\${nccl:Suffix}//g" -e "s/\${nccl:Version}/$(printf '%d%02d%02d' "$major" "$minor" "$patch")/g" \
+      "$NCCL_SRC/src/nccl.h.in" >"$WORK/nccl/include/nccl.h" || return 1
+  printf 'nccl %s\narch sm_90\ncuda mock\nseconds 0\n' "$NCCL_VER" >"$WORK/nccl/version.txt"
+  ln -s "$REAL_CUDA/include" "$WORK/cuda/include"
+  printf '#!/bin/sh\nexit 0\n' >"$WORK/cuda/bin/nvcc" && chmod +x "$WORK/cuda/bin/nvcc"
+  ln -s "$HERE/nvidia-cuda-mps-control" "$WORK/bin/nvidia-cuda-mps-control"
+  flags=(-std=c11 -shared -fPIC -O1 -Wall -Wextra -Werror -isystem "$WORK/nccl/include"
+         -isystem "$REAL_CUDA/include")
+  gcc "${flags[@]}" -o "$WORK/nccl/lib/libnccl.so" "$HERE/mock_rma_nccl.c" -lrt &&
+    gcc "${flags[@]}" -o "$WORK/cuda/lib64/libcudart.so" "$HERE/mock_rma_nccl.c" -lrt &&
+    mpicc -std=c11 -O2 -g -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
+      -Wmissing-prototypes -Wformat=2 -Wwrite-strings -isystem "$WORK/nccl/include" \
+      -isystem "$REAL_CUDA/include" "$HERE/../rma_check.c" -o "$WORK/rma_check" \
+      -L"$WORK/nccl/lib" -Wl,-rpath,"$WORK/nccl/lib" -lnccl
+}
+
+check build 0 mock_build
+[ -x "$WORK/rma_check" ] || { echo "$PASSED passed, $((FAILED + 1)) failed (no build)"; exit 1; }
+
+rc_run() { # rc_run ENV... -- rma_check args: 2 ranks, bounded
+  local envs=()
+  while [ "$1" != -- ]; do envs+=(-x "$1"); shift; done
+  shift
+  timeout -k 5 120 mpirun --allow-run-as-root --oversubscribe -np 2 --bind-to none \
+    -x MOCK_SHM_PREFIX "${envs[@]}" "$WORK/rma_check" "$@" </dev/null
+}
+
+check pass 0 rc_run MOCK_NONE=1 -- -b 8 -e 1M -m 0.01 -t 5
+expect pass '^rma_check: PASS: 10 sizes'
+expect pass '^perf size=1048576 iters=[0-9]* median_rtt_us='
+expect pass '^check size=8 iters=2 dirs=0->1,1->0 ok'
+check corrupt 1 rc_run MOCK_CORRUPT_SIZE=2048 -- -b 8 -e 8K -m 0.01 -t 5
+expect corrupt -E 'MISMATCH size 2048 direction 0->1 iteration 0 offset 1024: expected 0x[0-9a-f]{2} got 0x[0-9a-f]{2}'
+expect corrupt '^rma_check: FAIL: 4 wrong bytes at size 2048'
+check past-end 1 rc_run MOCK_PAST_SIZE=512 -- -b 8 -e 8K -m 0.01 -t 5
+expect past-end 'offset 512 (past the end of the put: must stay untouched)'
+check no-signal 1 rc_run MOCK_DROP_SIGNAL_SIZE=32 -- -b 8 -e 8K -m 0.01 -t 2
+expect no-signal 'FAIL rank 1: ncclWaitSignal (check), size 32, iteration 0: not done after 2 s (peer rank 0)'
+check one-rank 1 timeout 60 mpirun --allow-run-as-root --oversubscribe -np 1 "$WORK/rma_check"
+expect one-rank 'needs exactly 2 ranks (mpirun -np 2), got 1'
+check bad-size 2 "$WORK/rma_check" -e 12Q
+expect bad-size "a size in bytes > 0, with K, M or G"
+
+# rma_check.sh against the mock build: every run, proofs, table, exit status.
+sh_run() { # sh_run OUT ENV... -- script args
+  local out=$1 envs=()
+  shift
+  while [ "$1" != -- ]; do envs+=("$1"); shift; done
+  shift
+  env PATH="$WORK/bin:$PATH" CUDA_HOME="$WORK/cuda" RMA_CHECK_NCCL_OUT="$WORK/nccl" \
+    RMA_CHECK_BIN="$WORK/script-bin/rma_check" \
+    CUDA_MPS_PIPE_DIRECTORY="$WORK/mps" MOCK_MPS_LOG="$WORK/mps.log" "${envs[@]}" \
+    timeout 600 bash "$HERE/../rma_check.sh" --nccl-src "$NCCL_SRC" --out "$WORK/$out" \
+    --min-time 0.01 --sizes 8:64K --factor 8 "$@"
+}
+check script-both 0 sh_run out-both MOCK_NONE=1 -- --backend both
+expect script-both 'reused'
+expect script-both '^- ferry-socket: bytes PASS, proof PASS'
+expect script-both '^- nccl-ib: bytes PASS, proof PASS'
+expect script-both '^- ferry-ib: bytes PASS, proof PASS'
+expect script-both -E '^\| 64 KiB \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \|$'
+expect script-both 'MPS stopped'
+check script-no-proof 1 sh_run out-np MOCK_NO_PROOF=1 -- --backend socket
+expect script-no-proof 'ferry-socket: bytes PASS, proof FAIL (rma-plugin-from-ferry-lib=2 assigned-ferry=0 assigned-other=2'
+check script-corrupt 1 sh_run out-cor MOCK_CORRUPT_SIZE=512 -- --backend socket
+expect script-corrupt '^- ferry-socket: bytes FAIL, proof PASS'
+check script-hang 1 sh_run out-hang MOCK_DROP_SIGNAL_SIZE=8 -- --backend socket --run-timeout 10
+expect script-hang 'bytes FAIL (killed after 10 s)'
+# A tree whose nccl.h.in has no one-sided API (as NCCL before 2.29).
+mkdir -p "$WORK/old/src" "$WORK/old/makefiles" && touch "$WORK/old/src/Makefile" "$WORK/old/src/nccl.h.in" &&
+  cp "$NCCL_SRC/makefiles/version.mk" "$WORK/old/makefiles/"
+check script-old-nccl 2 sh_run out-old MOCK_NONE=1 -- --nccl-src "$WORK/old"
+expect script-old-nccl 'declares no ncclPutSignal'
+
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]
