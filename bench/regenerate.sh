@@ -272,6 +272,7 @@ FIRST=${SIZES%%:*}
 LAST=${SIZES##*:}
 echo "topic,op,rep,config,size,time_us,busbw,nccl_version" >"$OUTDIR/raw.csv"
 printf 'topic\top\trep\tconfig\tband\texit\tseconds\n' >"$OUTDIR/runs.tsv"
+: >"$OUTDIR/topics.txt"
 failed=0
 # Budget: topic/operation pairs still to run, each given an equal share of the
 # time left (less a reserve for the tables and the log archive).

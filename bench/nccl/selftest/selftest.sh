@@ -269,7 +269,7 @@ printf '%s\n' 'BUILDDIR ?= ../build' '$(BUILDDIR)/%_perf:' \
   '	mkdir -p $(BUILDDIR) && cp '"$HERE"'/mock_all_reduce_perf $@' >"$WORK/nt/src/Makefile"
 check regen 0 env FNB_BUILD="$FNB_BUILD" REGEN_NT_BUILD="$WORK/ntbuild" "$HERE/../../regenerate.sh" --nccl-tests "$WORK/nt" \
       --topics socket2,socket8 --reps 3 --sizes 4K:1M --out "$WORK/regen"
-expect regen '^| socket, 2 ranks on one GPU, unbound, all_reduce | socket-default / socket-2x2 .* | 4 KiB 2.00x (2.00-2.00); 16 KiB 2.00x'
+expect regen '^| socket, 2 ranks on one GPU, unbound, all_reduce | socket-default / socket-2x2 .* | 4 KiB 2.00x (2.00-2.00) \[3 reps\]; 16 KiB 2.00x'
 expect regen '^| socket, 8 ranks on one GPU, unbound, alltoall |'
 check regen_files 0 test -s "$WORK/regen/raw.csv.xz" -a -s "$WORK/regen/summary.csv" -a -s "$WORK/regen/logs.tar.xz"
 check regen_outputs 0 test "$(find "$WORK/regen" -type f | wc -l)" -le 8
@@ -279,7 +279,17 @@ check regen_rotation 0 test "$(awk -F'\t' '$1 == "socket2" { printf "%s:%s ", $3
 # Level: equal busbw gives an interval that holds 1.0.
 check regen_level 0 env FNB_BUILD="$FNB_BUILD" REGEN_NT_BUILD="$WORK/ntbuild" MOCK_FERRY_BW=1.00 "$HERE/../../regenerate.sh" \
       --nccl-tests "$WORK/nt" --topics socket2 --reps 2 --sizes 4K:16K --out "$WORK/regen2"
-expect regen_level '| 4 KiB-16 KiB level |'
+expect regen_level '| 4 KiB-16 KiB level \[2 reps\] |'
+# --budget: a share too small for every repetition cuts them and says so;
+# --cores-per-rank binds the ranks and names it in the setup.
+check regen_budget 0 env FNB_BUILD="$FNB_BUILD" REGEN_NT_BUILD="$WORK/ntbuild" "$HERE/../../regenerate.sh" \
+      --nccl-tests "$WORK/nt" --topics socket2 --reps 200 --sizes 4K:16K --budget 100 \
+      --cores-per-rank 1 --out "$WORK/regen4"
+expect regen_budget 'of 200 repetitions (its share of --budget 100 was'
+expect regen_budget '^| socket, 2 ranks on one GPU, 1 core per rank (bound), all_reduce |'
+check regen_budget_spent 1 env FNB_BUILD="$FNB_BUILD" REGEN_NT_BUILD="$WORK/ntbuild" "$HERE/../../regenerate.sh" \
+      --nccl-tests "$WORK/nt" --topics socket2 --reps 2 --sizes 4K:16K --budget 10 --out "$WORK/regen5"
+check regen_budget_spent_note 0 grep -q 'socket2: not run, the budget of 10 s was spent' "$WORK/regen5/budget.txt"
 check regen_wrong 1 env FNB_BUILD="$FNB_BUILD" REGEN_NT_BUILD="$WORK/ntbuild" MOCK_WRONG=1 "$HERE/../../regenerate.sh" \
       --nccl-tests "$WORK/nt" --topics socket2 --reps 1 --sizes 1M:1M --out "$WORK/regen3"
 check regen_usage 2 "$HERE/../../regenerate.sh" --topics socket2
