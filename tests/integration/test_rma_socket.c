@@ -34,8 +34,16 @@
  *             from it, each checked byte for byte through the driver.
  *   killed    rank 2 is SIGKILLed: ranks 0 and 1 see queryLastError report it
  *             within a bound, and a put to it fails instead of hanging.
- *   ib        NCCL_FERRY_BACKEND=ib (fakeibv): init refuses with a message
- *             naming the backend and what to set; devices() says 0.
+ *
+ * With NCCL_FERRY_BACKEND=ib (fakeibv) the same cases run over verbs
+ * (src/ib/ib_rma_*.c): the puts are RDMA WRITEs, the signals atomic
+ * fetch-and-adds, gets and flushes RDMA READs, answered by the target's
+ * HCA without its CPU. Where the backends differ: a range beyond the
+ * target's region is refused at the source with ncclInvalidArgument (the
+ * WARN also names the QP), and there is no target-side refusal to test
+ * (an HCA refuses a bad rkey range by failing the QP); in the killed case
+ * rank 2 is stopped (SIGSTOP) before the survivors post their puts, so
+ * they are in flight when it dies (its HCA would answer them otherwise).
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -82,6 +90,7 @@ static const ncclRma_v14_t *v14;
 static const ncclRma_v13_t *v13;
 static void *rctx; /* RMA context, once created: barrier waits move it. */
 static int with_thread;     /* threads case: a progress thread per rank. */
+static int on_ib;           /* NCCL_FERRY_BACKEND=ib: RMA over verbs (fakeibv). */
 static _Atomic int thread_stop;
 
 /* ---- the two ABI versions behind one set of calls ---------------------------------- */
@@ -392,12 +401,15 @@ static void case_data(void)
 
         fit_log_expect("registered as region");
         FIT_CHECK(rma_iput(0, s.src_mh, 8192, WIN_SIZE - 4096, s.win_mh, 1, &req) ==
-                  ncclInvalidUsage && req == NULL, "an iput beyond rank 1's window was not "
-                  "refused with ncclInvalidUsage");
+                  (on_ib ? ncclInvalidArgument : ncclInvalidUsage) && req == NULL,
+                  "an iput beyond rank 1's window was not refused with %s",
+                  on_ib ? "ncclInvalidArgument" : "ncclInvalidUsage");
         FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "offset 68153344 + size 8192 is beyond the "
                                "68157440 bytes rank 1", "registered as region 1",
                                "nothing was sent", text, sizeof(text)) >= 0,
                   "no WARN naming the refused range");
+        FIT_CHECK(!on_ib || (strstr(text, ", QP 0x") != NULL && strstr(text, "127.0.0.1:") !=
+                             NULL), "the ib WARN names no peer address and QP: %s", text);
         printf("rank 0: source check said: %s\n", text);
     }
     if (with_thread) {
@@ -481,6 +493,32 @@ static void case_misuse(void)
         fit_log_expect("test(");
         FIT_CHECK(rma_test(s.coll, (void *)0x12345, &done) == ncclInvalidUsage && !done,
                   "test() of a foreign handle accepted");
+    }
+    if (my_rank == 0 && on_ib) {
+        /* ib: refused at the source (an HCA would fail the QP on a bad range). */
+        fit_log_expect("registered as region");
+        FIT_CHECK(rma_iput(0, s.src_mh, 8192, WIN_SIZE - 4096, s.win_mh, 1, &req) ==
+                  ncclInvalidArgument && req == NULL, "the out-of-bounds put was not refused "
+                  "with ncclInvalidArgument");
+        FIT_CHECK(rma_iget(WIN_SIZE, s.win_mh, 1, 0, s.src_mh, 1, &req) == ncclInvalidArgument &&
+                  req == NULL, "an iget one byte beyond rank 1's window was not refused");
+        fit_log_expect("64-bit aligned word");
+        FIT_CHECK(rma_iput_signal(0, NULL, 0, 0, NULL, 1, 4, s.sig_mh, 1,
+                                  NCCL_NET_SIGNAL_OP_INC, &req) == ncclInvalidArgument &&
+                  req == NULL, "a signal at offset 4 was not refused");
+        FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "RMA iput", "offset 68153344 + size 8192 is "
+                               "beyond the 68157440 bytes rank 1 (127.0.0.1:",
+                               "registered as region 1; nothing was sent", text,
+                               sizeof(text)) >= 0 && strstr(text, ", QP 0x") != NULL,
+                  "no source WARN naming rank, region, offset, size, address and QP");
+        printf("rank 0: source check said: %s\n", text);
+        fill(s.src, 4096, 0, 7);
+        FIT_NCCL(rma_iput(0, s.src_mh, 4096, 0, s.win_mh, 1, &req));
+        FIT_NCCL(wait_req(s.coll, req, "iput after the refusal"));
+        FIT_NCCL(rma_iflush(s.win_mh, 1, &req));
+        FIT_NCCL(wait_req(s.coll, req, "iflush after the refusal"));
+        FIT_CHECK(!rma_has_error(), "queryLastError reports an error after refusals");
+    } else if (my_rank == 0) {
         /* Beyond the target's window: refused by the target, which writes nothing. */
         fit_log_expect("was refused by the target");
         line = fit_log_lines();
@@ -499,7 +537,15 @@ static void case_misuse(void)
         FIT_NCCL(wait_req(s.coll, req, "iflush after the refusal"));
     }
     barrier(1);
-    if (my_rank == 1) {
+    if (my_rank == 1 && on_ib) {
+        for (size_t i = 0; i < 4096; i++)
+            FIT_CHECK(s.win[WIN_SIZE - 4096 + i] == 0xee && s.win[WIN_SIZE + i] == 0xee,
+                      "the refused put wrote byte %zu", i);
+        check_bytes(s.win, 4096, 0, 7, "put after the refusal");
+        for (int i = 0; i < NSIG_WORDS; i++)
+            FIT_CHECK(s.sig[i] == 0, "signal word %d is %llu after refused signals", i,
+                      (unsigned long long)s.sig[i]);
+    } else if (my_rank == 1) {
         FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "refused PUT seq", "from rank 0",
                                "offset 68153344 + size 8192 is beyond region 1", text,
                                sizeof(text)) >= 0, "no target WARN naming the refused put");
@@ -690,12 +736,15 @@ static void case_killed(void)
         /* No progress here any more: the survivors' puts stay unanswered until we die. */
         double end = fit_now() + WAIT_S;
 
-        while (atomic_load(&sh->arrived[51]) < 2 && fit_now() < end)
+        while (!on_ib && atomic_load(&sh->arrived[51]) < 2 && fit_now() < end)
             usleep(1000);
+        /* ib: the parent stops us first (our HCA would answer the puts otherwise). */
         atomic_store(&sh->ready_to_die, 1);
         for (;;)
             pause(); /* The parent kills us. */
     }
+    while (on_ib && atomic_load(&sh->ready_to_die) != 3)
+        usleep(1000);
     fill(s.src, 1 << 20, my_rank, 5);
     FIT_NCCL(rma_iput(0, s.src_mh, 1 << 20, 0, s.win_mh, 2, &inflight));
     atomic_fetch_add(&sh->arrived[51], 1);
@@ -704,6 +753,8 @@ static void case_killed(void)
     fit_log_expect("the connection to rank 2");
     fit_log_expect("failed earlier");
     fit_log_expect("connection to rank 2");
+    fit_log_expect("rank 2 (");
+    fit_log_expect("RMA rank 2 (");
     /* The put in flight when rank 2 died ends with an error, within a bound. */
     t0 = fit_now();
     for (rc = ncclSuccess; rc == ncclSuccess && !done;) {
@@ -721,9 +772,14 @@ static void case_killed(void)
         usleep(200);
     }
     seen = fit_now() - t0;
-    FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "the connection to rank 2", "failed",
-                           "check that rank 2 is alive", NULL, 0) >= 0,
-              "no WARN naming the dead rank");
+    if (on_ib)
+        FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "rank 2 (127.0.0.1:", "failed: ",
+                               "queryLastError reports it", NULL, 0) >= 0,
+                  "no WARN naming the dead rank");
+    else
+        FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "the connection to rank 2", "failed",
+                               "check that rank 2 is alive", NULL, 0) >= 0,
+                  "no WARN naming the dead rank");
     rc = rma_iput(0, s.src_mh, 64, 0, s.win_mh, 2, &req);
     if (rc == ncclSuccess)
         rc = wait_req(s.coll, req, "iput to the dead rank");
@@ -748,31 +804,6 @@ static void case_killed(void)
     }
     check_bytes(s.win, 4096, 1 - my_rank, 3, "survivor put");
     rank_teardown(&s);
-}
-
-static void case_ib(void)
-{
-    void *ctx = NULL;
-    int ndev = -1, first;
-
-    FIT_CHECK(v14->init(&ctx, 1, fit_logger) == ncclInvalidUsage && ctx == NULL,
-              "RMA init on the ib backend was not refused");
-    /* An INFO, not a WARN (NCCL falls back to its own RMA), and once per process. */
-    FIT_CHECK(fit_log_find(0, NCCL_LOG_INFO, "not available on ferry's ib backend",
-                           "NCCL_FERRY_BACKEND=socket", "NCCL_RMA_PLUGIN", NULL, 0) >= 0,
-              "the refusal does not say what to set");
-    FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "not available on ferry's ib backend", NULL, NULL,
-                           NULL, 0) < 0, "the refusal is a WARN: NCCL asks every communicator");
-    FIT_CHECK(v14->init(&ctx, 2, fit_logger) == ncclInvalidUsage && ctx == NULL,
-              "a second RMA init on the ib backend was not refused");
-    first = fit_log_find(0, NCCL_LOG_INFO, "not available on ferry's ib backend", NULL, NULL,
-                         NULL, 0);
-    FIT_CHECK(fit_log_find(first + 1, NCCL_LOG_INFO, "not available on ferry's ib backend", NULL,
-                           NULL, NULL, 0) < 0, "the refusal is said more than once per process");
-    FIT_NCCL(v14->devices(&ndev));
-    FIT_CHECK(ndev == 0, "devices() = %d after the refusal", ndev);
-    printf("ib: RMA init refused, devices() = 0\n");
-    fit_log_check_clean("ib case");
 }
 
 /* Two strangers at rank 2's listener: 64 junk bytes, and 10 bytes then a hang-up. */
@@ -836,10 +867,7 @@ int main(int argc, char **argv)
     for (size_t i = 1; i < sizeof(*v14) / sizeof(void *); i++)
         FIT_CHECK(((void *const *)(const void *)v14)[i] != NULL &&
                   ((void *const *)(const void *)v13)[i] != NULL, "member %zu is NULL", i);
-    if (strcmp(which, "ib") == 0) {
-        case_ib();
-        return 0;
-    }
+    on_ib = getenv("NCCL_FERRY_BACKEND") != NULL && strcmp(getenv("NCCL_FERRY_BACKEND"), "ib") == 0;
     if (strcmp(which, "data") == 0)
         fn = case_data;
     else if (strcmp(which, "v13") == 0)
@@ -854,7 +882,7 @@ int main(int argc, char **argv)
         fn = case_stall;
     else if (strcmp(which, "gpu") == 0)
         fn = case_gpu;
-    FIT_CHECK(fn != NULL, "unknown case %s (data, v13, threads, misuse, stall, gpu, killed, ib)", which);
+    FIT_CHECK(fn != NULL, "unknown case %s (data, v13, threads, misuse, stall, gpu, killed)", which);
     sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     FIT_CHECK(sh != MAP_FAILED, "mmap");
     memset(sh, 0, sizeof(*sh));
@@ -871,6 +899,14 @@ int main(int argc, char **argv)
 
         while (atomic_load(&sh->ready_to_die) != 1 && fit_now() < end)
             usleep(1000);
+        if (on_ib) {
+            /* Stopped, its HCA answers nothing: the survivors' puts stay in flight. */
+            kill(pids[2], SIGSTOP);
+            atomic_store(&sh->ready_to_die, 3);
+            while (atomic_load(&sh->arrived[51]) < 2 && fit_now() < end)
+                usleep(1000);
+            usleep(50000);
+        }
         kill(pids[2], SIGKILL);
         waitpid(pids[2], NULL, 0);
         atomic_store(&sh->ready_to_die, 2);
@@ -894,6 +930,7 @@ int main(int argc, char **argv)
         }
     }
     if (fails == 0)
-        printf("ok - rma socket case %s: %d ranks in %.2f s\n", which, NRANKS, fit_now() - t0);
+        printf("ok - rma %s case %s: %d ranks in %.2f s\n", on_ib ? "ib" : "socket", which, NRANKS,
+               fit_now() - t0);
     return fails == 0 ? 0 : 1;
 }
