@@ -31,6 +31,14 @@ ferry_status_t ferry_ib_rma_qps_create(ferry_ib_rma_group_t *g)
     char who[256];
 
     ferry_ib_rma_describe(g, who, sizeof(who));
+    if (g->port->hca->attr.atomic_cap == IBV_ATOMIC_NONE) {
+        /* iputSignal's signal is a remote fetch-and-add: no other verb adds atomically. */
+        FERRY_WARN("RMA connect: %s: the device %s has no atomic operations (atomic_cap NONE in "
+                   "ibv_devinfo -v), which put-with-signal needs; pick a device with them "
+                   "(NCCL_IB_HCA), or run RMA over TCP (NCCL_FERRY_BACKEND=socket) or NCCL's "
+                   "own RMA", who, g->port->hca->name);
+        return FERRY_ERR_UNSUPPORTED;
+    }
     g->cq = ferry_ibv.create_cq(g->port->hca->ctx, cqe, NULL, NULL, 0);
     if (g->cq == NULL) {
         FERRY_WARN("RMA connect: %s: ibv_create_cq(%d entries) failed: %s; check the device's "
