@@ -80,6 +80,7 @@ typedef struct shared {
     _Atomic int arrived[64];
     _Atomic int ready_to_die;
     _Atomic int strangers_done; /* misuse: the parent's junk reached rank 2's listener. */
+    _Atomic int stopped_pid;    /* ib stall: rank 1, about to stop itself (SIGSTOP). */
 } shared_t;
 
 static shared_t *sh;
@@ -575,6 +576,32 @@ static int wait_log(int from, const char *n1, const char *n2, double seconds, vo
     return line;
 }
 
+/* ib stall: rank 1 has stopped itself (state T in /proc), bounded. */
+static void wait_stopped(void)
+{
+    double end = fit_now() + WAIT_S;
+    char path[64], buf[256];
+
+    for (;;) {
+        int pid = atomic_load(&sh->stopped_pid);
+        FILE *f;
+
+        FIT_CHECK(fit_now() < end, "rank 1 did not stop");
+        if (pid != 0) {
+            snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+            f = fopen(path, "r");
+            if (f != NULL) {
+                char *paren = fgets(buf, sizeof(buf), f) != NULL ? strrchr(buf, ')') : NULL;
+
+                fclose(f);
+                if (paren != NULL && paren[1] == ' ' && paren[2] == 'T')
+                    return;
+            }
+        }
+        usleep(1000);
+    }
+}
+
 static void case_stall(void)
 {
     rank_state_t s;
@@ -589,17 +616,28 @@ static void case_stall(void)
         /* No progress here until rank 0 has seen the stall and the dump. */
         double end = fit_now() + WAIT_S;
 
+        if (on_ib) {
+            /* Our HCA answers without us: stop the whole process (rank 0 resumes it). */
+            atomic_store(&sh->stopped_pid, (int)getpid());
+            raise(SIGSTOP);
+        }
         while (atomic_load(&sh->ready_to_die) == 0 && fit_now() < end)
             usleep(1000);
     } else if (my_rank == 0) {
         fit_log_expect("has made no progress");
+        if (on_ib)
+            wait_stopped();
         fill(s.src, 4096, 0, 9);
         FIT_NCCL(rma_iput(0, s.src_mh, 4096, 0, s.win_mh, 1, &req));
         line = wait_log(0, "rma rank 0->1", "has made no progress", 5.0, s.coll, req, &done);
         FIT_CHECK(line >= 0 && !done, "no stall WARN for the unanswered put (done %d)", done);
         fit_log_find(line, -1, "rma rank 0->1", NULL, NULL, text, sizeof(text));
-        FIT_CHECK(strstr(text, "Its frame left, no answer yet") != NULL &&
-                  strstr(text, "frames posted 1") != NULL, "stall WARN: %s", text);
+        FIT_CHECK(on_ib ? strstr(text, "no completion yet") != NULL &&
+                              strstr(text, "work requests posted 1") != NULL &&
+                              strstr(text, "(region 1, offset 0, 4096 bytes at the target)") != NULL
+                        : strstr(text, "Its frame left, no answer yet") != NULL &&
+                              strstr(text, "frames posted 1") != NULL,
+                  "stall WARN: %s", text);
         printf("rank 0: stall WARN: %s\n", text);
         line = fit_log_lines();
         raise(SIGUSR1);
@@ -607,9 +645,12 @@ static void case_stall(void)
         FIT_CHECK(line >= 0, "the dump shows no RMA ring towards rank 1");
         fit_log_find(line, -1, "rma rank 0->1", NULL, NULL, text, sizeof(text));
         printf("rank 0: dump: %s\n", text);
-        FIT_CHECK(fit_log_find(line, -1, "frames posted 1", NULL, NULL, NULL, 0) >= 0,
+        FIT_CHECK(fit_log_find(line, -1, on_ib ? "work requests posted 1" : "frames posted 1",
+                               NULL, NULL, NULL, 0) >= 0,
                   "the dump does not show the put's counters");
         atomic_store(&sh->ready_to_die, 1);
+        if (on_ib)
+            kill((pid_t)atomic_load(&sh->stopped_pid), SIGCONT);
         FIT_NCCL(wait_req(s.coll, req, "the put once rank 1 progresses"));
     }
     barrier(2);
