@@ -112,6 +112,8 @@ typedef struct ferry_ib_rma_peer {
     int                        has_ring;
     int                        bye;   /* It closed its group in order. */
     int                        dead;  /* Its QP or link failed; reason in the ring. */
+    ferry_ib_watch_t           watch; /* Async events on its QP (ib_async.c)... */
+    int                        watching; /* ...once added. */
     ferry_ib_rma_remote_t     *regs;  /* FERRY_IB_RMA_MAX_REGS; by region number. */
     /* Each request's target (region, offset, size) as posted, by ring slot: errors name it. */
     uint32_t                   op_reg[FERRY_MAX_REQUESTS];
@@ -183,6 +185,8 @@ long ferry_ib_rma_progress_locked(ferry_ib_rma_group_t *g);
 /* Mark p failed (first reason wins), with a WARN; with g->lock held. */
 void ferry_ib_rma_peer_fail(ferry_ib_rma_group_t *g, ferry_ib_rma_peer_t *p, ferry_status_t st,
                             const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Async events on every peer's QP fail that peer (from the HCA's async thread). */
+void ferry_ib_rma_watch_start(ferry_ib_rma_group_t *g);
 /* wr_id of a request of p: its message number and the target rank. */
 static inline uint64_t ferry_ib_rma_wr_id(const ferry_ib_rma_peer_t *p, uint32_t seq)
 {

@@ -209,6 +209,12 @@ static void ferry_ib_rma_group_free(ferry_ib_rma_group_t *g)
     for (int r = 0; r < g->nranks; r++) {
         ferry_ib_rma_peer_t *p = &g->peers[r];
 
+        if (p->watching)
+            ferry_ib_watch_remove(&p->watch); /* Before the ring and QP it names go. */
+    }
+    for (int r = 0; r < g->nranks; r++) {
+        ferry_ib_rma_peer_t *p = &g->peers[r];
+
         if (p->has_ring) {
             ferry_px_ring_unregister(&p->ring);
             ferry_px_ring_fini(&p->ring);
@@ -369,6 +375,8 @@ ferry_status_t ferry_ib_rma_connect(void *const *handles, int nranks, int rank, 
         st = ferry_ib_rma_qps(g);
     if (st == FERRY_OK)
         st = ferry_ib_rma_rings(g);
+    if (st == FERRY_OK)
+        ferry_ib_rma_watch_start(g);
     if (st != FERRY_OK) {
         ferry_ib_rma_group_free(g);
         return st;

@@ -85,11 +85,11 @@ static ferry_ib_rma_peer_t *ferry_ib_rma_target(ferry_ib_rma_group_t *g, const c
         return NULL;
     }
     p = &g->peers[rank];
-    if (p->dead || p->bye) {
+    if (p->dead || p->bye || atomic_load(&p->ring.failed) != 0) {
         FERRY_WARN_LIMITED("RMA %s: %s: rank %u (%s, QP 0x%x) %s; nothing more can go to it; "
                            "queryLastError reports a failed peer", op, who, rank, p->addr,
-                           p->remote_qpn, p->dead ? "failed earlier (see the WARN about it)"
-                                                  : "closed its group");
+                           p->remote_qpn, p->bye ? "closed its group"
+                                                 : "failed earlier (see the WARN about it)");
         *st_p = FERRY_ERR_REMOTE;
         return NULL;
     }

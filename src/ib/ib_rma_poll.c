@@ -41,6 +41,46 @@ void ferry_ib_rma_peer_fail(ferry_ib_rma_group_t *g, ferry_ib_rma_peer_t *p, fer
                        p->qp != NULL ? p->qp->qp_num : 0, why);
 }
 
+/*
+ * The HCA's async thread: an error event on p's QP (a responder-side
+ * access or request error, a fatal QP) means it takes no more operations,
+ * whichever side started them. Port events are not fatal here: the QP's
+ * own retries decide. No group lock here: the ring's failure and the
+ * group's flag are atomic, and target() reads the ring's.
+ */
+static void ferry_ib_rma_async(ferry_ib_watch_t *w, const char *what, int fatal)
+{
+    ferry_ib_rma_peer_t *p = w->arg;
+    ferry_ib_rma_group_t *g = p->group;
+    char who[256];
+
+    if (!fatal)
+        return;
+    ferry_ib_rma_describe(g, who, sizeof(who));
+    atomic_store(&g->failed, 1);
+    FERRY_WARN_LIMITED("%s: rank %d (%s, QP 0x%x -> 0x%x) failed: %s; its operations fail "
+                       "with a remote error and queryLastError reports it", who, p->rank,
+                       p->addr, p->qp->qp_num, p->remote_qpn, what);
+    ferry_px_ring_fail(&p->ring, FERRY_ERR_REMOTE, "RMA rank %d (%s, QP 0x%x): %s", p->rank,
+                       p->addr, p->qp->qp_num, what);
+}
+
+void ferry_ib_rma_watch_start(ferry_ib_rma_group_t *g)
+{
+    for (int r = 0; r < g->nranks; r++) {
+        ferry_ib_rma_peer_t *p = &g->peers[r];
+
+        p->watch.dev = g->port;
+        p->watch.cq = g->cq;
+        p->watch.qpn[0] = p->qp->qp_num;
+        p->watch.nqp = 1;
+        p->watch.fn = ferry_ib_rma_async;
+        p->watch.arg = p;
+        ferry_ib_watch_add(&p->watch);
+        p->watching = 1;
+    }
+}
+
 static void ferry_ib_rma_wc(ferry_ib_rma_group_t *g, const struct ibv_wc *wc)
 {
     uint32_t rank = (uint32_t)(wc->wr_id & 0xffffffffu), seq = (uint32_t)(wc->wr_id >> 32);

@@ -297,7 +297,9 @@ static void rank_teardown(rank_state_t *s)
 
     if (dereg_first) {
         FIT_NCCL(use_v13 ? v13->deregMrSym(s->coll, s->src_mh) : v14->deregMrSym(s->coll, s->src_mh));
-        FIT_NCCL(use_v13 ? v13->deregMrSym(s->coll, s->win_mh) : v14->deregMrSym(s->coll, s->win_mh));
+        if (s->win_mh != NULL) /* NULL: the test deregistered it already. */
+            FIT_NCCL(use_v13 ? v13->deregMrSym(s->coll, s->win_mh)
+                             : v14->deregMrSym(s->coll, s->win_mh));
         FIT_NCCL(use_v13 ? v13->deregMrSym(s->coll, s->sig_mh) : v14->deregMrSym(s->coll, s->sig_mh));
     }
     FIT_NCCL(use_v13 ? v13->destroyContext(rctx) : v14->destroyContext(rctx));
@@ -557,6 +559,53 @@ static void case_misuse(void)
         check_bytes(s.win, 4096, 0, 7, "put after the refusal");
     }
     barrier(2);
+    if (on_ib) {
+        /* A failed QP: rank 1 drops its window's registration, rank 0's put to it fails. */
+        if (my_rank == 1) {
+            /* Its QP to rank 0 takes the access error too (an async event). */
+            fit_log_expect("async event");
+            fit_log_expect("IBV_EVENT_QP_ACCESS_ERR");
+            FIT_NCCL(v14->deregMrSym(s.coll, s.win_mh));
+            s.win_mh = NULL;
+        }
+        barrier(3);
+        if (my_rank == 0) {
+            fit_log_expect("completed with");
+            fit_log_expect("RMA rank 1 (");
+            fill(s.src, 4096, 0, 8);
+            FIT_NCCL(rma_iput(0, s.src_mh, 4096, 0, s.win_mh, 1, &req));
+            FIT_CHECK(wait_req(s.coll, req, "iput to a dropped registration") == ncclRemoteError,
+                      "a put the target's HCA refused did not end with ncclRemoteError");
+            FIT_CHECK(rma_has_error(), "queryLastError silent after a failed QP");
+            FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "rank 1 (127.0.0.1:", "completed with "
+                                   "remote access error", "the target refused the rkey or "
+                                   "range", text, sizeof(text)) >= 0 &&
+                      strstr(text, "QP 0x") != NULL && strstr(text, "region 1, offset 0") != NULL,
+                      "no WARN naming the failed QP, the peer and the operation");
+            printf("rank 0: failed QP: %s\n", text);
+            fit_log_expect("failed earlier");
+            FIT_CHECK(rma_iput(0, s.src_mh, 8, 0, s.win_mh, 1, &req) == ncclRemoteError &&
+                      req == NULL, "a put to the failed peer was not refused");
+            /* Rank 2 is unaffected. */
+            FIT_NCCL(rma_iput(0, s.src_mh, 4096, 0, s.win_mh, 2, &req));
+            FIT_NCCL(wait_req(s.coll, req, "iput to rank 2 after rank 1's QP failed"));
+        }
+        barrier(4);
+        if (my_rank == 2)
+            check_bytes(s.win, 4096, 0, 8, "put to rank 2 after rank 1's QP failed");
+        if (my_rank == 1) {
+            double end = fit_now() + WAIT_S;
+
+            while (!rma_has_error())
+                FIT_CHECK(fit_now() < end && usleep(1000) == 0, "queryLastError on rank 1 "
+                          "silent after its QP to rank 0 took an access error");
+            FIT_CHECK(fit_log_find(0, NCCL_LOG_WARN, "rank 0 (127.0.0.1:", "IBV_EVENT_QP_ACCESS_ERR",
+                                   "queryLastError reports it", text, sizeof(text)) >= 0,
+                      "no WARN on rank 1 naming its failed QP");
+            printf("rank 1: failed QP: %s\n", text);
+        }
+        barrier(5);
+    }
     rank_teardown(&s);
     fit_log_check_clean("misuse case");
 }
