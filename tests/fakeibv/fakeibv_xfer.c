@@ -477,7 +477,9 @@ static int fakeibv_op_atomic(uint8_t op)
  * against the owner's own loads and stores too, as a real HCA's atomics
  * are against each other (IBV_ATOMIC_HCA). The old value goes back as an
  * 8-byte READ response. A misaligned word is an invalid request (IBA
- * 9.4.5: atomics need 8-byte alignment); device memory is refused.
+ * 9.4.5: atomics need 8-byte alignment). Device memory (fakecuda) is read
+ * and written back through the driver under a lock: atomic against the
+ * other atomics, as an HCA's are.
  */
 static int fakeibv_serve_atomic(struct fakeibv_qp *qp, struct fakeibv_src *src,
                                 const struct fakeibv_wire_hdr *h, struct fakeibv_mr *mr)
@@ -485,13 +487,34 @@ static int fakeibv_serve_atomic(struct fakeibv_qp *qp, struct fakeibv_src *src,
     uint64_t *word, old;
     int rc;
 
-    if (h->raddr % 8 != 0 || mr->is_cuda) {
-        FAKEIBV_INFO("qpn 0x%x: atomic at 0x%llx rkey 0x%x refused (%s)", qp->qpx.qp_base.qp_num,
-                     (unsigned long long)h->raddr, h->rkey,
-                     mr->is_cuda ? "device memory" : "not 8-byte aligned");
+    if (h->raddr % 8 != 0) {
+        FAKEIBV_INFO("qpn 0x%x: atomic at 0x%llx rkey 0x%x refused (not 8-byte aligned)",
+                     qp->qpx.qp_base.qp_num, (unsigned long long)h->raddr, h->rkey);
         fakeibv_mr_put();
         fakeibv_responder_fail(qp, IBV_EVENT_QP_REQ_ERR);
         return fakeibv_reply(src->fd, FAKEIBV_OP_NAK, FAKEIBV_SYN_REM_INV_REQ, 0, h->seq);
+    }
+    if (mr->is_cuda) {
+        /* Device memory: read, change, write back under one lock (atomic among the HCA's). */
+        static pthread_mutex_t cuda_atomic_lock = PTHREAD_MUTEX_INITIALIZER;
+        uint64_t dev = (uint64_t)(uintptr_t)mr->mr.addr + (h->raddr - mr->iova), next;
+
+        pthread_mutex_lock(&cuda_atomic_lock);
+        rc = fakeibv_cuda_dtoh(mr->cu_ctx, &old, dev, sizeof(old));
+        next = h->op == FAKEIBV_OP_ATOMIC_FA ? old + src->operand[0]
+               : old == src->operand[0]    ? src->operand[1]
+                                           : old;
+        if (rc == 0 && next != old)
+            rc = fakeibv_cuda_htod(mr->cu_ctx, dev, &next, sizeof(next));
+        pthread_mutex_unlock(&cuda_atomic_lock);
+        fakeibv_mr_put();
+        if (rc != 0) {
+            fakeibv_responder_fail(qp, IBV_EVENT_QP_FATAL);
+            return fakeibv_reply(src->fd, FAKEIBV_OP_NAK, FAKEIBV_SYN_REM_OP, 0, h->seq);
+        }
+        fakeibv_port_count(qp, 1, 8, 8);
+        rc = fakeibv_reply(src->fd, FAKEIBV_OP_READ_RESP, 0, 8, h->seq);
+        return rc != 0 ? rc : fakeibv_io_write(src->fd, &old, sizeof(old));
     }
     word = (uint64_t *)(void *)((uint8_t *)mr->mr.addr + (h->raddr - mr->iova));
     if (h->op == FAKEIBV_OP_ATOMIC_FA) {
