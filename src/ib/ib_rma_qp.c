@@ -91,10 +91,8 @@ void ferry_ib_rma_qp_local(const ferry_ib_rma_group_t *g, const ferry_ib_rma_pee
     w->kind = FERRY_IB_RMA_QP;
     w->link_layer = (uint8_t)g->port->link_layer;
     w->mtu = (uint8_t)g->port->port_attr.active_mtu;
-    w->spare = (uint8_t)g->port->port;
     w->a = p->qp->qp_num;
     w->rkey = g->port->port_attr.lid;
-    w->addr = (uint64_t)g->port->gid_index;
     memcpy(w->gid, g->port->gid.raw, sizeof(w->gid));
 }
 

@@ -153,8 +153,8 @@ ferry_status_t ferry_ib_rma_dereg(void *group, void *mhandle)
     pthread_mutex_lock(&g->lock);
     if (mr == NULL || mr->magic != FERRY_IB_RMA_MR_MAGIC || ferry_ib_rma_region(g, mr->index) != mr) {
         pthread_mutex_unlock(&g->lock);
-        FERRY_WARN("RMA deregMrSym(%p): not a live region of this group (%s rank %d); pass a "
-                   "handle regMrSym returned for it, once", mhandle, "RMA group", g->rank);
+        FERRY_WARN("RMA deregMrSym(%p): not a live region of this RMA group (rank %d of %d); "
+                   "pass a handle regMrSym returned for it, once", mhandle, g->rank, g->nranks);
         return FERRY_ERR_USAGE;
     }
     g->regs[mr->index] = NULL;
