@@ -12,6 +12,7 @@
 #include "core/rma.h"
 #include "nccl/props.h"
 #include "nccl/rma_entry.h"
+#include "ib/ib_rma.h"
 #include "socket/sock_rma.h"
 
 _Static_assert(FERRY_RMA_SIGNAL_INC == NCCL_NET_SIGNAL_OP_INC, "FERRY_RMA_SIGNAL_INC");
@@ -24,6 +25,7 @@ _Static_assert(FERRY_RMA_SIGNAL_ADD == NCCL_NET_SIGNAL_OP_ADD, "FERRY_RMA_SIGNAL
 /* The backends of this build that have one-sided operations. */
 static const ferry_rma_ops_t *const ferry_nccl_rma_backends[] = {
     &ferry_sock_rma_ops,
+    &ferry_ib_rma_ops,
     NULL,
 };
 

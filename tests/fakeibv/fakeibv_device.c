@@ -376,7 +376,7 @@ static void fakeibv_fill_device_attr(struct fakeibv_device *d, struct ibv_device
     a->max_qp_rd_atom = 16;
     a->max_qp_init_rd_atom = 16;
     a->max_res_rd_atom = 16 * (int)cfg->max_qp;
-    a->atomic_cap = IBV_ATOMIC_NONE;
+    a->atomic_cap = IBV_ATOMIC_HCA; /* fakeibv_xfer.c: fetch-and-add, compare-and-swap. */
     a->max_pkeys = 1;
     a->local_ca_ack_delay = 16;
     a->phys_port_cnt = (uint8_t)cfg->nports;

@@ -252,6 +252,7 @@ struct fakeibv_swqe {
     uint64_t raddr;
     uint32_t rkey;
     uint32_t len;                 /* Total bytes of all SGEs or inline data. */
+    uint64_t compare_add, swap;   /* Atomics' operands. */
     int num_sge;
     struct ibv_sge sge[FAKEIBV_MAX_SGE];
     uint8_t *inline_buf;          /* Slot in qp->inline_slab when IBV_SEND_INLINE. */
@@ -261,6 +262,12 @@ struct fakeibv_swqe {
     uint8_t direct;               /* The posting thread sent it (FAKEIBV_STATS only). */
     uint64_t post_ns;             /* When it was posted; 0 unless FAKEIBV_STATS. */
 };
+
+/* The two atomic opcodes (ATOMIC_FETCH_AND_ADD, ATOMIC_CMP_AND_SWP). */
+static inline int fakeibv_is_atomic(int opcode)
+{
+    return opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
+}
 
 struct fakeibv_rwqe {
     uint64_t wr_id;

@@ -22,6 +22,10 @@ enum ibv_wc_opcode fakeibv_wc_opcode(enum ibv_wr_opcode op)
         return IBV_WC_RDMA_WRITE;
     case IBV_WR_RDMA_READ:
         return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+        return IBV_WC_FETCH_ADD;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+        return IBV_WC_COMP_SWAP;
     default:
         return IBV_WC_SEND;
     }
@@ -30,7 +34,7 @@ enum ibv_wc_opcode fakeibv_wc_opcode(enum ibv_wr_opcode op)
 static int fakeibv_opcode_ok(enum ibv_wr_opcode op)
 {
     return op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_SEND ||
-           op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_READ;
+           op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_READ || fakeibv_is_atomic(op);
 }
 
 /* Validates one WR and fills the WQE; returns an errno for post_send. */
@@ -54,6 +58,18 @@ static int fakeibv_swqe_fill(struct fakeibv_qp *qp, struct fakeibv_swqe *w, uint
     w->raddr = wr->wr.rdma.remote_addr;
     w->rkey = wr->wr.rdma.rkey;
     w->len = (uint32_t)total;
+    if (fakeibv_is_atomic(wr->opcode)) {
+        /* One 8-byte local buffer takes the old value (the verbs spec's atomic WR). */
+        if (wr->num_sge != 1 || wr->sg_list[0].length != 8)
+            return EINVAL;
+        w->raddr = wr->wr.atomic.remote_addr;
+        w->rkey = wr->wr.atomic.rkey;
+        w->compare_add = wr->wr.atomic.compare_add;
+        w->swap = wr->wr.atomic.swap;
+        w->num_sge = 1;
+        w->sge[0] = wr->sg_list[0];
+        return 0;
+    }
     if ((wr->send_flags & IBV_SEND_INLINE) && wr->opcode != IBV_WR_RDMA_READ) {
         uint8_t *p;
 

@@ -35,6 +35,8 @@ static enum fakeibv_wire_op fakeibv_wire_op_of(enum ibv_wr_opcode op)
     case IBV_WR_RDMA_WRITE_WITH_IMM: return FAKEIBV_OP_WRITE_IMM;
     case IBV_WR_SEND_WITH_IMM: return FAKEIBV_OP_SEND_IMM;
     case IBV_WR_RDMA_READ: return FAKEIBV_OP_READ_REQ;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: return FAKEIBV_OP_ATOMIC_FA;
+    case IBV_WR_ATOMIC_CMP_AND_SWP: return FAKEIBV_OP_ATOMIC_CS;
     default: return FAKEIBV_OP_SEND;
     }
 }
@@ -194,7 +196,7 @@ static int fakeibv_gather(struct fakeibv_qp *qp, const struct fakeibv_swqe *w, u
 static int fakeibv_tx_build(struct fakeibv_qp *qp, const struct fakeibv_swqe *w, uint64_t seq,
                             uint8_t rnr_retry, int one_copy, struct fakeibv_txmsg *t)
 {
-    int is_read = w->opcode == IBV_WR_RDMA_READ;
+    int is_read = w->opcode == IBV_WR_RDMA_READ || fakeibv_is_atomic(w->opcode);
     int access = is_read ? IBV_ACCESS_LOCAL_WRITE : 0;
     int rc, niov = 0;
 
@@ -209,6 +211,15 @@ static int fakeibv_tx_build(struct fakeibv_qp *qp, const struct fakeibv_swqe *w,
     t->wire = sizeof(t->m.h);
     t->desc = 0;
     t->null = 0;
+    if (fakeibv_is_atomic(w->opcode)) {
+        /* The operands travel with the header; the old value comes back into the SGE. */
+        if (!fakeibv_sges_ok(qp, w, access))
+            return EFAULT;
+        memcpy(t->m.data, &w->compare_add, 8);
+        memcpy(t->m.data + 8, &w->swap, 8);
+        t->wire += 16;
+        return 0;
+    }
     if (w->inline_buf != NULL) {
         /* Copied at post; small enough for one send (max_inline <= the buffer). */
         memcpy(t->m.data, w->inline_buf, w->len);
@@ -261,7 +272,7 @@ static int fakeibv_tx_build(struct fakeibv_qp *qp, const struct fakeibv_swqe *w,
 static int fakeibv_tx_send(struct fakeibv_qp *qp, int fd, const struct fakeibv_swqe *w,
                            const struct fakeibv_txmsg *t, int build_rc)
 {
-    int is_read = w->opcode == IBV_WR_RDMA_READ, rc;
+    int is_read = w->opcode == IBV_WR_RDMA_READ || fakeibv_is_atomic(w->opcode), rc;
 
     fakeibv_qp_count(qp, w->opcode, w->len);
     /* The port sends the request: its payload, or just the READ request. */

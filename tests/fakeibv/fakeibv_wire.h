@@ -45,6 +45,10 @@ enum fakeibv_wire_op {
     FAKEIBV_OP_SEND = 3,       /* payload follows; scattered into a receive WQE. */
     FAKEIBV_OP_SEND_IMM = 4,   /* as SEND with imm. */
     FAKEIBV_OP_READ_REQ = 5,   /* len bytes at raddr/rkey requested; no payload. */
+    /* Atomics: len 8; 16 bytes follow (compare_add, swap; host order: one host); the
+     * answer is a READ_RESP of 8 bytes, the word's value before the operation. */
+    FAKEIBV_OP_ATOMIC_FA = 6,  /* Fetch and add compare_add to the 64-bit word at raddr. */
+    FAKEIBV_OP_ATOMIC_CS = 7,  /* Compare with compare_add, swap in swap if equal. */
     FAKEIBV_OP_ACK = 16,       /* request done. */
     FAKEIBV_OP_NAK = 17,       /* request failed; syndrome says why. */
     FAKEIBV_OP_READ_RESP = 18, /* len bytes of READ data follow (none with HDR_DESC). */

@@ -251,6 +251,7 @@ struct fakeibv_src {
     int niov;
     size_t off;
     struct iovec iov[FAKEIBV_MAX_SGE];
+    uint64_t operand[2];  /* An atomic's compare_add and swap. */
 };
 
 /*
@@ -465,12 +466,78 @@ static int fakeibv_serve_send(struct fakeibv_qp *qp, struct fakeibv_src *src,
     return fakeibv_reply(fd, FAKEIBV_OP_ACK, 0, 0, h->seq);
 }
 
+static int fakeibv_op_atomic(uint8_t op)
+{
+    return op == FAKEIBV_OP_ATOMIC_FA || op == FAKEIBV_OP_ATOMIC_CS;
+}
+
+/*
+ * An atomic on the 64-bit word at h->raddr (access checked by the caller):
+ * done on this process's memory with the CPU's atomics, so it is atomic
+ * against the owner's own loads and stores too, as a real HCA's atomics
+ * are against each other (IBV_ATOMIC_HCA). The old value goes back as an
+ * 8-byte READ response. A misaligned word is an invalid request (IBA
+ * 9.4.5: atomics need 8-byte alignment). Device memory (fakecuda) is read
+ * and written back through the driver under a lock: atomic against the
+ * other atomics, as an HCA's are.
+ */
+static int fakeibv_serve_atomic(struct fakeibv_qp *qp, struct fakeibv_src *src,
+                                const struct fakeibv_wire_hdr *h, struct fakeibv_mr *mr)
+{
+    uint64_t *word, old;
+    int rc;
+
+    if (h->raddr % 8 != 0) {
+        FAKEIBV_INFO("qpn 0x%x: atomic at 0x%llx rkey 0x%x refused (not 8-byte aligned)",
+                     qp->qpx.qp_base.qp_num, (unsigned long long)h->raddr, h->rkey);
+        fakeibv_mr_put();
+        fakeibv_responder_fail(qp, IBV_EVENT_QP_REQ_ERR);
+        return fakeibv_reply(src->fd, FAKEIBV_OP_NAK, FAKEIBV_SYN_REM_INV_REQ, 0, h->seq);
+    }
+    if (mr->is_cuda) {
+        /* Device memory: read, change, write back under one lock (atomic among the HCA's). */
+        static pthread_mutex_t cuda_atomic_lock = PTHREAD_MUTEX_INITIALIZER;
+        uint64_t dev = (uint64_t)(uintptr_t)mr->mr.addr + (h->raddr - mr->iova), next;
+
+        pthread_mutex_lock(&cuda_atomic_lock);
+        rc = fakeibv_cuda_dtoh(mr->cu_ctx, &old, dev, sizeof(old));
+        next = h->op == FAKEIBV_OP_ATOMIC_FA ? old + src->operand[0]
+               : old == src->operand[0]    ? src->operand[1]
+                                           : old;
+        if (rc == 0 && next != old)
+            rc = fakeibv_cuda_htod(mr->cu_ctx, dev, &next, sizeof(next));
+        pthread_mutex_unlock(&cuda_atomic_lock);
+        fakeibv_mr_put();
+        if (rc != 0) {
+            fakeibv_responder_fail(qp, IBV_EVENT_QP_FATAL);
+            return fakeibv_reply(src->fd, FAKEIBV_OP_NAK, FAKEIBV_SYN_REM_OP, 0, h->seq);
+        }
+        fakeibv_port_count(qp, 1, 8, 8);
+        rc = fakeibv_reply(src->fd, FAKEIBV_OP_READ_RESP, 0, 8, h->seq);
+        return rc != 0 ? rc : fakeibv_io_write(src->fd, &old, sizeof(old));
+    }
+    word = (uint64_t *)(void *)((uint8_t *)mr->mr.addr + (h->raddr - mr->iova));
+    if (h->op == FAKEIBV_OP_ATOMIC_FA) {
+        old = __atomic_fetch_add(word, src->operand[0], __ATOMIC_SEQ_CST);
+    } else {
+        old = src->operand[0];
+        (void)__atomic_compare_exchange_n(word, &old, src->operand[1], 0, __ATOMIC_SEQ_CST,
+                                          __ATOMIC_SEQ_CST);
+    }
+    fakeibv_mr_put();
+    fakeibv_port_count(qp, 1, 8, 8);
+    rc = fakeibv_reply(src->fd, FAKEIBV_OP_READ_RESP, 0, 8, h->seq);
+    return rc != 0 ? rc : fakeibv_io_write(src->fd, &old, sizeof(old));
+}
+
 /* Handles one request; returns 0 or an I/O errno that ends the stream. */
 static int fakeibv_serve(struct fakeibv_qp *qp, struct fakeibv_src *src,
                          const struct fakeibv_wire_hdr *h)
 {
     int fd = src->fd;
-    int need = h->op == FAKEIBV_OP_READ_REQ ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
+    int need = h->op == FAKEIBV_OP_READ_REQ  ? IBV_ACCESS_REMOTE_READ
+               : fakeibv_op_atomic(h->op) ? IBV_ACCESS_REMOTE_ATOMIC
+                                          : IBV_ACCESS_REMOTE_WRITE;
     int is_write = h->op == FAKEIBV_OP_WRITE || h->op == FAKEIBV_OP_WRITE_IMM;
     struct fakeibv_rwqe r;
     struct fakeibv_mr *mr = NULL;
@@ -486,7 +553,8 @@ static int fakeibv_serve(struct fakeibv_qp *qp, struct fakeibv_src *src,
 
         if (!ok) {
             FAKEIBV_INFO("qpn 0x%x: remote %s of %u bytes at 0x%llx rkey 0x%x denied",
-                         qp->qpx.qp_base.qp_num, is_write ? "write" : "read", h->len,
+                         qp->qpx.qp_base.qp_num,
+                         is_write ? "write" : fakeibv_op_atomic(h->op) ? "atomic" : "read", h->len,
                          (unsigned long long)h->raddr, h->rkey);
             if (is_write && (rc = fakeibv_src_skip(src, h->len)) != 0)
                 return rc;
@@ -496,6 +564,8 @@ static int fakeibv_serve(struct fakeibv_qp *qp, struct fakeibv_src *src,
             return fakeibv_reply(fd, FAKEIBV_OP_NAK, FAKEIBV_SYN_REM_ACCESS, 0, h->seq);
         }
     }
+    if (fakeibv_op_atomic(h->op))
+        return fakeibv_serve_atomic(qp, src, h, mr);
     if (!is_write && src->null) {
         /* Null payload: the range was checked; the answer carries no bytes. */
         if (mr != NULL)
@@ -598,13 +668,21 @@ static int fakeibv_resp_one(struct fakeibv_qp *qp, struct fakeibv_src *src, int 
 
     if (rc != 0)
         return rc;
-    if (h.op < FAKEIBV_OP_WRITE || h.op > FAKEIBV_OP_READ_REQ) {
+    if (h.op < FAKEIBV_OP_WRITE || h.op > FAKEIBV_OP_ATOMIC_CS) {
         FAKEIBV_WARN("qpn 0x%x: unknown request op %u on inbound stream; closing it",
                      qp->qpx.qp_base.qp_num, h.op);
         return -1;
     }
     if (fakeibv_read_desc(qp, src, one_copy, &h) != 0)
         return -1;
+    /* An atomic's operands follow its header, whatever becomes of it. */
+    if (fakeibv_op_atomic(h.op) && (h.len != 8 || (h.flags & (FAKEIBV_HDR_DESC | FAKEIBV_HDR_NULL)))) {
+        FAKEIBV_WARN("qpn 0x%x: malformed atomic request (len %u, flags 0x%x); closing the stream",
+                     qp->qpx.qp_base.qp_num, h.len, h.flags);
+        return -1;
+    }
+    if (fakeibv_op_atomic(h.op) && (rc = fakeibv_io_read(fd, src->operand, 16)) != 0)
+        return rc;
     /* Requests that arrive before this QP reaches RTR (the peer got there
      * first) wait in the stream: fakeibv_resp_run parks it until then. */
     pthread_mutex_lock(&qp->lock);
@@ -617,8 +695,9 @@ static int fakeibv_resp_one(struct fakeibv_qp *qp, struct fakeibv_src *src, int 
     /* The request arrived on this QP's port; every answer but a READ's
      * data is one packet back (READ answers count where they go out). */
     fakeibv_port_count(qp, 0, fakeibv_has_payload(h.op) ? h.len : 0,
-                       h.op == FAKEIBV_OP_READ_REQ ? -1 : (int64_t)h.len);
-    if (h.op != FAKEIBV_OP_READ_REQ || in_err)
+                       h.op == FAKEIBV_OP_READ_REQ || fakeibv_op_atomic(h.op) ? -1
+                                                                               : (int64_t)h.len);
+    if ((h.op != FAKEIBV_OP_READ_REQ && !fakeibv_op_atomic(h.op)) || in_err)
         fakeibv_port_count(qp, 1, 0, -1);
     if (in_err) {
         rc = fakeibv_has_payload(h.op) && !src->desc && !src->null

@@ -2,8 +2,9 @@
  * fakeibv unit tests, data path: the operations an NCCL-style transport
  * uses (WRITE chains ending in WRITE_WITH_IMM into 0-SGE receives, inline
  * writes, RDMA READ on a self-connected QP), SEND/RECV, the ibv_wr_* API,
- * ordering, and the error completions: remote access, local protection,
- * RNR, SQ full, dropped link and a peer process that dies.
+ * ordering, atomics (fetch-and-add, compare-and-swap), and the error
+ * completions: remote access, local protection, RNR, SQ full, dropped link
+ * and a peer process that dies.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -90,6 +91,136 @@ static int post_recv0(struct ibv_qp *qp, uint64_t wr_id)
     struct ibv_recv_wr wr = { .wr_id = wr_id, .sg_list = NULL, .num_sge = 0 }, *bad;
 
     return ibv_post_recv(qp, &wr, &bad);
+}
+
+static int post_atomic(struct ibv_qp *qp, uint64_t wr_id, enum ibv_wr_opcode op, uint64_t *res,
+                       uint32_t lkey, uint32_t len, uint64_t raddr, uint32_t rkey,
+                       uint64_t compare_add, uint64_t swap)
+{
+    struct ibv_sge sge = { .addr = (uintptr_t)res, .length = len, .lkey = lkey };
+    struct ibv_send_wr wr, *bad = NULL;
+
+    memset(&wr, 0, sizeof(wr));
+    wr.wr_id = wr_id;
+    wr.opcode = op;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.wr.atomic.remote_addr = raddr;
+    wr.wr.atomic.rkey = rkey;
+    wr.wr.atomic.compare_add = compare_add;
+    wr.wr.atomic.swap = swap;
+    return ibv_post_send(qp, &wr, &bad);
+}
+
+/* A pair open to remote atomics (fx_connect's QPs are not). */
+static void atomic_pair(struct xfx *x, struct ibv_qp **c, struct ibv_qp **d)
+{
+    int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+
+    *c = fx_qp(&x->f, 16, 0);
+    *d = fx_qp(&x->f, 16, 0);
+    assert_non_null(*c);
+    assert_non_null(*d);
+    assert_int_equal(fx_to_init(*c, acc), 0);
+    assert_int_equal(fx_to_init(*d, acc), 0);
+    assert_int_equal(fx_to_rtr(*c, x->f.lid, (*d)->qp_num, 1), 0);
+    assert_int_equal(fx_to_rtr(*d, x->f.lid, (*c)->qp_num, 1), 0);
+    assert_int_equal(fx_to_rts(*c, FX_TIMEOUT, FX_RETRY, 7), 0);
+    assert_int_equal(fx_to_rts(*d, FX_TIMEOUT, FX_RETRY, 7), 0);
+}
+
+/*
+ * Atomics as the verbs spec has them (IBV_ATOMIC_HCA): the old value lands in
+ * the 8-byte SGE, the word changes at the target, the completion says
+ * FETCH_ADD / COMP_SWAP; a WRITE before an atomic on the QP is placed before
+ * it; an MR without REMOTE_ATOMIC gives REM_ACCESS_ERR, a misaligned word
+ * REM_INV_REQ_ERR; a local buffer other than 8 bytes is refused at post.
+ */
+static void test_atomics(void **state)
+{
+    struct xfx *x = *state;
+    struct ibv_device_attr da;
+    struct ibv_qp *c, *d;
+    uint64_t *words = aligned_alloc(64, 4096), *res = aligned_alloc(64, 64);
+    struct ibv_mr *wmr, *rmr, *nomr;
+    struct ibv_async_event ev;
+    struct ibv_wc wc[2];
+    struct timespec t0;
+
+    assert_int_equal(ibv_query_device(x->f.ctx, &da), 0);
+    assert_int_equal(da.atomic_cap, IBV_ATOMIC_HCA);
+    memset(words, 0, 4096);
+    memset(res, 0xff, 64);
+    wmr = ibv_reg_mr(x->f.pd, words, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                               IBV_ACCESS_REMOTE_ATOMIC);
+    rmr = ibv_reg_mr(x->f.pd, res, 64, IBV_ACCESS_LOCAL_WRITE);
+    nomr = ibv_reg_mr(x->f.pd, x->dst, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    assert_non_null(wmr);
+    assert_non_null(rmr);
+    assert_non_null(nomr);
+    atomic_pair(x, &c, &d);
+    words[1] = 100;
+    assert_int_equal(post_atomic(c, 1, IBV_WR_ATOMIC_FETCH_AND_ADD, &res[0], rmr->lkey, 8,
+                                 (uintptr_t)&words[1], wmr->rkey, 5, 0), 0);
+    assert_int_equal(fx_poll(x->f.cq, wc, 1, 5000), 1);
+    assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+    assert_int_equal(wc[0].opcode, IBV_WC_FETCH_ADD);
+    assert_int_equal(wc[0].wr_id, 1);
+    assert_int_equal(res[0], 100);
+    assert_int_equal(__atomic_load_n(&words[1], __ATOMIC_ACQUIRE), 105);
+    /* Compare-and-swap: equal swaps, unequal leaves the word; both return the old value. */
+    assert_int_equal(post_atomic(c, 2, IBV_WR_ATOMIC_CMP_AND_SWP, &res[1], rmr->lkey, 8,
+                                 (uintptr_t)&words[1], wmr->rkey, 105, 7), 0);
+    assert_int_equal(post_atomic(c, 3, IBV_WR_ATOMIC_CMP_AND_SWP, &res[2], rmr->lkey, 8,
+                                 (uintptr_t)&words[1], wmr->rkey, 1, 9), 0);
+    assert_int_equal(fx_poll(x->f.cq, wc, 2, 5000), 2);
+    assert_int_equal(wc[0].opcode, IBV_WC_COMP_SWAP);
+    assert_int_equal(wc[1].status, IBV_WC_SUCCESS);
+    assert_int_equal(res[1], 105);
+    assert_int_equal(res[2], 7);
+    assert_int_equal(__atomic_load_n(&words[1], __ATOMIC_ACQUIRE), 7);
+    /* A WRITE then an add on one QP: the data is there when the add is seen. */
+    fill((char *)&words[64], 1024, 3);
+    assert_int_equal(fx_write(c, 4, IBV_WR_RDMA_WRITE, &words[64], 1024, wmr->lkey,
+                              (uintptr_t)&words[256], wmr->rkey, 0, 0), 0);
+    assert_int_equal(post_atomic(c, 5, IBV_WR_ATOMIC_FETCH_AND_ADD, &res[3], rmr->lkey, 8,
+                                 (uintptr_t)&words[2], wmr->rkey, 1, 0), 0);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (__atomic_load_n(&words[2], __ATOMIC_ACQUIRE) == 0)
+        assert_true(fx_ms_since(&t0) < 5000);
+    assert_memory_equal(&words[256], &words[64], 1024);
+    assert_int_equal(fx_poll(x->f.cq, wc, 1, 5000), 1);
+    assert_int_equal(wc[0].wr_id, 5);
+    /* A local buffer of 4 bytes: refused at post. */
+    assert_int_equal(post_atomic(c, 6, IBV_WR_ATOMIC_FETCH_AND_ADD, &res[4], rmr->lkey, 4,
+                                 (uintptr_t)&words[1], wmr->rkey, 1, 0), EINVAL);
+    /* Misaligned: an invalid request; the word is untouched. */
+    assert_int_equal(post_atomic(c, 7, IBV_WR_ATOMIC_FETCH_AND_ADD, &res[4], rmr->lkey, 8,
+                                 (uintptr_t)&words[1] + 4, wmr->rkey, 1, 0), 0);
+    assert_int_equal(fx_poll(x->f.cq, wc, 1, 5000), 1);
+    assert_int_equal(wc[0].status, IBV_WC_REM_INV_REQ_ERR);
+    assert_int_equal(words[1], 7);
+    assert_int_equal(ibv_get_async_event(x->f.ctx, &ev), 0);
+    ibv_ack_async_event(&ev);
+    ibv_destroy_qp(c);
+    ibv_destroy_qp(d);
+    /* No REMOTE_ATOMIC on the target's MR: a remote access error. */
+    atomic_pair(x, &c, &d);
+    assert_int_equal(post_atomic(c, 8, IBV_WR_ATOMIC_FETCH_AND_ADD, &res[5], rmr->lkey, 8,
+                                 (uintptr_t)x->dst, nomr->rkey, 1, 0), 0);
+    assert_int_equal(fx_poll(x->f.cq, wc, 1, 5000), 1);
+    assert_int_equal(wc[0].status, IBV_WC_REM_ACCESS_ERR);
+    assert_int_equal(ibv_get_async_event(x->f.ctx, &ev), 0);
+    assert_int_equal(ev.event_type, IBV_EVENT_QP_ACCESS_ERR);
+    ibv_ack_async_event(&ev);
+    ibv_destroy_qp(c);
+    ibv_destroy_qp(d);
+    ibv_dereg_mr(wmr);
+    ibv_dereg_mr(rmr);
+    ibv_dereg_mr(nomr);
+    free(words);
+    free(res);
 }
 
 static void test_write_chain_imm(void **state)
@@ -646,6 +777,7 @@ int main(void)
         cmocka_unit_test(test_rnr_waits_forever_with_7),
         cmocka_unit_test(test_sq_full),
         cmocka_unit_test(test_cq_ex_poll_api),
+        cmocka_unit_test(test_atomics),
         cmocka_unit_test_setup(test_send_too_long, reset_pair),
         cmocka_unit_test_setup(test_remote_access_error, reset_pair),
         cmocka_unit_test_setup(test_remote_range_and_right, reset_pair),

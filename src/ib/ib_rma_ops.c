@@ -1,0 +1,463 @@
+/*
+ * The ib backend's one-sided operations (core/rma.h, ib_rma.h): each put,
+ * get or flush is checked where it is posted (the rank, the caller's
+ * regions, and the range against what the target registered), becomes a
+ * request of the target's ring and one or two work requests on its QP.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "ib/ib_rma.h"
+#include "proxy/handle.h"
+
+/* One work request moves at most this much (a verbs message's length is 32 bits). */
+#define FERRY_IB_RMA_MAX_BYTES (1ULL << 30)
+
+static ferry_ib_rma_group_t *ferry_ib_rma_group(void *group, const char *op)
+{
+    ferry_ib_rma_group_t *g = group;
+
+    if (g == NULL || g->magic != FERRY_IB_RMA_GROUP_MAGIC) {
+        FERRY_WARN_LIMITED("RMA %s(%p): not an open RMA context of ferry's ib backend "
+                           "(destroyed or closed already?)", op, group);
+        return NULL;
+    }
+    return g;
+}
+
+/* A region handle of ours and the range in it; NULL and a WARN if either is wrong. */
+static ferry_ib_rma_mr_t *ferry_ib_rma_local(ferry_ib_rma_group_t *g, const char *op,
+                                             const char *role, void *mhandle, uint64_t off,
+                                             uint64_t size)
+{
+    ferry_ib_rma_mr_t *mr = mhandle;
+    char who[256];
+
+    ferry_ib_rma_describe(g, who, sizeof(who));
+    if (mr == NULL || mr->magic != FERRY_IB_RMA_MR_MAGIC ||
+        ferry_ib_rma_region(g, mr->index) != mr) {
+        FERRY_WARN_LIMITED("RMA %s: %s: the %s handle %p is no live region of this group; pass "
+                           "a handle regMrSym returned for this group, before deregMrSym", op,
+                           who, role, mhandle);
+        return NULL;
+    }
+    if (off > mr->size || size > mr->size - off) {
+        FERRY_WARN_LIMITED("RMA %s: %s: %s range offset %llu + size %llu is beyond region %u's "
+                           "%zu bytes here", op, who, role, (unsigned long long)off,
+                           (unsigned long long)size, mr->index, mr->size);
+        return NULL;
+    }
+    return mr;
+}
+
+/* The target's region index of the same registration holds [off, off + size)? */
+static ferry_status_t ferry_ib_rma_remote_fits(ferry_ib_rma_group_t *g, ferry_ib_rma_peer_t *p,
+                                               const char *op, const char *role, uint32_t index,
+                                               uint64_t off, uint64_t size)
+{
+    uint64_t have = p->regs[index].size;
+    char who[256];
+
+    if (off <= have && size <= have - off)
+        return FERRY_OK;
+    ferry_ib_rma_describe(g, who, sizeof(who));
+    FERRY_WARN_LIMITED("RMA %s: %s: refused: %s range offset %llu + size %llu is beyond the "
+                       "%llu bytes rank %d (%s, QP 0x%x) registered as region %u; nothing was "
+                       "sent; keep offset + size within each rank's registered size", op, who,
+                       role, (unsigned long long)off, (unsigned long long)size,
+                       (unsigned long long)have, p->rank, p->addr, p->remote_qpn, index);
+    return FERRY_ERR_ARGUMENT;
+}
+
+/* The peer an operation goes to, or NULL with a WARN and *st_p set. */
+static ferry_ib_rma_peer_t *ferry_ib_rma_target(ferry_ib_rma_group_t *g, const char *op,
+                                                uint32_t rank, ferry_status_t *st_p)
+{
+    ferry_ib_rma_peer_t *p;
+    char who[256];
+
+    ferry_ib_rma_describe(g, who, sizeof(who));
+    if (rank >= (uint32_t)g->nranks) {
+        FERRY_WARN_LIMITED("RMA %s: %s: rank %u is out of range: the group has ranks 0..%d",
+                           op, who, rank, g->nranks - 1);
+        *st_p = FERRY_ERR_ARGUMENT;
+        return NULL;
+    }
+    p = &g->peers[rank];
+    if (p->dead || p->bye || atomic_load(&p->ring.failed) != 0) {
+        FERRY_WARN_LIMITED("RMA %s: %s: rank %u (%s, QP 0x%x) %s; nothing more can go to it; "
+                           "queryLastError reports a failed peer", op, who, rank, p->addr,
+                           p->remote_qpn, p->bye ? "closed its group"
+                                                 : "failed earlier (see the WARN about it)");
+        *st_p = FERRY_ERR_REMOTE;
+        return NULL;
+    }
+    return p;
+}
+
+/* A request of p's ring for one operation, started; NULL with a WARN when 32 are in flight. */
+static ferry_px_req_t *ferry_ib_rma_post(ferry_ib_rma_group_t *g, ferry_ib_rma_peer_t *p,
+                                         const char *op, char *buf, size_t size, uint32_t reg,
+                                         uint64_t off)
+{
+    ferry_px_sub_t sub = { .buf = buf, .capacity = size };
+    ferry_px_req_t *req = ferry_px_ring_post(&p->ring, 1, &sub, 0, 1, size);
+    uint32_t slot;
+    char who[256];
+
+    if (req == NULL) {
+        ferry_ib_rma_describe(g, who, sizeof(who));
+        FERRY_WARN_LIMITED("RMA %s: %s: %d operations towards rank %d (%s) are in flight "
+                           "already, the most one peer takes (maxRecvs is 1); test() them "
+                           "before posting more", op, who, FERRY_MAX_REQUESTS, p->rank,
+                           p->addr);
+        return NULL;
+    }
+    slot = ferry_px_ring_slot_index(&p->ring, req);
+    p->op_reg[slot] = reg;
+    p->op_off[slot] = off;
+    p->op_size[slot] = size;
+    ferry_px_req_parts_start(req, 1);
+    return req;
+}
+
+/* Post wr (a chain) for req; on failure the request fails and the caller returns the status. */
+static ferry_status_t ferry_ib_rma_send(ferry_ib_rma_group_t *g, ferry_ib_rma_peer_t *p,
+                                        const char *op, ferry_px_req_t *req,
+                                        struct ibv_send_wr *wr)
+{
+    struct ibv_send_wr *bad = NULL;
+    char who[256];
+    int rc;
+
+    for (struct ibv_send_wr *w = wr; w != NULL; w = w->next)
+        w->wr_id = ferry_ib_rma_wr_id(p, req->seq);
+    rc = ibv_post_send(p->qp, wr, &bad);
+    if (rc == 0) {
+        (void)ferry_ib_rma_progress_locked(g);
+        return FERRY_OK;
+    }
+    ferry_ib_rma_describe(g, who, sizeof(who));
+    FERRY_WARN_LIMITED("RMA %s: %s: ibv_post_send on QP 0x%x towards rank %d (%s) failed: %s; "
+                       "the request failed, nothing of it was sent", op, who, p->qp->qp_num,
+                       p->rank, p->addr, strerror(rc));
+    ferry_px_req_fail(req, FERRY_ERR_IO);
+    return FERRY_ERR_IO;
+}
+
+static ferry_status_t ferry_ib_rma_size_ok(const char *op, uint32_t rank, size_t size)
+{
+    if (size <= FERRY_IB_RMA_MAX_BYTES)
+        return FERRY_OK;
+    FERRY_WARN_LIMITED("RMA %s to rank %u: %zu bytes in one operation; ferry's ib RMA moves at "
+                       "most %llu bytes per call: split it", op, rank, size,
+                       (unsigned long long)FERRY_IB_RMA_MAX_BYTES);
+    return FERRY_ERR_ARGUMENT;
+}
+
+static ferry_status_t ferry_ib_rma_put_locked(ferry_ib_rma_group_t *g, const ferry_rma_put_t *op,
+                                              void **req_p)
+{
+    const char *name = op->sig_op != FERRY_RMA_SIGNAL_NONE ? "iputSignal" : "iput";
+    ferry_ib_rma_mr_t *src = NULL, *dst = NULL, *sig = NULL;
+    struct ibv_send_wr wr[2], *first;
+    struct ibv_sge sge[2];
+    ferry_ib_rma_peer_t *p;
+    ferry_status_t st = FERRY_OK;
+    ferry_px_req_t *req;
+    char *from = NULL;
+
+    p = ferry_ib_rma_target(g, name, op->rank, &st);
+    if (p == NULL)
+        return st;
+    if (op->sig_op > FERRY_RMA_SIGNAL_ADD) {
+        FERRY_WARN_LIMITED("RMA %s to rank %u: signal operation %u is none NCCL defines (1: "
+                           "INC, 2: ADD)", name, op->rank, op->sig_op);
+        return FERRY_ERR_ARGUMENT;
+    }
+    if (ferry_ib_rma_size_ok(name, op->rank, op->size) != FERRY_OK)
+        return FERRY_ERR_ARGUMENT;
+    if (op->size > 0) {
+        src = ferry_ib_rma_local(g, name, "source", op->src_mr, op->src_off, op->size);
+        dst = ferry_ib_rma_local(g, name, "destination", op->dst_mr, 0, 0);
+        if (src == NULL || dst == NULL)
+            return FERRY_ERR_USAGE;
+        st = ferry_ib_rma_remote_fits(g, p, name, "destination", dst->index, op->dst_off,
+                                      op->size);
+        if (st != FERRY_OK)
+            return st;
+        from = src->base + op->src_off;
+    }
+    if (op->sig_op != FERRY_RMA_SIGNAL_NONE) {
+        sig = ferry_ib_rma_local(g, name, "signal", op->sig_mr, 0, 0);
+        if (sig == NULL)
+            return FERRY_ERR_USAGE;
+        if (op->sig_off % 8 != 0 || (p->regs[sig->index].addr + op->sig_off) % 8 != 0) {
+            FERRY_WARN_LIMITED("RMA %s to rank %u (%s): signal offset %llu of region %u is not "
+                               "a 64-bit aligned word there (signals are atomics on aligned "
+                               "64-bit words)", name, op->rank, p->addr,
+                               (unsigned long long)op->sig_off, sig->index);
+            return FERRY_ERR_ARGUMENT;
+        }
+        st = ferry_ib_rma_remote_fits(g, p, name, "signal", sig->index, op->sig_off, 8);
+        if (st != FERRY_OK)
+            return st;
+    }
+    req = ferry_ib_rma_post(g, p, name, from, op->size, dst != NULL ? dst->index : UINT32_MAX,
+                            op->dst_off);
+    if (req == NULL)
+        return FERRY_ERR_USAGE;
+    *req_p = ferry_px_handle_of(req);
+    memset(wr, 0, sizeof(wr));
+    memset(sge, 0, sizeof(sge));
+    /* The data: signalled only without a signal (the signal's completion covers both). */
+    wr[0].opcode = IBV_WR_RDMA_WRITE;
+    wr[0].send_flags = sig == NULL ? IBV_SEND_SIGNALED : 0;
+    if (op->size > 0) {
+        sge[0].addr = (uint64_t)(uintptr_t)from;
+        sge[0].length = (uint32_t)op->size;
+        sge[0].lkey = src->mr->lkey;
+        wr[0].sg_list = &sge[0];
+        wr[0].num_sge = 1;
+        wr[0].wr.rdma.remote_addr = p->regs[dst->index].addr + op->dst_off;
+        wr[0].wr.rdma.rkey = p->regs[dst->index].rkey;
+    }
+    first = &wr[0];
+    if (sig != NULL) {
+        /*
+         * The signal: an RC responder executes requests in order, so the add
+         * happens after the WRITE's data is placed (no fence: that only
+         * holds a request back behind earlier READs and atomics).
+         */
+        sge[1].addr = (uint64_t)(uintptr_t)g->sink;
+        sge[1].length = 8;
+        sge[1].lkey = g->sink_mr->lkey;
+        wr[1].opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+        wr[1].send_flags = IBV_SEND_SIGNALED;
+        wr[1].sg_list = &sge[1];
+        wr[1].num_sge = 1;
+        wr[1].wr.atomic.remote_addr = p->regs[sig->index].addr + op->sig_off;
+        wr[1].wr.atomic.rkey = p->regs[sig->index].rkey;
+        wr[1].wr.atomic.compare_add = op->sig_op == FERRY_RMA_SIGNAL_INC ? 1 : op->sig_value;
+        if (op->size > 0)
+            wr[0].next = &wr[1];
+        else
+            first = &wr[1];
+    }
+    return ferry_ib_rma_send(g, p, name, req, first);
+}
+
+static ferry_status_t ferry_ib_rma_put(void *group, const ferry_rma_put_t *op, void **req_p)
+{
+    ferry_ib_rma_group_t *g = ferry_ib_rma_group(group, "iput");
+    ferry_status_t st;
+
+    *req_p = NULL;
+    if (g == NULL)
+        return FERRY_ERR_INVALID;
+    pthread_mutex_lock(&g->lock);
+    st = ferry_ib_rma_put_locked(g, op, req_p);
+    pthread_mutex_unlock(&g->lock);
+    if (st != FERRY_OK)
+        *req_p = NULL;
+    return st;
+}
+
+static ferry_status_t ferry_ib_rma_get_locked(ferry_ib_rma_group_t *g, const ferry_rma_get_t *op,
+                                              void **req_p)
+{
+    ferry_ib_rma_mr_t *local, *remote;
+    ferry_ib_rma_peer_t *p;
+    ferry_status_t st = FERRY_OK;
+    struct ibv_send_wr wr;
+    struct ibv_sge sge;
+    ferry_px_req_t *req;
+    char *to;
+
+    p = ferry_ib_rma_target(g, "iget", op->rank, &st);
+    if (p == NULL)
+        return st;
+    if (ferry_ib_rma_size_ok("iget", op->rank, op->size) != FERRY_OK)
+        return FERRY_ERR_ARGUMENT;
+    local = ferry_ib_rma_local(g, "iget", "local", op->local_mr, op->local_off, op->size);
+    remote = ferry_ib_rma_local(g, "iget", "remote", op->remote_mr, 0, 0);
+    if (local == NULL || remote == NULL)
+        return FERRY_ERR_USAGE;
+    st = ferry_ib_rma_remote_fits(g, p, "iget", "remote", remote->index, op->remote_off,
+                                  op->size);
+    if (st != FERRY_OK)
+        return st;
+    to = local->base + op->local_off;
+    req = ferry_ib_rma_post(g, p, "iget", to, op->size, remote->index, op->remote_off);
+    if (req == NULL)
+        return FERRY_ERR_USAGE;
+    *req_p = ferry_px_handle_of(req);
+    memset(&wr, 0, sizeof(wr));
+    memset(&sge, 0, sizeof(sge));
+    wr.opcode = IBV_WR_RDMA_READ;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    if (op->size > 0) {
+        sge.addr = (uint64_t)(uintptr_t)to;
+        sge.length = (uint32_t)op->size;
+        sge.lkey = local->mr->lkey;
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        wr.wr.rdma.remote_addr = p->regs[remote->index].addr + op->remote_off;
+        wr.wr.rdma.rkey = p->regs[remote->index].rkey;
+    }
+    return ferry_ib_rma_send(g, p, "iget", req, &wr);
+}
+
+static ferry_status_t ferry_ib_rma_get(void *group, const ferry_rma_get_t *op, void **req_p)
+{
+    ferry_ib_rma_group_t *g = ferry_ib_rma_group(group, "iget");
+    ferry_status_t st;
+
+    *req_p = NULL;
+    if (g == NULL)
+        return FERRY_ERR_INVALID;
+    pthread_mutex_lock(&g->lock);
+    st = ferry_ib_rma_get_locked(g, op, req_p);
+    pthread_mutex_unlock(&g->lock);
+    if (st != FERRY_OK)
+        *req_p = NULL;
+    return st;
+}
+
+/*
+ * A zero-length READ: the target answers it only after executing every
+ * earlier request on the QP, so every earlier put is applied there by its
+ * completion (no rkey is checked for zero bytes).
+ */
+static ferry_status_t ferry_ib_rma_flush(void *group, uint32_t rank, void **req_p)
+{
+    ferry_ib_rma_group_t *g = ferry_ib_rma_group(group, "iflush");
+    ferry_ib_rma_peer_t *p;
+    ferry_status_t st = FERRY_OK;
+    struct ibv_send_wr wr;
+    ferry_px_req_t *req = NULL;
+
+    *req_p = NULL;
+    if (g == NULL)
+        return FERRY_ERR_INVALID;
+    pthread_mutex_lock(&g->lock);
+    p = ferry_ib_rma_target(g, "iflush", rank, &st);
+    if (p != NULL) {
+        req = ferry_ib_rma_post(g, p, "iflush", NULL, 0, UINT32_MAX, 0);
+        st = req != NULL ? FERRY_OK : FERRY_ERR_USAGE;
+    }
+    if (req != NULL) {
+        *req_p = ferry_px_handle_of(req);
+        memset(&wr, 0, sizeof(wr));
+        wr.opcode = IBV_WR_RDMA_READ;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        st = ferry_ib_rma_send(g, p, "iflush", req, &wr);
+    }
+    pthread_mutex_unlock(&g->lock);
+    if (st != FERRY_OK)
+        *req_p = NULL;
+    return st;
+}
+
+static ferry_status_t ferry_ib_rma_test(void *group, void *handle, int *done_p)
+{
+    ferry_ib_rma_group_t *g = ferry_ib_rma_group(group, "test");
+    ferry_px_req_t *req = ferry_px_handle_req(handle);
+    ferry_ib_rma_peer_t *p;
+
+    *done_p = 0;
+    if (g == NULL)
+        return FERRY_ERR_INVALID;
+    if (req == NULL) {
+        FERRY_WARN_LIMITED("RMA test(%p): %s; every request from iput/iputSignal/iget/iflush "
+                           "must be tested until it reports done or an error, once, and never "
+                           "after its group is closed", handle, ferry_px_handle_why(handle));
+        return FERRY_ERR_USAGE;
+    }
+    p = (ferry_ib_rma_peer_t *)(void *)req->ring;
+    if (p->ring.ops != &ferry_ib_rma_ring_ops || p->group != g) {
+        FERRY_WARN_LIMITED("RMA test(%p): the request belongs to another group or comm than "
+                           "%p; test each request with the collComm it was posted on", handle,
+                           group);
+        return FERRY_ERR_USAGE;
+    }
+    return ferry_px_ring_test(&p->ring, req, done_p, NULL);
+}
+
+static ferry_status_t ferry_ib_rma_progress(void *group)
+{
+    ferry_ib_rma_group_t *g = ferry_ib_rma_group(group, "rmaProgress");
+
+    if (g == NULL)
+        return FERRY_ERR_INVALID;
+    pthread_mutex_lock(&g->lock);
+    (void)ferry_ib_rma_progress_locked(g); /* A failed peer: test() and queryLastError say so. */
+    pthread_mutex_unlock(&g->lock);
+    return FERRY_OK;
+}
+
+static ferry_status_t ferry_ib_rma_last_error(void *group, int *has_error_p)
+{
+    ferry_ib_rma_group_t *g = ferry_ib_rma_group(group, "queryLastError");
+
+    *has_error_p = 0;
+    if (g == NULL)
+        return FERRY_ERR_INVALID;
+    /* A caller that only asks (no rmaProgress) still notices a peer that died. */
+    pthread_mutex_lock(&g->lock);
+    (void)ferry_ib_rma_progress_locked(g);
+    pthread_mutex_unlock(&g->lock);
+    *has_error_p = atomic_load(&g->failed) != 0;
+    return FERRY_OK;
+}
+
+/* test() on a request not finished: move the whole group a step. */
+static long ferry_ib_rma_ring_poll(ferry_px_ring_t *ring, ferry_px_req_t *req, uint64_t now)
+{
+    ferry_ib_rma_peer_t *p = (ferry_ib_rma_peer_t *)(void *)ring;
+    long work;
+
+    (void)req;
+    (void)now;
+    pthread_mutex_lock(&p->group->lock);
+    work = ferry_ib_rma_progress_locked(p->group);
+    pthread_mutex_unlock(&p->group->lock);
+    return work;
+}
+
+static void ferry_ib_rma_stall_why(const ferry_px_ring_t *ring, const ferry_px_req_t *req,
+                                   char *buf, size_t len)
+{
+    const ferry_ib_rma_peer_t *p = (const ferry_ib_rma_peer_t *)(const void *)ring;
+    uint32_t slot = (uint32_t)(req - ring->reqs);
+
+    snprintf(buf, len, "Its work requests (region %u, offset %llu, %llu bytes at the target) "
+             "were posted on QP 0x%x towards rank %d (%s, QP 0x%x) and have no completion yet; "
+             "the target's HCA answers by itself: check that rank %d's process is alive and "
+             "its port is ACTIVE (ibstat), and the link between", p->op_reg[slot],
+             (unsigned long long)p->op_off[slot], (unsigned long long)p->op_size[slot],
+             p->qp != NULL ? p->qp->qp_num : 0, p->rank, p->addr, p->remote_qpn, p->rank);
+}
+
+const ferry_px_ring_ops_t ferry_ib_rma_ring_ops = {
+    .unit = "work requests",
+    .poll = ferry_ib_rma_ring_poll,
+    .stall_why = ferry_ib_rma_stall_why,
+};
+
+const ferry_rma_ops_t ferry_ib_rma_ops = {
+    .backend = "ib",
+    .listen = ferry_ib_rma_listen,
+    .close_listen = ferry_ib_rma_close_listen,
+    .connect = ferry_ib_rma_connect,
+    .close = ferry_ib_rma_close,
+    .reg = ferry_ib_rma_reg,
+    .dereg = ferry_ib_rma_dereg,
+    .put = ferry_ib_rma_put,
+    .get = ferry_ib_rma_get,
+    .flush = ferry_ib_rma_flush,
+    .test = ferry_ib_rma_test,
+    .progress = ferry_ib_rma_progress,
+    .last_error = ferry_ib_rma_last_error,
+};
