@@ -247,8 +247,10 @@ check mpirun_ab_unchecked 0 env MOCK_UNCHECKED=1 "$HERE/../mpirun_ab.sh" --tests
       --reps 1 --configs socket-default "$WORK/mab3"
 check mpirun_ab_unchecked_note 0 grep -q '^Results not checked in 9 of 9 rows' "$WORK/mab3/summary.md"
 # --threads: each run's threads sampled mid-run, a table per configuration.
-check mpirun_ab_threads 0 env MOCK_BUSY_S=5 "$HERE/../mpirun_ab.sh" --tests "$HERE/mock_all_reduce_perf" \
-      --reps 1 --configs ferry,socket-default --threads 1 "$WORK/mab4"
+# The ranks stay busy well past the window (3-5 s in): on a loaded machine
+# their start alone can take seconds.
+check mpirun_ab_threads 0 env MOCK_BUSY_S=10 "$HERE/../mpirun_ab.sh" --tests "$HERE/mock_all_reduce_perf" \
+      --reps 1 --configs ferry,socket-default --threads 3 "$WORK/mab4"
 check mpirun_ab_threads_rows 0 test "$(awk -F'\t' 'NR > 1 && $3 == "bash" && $4 > 0.2' \
       "$WORK/mab4/logs/threads-rep1-ferry.tsv" | wc -l)" = 2
 # Each busy rank was seen on some CPU in most of the window's looks.
