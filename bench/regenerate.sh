@@ -6,6 +6,7 @@
 #   bench/regenerate.sh --nccl-tests SRC [--topics T[,T...]] [--reps N]
 #                       [--min-time S] [--sizes 4K:256M] [--out DIR] [--commit ID]
 #                       [--cores-per-rank N] [--budget SECONDS]
+#                       [--variant LABEL=NAME=value[,NAME=value...]]...
 #
 # SRC is an nccl-tests source tree (its top folder, holding src/Makefile); it
 # is built here, with MPI, for the GPU's own architecture only, into
@@ -29,6 +30,12 @@
 #            one size, the busbw ratio is the message-rate ratio
 # Every topic runs unbound (--bind-to none), or with --cores-per-rank N bound
 # to N cores per rank (mpirun --map-by slot:PE=N --bind-to core).
+#
+# --variant LABEL=NAME=value,... (repeatable) adds ferry-LABEL to every
+# topic: ferry's configuration of the topic with those variables on top (e.g.
+# --variant t1=NCCL_FERRY_THREADS=1). It runs in the same rotation as the
+# others and gets rows of its own against the same NCCL baselines; the
+# README's result rows stay those of ferry's defaults.
 #
 # --budget SECONDS bounds the whole call (one GPU call runs at most 10
 # minutes): the time left is shared among the topic/operation pairs still to
@@ -67,8 +74,9 @@ OUT_ARG=
 COMMIT=
 CORES=
 BUDGET=
+VARIANTS=()
 
-usage() { sed -n '2,48p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,55p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
   case $1 in
@@ -81,6 +89,7 @@ while [ $# -gt 0 ]; do
     --commit) COMMIT=${2:-}; shift ;;
     --cores-per-rank) CORES=${2:-}; shift ;;
     --budget) BUDGET=${2:-}; shift ;;
+    --variant) VARIANTS+=("${2:-}"); shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "regenerate.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -96,6 +105,10 @@ case $SIZES in *:*) ;; *) die_usage "--sizes is FIRST:LAST (e.g. 4K:256M)" ;; es
 case $CORES in ''|[1-9]|[1-9][0-9]) ;; *) die_usage "--cores-per-rank needs a whole number 1-99" ;; esac
 case $BUDGET in ''|[1-9][0-9]|[1-9][0-9][0-9]|[1-9][0-9][0-9][0-9]) ;;
   *) die_usage "--budget needs whole seconds, 10-9999" ;; esac
+for v in "${VARIANTS[@]}"; do
+  [[ $v =~ ^[a-z0-9]{1,12}=[A-Z_][A-Z0-9_]*=[^,[:space:]]*(,[A-Z_][A-Z0-9_]*=[^,[:space:]]*)*$ ]] ||
+    die_usage "--variant '$v': LABEL=NAME=value[,NAME=value...] (LABEL: 1-12 of a-z0-9, no spaces)"
+done
 IFS=, read -r -a TOPIC_LIST <<<"$TOPICS"
 for t in "${TOPIC_LIST[@]}"; do
   case $t in socket2|ib2|gdr2|socket8|ib8|ibnull2) ;; *) die_usage "unknown topic '$t'" ;; esac
@@ -161,6 +174,17 @@ topic_setup() {
     gdr2) CONFIGS=(ferry-ib-gdr nccl-ib-gdr); IB=1
           TOPIC_ENV=(FAKEIBV_DMABUF=1 NCCL_NET_GDR_LEVEL=SYS NCCL_NET_FORCE_FLUSH=1) ;;
   esac
+  # Each --variant: the topic's ferry configuration with its variables on top.
+  local v base vs=()
+  for v in "${VARIANTS[@]}"; do
+    case ${CONFIGS[0]} in
+      ferry) base= ;;
+      *) base=$(fnb_config_env "${CONFIGS[0]}" | tr ' ' '\n' | grep -v '^NCCL_NET_PLUGIN=\|^NCCL_NET=' | paste -sd,) ;;
+    esac
+    FNB_VARIANT_ENV[ferry-${v%%=*}]=${base:+$base,}${v#*=}
+    vs+=("ferry-${v%%=*}")
+  done
+  CONFIGS=("${CONFIGS[0]}" "${vs[@]}" "${CONFIGS[@]:1}")
   case $1 in
     *8) NP=8; OPS=(all_reduce alltoall) ;;
     *) NP=2; OPS=(all_reduce) ;;
@@ -261,7 +285,8 @@ record_env() {
     echo "gpu: $(timeout 20 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
     echo "cuda: $(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
     echo "nccl-tests: $(nt_src_version)"
-    echo "command: bench/regenerate.sh --nccl-tests SRC --topics $TOPICS --reps $REPS --min-time $MIN_TIME --sizes $SIZES${CORES:+ --cores-per-rank $CORES}${BUDGET:+ --budget $BUDGET}"
+    echo "command: bench/regenerate.sh --nccl-tests SRC --topics $TOPICS --reps $REPS --min-time $MIN_TIME --sizes $SIZES${CORES:+ --cores-per-rank $CORES}${BUDGET:+ --budget $BUDGET}$(printf ' --variant %s' "${VARIANTS[@]}" | sed 's/^ --variant $//')"
+    for v in "${VARIANTS[@]}"; do echo "variant: ferry-${v%%=*} = ferry's configuration + ${v#*=}"; done
   } >"$OUTDIR/env.txt"
 }
 

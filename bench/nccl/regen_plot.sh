@@ -21,7 +21,8 @@ import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 series = {}
 for r in rows:
-    series.setdefault(f"{r['topic']} {r['op']}", []).append(r)
+    extra = f" {r['ferry']}" if r.get("variant") == "1" else ""
+    series.setdefault(f"{r['topic']} {r['op']}{extra}", []).append(r)
 with open(f"{sys.argv[2]}/series.txt", "w") as idx:
     for i, (name, rs) in enumerate(series.items()):
         with open(f"{sys.argv[2]}/s{i}.dat", "w") as f:

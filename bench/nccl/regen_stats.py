@@ -9,7 +9,8 @@ DIR/ratios.png (regen_plot.sh); writes
 DIR/summary.csv and DIR/README.md.
 
 Per topic, operation and size, each repetition's busbw of ferry's
-configuration (the topic's first) is paired with each baseline's busbw of the
+configuration (the topic's first; each --variant, named ferry-LABEL, the same
+way, in rows of its own) is paired with each baseline's busbw of the
 same repetition (the runs of one repetition share its drift). For each
 baseline: the median of those ratios and its 95 % bootstrap interval (2,000
 resamples of the repetitions, seeded, so the same input gives the same
@@ -61,6 +62,12 @@ def read_env(d):
     return env
 
 
+def subjects(configs):
+    """ferry's configuration (first) and its variants; the NCCL baselines."""
+    ferries = [configs[0]] + [c for c in configs[1:] if c.startswith("ferry-") and c != configs[0]]
+    return ferries, [c for c in configs if c not in ferries]
+
+
 def interval(ratios, rng):
     meds = []
     for _ in range(BOOT):
@@ -95,9 +102,9 @@ def main():
     rng = random.Random(SEED)
     out = []
     for name, setup, configs in topics:
-        ferry, bases = configs[0], configs[1:]
+        ferries, bases = subjects(configs)
         ops = sorted({k[1] for k in busbw if k[0] == name})
-        for op in ops:
+        for op, ferry in ((op, ferry) for ferry in ferries for op in ops):
             sizes = sorted({k[2] for k in busbw if k[0] == name and k[1] == op})
             for size in sizes:
                 mine = busbw.get((name, op, size, ferry), {})
@@ -117,7 +124,8 @@ def main():
                     continue
                 base, med, lo, hi, n, base_bw = worst
                 out.append({
-                    "topic": name, "op": op, "size": size, "ferry": ferry, "against": base,
+                    "topic": name, "op": op, "size": size, "ferry": ferry,
+                    "variant": int(ferry != configs[0]), "against": base,
                     "reps": n, "ferry_busbw": round(statistics.median(mine.values()), 3),
                     "against_busbw": round(base_bw, 3), "ratio": round(med, 4),
                     "lo": round(lo, 4), "hi": round(hi, 4), "verdict": verdict(med, lo, hi, n),
@@ -160,6 +168,10 @@ def write_readme(d, topics, out, env, versions):
         lines.append("")
     lines.append(f"Command: `{env.get('command', 'bench/regenerate.sh')}` (SRC: an nccl-tests "
                  f"source tree, {env.get('nccl-tests', '?')}).")
+    variants = [line[len("variant: "):].strip() for line in open(os.path.join(d, "env.txt"))
+                if line.startswith("variant: ")] if os.path.exists(os.path.join(d, "env.txt")) else []
+    if variants:
+        lines.append("Variants: " + "; ".join(variants) + ".")
     lines.append(f"NCCL {', '.join(sorted(versions))}; commit {env.get('commit', '?').split()[0][:12]} "
                  f"({tree_note(env)}); {env.get('date', '?')}; "
                  f"{env.get('gpu', '?')}; CUDA {env.get('cuda', '?')}; {env.get('host', '?')}.")
@@ -171,18 +183,23 @@ def write_readme(d, topics, out, env, versions):
     lines.append("| setup | ferry against | result |")
     lines.append("|---|---|---|")
     for name, setup, configs in topics:
-        for op in sorted({o["op"] for o in out if o["topic"] == name}):
-            items = [o for o in out if o["topic"] == name and o["op"] == op]
-            against = " / ".join(configs[1:])
-            lines.append(f"| {setup}, {op} | {against} (the worse for ferry per size) | {row_text(items)} |")
+        ferries, bases = subjects(configs)
+        for ferry in ferries:
+            who = "" if ferry == configs[0] else f" ({ferry})"
+            for op in sorted({o["op"] for o in out if o["topic"] == name}):
+                items = [o for o in out if o["topic"] == name and o["op"] == op and o["ferry"] == ferry]
+                against = " / ".join(bases)
+                lines.append(f"| {setup}, {op}{who} | {against} (the worse for ferry per size) | {row_text(items)} |")
     lines.append("")
     for name, setup, configs in topics:
-        for op in sorted({o["op"] for o in out if o["topic"] == name}):
-            lines.append(f"## {name}, {op}: {setup}")
+        ferries, _ = subjects(configs)
+        for op, ferry in ((op, ferry) for ferry in ferries
+                          for op in sorted({o["op"] for o in out if o["topic"] == name})):
+            lines.append(f"## {name}, {op}{'' if ferry == configs[0] else ', ' + ferry}: {setup}")
             lines.append("")
-            lines.append(f"| size | {configs[0]} GB/s | baseline | baseline GB/s | ratio | 95 % interval | reps | verdict |")
+            lines.append(f"| size | {ferry} GB/s | baseline | baseline GB/s | ratio | 95 % interval | reps | verdict |")
             lines.append("|---|---|---|---|---|---|---|---|")
-            for o in (o for o in out if o["topic"] == name and o["op"] == op):
+            for o in (o for o in out if o["topic"] == name and o["op"] == op and o["ferry"] == ferry):
                 lines.append(f"| {human(o['size'])} | {o['ferry_busbw']:.2f} | {o['against']} | "
                              f"{o['against_busbw']:.2f} | {o['ratio']:.3f} | {o['lo']:.3f}-{o['hi']:.3f} | "
                              f"{o['reps']} | {o['verdict']} |")
