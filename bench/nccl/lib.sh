@@ -189,14 +189,20 @@ fnb_mps_stop() {
 # every connection NCCL printed ("Channel ... via ...") went through NET/NAME.
 # Prints one line of counts; returns 0 only when all of that holds.
 fnb_proof_check() {
-  local log=$1 name=${2:-ferry} loaded using all net ours
-  loaded=$(grep -c "NET/Plugin: Loaded net plugin $name (v11)" "$log")
+  local log=$1 name=${2:-ferry} loaded using all net ours ver code abi
+  # The net ABI NCCL should load: the newest it knows (v12 from 2.30.3, v11 in
+  # 2.28-2.29); an older NCCL's own newest is not checked by number.
+  ver=$(sed -n 's/.*NCCL version \([0-9]*\)\.\([0-9]*\)\.\([0-9]*\).*/\1 \2 \3/p' "$log" | head -1)
+  code=0
+  [ -n "$ver" ] && code=$(printf '%d%02d%02d' $ver)
+  if [ "$code" -ge 23003 ]; then abi=v12; elif [ "$code" -ge 22800 ]; then abi=v11; else abi='v[0-9]+'; fi
+  loaded=$(grep -cE "NET/Plugin: Loaded net plugin $name \($abi\)" "$log")
   using=$(grep -c "Using network $name" "$log")
   all=$(grep -cE 'Channel .* via ' "$log")
   net=$(grep -cE 'Channel .* via NET/' "$log")
   ours=$(grep -cE "Channel .* via NET/$name/" "$log")
-  printf 'loaded-v11=%s using-network=%s channels=%s via-NET=%s via-NET/%s=%s other=%s\n' \
-    "$loaded" "$using" "$all" "$net" "$name" "$ours" "$((all - ours))"
+  printf 'loaded-%s=%s using-network=%s channels=%s via-NET=%s via-NET/%s=%s other=%s\n' \
+    "${abi/v\[0-9\]+/any}" "$loaded" "$using" "$all" "$net" "$name" "$ours" "$((all - ours))"
   [ "$loaded" -gt 0 ] && [ "$ours" -gt 0 ] && [ "$ours" -eq "$all" ]
 }
 
