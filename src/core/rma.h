@@ -57,6 +57,13 @@ typedef struct ferry_rma_ops {
     ferry_status_t (*close)(void *group);
     /* Collective, in the same order on every rank. */
     ferry_status_t (*reg)(void *group, void *data, size_t size, int type, void **mr_p);
+    /*
+     * The same, GPU memory named by a DMA-BUF fd (the caller closes fd after
+     * the call). NULL: the backend takes none, and its properties leave
+     * DMA-BUF out.
+     */
+    ferry_status_t (*reg_dmabuf)(void *group, void *data, size_t size, int type, uint64_t offset,
+                                 int fd, void **mr_p);
     ferry_status_t (*dereg)(void *group, void *mr);
     ferry_status_t (*put)(void *group, const ferry_rma_put_t *op, void **req_p);
     ferry_status_t (*get)(void *group, const ferry_rma_get_t *op, void **req_p);

@@ -175,6 +175,8 @@ ferry_status_t ferry_ib_rma_close(void *group);
 
 /* ib_rma_reg.c */
 ferry_status_t ferry_ib_rma_reg(void *group, void *data, size_t size, int type, void **mr_p);
+ferry_status_t ferry_ib_rma_reg_dmabuf(void *group, void *data, size_t size, int type,
+                                       uint64_t offset, int fd, void **mr_p);
 ferry_status_t ferry_ib_rma_dereg(void *group, void *mr);
 /* The live region index, or NULL. */
 ferry_ib_rma_mr_t *ferry_ib_rma_region(ferry_ib_rma_group_t *g, uint32_t index);

@@ -453,6 +453,7 @@ const ferry_rma_ops_t ferry_ib_rma_ops = {
     .connect = ferry_ib_rma_connect,
     .close = ferry_ib_rma_close,
     .reg = ferry_ib_rma_reg,
+    .reg_dmabuf = ferry_ib_rma_reg_dmabuf,
     .dereg = ferry_ib_rma_dereg,
     .put = ferry_ib_rma_put,
     .get = ferry_ib_rma_get,

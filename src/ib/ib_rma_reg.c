@@ -36,29 +36,51 @@ static ferry_ib_rma_group_t *ferry_ib_rma_reg_group(void *group, const char *op)
     return g;
 }
 
-/* Register with the HCA; NULL with a WARN. */
+/*
+ * Register with the HCA; NULL with a WARN. fd >= 0: GPU memory named by a
+ * DMA-BUF (the path of a host without a peer-memory module), registered now:
+ * the caller closes fd when this returns.
+ */
 static ferry_ib_rma_mr_t *ferry_ib_rma_mr_new(ferry_ib_rma_group_t *g, void *data, size_t size,
-                                              int type)
+                                              int type, int fd, uint64_t offset)
 {
-    ferry_ib_mr_req_t rq = { data, size, FERRY_IB_RMA_ACCESS, 1, -1, 0, type != FERRY_PTR_HOST };
+    ferry_ib_mr_req_t rq = { data, size, FERRY_IB_RMA_ACCESS, 1, fd, offset,
+                             type != FERRY_PTR_HOST };
+    const char *op = fd >= 0 ? "regMrSymDmaBuf" : "regMrSym";
     ferry_ib_rma_mr_t *mr;
     char who[256], err[1024];
 
     ferry_ib_rma_describe(g, who, sizeof(who));
-    if (type != FERRY_PTR_HOST && (type != FERRY_PTR_CUDA || !ferry_ib_state.gdr)) {
+    if (fd >= 0 && !(ferry_ib_gdr_ptr_support(g->port) & FERRY_PTR_DMABUF)) {
+        FERRY_WARN("RMA %s(%p, %zu bytes, type %d, fd %d): %s: DMA-BUF is not available here "
+                   "(the init line 'ib backend GPU memory' says why); register with regMrSym",
+                   op, data, size, type, fd, who);
+        return NULL;
+    }
+    if (fd >= 0 && type != FERRY_PTR_CUDA && type != FERRY_PTR_DMABUF) {
+        FERRY_WARN("RMA %s(%p, %zu bytes, type %d, fd %d): %s: a DMA-BUF names GPU memory: type "
+                   "must be NCCL_PTR_CUDA (2) or NCCL_PTR_DMABUF (4); host memory goes through "
+                   "regMrSym", op, data, size, type, fd, who);
+        return NULL;
+    }
+    if (fd < 0 && type != FERRY_PTR_HOST && (type != FERRY_PTR_CUDA || !ferry_ib_state.gdr)) {
         FERRY_WARN("RMA regMrSym(%p, %zu bytes, type %d): %s: %s", data, size, type, who,
                    type == FERRY_PTR_CUDA ? "GPU memory is not registered on this host"
                                           : "only host (NCCL_PTR_HOST) or CUDA (NCCL_PTR_CUDA) "
                                             "memory is taken");
         if (type == FERRY_PTR_CUDA)
-            FERRY_WARN("RMA regMrSym: GPU memory: %s", ferry_ib_state.gdr_why);
+            FERRY_WARN("RMA regMrSym: GPU memory: %s%s", ferry_ib_state.gdr_why,
+                       ferry_ib_gdr_ptr_support(g->port) & FERRY_PTR_DMABUF
+                           ? " (DMA-BUF is available: NCCL registers through regMrSymDmaBuf "
+                             "unless NCCL_DMABUF_ENABLE=0)"
+                           : "");
         return NULL;
     }
     mr = calloc(1, sizeof(*mr));
     if (mr == NULL)
         return NULL;
     if (size > 0 && ferry_ib_mr_get_ex(g->port->hca, &rq, &mr->mr, err, sizeof(err)) != FERRY_OK) {
-        FERRY_WARN("RMA regMrSym(%p, %zu bytes, type %d): %s: %s", data, size, type, who, err);
+        FERRY_WARN("RMA %s(%p, %zu bytes, type %d): %s: %s", op, data, size, type, who, err);
         free(mr);
         return NULL;
     }
@@ -69,9 +91,11 @@ static ferry_ib_rma_mr_t *ferry_ib_rma_mr_new(ferry_ib_rma_group_t *g, void *dat
     return mr;
 }
 
-ferry_status_t ferry_ib_rma_reg(void *group, void *data, size_t size, int type, void **mr_p)
+static ferry_status_t ferry_ib_rma_reg_any(void *group, void *data, size_t size, int type,
+                                           int fd, uint64_t offset, void **mr_p)
 {
-    ferry_ib_rma_group_t *g = ferry_ib_rma_reg_group(group, "regMrSym");
+    ferry_ib_rma_group_t *g = ferry_ib_rma_reg_group(group, fd >= 0 ? "regMrSymDmaBuf"
+                                                                     : "regMrSym");
     ferry_ib_rma_wire_t *out = NULL, *in = NULL;
     ferry_ib_rma_mr_t *mr;
     ferry_status_t st;
@@ -93,7 +117,7 @@ ferry_status_t ferry_ib_rma_reg(void *group, void *data, size_t size, int type, 
                    FERRY_IB_RMA_MAX_REGS);
         return FERRY_ERR_USAGE;
     }
-    mr = ferry_ib_rma_mr_new(g, data, size, type);
+    mr = ferry_ib_rma_mr_new(g, data, size, type, fd, offset);
     out = calloc((size_t)g->nranks, sizeof(*out));
     in = calloc((size_t)g->nranks, sizeof(*in));
     /* A region that failed here still takes part (size 0): the peers' numbering stays in step. */
@@ -141,6 +165,24 @@ ferry_status_t ferry_ib_rma_reg(void *group, void *data, size_t size, int type, 
     if (st == FERRY_OK)
         *mr_p = g->regs[index];
     return st;
+}
+
+ferry_status_t ferry_ib_rma_reg(void *group, void *data, size_t size, int type, void **mr_p)
+{
+    return ferry_ib_rma_reg_any(group, data, size, type, -1, 0, mr_p);
+}
+
+ferry_status_t ferry_ib_rma_reg_dmabuf(void *group, void *data, size_t size, int type,
+                                       uint64_t offset, int fd, void **mr_p)
+{
+    if (fd < 0) {
+        *mr_p = NULL;
+        FERRY_WARN("RMA regMrSymDmaBuf(%p, %zu bytes, type %d, fd %d): no DMA-BUF fd; register "
+                   "with regMrSym, or pass the fd cuMemGetHandleForAddressRange gave", data, size,
+                   type, fd);
+        return FERRY_ERR_ARGUMENT;
+    }
+    return ferry_ib_rma_reg_any(group, data, size, type, fd, offset, mr_p);
 }
 
 ferry_status_t ferry_ib_rma_dereg(void *group, void *mhandle)

@@ -127,16 +127,23 @@ ncclResult_t ferry_nccl_rma_devices(int *ndev)
 
 ncclResult_t ferry_nccl_rma_get_properties(int dev, ncclNetProperties_v12_t *props)
 {
+    const ferry_rma_ops_t *ops;
     ferry_props_t fp;
     ncclResult_t res = ferry_nccl_props_get(dev, &fp, props, sizeof(*props));
 
     if (res != ncclSuccess)
         return res;
     FERRY_NCCL_PROPS_FILL_V12(props, &fp, dev);
-    /* A CPU proxy drives it; no DMA-BUF (regMrSymDmaBuf refuses); 32 in flight per peer. */
+    /*
+     * A CPU proxy drives it; DMA-BUF only from a backend that registers it
+     * (ib: GPU windows on a host without a peer-memory module).
+     */
+    ops = atomic_load(&ferry_nccl_rma_ops);
     props->netDeviceType = NCCL_NET_DEVICE_GIN_PROXY;
     props->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION;
-    props->ptrSupport = fp.ptr_support & (NCCL_PTR_HOST | NCCL_PTR_CUDA);
+    props->ptrSupport = fp.ptr_support & (NCCL_PTR_HOST | NCCL_PTR_CUDA |
+                                          (ops != NULL && ops->reg_dmabuf != NULL
+                                               ? NCCL_PTR_DMABUF : 0));
     props->regIsGlobal = 0;
     props->forceFlush = 0;
     props->maxRecvs = 1;
@@ -252,13 +259,21 @@ ncclResult_t ferry_nccl_rma_reg_dmabuf(void *coll, void *data, size_t size, int 
                                        uint64_t offset, int fd, uint64_t flags,
                                        void **mhandle_p)
 {
-    (void)coll;
+    const ferry_rma_ops_t *ops = ferry_nccl_rma_be("regMrSymDmaBuf");
+
+    /* As regMrSym: ordering is strict for every region already. */
     (void)flags;
     *mhandle_p = NULL;
-    FERRY_WARN("RMA regMrSymDmaBuf(%p, %zu bytes, type %d, offset %llu, fd %d): ferry's RMA "
-               "takes no DMA-BUF (its properties do not say NCCL_PTR_DMABUF); register the "
-               "memory with regMrSym", data, size, type, (unsigned long long)offset, fd);
-    return ncclInvalidUsage;
+    if (ops == NULL)
+        return ncclInternalError;
+    if (ops->reg_dmabuf == NULL) {
+        FERRY_WARN("RMA regMrSymDmaBuf(%p, %zu bytes, type %d, offset %llu, fd %d): ferry's RMA "
+                   "on the %s backend takes no DMA-BUF (its properties do not say "
+                   "NCCL_PTR_DMABUF); register the memory with regMrSym", data, size, type,
+                   (unsigned long long)offset, fd, ops->backend);
+        return ncclInvalidUsage;
+    }
+    return ferry_nccl_result(ops->reg_dmabuf(coll, data, size, type, offset, fd, mhandle_p));
 }
 
 ncclResult_t ferry_nccl_rma_dereg(void *coll, void *mhandle)

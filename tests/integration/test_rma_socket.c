@@ -32,6 +32,8 @@
  *             signal words in GPU memory (regMrSym type NCCL_PTR_CUDA): a put
  *             with signal from host memory into it, a get out of it, a put
  *             from it, each checked byte for byte through the driver.
+ *   gpu-dmabuf  (ib) the same with the windows registered through
+ *             regMrSymDmaBuf, on a host with DMA-BUF and no peer-memory module.
  *   killed    rank 2 is SIGKILLed: ranks 0 and 1 see queryLastError report it
  *             within a bound, and a put to it fails instead of hanging.
  *
@@ -760,6 +762,34 @@ static void gpu_check(fit_cu_t *cu, unsigned long long dev, size_t n, int src, i
     free(host);
 }
 
+/*
+ * gpu-dmabuf (ib only, no GPUDirect setting and no peer-memory module): the
+ * properties say DMA-BUF instead of CUDA, as NCCL's own IB does; regMrSym of
+ * GPU memory is refused with a WARN that points at DMA-BUF, and the windows
+ * are registered through regMrSymDmaBuf with the fd the driver exports.
+ */
+static int gpu_dmabuf;
+
+typedef int (*fit_cu_range_handle_fn)(void *, unsigned long long, size_t, int, unsigned long long);
+
+static void *gpu_reg(void *coll, fit_cu_range_handle_fn handle_fn, unsigned long long dev,
+                     size_t size)
+{
+    void *mh = NULL;
+    int fd = -1;
+
+    if (!gpu_dmabuf) {
+        FIT_NCCL(v14->regMrSym(coll, (void *)(uintptr_t)dev, size, NCCL_PTR_CUDA, 0, &mh));
+        return mh;
+    }
+    /* 1: CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD. */
+    FIT_CHECK(handle_fn(&fd, dev, size, 1, 0) == 0 && fd >= 0, "DMA-BUF fd of %zu bytes", size);
+    FIT_NCCL(v14->regMrSymDmaBuf(coll, (void *)(uintptr_t)dev, size, NCCL_PTR_CUDA, 0, fd, 0,
+                                 &mh));
+    close(fd); /* NCCL closes it right after the call: the registration must not need it. */
+    return mh;
+}
+
 static void case_gpu(void)
 {
     static const size_t sizes[] = { 8, (1u << 20) + 3 };
@@ -772,11 +802,20 @@ static void case_gpu(void)
     uint64_t want = 0;
     fit_cu_t cu;
 
+    int want_ptr = !on_ib ? NCCL_PTR_HOST | NCCL_PTR_CUDA
+                   : gpu_dmabuf ? NCCL_PTR_HOST | NCCL_PTR_DMABUF
+                                : NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF;
+    fit_cu_range_handle_fn handle_fn;
+    void *bad_mh = NULL;
+
     FIT_NCCL(rma_init(&ctx));
     FIT_NCCL(v14->getProperties(0, &props));
-    FIT_CHECK(props.ptrSupport == (NCCL_PTR_HOST | NCCL_PTR_CUDA), "ptrSupport %d with GPU "
-              "staging", props.ptrSupport);
+    FIT_CHECK(props.ptrSupport == want_ptr, "ptrSupport %d, want %d (%s)", props.ptrSupport,
+              want_ptr, !on_ib ? "socket, GPU staging" : gpu_dmabuf ? "ib, DMA-BUF only"
+                                                                     : "ib, GPUDirect and DMA-BUF");
     fit_cu_open(dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD), &cu);
+    handle_fn = (fit_cu_range_handle_fn)fit_cu_sym(dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD),
+                                                   "cuMemGetHandleForAddressRange");
     FIT_CHECK(src != NULL && cu.alloc(&win, GPU_WIN) == 0 && cu.alloc(&sig, 8 * NSIG_WORDS) == 0,
               "allocations");
     FIT_CHECK(cu.htod(sig, (uint64_t[NSIG_WORDS]){ 0 }, 8 * NSIG_WORDS) == 0, "zero signals");
@@ -788,9 +827,28 @@ static void case_gpu(void)
     FIT_NCCL(v14->closeListen(lc));
     FIT_NCCL(rma_create(coll, &rctx));
     FIT_NCCL(v14->regMrSym(coll, src, GPU_WIN, NCCL_PTR_HOST, 0, &src_mh));
-    FIT_NCCL(v14->regMrSym(coll, (void *)(uintptr_t)win, GPU_WIN, NCCL_PTR_CUDA, 0, &win_mh));
-    FIT_NCCL(v14->regMrSym(coll, (void *)(uintptr_t)sig, 8 * NSIG_WORDS, NCCL_PTR_CUDA, 0,
-                           &sig_mh));
+    if (gpu_dmabuf) {
+        /* Every rank alike: a refused registration still takes its number everywhere. */
+        int from = fit_log_lines();
+
+        fit_log_expect("GPU memory is not registered on this host");
+        fit_log_expect("RMA regMrSym: GPU memory:");
+        FIT_CHECK(v14->regMrSym(coll, (void *)(uintptr_t)win, GPU_WIN, NCCL_PTR_CUDA, 0, &bad_mh)
+                      != ncclSuccess && bad_mh == NULL,
+                  "regMrSym of GPU memory without GPUDirect refused");
+        FIT_CHECK(fit_log_find(from, NCCL_LOG_WARN, "no peer-memory module",
+                               "DMA-BUF is available", "regMrSymDmaBuf", NULL, 0) >= 0,
+                  "the refusal names DMA-BUF as the way");
+        /* Host memory has no DMA-BUF: refused by type, with the way to register it. */
+        fit_log_expect("a DMA-BUF names GPU memory");
+        FIT_CHECK(v14->regMrSymDmaBuf(coll, src, GPU_WIN, NCCL_PTR_HOST, 0, 0, 0, &bad_mh)
+                      != ncclSuccess && bad_mh == NULL, "regMrSymDmaBuf of host memory refused");
+        FIT_CHECK(fit_log_find(from, NCCL_LOG_WARN, "regMrSymDmaBuf", "type must be NCCL_PTR_CUDA",
+                               "host memory goes through regMrSym", NULL, 0) >= 0,
+                  "the host-memory refusal says why");
+    }
+    win_mh = gpu_reg(coll, handle_fn, win, GPU_WIN);
+    sig_mh = gpu_reg(coll, handle_fn, sig, 8 * NSIG_WORDS);
     for (int round = 0; round < 2; round++) {
         size_t size = sizes[round];
         double end = fit_now() + WAIT_S;
@@ -1110,9 +1168,13 @@ int main(int argc, char **argv)
         fn = case_stall;
     else if (strcmp(which, "gpu") == 0)
         fn = case_gpu;
+    else if (strcmp(which, "gpu-dmabuf") == 0) {
+        gpu_dmabuf = 1;
+        fn = case_gpu;
+    }
     else if (strcmp(which, "dereg") == 0)
         fn = case_dereg;
-    FIT_CHECK(fn != NULL, "unknown case %s (data, v13, threads, misuse, stall, gpu, killed, dereg)", which);
+    FIT_CHECK(fn != NULL, "unknown case %s (data, v13, threads, misuse, stall, gpu, gpu-dmabuf, killed, dereg)", which);
     sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     FIT_CHECK(sh != MAP_FAILED, "mmap");
     memset(sh, 0, sizeof(*sh));
