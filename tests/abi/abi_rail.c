@@ -17,6 +17,7 @@
  */
 #include <dlfcn.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,6 +167,36 @@ static int rail_step(const rail_plugin_t *p, const char *hca, rail_snap_t snaps[
     return 0;
 }
 
+/*
+ * FNV-1a over v8..v11's bytes past name, pciPath (pointers) and guid (fakeibv
+ * derives it from the process), which differ from process to process: equal
+ * digests from two builds mean the older versions' properties did not change
+ * between them.
+ */
+static unsigned long long rail_digest(const rail_snap_t *snaps, int n)
+{
+    unsigned long long h = 1469598103934665603ULL;
+    int i;
+
+    for (i = 0; i < n; i++) {
+        const struct {
+            const void *p;
+            size_t      len;
+        } parts[] = {
+            {&snaps[i].v8, sizeof(snaps[i].v8)}, {&snaps[i].v9, sizeof(snaps[i].v9)},
+            {&snaps[i].v10, sizeof(snaps[i].v10)}, {&snaps[i].v11, sizeof(snaps[i].v11)},
+        };
+        size_t k, b;
+
+        for (k = 0; k < sizeof(parts) / sizeof(parts[0]); k++)
+            for (b = 2 * sizeof(char *) + sizeof(uint64_t); b < parts[k].len; b++) {
+                h ^= ((const unsigned char *)parts[k].p)[b];
+                h *= 1099511628211ULL;
+            }
+    }
+    return h;
+}
+
 static const char *rail_id_text(int id, char *buf, size_t len)
 {
     if (id == NCCL_NET_ID_UNDEF)
@@ -263,8 +294,8 @@ int main(int argc, char **argv)
     }
     RAIL_EXPECT(rail_device_line(info_list) == 1, "no INFO line 'ib backend using %s;'",
                 info_list);
-    printf("v8..v11 properties byte-identical with and without rails: %d of %d devices\n",
-           same_old, RAIL_DEVS);
+    printf("v8..v11 properties byte-identical with and without rails: %d of %d devices "
+           "(digest %016llx)\n", same_old, RAIL_DEVS, rail_digest(rails, RAIL_DEVS));
     RAIL_EXPECT(p.v12->finalize(ctx) == ncclSuccess, "finalize failed");
     RAIL_EXPECT(rail_logged(NCCL_LOG_WARN, "") == 0, "%d WARN line(s) in steps 1-2",
                 rail_logged(NCCL_LOG_WARN, ""));
