@@ -246,6 +246,47 @@ static void test_rail_plane_bad(void **state)
     }
 }
 
+/*
+ * Random text over the characters that matter: every answer is 0 or a known
+ * code, why says something exactly when refused, and what is kept is in range.
+ */
+static void test_random_text(void **state)
+{
+    static const char alphabet[] = "mlx5_:,^=0123456789-x ";
+    unsigned seed = 12345;
+    int i, refused = 0;
+
+    (void)state;
+    for (i = 0; i < 20000; i++) {
+        char text[48], why[256];
+        ferry_ib_hca_filter_t f;
+        int len, j, rc;
+
+        seed = seed * 1103515245u + 12345u;
+        len = (int)(seed >> 16) % (int)sizeof(text);
+        for (j = 0; j < len; j++) {
+            seed = seed * 1103515245u + 12345u;
+            text[j] = alphabet[(seed >> 16) % (sizeof(alphabet) - 1)];
+        }
+        text[len] = '\0';
+        rc = ferry_ib_hca_filter_parse_why(text, &f, why, sizeof(why));
+        if (rc != 0 && rc != FERRY_IB_HCA_ERR_NAME && rc != FERRY_IB_HCA_ERR_RAIL &&
+            rc != FERRY_IB_HCA_ERR_PLANE && rc != FERRY_IB_HCA_ERR_FIELDS)
+            fail_msg("'%s': code %d", text, rc);
+        if ((rc != 0) != (why[0] != '\0'))
+            fail_msg("'%s': code %d, why '%s'", text, rc, why);
+        refused += rc != 0;
+        for (j = 0; rc == 0 && j < f.n; j++)
+            if (f.entries[j].name[0] == '\0' || f.entries[j].rail < -1 ||
+                f.entries[j].rail > FERRY_IB_HCA_ID_MAX || f.entries[j].plane < -1 ||
+                f.entries[j].plane > FERRY_IB_HCA_ID_MAX)
+                fail_msg("'%s': entry %d kept as '%s' rail %d plane %d", text, j,
+                         f.entries[j].name, f.entries[j].rail, f.entries[j].plane);
+    }
+    printf("  20000 random NCCL_IB_HCA texts: %d refused with a reason, the rest in range\n",
+           refused);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -255,6 +296,7 @@ int main(void)
         cmocka_unit_test(test_rail_plane_fields),
         cmocka_unit_test(test_rail_plane_ids),
         cmocka_unit_test(test_rail_plane_bad),
+        cmocka_unit_test(test_random_text),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
