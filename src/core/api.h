@@ -52,6 +52,8 @@ typedef struct ferry_props {
     int         max_multi_request_size;
     int         vdevs_n;       /* Members of a virtual device (makeVDevice); 0: a physical one. */
     int         vdevs[8];      /* Their device numbers (NCCL's vProps.devs). */
+    int         rail_id;       /* The user's rail of the device (NCCL_IB_HCA); -1 unknown. */
+    int         plane_id;      /* Its plane, likewise; -1 unknown. Both go to v12+ only. */
 } ferry_props_t;
 
 /* Members a virtual device can merge (NCCL_NET_MAX_DEVS_PER_NIC up to v11). */

@@ -35,11 +35,17 @@ long long ferry_cfg_table_value(const ferry_cfg_var_t *var, const void *base)
     return value;
 }
 
+static ferry_status_t ferry_cfg_bad_why(const ferry_cfg_var_t *var, const char *value,
+                                        const char *why)
+{
+    FERRY_WARN("%s='%s' is not valid: %s%sexpected %s; unset it or fix the value", var->name,
+               value, why, why[0] ? "; " : "", var->help);
+    return FERRY_ERR_USAGE;
+}
+
 static ferry_status_t ferry_cfg_bad(const ferry_cfg_var_t *var, const char *value)
 {
-    FERRY_WARN("%s='%s' is not valid: expected %s; unset it or fix the value", var->name,
-               value, var->help);
-    return FERRY_ERR_USAGE;
+    return ferry_cfg_bad_why(var, value, "");
 }
 
 static ferry_status_t ferry_cfg_parse_choice(const ferry_cfg_var_t *var, void *base,
@@ -58,14 +64,17 @@ static ferry_status_t ferry_cfg_parse_choice(const ferry_cfg_var_t *var, void *b
 
 ferry_status_t ferry_cfg_table_parse(const ferry_cfg_var_t *var, void *base, const char *value)
 {
+    char why[256];
     long long n;
     char *end;
     int v;
 
     switch (var->kind) {
     case FERRY_CFG_KIND_TEXT:
-        if (strlen(value) >= var->width || (var->check != NULL && var->check(value) != 0))
-            return ferry_cfg_bad(var, value);
+        why[0] = '\0';
+        if (strlen(value) >= var->width ||
+            (var->check != NULL && var->check(value, why, sizeof(why)) != 0))
+            return ferry_cfg_bad_why(var, value, why);
         strcpy((char *)base + var->offset, value);
         return FERRY_OK;
     case FERRY_CFG_KIND_CHOICE:

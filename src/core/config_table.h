@@ -39,7 +39,8 @@ typedef struct ferry_cfg_var {
     const char      *help;    /* What is accepted; quoted in errors. */
     const ferry_cfg_choice_t *choices; /* CHOICE only. */
     int            (*parse)(const char *text); /* CUSTOM: the value, or -1 if invalid. */
-    int            (*check)(const char *text); /* TEXT, optional: 0 accepts. */
+    /* TEXT, optional: 0 accepts; else why may say what is wrong (quoted in the WARN). */
+    int            (*check)(const char *text, char *why, size_t why_len);
     const char      *unset;   /* TEXT: shown for "" in the effective-config line. */
     unsigned         flags;   /* FERRY_CFG_F_*. */
 } ferry_cfg_var_t;

@@ -77,6 +77,8 @@ typedef struct ferry_ib_dev {
     int             speed_mbps;  /* From active_speed(_ex) x width. */
     uint64_t        guid;        /* sys_image_guid. */
     int             ar;          /* Adaptive routing for this device (NCCL_IB_ADAPTIVE_ROUTING). */
+    int             rail_id;     /* From NCCL_IB_HCA's name:port:rail:plane; -1 unknown. */
+    int             plane_id;    /* Likewise. */
     _Atomic int     port_down;   /* PORT_ERR seen and no PORT_ACTIVE since. */
 } ferry_ib_dev_t;
 

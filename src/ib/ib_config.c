@@ -55,19 +55,21 @@ static int ferry_ib_cfg_parse_cidr(const char *text, int *family_p, unsigned cha
     return 0;
 }
 
-static int ferry_ib_cfg_check_cidr(const char *text)
+static int ferry_ib_cfg_check_cidr(const char *text, char *why, size_t why_len)
 {
     unsigned char addr[16];
     int family, prefixlen;
 
+    (void)why;
+    (void)why_len;
     return ferry_ib_cfg_parse_cidr(text, &family, addr, &prefixlen);
 }
 
-static int ferry_ib_cfg_check_hca(const char *text)
+static int ferry_ib_cfg_check_hca(const char *text, char *why, size_t why_len)
 {
     ferry_ib_hca_filter_t filter;
 
-    return ferry_ib_hca_filter_parse(text, &filter);
+    return ferry_ib_hca_filter_parse_why(text, &filter, why, why_len);
 }
 
 /* GPU memory: NCCL_FERRY_IB_GDR and NCCL_FERRY_IB_FLUSH. */
@@ -81,8 +83,10 @@ static const ferry_cfg_choice_t ferry_ib_cfg_flush[] = {
 
 static const ferry_cfg_var_t ferry_ib_cfg_vars[FERRY_IB_CFG_COUNT] = {
     [FERRY_IB_CFG_HCA] = {"NCCL_IB_HCA", FERRY_CFG_KIND_TEXT, FERRY_IB_CFG_FIELD(hca), 0, 0, 0,
-        "HCA names as prefixes with optional :port, comma-separated; ^ first excludes, = "
-        "(after ^ if both) wants exact names; names of at most 63 characters",
+        "HCA names as prefixes with optional :port, :rail and :plane "
+        "(name[:port[:rail[:plane]]], rail and plane 0..32767 or empty for none), "
+        "comma-separated; ^ first excludes, = (after ^ if both) wants exact names; names of at "
+        "most 63 characters",
         .check = ferry_ib_cfg_check_hca, .unset = "<all>"},
     [FERRY_IB_CFG_DISABLE] = {"NCCL_IB_DISABLE", FERRY_CFG_KIND_INT,
         FERRY_IB_CFG_FIELD(disable), 0, 0, 1, "0 or 1 (1: no ib backend)"},

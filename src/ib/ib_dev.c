@@ -103,19 +103,34 @@ static ferry_status_t ferry_ib_open_all(ferry_ib_state_t *st, char *skipped, siz
     return status;
 }
 
-/* The one INFO line NCCL users look for: devices, [RO], out-of-band interface. */
+/* " rail R", " plane P", both or neither: what NCCL_IB_HCA told of a device. */
+static void ferry_ib_ids_text(const ferry_ib_dev_t *d, char *buf, size_t len)
+{
+    size_t off = 0;
+
+    buf[0] = '\0';
+    if (d->rail_id >= 0)
+        off = (size_t)snprintf(buf, len, " rail %d", d->rail_id);
+    if (d->plane_id >= 0 && off < len)
+        snprintf(buf + off, len - off, " plane %d", d->plane_id);
+}
+
+/* The one INFO line NCCL users look for: devices (rail, plane), [RO], out-of-band interface. */
 static void ferry_ib_log_devices(const ferry_ib_state_t *st)
 {
-    char line[1024];
+    char line[1024], ids[40];
     size_t off = 0;
     int i, ro = 0;
 
     line[0] = '\0';
-    for (i = 0; i < st->ndev && off < sizeof(line); i++)
-        off += (size_t)snprintf(line + off, sizeof(line) - off, " [%d]%s/%s", i,
+    for (i = 0; i < st->ndev && off < sizeof(line); i++) {
+        ferry_ib_ids_text(&st->devs[i], ids, sizeof(ids));
+        off += (size_t)snprintf(line + off, sizeof(line) - off, " [%d]%s/%s%s%s%s", i,
                                 st->devs[i].name,
                                 st->devs[i].link_layer == IBV_LINK_LAYER_INFINIBAND ? "IB"
-                                                                                    : "RoCE");
+                                                                                    : "RoCE",
+                                ids[0] ? "(" : "", ids[0] ? ids + 1 : "", ids[0] ? ")" : "");
+    }
     for (i = 0; i < st->nhca; i++)
         ro |= st->hcas[i].relaxed_ordering;
     FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET, "ib backend using%s%s; OOB %s:%s", line,
@@ -218,6 +233,8 @@ ferry_status_t ferry_ib_get_properties(int dev, ferry_props_t *props_p)
     props_p->max_p2p_bytes = (size_t)1 << 40;    /* NCCL_MAX_NET_SIZE_BYTES. */
     props_p->max_coll_bytes = (size_t)512 << 20; /* MAX_COLLNET_SIZE. */
     props_p->max_multi_request_size = 1;
+    props_p->rail_id = d->rail_id;
+    props_p->plane_id = d->plane_id;
     if (dev >= ferry_ib_state.ndev)
         ferry_ib_vdev_props(v, props_p); /* ib_vdev.c */
     return FERRY_OK;

@@ -187,6 +187,7 @@ ferry_status_t ferry_ib_hca_add_ports(ferry_ib_state_t *st, ferry_ib_hca_t *hca,
         }
         dev = &st->devs[st->ndev];
         ferry_ib_dev_fill(dev, hca, port, &attr, speed_ex, &st->cfg);
+        ferry_ib_hca_filter_ids(filter, hca->name, port, &dev->rail_id, &dev->plane_id);
         status = ferry_ib_gid_select(dev);
         if (status != FERRY_OK)
             return status;

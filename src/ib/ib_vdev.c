@@ -142,6 +142,18 @@ ferry_status_t ferry_ib_make_vdevice(int *dev_p, int ndevs, const int *devs)
     return status;
 }
 
+/*
+ * A merged device's rail and plane: the members' own when all have the same
+ * one, else unknown (-1). NCCL's graph search then holds a channel to that
+ * rail/plane when every member is on it, and to nothing when they differ.
+ * (NCCL's IB gives a merge across planes a plane id of its own, a bit per
+ * member plane; ferry says "unknown" rather than invent an id.)
+ */
+static int ferry_ib_vdev_common_id(int have, int id)
+{
+    return have == id ? have : -1;
+}
+
 void ferry_ib_vdev_props(const ferry_ib_vdev_t *v, ferry_props_t *props_p)
 {
     int i, speed = 0;
@@ -151,6 +163,9 @@ void ferry_ib_vdev_props(const ferry_ib_vdev_t *v, ferry_props_t *props_p)
         const ferry_ib_dev_t *d = &ferry_ib_state.devs[v->devs[i]];
 
         speed += d->speed_mbps;
+        /* props_p holds the first member's: any member unlike it (or unknown) unsets it. */
+        props_p->rail_id = ferry_ib_vdev_common_id(props_p->rail_id, d->rail_id);
+        props_p->plane_id = ferry_ib_vdev_common_id(props_p->plane_id, d->plane_id);
         props_p->ptr_support &= ferry_ib_gdr_ptr_support(d);
         if (d->hca->attr.max_qp < props_p->max_comms)
             props_p->max_comms = d->hca->attr.max_qp;

@@ -61,6 +61,8 @@ typedef struct ferry_info_props {
     int    force_flush;
     size_t max_p2p_bytes;
     uint64_t guid;
+    int    rail_id;        /* v12's railId; -1: undefined (or a v11 plugin). */
+    int    plane_id;       /* v12's planeId, likewise. */
 } ferry_info_props_t;
 
 ncclResult_t ferry_info_net_init(const ferry_info_plugin_t *p, void **ctx_p,

@@ -69,6 +69,15 @@ static void ferry_info_json_dev(int i, const ferry_info_dev_t *d)
     else
         printf(", \"numa_node\": null");
     ferry_info_json_kv("link_layer", d->link_layer, 0);
+    /* null where undefined, as numa_node. */
+    if (d->props.rail_id >= 0)
+        printf(", \"rail_id\": %d", d->props.rail_id);
+    else
+        printf(", \"rail_id\": null");
+    if (d->props.plane_id >= 0)
+        printf(", \"plane_id\": %d", d->props.plane_id);
+    else
+        printf(", \"plane_id\": null");
     printf(", \"ptr_support\": \"%s\", \"ptr_support_bits\": %d", ptr, d->props.ptr_support);
     printf(", \"max_comms\": %d, \"max_recvs\": %d, \"latency_us\": %.3f", d->props.max_comms,
            d->props.max_recvs, (double)d->props.latency);

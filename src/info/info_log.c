@@ -97,6 +97,7 @@ void ferry_info_log_link_layer(const ferry_info_run_t *run, const char *dev, cha
     if (at == NULL)
         return;
     at += strlen(key);
-    end = at + strcspn(at, " ;");
+    /* "IB", then " ", ";" or "(" where a rail or plane follows. */
+    end = at + strcspn(at, " ;(");
     snprintf(out, len, "%.*s", (int)(end - at), at);
 }

@@ -71,13 +71,17 @@ ncclResult_t ferry_info_net_props(const ferry_info_plugin_t *p, int dev, ferry_i
     ncclResult_t rc;
 
     memset(out, 0, sizeof(*out));
+    out->rail_id = out->plane_id = NCCL_NET_ID_UNDEF;
     if (p->version == 12) {
         ncclNetProperties_v12_t props;
 
         memset(&props, 0, sizeof(props));
         rc = ((const ncclNet_v12_t *)p->net)->getProperties(dev, &props);
-        if (rc == ncclSuccess)
+        if (rc == ncclSuccess) {
             FERRY_INFO_PROPS_COPY(out, props);
+            out->rail_id = props.railId;
+            out->plane_id = props.planeId;
+        }
     } else {
         ncclNetProperties_v11_t props;
 

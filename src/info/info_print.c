@@ -74,16 +74,22 @@ static void ferry_info_print_config(const ferry_info_run_t *r)
 
 static void ferry_info_print_dev(int i, const ferry_info_dev_t *d)
 {
-    char ptr[32], numa[16];
+    char ptr[32], numa[16], rail[24], plane[24];
 
     ferry_info_ptr_words(d->props.ptr_support, ptr, sizeof(ptr));
     if (d->numa_node >= 0)
         snprintf(numa, sizeof(numa), "%d", d->numa_node);
     else
         snprintf(numa, sizeof(numa), "unknown");
+    /* Rail and plane only where the plugin defines them (NCCL_IB_HCA name:port:rail:plane). */
+    rail[0] = plane[0] = '\0';
+    if (d->props.rail_id >= 0)
+        snprintf(rail, sizeof(rail), ", rail %d", d->props.rail_id);
+    if (d->props.plane_id >= 0)
+        snprintf(plane, sizeof(plane), ", plane %d", d->props.plane_id);
     printf("  device %d: %s\n", i, d->props.name);
-    printf("    speed %d Mbps, port %d%s%s, pciPath %s, NUMA node %s\n", d->props.speed,
-           d->props.port, d->link_layer[0] ? ", link layer " : "", d->link_layer,
+    printf("    speed %d Mbps, port %d%s%s%s%s, pciPath %s, NUMA node %s\n", d->props.speed,
+           d->props.port, d->link_layer[0] ? ", link layer " : "", d->link_layer, rail, plane,
            d->props.pci_path[0] ? d->props.pci_path : "none", numa);
     printf("    ptrSupport %s, maxComms %d, maxRecvs %d, latency %.1f us, regIsGlobal %d, "
            "maxP2pBytes %zu\n", ptr, d->props.max_comms, d->props.max_recvs,

@@ -53,16 +53,20 @@
     } while (0)
 
 /*
- * Plus the v12 fields. ferry knows no rail or plane topology:
- * NCCL_NET_ID_UNDEF makes the core ignore both, as NCCL's own v11->v12 shim
- * does; 0 would claim that every NIC sits on rail 0 / plane 0 and invite
- * rail-policy NIC merging.
+ * Plus the v12 fields: the rail and plane the user gave the device in
+ * NCCL_IB_HCA (name:port:rail:plane), as NCCL's own IB reports them, else
+ * NCCL_NET_ID_UNDEF, which makes the core ignore them. ferry does not guess
+ * them from the PCI tree: on a rail-optimized node NICs that share a PCI
+ * switch sit on different rails, and a wrong id would hold a channel's two
+ * ends to NICs of one rail (or merge NICs of different rails) for nothing.
  */
 #define FERRY_NCCL_PROPS_FILL_V12(_dst, _src, _dev)                       \
     do {                                                                  \
         FERRY_NCCL_PROPS_FILL_V11(_dst, _src, _dev);                      \
-        (_dst)->railId  = NCCL_NET_ID_UNDEF;                              \
-        (_dst)->planeId = NCCL_NET_ID_UNDEF;                              \
+        (_dst)->railId  = (int16_t)((_src)->rail_id >= 0 ? (_src)->rail_id \
+                                               : NCCL_NET_ID_UNDEF);      \
+        (_dst)->planeId = (int16_t)((_src)->plane_id >= 0 ? (_src)->plane_id \
+                                                : NCCL_NET_ID_UNDEF);     \
     } while (0)
 
 /*

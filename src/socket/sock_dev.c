@@ -273,5 +273,8 @@ ferry_status_t ferry_sock_get_properties(int dev, ferry_props_t *props_p)
     props_p->max_p2p_bytes = 1UL << 30;
     props_p->max_coll_bytes = 512UL << 20;
     props_p->max_multi_request_size = 1;
+    /* As NCCL's socket transport: no rail or plane is known. */
+    props_p->rail_id = -1;
+    props_p->plane_id = -1;
     return FERRY_OK;
 }

@@ -9,6 +9,9 @@
 #   socket   --backend socket on loopback: exit 0, device lo, self-test OK
 #   ib       auto with fakeibv: the ib backend chosen (and why), its
 #            emulated device listed with link layer and a passing self-test
+#   ib-rail  NCCL_IB_HCA=fakeib0:1:3:5 on 2 fakeibv devices: rail 3, plane 5
+#            on fakeib0:1's property line and in the INFO line; fakeib1:1
+#            (given neither, first port) shows neither
 #   json     --json --backend all: parses as JSON and holds the fields
 #            scripts read (python3; skipped with 77 without it)
 #   broken   NCCL_FERRY_BACKEND=ib without a verbs library: exit 1, the
@@ -81,6 +84,17 @@ ib)
     grep -qE '^    NCCL_IB_HCA +<all> +default$' "$out" || fail "no NCCL_IB_HCA config row"
     grep -qx "healthy" "$out" || fail "not reported healthy"
     ;;
+ib-rail)
+    run 0 --backend ib
+    grep -qE 'ib backend using \[0\]fakeib0:1/IB\(rail 3 plane 5\) \[1\]fakeib1:1/IB( \[RO\])?;' \
+        "$out" || fail "no 'ib backend using [0]fakeib0:1/IB(rail 3 plane 5) [1]fakeib1:1/IB;' line"
+    has "device 0: fakeib0:1"
+    has "port 1, link layer IB, rail 3, plane 5, pciPath /"
+    has "device 1: fakeib1:1"
+    grep -qE '^    speed [0-9]+ Mbps, port 1, link layer IB, pciPath /' "$out" ||
+        fail "device 1 shows a rail or plane it was not given"
+    grep -qx "healthy" "$out" || fail "not reported healthy"
+    ;;
 json)
     command -v python3 >/dev/null || { echo "SKIP: no python3 to parse the JSON"; exit 77; }
     run 0 --json --backend all
@@ -121,6 +135,8 @@ for name, r in runs.items():
         want(dev["ptr_support"] == "HOST" and dev["speed_mbps"] > 0, name + ": props")
         for k in ("pci_path", "numa_node", "link_layer", "max_comms", "max_recvs", "latency_us"):
             want(k in dev, name + ": device field " + k)
+        # No NCCL_IB_HCA rails here: undefined, null.
+        want(dev["rail_id"] is None and dev["plane_id"] is None, name + ": rail_id/plane_id null")
 want(runs["ib"]["devices"][0]["link_layer"] == "IB", "ib link_layer IB")
 want(runs["socket"]["devices"][0]["name"] == "lo", "socket device lo")
 want(len(runs["socket"]["threads"]) >= 1, "socket threads listed")

@@ -236,6 +236,44 @@ static void test_hca_name_too_long(void **state)
     assert_int_equal(test_ib_log_count(FERRY_LOG_WARN, "names of at most 63 characters"), 1);
 }
 
+/* A bad rail or plane: one WARN naming the variable, the entry, the field and what is wanted. */
+static void test_hca_bad_rail_plane(void **state)
+{
+    static const struct {
+        const char *value;
+        const char *warn;
+    } cases[] = {
+        {"mlx5_0:1:x", "NET/ferry : NCCL_IB_HCA='mlx5_0:1:x' is not valid: entry 'mlx5_0:1:x': "
+                       "rail 'x' is not a number 0..32767 (leave it empty for none); expected "
+                       "HCA names as prefixes with optional :port, :rail and :plane "
+                       "(name[:port[:rail[:plane]]], rail and plane 0..32767 or empty for "
+                       "none), comma-separated"},
+        {"=mlx5_0:1:0:1,mlx5_1:1:1:-1", "NCCL_IB_HCA='=mlx5_0:1:0:1,mlx5_1:1:1:-1' is not "
+                                        "valid: entry 'mlx5_1:1:1:-1': plane '-1' is not a "
+                                        "number 0..32767 (leave it empty for none); expected"},
+        {"mlx5_0:1:0:1:2", "NCCL_IB_HCA='mlx5_0:1:0:1:2' is not valid: entry 'mlx5_0:1:0:1:2': "
+                           "5 fields; an entry is name[:port[:rail[:plane]]]; expected"},
+    };
+    ferry_ib_config_t cfg;
+    size_t i;
+
+    (void)state;
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        test_ib_log_reset();
+        setenv("NCCL_IB_HCA", cases[i].value, 1);
+        assert_int_equal(ferry_ib_config_load(&cfg), FERRY_ERR_USAGE);
+        if (test_ib_log_count(FERRY_LOG_WARN, cases[i].warn) != 1) {
+            test_ib_log_dump();
+            fail_msg("no WARN containing '%s'", cases[i].warn);
+        }
+        assert_int_equal(test_ib_log_count(FERRY_LOG_WARN, NULL), 1);
+    }
+    /* Good rails and planes load, kept as written. */
+    setenv("NCCL_IB_HCA", "=mlx5_0:1:0:1,mlx5_1::1", 1);
+    assert_int_equal(ferry_ib_config_load(&cfg), FERRY_OK);
+    assert_string_equal(cfg.hca, "=mlx5_0:1:0:1,mlx5_1::1");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -244,6 +282,7 @@ int main(void)
         cmocka_unit_test_setup(test_env_values_and_sources, clear_env),
         cmocka_unit_test_setup(test_bad_values, clear_env),
         cmocka_unit_test_setup(test_hca_name_too_long, clear_env),
+        cmocka_unit_test_setup(test_hca_bad_rail_plane, clear_env),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
