@@ -503,15 +503,18 @@ static void gc_check_props(gc_ctx_t *c)
 
     CK_NCCL(c->comm, ncclCommQueryProperties(c->comm, &props));
     if (c->rank == 0) {
-        printf("gin_check: deviceApiSupport=%d ginType=%d (2: NCCL's GIN proxy over the RMA "
-               "plugin)\n", (int)props.deviceApiSupport, (int)props.ginType);
+        printf("gin_check: deviceApiSupport=%d ginType=%d railedGinType=%d (2: NCCL's GIN proxy "
+               "over the RMA plugin)\n", (int)props.deviceApiSupport, (int)props.ginType,
+               (int)props.railedGinType);
         fflush(stdout);
     }
     if (!props.deviceApiSupport)
         gc_die("the communicator has no Device API support (ncclCommQueryProperties)");
     if (props.ginType == NCCL_GIN_TYPE_NONE)
-        gc_die("the communicator has no GIN (ginType NONE): NCCL assigned no GIN plugin; with "
-               "NCCL_GIN_TYPE=2 that needs an RMA plugin (NCCL_DEBUG=INFO shows GIN/Plugin lines)");
+        gc_die("the communicator has no GIN to every rank (ginType NONE, railedGinType %d): NCCL "
+               "assigned no GIN plugin, or a rank's net device lacks crossNic; with "
+               "NCCL_GIN_TYPE=2 the GIN is NCCL's proxy over the RMA plugin (NCCL_DEBUG=INFO "
+               "shows the GIN/Plugin and RMA/Plugin lines)", (int)props.railedGinType);
 }
 
 static void gc_dev_comm(gc_ctx_t *c)
