@@ -225,10 +225,18 @@ build_gin_check() {
     return 1
   fi
   mkdir -p "$(dirname "$GC_BIN")"
-  "$CUDA_HOME/bin/nvcc" -std=c++17 -O2 -g -arch="sm_$ARCH" -Werror all-warnings \
-    -Xcompiler -Wall,-Wextra,-Werror -I"$NCCL_OUT/include" "$FNB_DIR/gin_check.cu" -o "$GC_BIN" \
-    -L"$NCCL_OUT/lib" -Xlinker -rpath -Xlinker "$NCCL_OUT/lib" -lnccl "${mpiflags[@]}" \
-    >"$LOGS/build-gin-check.log" 2>&1 || { cat "$LOGS/build-gin-check.log" >&2; return 1; }
+  local common=(-std=c++17 -O2 -g -arch="sm_$ARCH" -I"$NCCL_OUT/include" "$FNB_DIR/gin_check.cu"
+                -o "$GC_BIN" -L"$NCCL_OUT/lib" -Xlinker -rpath -Xlinker "$NCCL_OUT/lib" -lnccl
+                "${mpiflags[@]}")
+  "$CUDA_HOME/bin/nvcc" -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror "${common[@]}" \
+    >"$LOGS/build-gin-check.log" 2>&1 && return 0
+  tail -n 20 "$LOGS/build-gin-check.log" >&2
+  # Another CUDA than the one it was written against may warn in NCCL's
+  # headers: the GPU time is better spent running it than stopping here.
+  fnb_log "gin_check does not build warning-free (above); building it with warnings allowed"
+  "$CUDA_HOME/bin/nvcc" -Xcompiler -Wall,-Wextra "${common[@]}" >>"$LOGS/build-gin-check.log" 2>&1 ||
+    { tail -n 20 "$LOGS/build-gin-check.log" >&2; return 1; }
+  fnb_log "gin_check built WITH WARNINGS: see $LOGS/build-gin-check.log"
 }
 
 record_env() {
@@ -266,14 +274,18 @@ if [ "$BACKEND" != socket ]; then
   fnb_build_fakeibv "$LOGS/build-fakeibv.log" || { fnb_log "fakeibv build failed"; exit 1; }
 fi
 build_rma_check || { fnb_log "rma_check build failed"; exit 1; }
-if [ "$SKIP_GIN" = 0 ]; then
-  build_gin_check || { fnb_log "gin_check build failed (log: $LOGS/build-gin-check.log)"; exit 1; }
+# A gin_check that does not build fails the gin runs, not the host API's.
+GIN_BUILT=1
+if [ "$SKIP_GIN" = 0 ] && ! build_gin_check; then
+  GIN_BUILT=0
+  fnb_log "gin_check build failed (log: $LOGS/build-gin-check.log): the gin runs will fail"
 fi
 fnb_log "builds done in $((SECONDS - build_start)) s"
 record_env
 if [ "$BUILD_ONLY" = 1 ]; then
   fnb_log "--build-only: NCCL in $NCCL_OUT, ferry $FNB_PLUGIN, rma_check $RC_BIN$([ "$SKIP_GIN" = 0 ] && echo ", gin_check $GC_BIN")"
-  exit 0
+  [ "$GIN_BUILT" = 1 ]
+  exit
 fi
 
 # ---- runs --------------------------------------------------------------------
@@ -374,14 +386,20 @@ for run in "${RUNS[@]}"; do
   start=$SECONDS
   # stdin from /dev/null: mpirun forwards stdin. The waits inside the program
   # end before this timeout; it catches a hang in NCCL's init or registration.
-  timeout -k 10 "$RUN_TIMEOUT" mpirun --allow-run-as-root --oversubscribe -np 2 --bind-to none \
-    "${xs[@]}" "$WRAP" "$bin" -b "${SIZES%%:*}" -e "${SIZES##*:}" -f "$FACTOR" \
-    -m "$MIN_TIME" -t 45 </dev/null >"$log" 2>&1
-  rc=$?
+  if [ "$prog" = gin_check ] && [ "$GIN_BUILT" = 0 ]; then
+    echo "gin_check: FAIL: gin_check did not build (logs/build-gin-check.log)" >"$log"
+    rc=127
+  else
+    timeout -k 10 "$RUN_TIMEOUT" mpirun --allow-run-as-root --oversubscribe -np 2 --bind-to none \
+      "${xs[@]}" "$WRAP" "$bin" -b "${SIZES%%:*}" -e "${SIZES##*:}" -f "$FACTOR" \
+      -m "$MIN_TIME" -t 45 </dev/null >"$log" 2>&1
+    rc=$?
+  fi
   secs=$((SECONDS - start))
   bytes=FAIL
   grep -q "^$prog: PASS" "$log" && [ $rc -eq 0 ] && bytes=PASS
   if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then bytes="FAIL (killed after ${RUN_TIMEOUT} s)"; fi
+  [ "$prog" = gin_check ] && [ "$GIN_BUILT" = 0 ] && bytes="FAIL (gin_check did not build: logs/build-gin-check.log)"
   # The rpath should make it load the NCCL just built, not the system's.
   if [ "$bytes" = PASS ] && ! grep -q "^$prog: NCCL $NCCL_CODE (built against $NCCL_CODE)" "$log"; then
     bytes="FAIL (the NCCL loaded is not $NCCL_VER: see the log's first line)"

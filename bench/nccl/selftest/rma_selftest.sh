@@ -7,7 +7,8 @@
 # (mock_rma_nccl.c), a mock NCCL build script (mock_build_nccl.sh), a mock
 # nvcc whose "gin_check" is the mock rma_check under gin_check's name
 # (mock_nvcc), and the mock MPS control in this folder. gin_check.cu itself
-# is compiled by nvcc on the GPU machine only.
+# is compiled (not linked, not run) by the real nvcc when there is one, with
+# NCCL's device headers from DIR.
 #
 #   bash bench/nccl/selftest/rma_selftest.sh [--nccl-src DIR]
 #
@@ -91,6 +92,34 @@ mock_build() {
 
 check build 0 mock_build
 [ -x "$WORK/rma_check" ] || { echo "$PASSED passed, $((FAILED + 1)) failed (no build)"; exit 1; }
+
+# gin_check.cu compiled for real (no link, no run): NCCL's device headers as
+# its build installs them (nccl_device/, and DOCA's device headers under
+# nccl_device/gin/gdaki/doca_gpunetio), every warning an error, as
+# rma_check.sh compiles it. Skipped without a real nvcc.
+gin_compile() {
+  local inc=$WORK/gin-inc doca=$NCCL_SRC/src/transport/net_ib/gdaki/doca-gpunetio/include
+  local mpi
+  mkdir -p "$inc/nccl_device/gin/gdaki/doca_gpunetio" &&
+    cp "$WORK/nccl/include/nccl.h" "$NCCL_SRC/src/include/nccl_device.h" "$inc/" &&
+    cp -r "$NCCL_SRC/src/include/nccl_device/." "$inc/nccl_device/" &&
+    cp -r "$doca/doca_gpunetio_device.h" "$doca/common" "$doca/device" \
+      "$inc/nccl_device/gin/gdaki/doca_gpunetio/" || return 1
+  mpi=$(mpicc --showme:incdirs | awk '{ for (i = 1; i <= NF; i++) printf "-I%s ", $i }')
+  # shellcheck disable=SC2086 # one -I word per MPI include folder
+  "$REAL_CUDA/bin/nvcc" -std=c++17 -O2 -arch=sm_90 -Werror all-warnings \
+    -Xcompiler -Wall,-Wextra,-Werror -I"$inc" $mpi -c "$HERE/../gin_check.cu" -o "$WORK/gin_check.o"
+}
+if [ -x "$REAL_CUDA/bin/nvcc" ]; then
+  check gin-compile 0 gin_compile
+  if [ -s "$WORK/gin-compile.out" ]; then
+    FAILED=$((FAILED + 1)); echo "FAIL gin-compile: nvcc said something:"; head -5 "$WORK/gin-compile.out"
+  else
+    PASSED=$((PASSED + 1)); echo "ok   gin-compile: no warnings"
+  fi
+else
+  echo "skip gin-compile: no $REAL_CUDA/bin/nvcc"
+fi
 
 rc_run() { # rc_run ENV... -- rma_check args: 2 ranks, bounded
   local envs=()
@@ -207,6 +236,17 @@ expect_file script-corrupt "$WORK/out-cor/logs/gin-ferry-socket.log" 'gin_check:
 check script-hang 1 sh_run out-hang MOCK_DROP_SIGNAL_SIZE=8 -- --backend socket --run-timeout 10
 expect script-hang 'ferry-socket: bytes FAIL (killed after 10 s)'
 expect script-hang 'gin-ferry-socket: bytes FAIL (killed after 10 s)'
+# gin_check warns under another CUDA: built again with warnings allowed, run.
+check script-gin-warn 0 sh_run out-gw MOCK_NONE=1 MOCK_NVCC_FAIL=strict -- --backend socket
+expect script-gin-warn 'gin_check does not build warning-free'
+expect script-gin-warn 'gin_check built WITH WARNINGS'
+expect script-gin-warn '^- gin-ferry-socket: bytes PASS, proof PASS'
+# gin_check does not build: the host API run still runs, the gin run fails.
+check script-gin-nobuild 1 sh_run out-gnb MOCK_NONE=1 MOCK_NVCC_FAIL=all -- --backend socket
+expect script-gin-nobuild 'gin_check build failed (log: '
+expect script-gin-nobuild '^- ferry-socket: bytes PASS, proof PASS'
+expect script-gin-nobuild '^- gin-ferry-socket: bytes FAIL (gin_check did not build: logs/build-gin-check.log), proof FAIL'
+check script-gin-nobuild-only 1 sh_run out-gnbo MOCK_NONE=1 MOCK_NVCC_FAIL=all -- --backend socket --build-only
 # A tree whose nccl.h.in has no one-sided API (as NCCL before 2.29).
 mkdir -p "$WORK/old/src" "$WORK/old/makefiles" && touch "$WORK/old/src/Makefile" "$WORK/old/src/nccl.h.in" &&
   cp "$NCCL_SRC/makefiles/version.mk" "$WORK/old/makefiles/"
