@@ -169,13 +169,28 @@ build_nccl() {
       return 1
     fi
   fi
-  local only=()
+  local only=() cuda_inc=() inc e
   [ "$ONLY_FUNCS" = all ] || only=(--only-funcs "$ONLY_FUNCS")
+  # A CUDA toolkit that ships an NCCL's headers (nccl.h, nccl_device/ in its
+  # include folder) shadows the tree's own: NCCL's host compiles put
+  # -I$(CUDA_INC) before its include folder and fail on the older headers.
+  # Such a toolkit gets an include folder of its own without them (CUDA_INC,
+  # which NCCL's makefiles take from the environment).
+  if [ -e "$CUDA_HOME/include/nccl.h" ] || [ -e "$CUDA_HOME/include/nccl_device" ]; then
+    inc=$BUILD_ROOT/cuda-include-without-nccl
+    rm -rf "$inc" && mkdir -p "$inc" || return 1
+    for e in "$CUDA_HOME"/include/*; do
+      case ${e##*/} in nccl*.h|nccl_device) continue ;; esac
+      ln -s "$(readlink -f "$e")" "$inc/${e##*/}" || return 1
+    done
+    cuda_inc=(env "CUDA_INC=$inc")
+    fnb_log "$CUDA_HOME/include holds NCCL headers (nccl.h version code $(sed -n 's/^#define NCCL_VERSION_CODE[[:space:]]*//p' "$CUDA_HOME/include/nccl.h" 2>/dev/null)): NCCL builds with CUDA_INC=$inc, the toolkit's headers without them"
+  fi
   fnb_log "building NCCL $NCCL_VER (sm_$ARCH, kernels: $ONLY_FUNCS) into $NCCL_OUT: the long step${BUILD_BUDGET:+ (at most $BUILD_BUDGET s)}"
   # One source copy serves every kernel set: make's objects live in NCCL_OUT.
   # timeout signals its whole process group, make and the compilers included.
   timeout -s INT -k 30 "${BUILD_BUDGET:-0}" \
-    bash "$BUILD_NCCL" --src "$NCCL_COPY" --out "$NCCL_OUT" --arch "$ARCH" -j "$(nproc)" "${only[@]}" \
+    "${cuda_inc[@]}" bash "$BUILD_NCCL" --src "$NCCL_COPY" --out "$NCCL_OUT" --arch "$ARCH" -j "$(nproc)" "${only[@]}" \
     2>"$LOGS/build-nccl.log"
 }
 

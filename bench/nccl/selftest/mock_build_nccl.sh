@@ -18,6 +18,7 @@ while [ $# -gt 0 ]; do
 done
 [ -f "$src/makefiles/version.mk" ] || { echo "mock build_nccl: no $src/makefiles/version.mk" >&2; exit 2; }
 echo "mock build_nccl: --out $out --arch $arch --only-funcs $only" | tee -a "${MOCK_BUILD_LOG:-/dev/null}" >&2
+echo "mock build_nccl: CUDA_INC=${CUDA_INC:-unset}" >>"${MOCK_BUILD_LOG:-/dev/null}"
 mkdir -p "$out" && cp -a "$MOCK_NCCL_BUILD/include" "$MOCK_NCCL_BUILD/lib" "$out/" || exit 1
 v() { sed -n "s/^$1[[:space:]]*:*=[[:space:]]*\([0-9]*\).*/\1/p" "$src/makefiles/version.mk"; }
 printf 'nccl %s.%s.%s\narch sm_%s\nonly-funcs %s\ncuda mock\nseconds 0\n' \

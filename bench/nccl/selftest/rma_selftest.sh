@@ -187,6 +187,16 @@ check script-both 0 sh_run out-both MOCK_NONE=1 -- --backend both
 expect script-both -F "building NCCL $NCCL_VER (sm_90, kernels: $FUNCS) into $OF_DIR"
 expect_file script-both "$WORK/build.log" -xF "mock build_nccl: --out $OF_DIR --arch 90 --only-funcs $FUNCS"
 expect_file script-both "$OF_DIR/version.txt" -xF "only-funcs $FUNCS"
+# The mock toolkit's include folder is the real one; where that holds NCCL
+# headers, NCCL builds with an include folder without them.
+if [ -e "$REAL_CUDA/include/nccl.h" ]; then
+  expect_file script-both "$WORK/build.log" -xF "mock build_nccl: CUDA_INC=$WORK/b/cuda-include-without-nccl"
+  expect script-both -F "NCCL builds with CUDA_INC=$WORK/b/cuda-include-without-nccl"
+  check shadow-inc 0 test -e "$WORK/b/cuda-include-without-nccl/cuda_runtime.h" -a \
+    ! -e "$WORK/b/cuda-include-without-nccl/nccl.h" -a ! -e "$WORK/b/cuda-include-without-nccl/nccl_device"
+else
+  expect_file script-both "$WORK/build.log" -xF "mock build_nccl: CUDA_INC=unset"
+fi
 expect_file script-both "$WORK/nvcc.log" -E "gin_check\.cu -o $WORK/script-bin/gin_check .*-rpath -Xlinker $OF_DIR/lib -lnccl"
 expect_file script-both "$WORK/nvcc.log" -E "^nvcc .*-arch=sm_90 .*-I$OF_DIR/include"
 expect script-both '^- ferry-socket: bytes PASS, proof PASS'
@@ -206,7 +216,7 @@ expect script-both 'MPS stopped'
 # The same kernel set again: the build is reused, not redone.
 check script-reuse 0 sh_run out-reuse MOCK_NONE=1 -- --backend socket --skip-gin
 expect script-reuse -F "already built in $OF_DIR: reused"
-count_is script-reuse 1 "$WORK/build.log" 'mock build_nccl'
+count_is script-reuse 1 "$WORK/build.log" 'mock build_nccl: --out'
 expect script-reuse '^- ferry-socket: bytes PASS, proof PASS'
 count_is script-reuse 0 "$WORK/out-reuse/README.md" 'gin-'
 # Every kernel: its own folder, build_nccl.sh without --only-funcs.
@@ -216,7 +226,7 @@ expect_file script-all-funcs "$WORK/build.log" -xF "mock build_nccl: --out $WORK
 sed -i 's/^only-funcs .*/only-funcs AllGather/' "$OF_DIR/version.txt"
 check script-stale-funcs 0 sh_run out-stale MOCK_NONE=1 -- --backend socket --skip-gin --build-only
 expect script-stale-funcs -F "building NCCL $NCCL_VER (sm_90, kernels: $FUNCS) into $OF_DIR"
-count_is script-stale-funcs 3 "$WORK/build.log" 'mock build_nccl'
+count_is script-stale-funcs 3 "$WORK/build.log" 'mock build_nccl: --out'
 # ferry's RMA not assigned on ib (NCCL fell back to its own): ferry-ib fails its proof.
 check script-ib-fallback 1 sh_run out-fb MOCK_NONE=1 MOCK_RMA_FALLBACK=ib -- --backend ib
 expect script-ib-fallback '^- nccl-ib: bytes PASS, proof PASS'
