@@ -10,8 +10,10 @@
  * of one size: MOCK_CORRUPT_SIZE=S flips a bit in the middle byte,
  * MOCK_PAST_SIZE=S also writes the byte after the end, MOCK_DROP_SIGNAL_SIZE=S
  * never signals. With NCCL_DEBUG=INFO it prints the plugin lines NCCL 2.30
- * prints: ferry's RMA assigned when the net plugin is ferry on its socket
- * backend (unless MOCK_NO_PROOF is set), else RMA_IB_PROXY.
+ * prints: ferry's RMA (and the GIN proxy over it) assigned when the net
+ * plugin is ferry, else RMA_IB_PROXY; MOCK_NO_PROOF, or MOCK_RMA_FALLBACK
+ * naming the ferry backend in use, assigns RMA_IB_PROXY under ferry too;
+ * MOCK_NO_GIN assigns no GIN.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -141,10 +143,11 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
 static void mock_info_lines(void)
 {
     const char *dbg = getenv("NCCL_DEBUG"), *plugin = getenv("NCCL_NET_PLUGIN");
-    const char *backend = getenv("NCCL_FERRY_BACKEND");
+    const char *backend = getenv("NCCL_FERRY_BACKEND"), *fallback = getenv("MOCK_RMA_FALLBACK");
     int ferry = plugin != NULL && strstr(plugin, "ferry") != NULL;
-    int ours = ferry && backend != NULL && strcmp(backend, "socket") == 0 &&
-               getenv("MOCK_NO_PROOF") == NULL;
+    int ours = ferry && getenv("MOCK_NO_PROOF") == NULL &&
+               !(fallback != NULL && backend != NULL && strcmp(fallback, backend) == 0);
+    const char *rma = ours ? "ferry" : "RMA_IB_PROXY";
 
     if (dbg == NULL || strcmp(dbg, "INFO") != 0)
         return;
@@ -154,8 +157,12 @@ static void mock_info_lines(void)
         printf("mock:%d NCCL INFO RMA/Plugin: Successfully loaded external plugin %s\n",
                getpid(), plugin);
     }
-    printf("mock:%d NCCL INFO RMA/Plugin: Assigned plugin %s to comm\n", getpid(),
-           ours ? "ferry" : "RMA_IB_PROXY");
+    printf("mock:%d NCCL INFO RMA/Plugin: Assigned plugin %s to comm\n", getpid(), rma);
+    /* NCCL's GIN proxy takes the RMA plugin's name. */
+    if (getenv("MOCK_NO_GIN") != NULL)
+        printf("mock:%d NCCL INFO GIN/Plugin: Failed to initialize any GIN plugin\n", getpid());
+    else
+        printf("mock:%d NCCL INFO GIN/Plugin: Assigned plugin %s type 2 to comm\n", getpid(), rma);
     fflush(stdout);
 }
 
