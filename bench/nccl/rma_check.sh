@@ -40,10 +40,10 @@
 #           2.30 still asks the net plugin's library for an RMA plugin
 #           (src/plugin/rma.cc), so the baseline loads no net plugin at all.
 #           ferry-ib: ferry as net plugin and RMA plugin on its ib backend over
-#           fakeibv; the windows are GPU memory registered as NCCL_PTR_CUDA
-#           (NCCL_FERRY_IB_GDR=1: fakeibv has no peer-memory module to find;
-#           its GPU mode moves the bytes with the CUDA driver). ferry's RMA
-#           takes no DMA-BUF, so it asks NCCL for none.
+#           fakeibv (DMA-BUF on: NCCL registers the GPU windows through
+#           regMrSymDmaBuf; NCCL_FERRY_IB_GDR=1 keeps regMrSym of CUDA memory
+#           as its fallback, since fakeibv has no peer-memory module to find;
+#           its GPU mode moves the bytes with the CUDA driver).
 #   both    all three (default).
 # Proof of a ferry run: NCCL loaded the RMA plugin from ferry's library,
 # assigned "ferry" to every communicator and no other RMA plugin; of nccl-ib:
