@@ -13,6 +13,7 @@
 #ifndef FERRY_CORE_RMA_H
 #define FERRY_CORE_RMA_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -63,10 +64,15 @@ typedef struct ferry_rma_ops {
     /* Done once every earlier put to rank is applied there. */
     ferry_status_t (*flush)(void *group, uint32_t rank, void **req_p);
     ferry_status_t (*test)(void *group, void *req, int *done_p);
-    /* Non-blocking; a bounded amount of work per call. */
-    ferry_status_t (*progress)(void *group);
-    /* 1 in *has_error_p once a peer failed (its reason was WARNed). */
-    ferry_status_t (*last_error)(void *group, int *has_error_p);
+    /*
+     * The group's lock (posts, progress and registration take it), or NULL
+     * with a WARN naming op when group is no open group of this backend.
+     */
+    pthread_mutex_t *(*lock)(void *group, const char *op);
+    /* With the lock held: every peer a bounded step, non-blocking; < 0: a peer failed. */
+    long (*progress_locked)(void *group);
+    /* Nonzero once a peer failed (its reason was WARNed). */
+    int (*failed)(void *group);
 } ferry_rma_ops_t;
 
 #endif

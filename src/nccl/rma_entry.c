@@ -375,6 +375,23 @@ ncclResult_t ferry_nccl_rma_test(void *coll, void *request, int *done)
     return ferry_nccl_result(ops->test(coll, request, done));
 }
 
+/*
+ * One bounded step of the group's progress under its lock. A failed peer
+ * is no error here: test() and queryLastError say so.
+ */
+static ferry_status_t ferry_nccl_rma_step(const ferry_rma_ops_t *ops, void *group,
+                                          const char *op)
+{
+    pthread_mutex_t *lock = ops->lock(group, op);
+
+    if (lock == NULL)
+        return FERRY_ERR_INVALID;
+    pthread_mutex_lock(lock);
+    (void)ops->progress_locked(group);
+    pthread_mutex_unlock(lock);
+    return FERRY_OK;
+}
+
 ncclResult_t ferry_nccl_rma_progress(void *rma_ctx)
 {
     const ferry_rma_ops_t *ops = ferry_nccl_rma_be("rmaProgress");
@@ -382,7 +399,7 @@ ncclResult_t ferry_nccl_rma_progress(void *rma_ctx)
 
     if (ops == NULL || c == NULL)
         return ncclInternalError;
-    return ferry_nccl_result(ops->progress(c->group));
+    return ferry_nccl_result(ferry_nccl_rma_step(ops, c->group, "rmaProgress"));
 }
 
 ncclResult_t ferry_nccl_rma_query_last_error(void *rma_ctx, bool *has_error)
@@ -390,13 +407,14 @@ ncclResult_t ferry_nccl_rma_query_last_error(void *rma_ctx, bool *has_error)
     const ferry_rma_ops_t *ops = ferry_nccl_rma_be("queryLastError");
     ferry_nccl_rma_ctx_t *c = ferry_nccl_rma_ctx(rma_ctx, "queryLastError");
     ferry_status_t st;
-    int err = 0;
 
     *has_error = false;
     if (ops == NULL || c == NULL)
         return ncclInternalError;
-    st = ops->last_error(c->group, &err);
-    *has_error = err != 0;
+    /* A caller that only asks (no rmaProgress) still notices a peer that died. */
+    st = ferry_nccl_rma_step(ops, c->group, "queryLastError");
+    if (st == FERRY_OK)
+        *has_error = ops->failed(c->group) != 0;
     return ferry_nccl_result(st);
 }
 

@@ -343,53 +343,28 @@ static ferry_status_t ferry_sock_rma_flush(void *group, uint32_t rank, void **re
 static ferry_status_t ferry_sock_rma_test(void *group, void *handle, int *done_p)
 {
     ferry_sock_rma_group_t *g = ferry_sock_rma_group(group, "test");
-    ferry_px_req_t *req = ferry_px_handle_req(handle);
-    ferry_sock_rma_peer_t *p;
 
     *done_p = 0;
     if (g == NULL)
         return FERRY_ERR_INVALID;
-    if (req == NULL) {
-        FERRY_WARN_LIMITED("RMA test(%p): %s; every request from iput/iputSignal/iget/iflush "
-                           "must be tested until it reports done or an error, once, and never "
-                           "after its group is closed", handle, ferry_px_handle_why(handle));
-        return FERRY_ERR_USAGE;
-    }
-    p = (ferry_sock_rma_peer_t *)(void *)req->ring;
-    if (p->ring.ops != &ferry_sock_rma_ring_ops || p->group != g) {
-        FERRY_WARN_LIMITED("RMA test(%p): the request belongs to another group or comm than "
-                           "%p; test each request with the collComm it was posted on", handle,
-                           group);
-        return FERRY_ERR_USAGE;
-    }
-    return ferry_px_ring_test(&p->ring, req, done_p, NULL);
+    return ferry_px_handle_group_test(handle, &ferry_sock_rma_ring_ops, g, done_p);
 }
 
-static ferry_status_t ferry_sock_rma_progress(void *group)
+static pthread_mutex_t *ferry_sock_rma_lock(void *group, const char *op)
 {
-    ferry_sock_rma_group_t *g = ferry_sock_rma_group(group, "rmaProgress");
+    ferry_sock_rma_group_t *g = ferry_sock_rma_group(group, op);
 
-    if (g == NULL)
-        return FERRY_ERR_INVALID;
-    pthread_mutex_lock(&g->lock);
-    (void)ferry_sock_rma_progress_locked(g); /* A failed peer: test() and queryLastError say so. */
-    pthread_mutex_unlock(&g->lock);
-    return FERRY_OK;
+    return g != NULL ? &g->lock : NULL;
 }
 
-static ferry_status_t ferry_sock_rma_last_error(void *group, int *has_error_p)
+static long ferry_sock_rma_progress_group(void *group)
 {
-    ferry_sock_rma_group_t *g = ferry_sock_rma_group(group, "queryLastError");
+    return ferry_sock_rma_progress_locked(group);
+}
 
-    *has_error_p = 0;
-    if (g == NULL)
-        return FERRY_ERR_INVALID;
-    /* A caller that only asks (no rmaProgress) still notices a peer that died. */
-    pthread_mutex_lock(&g->lock);
-    (void)ferry_sock_rma_progress_locked(g);
-    pthread_mutex_unlock(&g->lock);
-    *has_error_p = atomic_load(&g->failed) != 0;
-    return FERRY_OK;
+static int ferry_sock_rma_failed(void *group)
+{
+    return atomic_load(&((ferry_sock_rma_group_t *)group)->failed);
 }
 
 /* test() on a request not finished: move the whole group a step. */
@@ -437,6 +412,7 @@ const ferry_rma_ops_t ferry_sock_rma_ops = {
     .get = ferry_sock_rma_get,
     .flush = ferry_sock_rma_flush,
     .test = ferry_sock_rma_test,
-    .progress = ferry_sock_rma_progress,
-    .last_error = ferry_sock_rma_last_error,
+    .lock = ferry_sock_rma_lock,
+    .progress_locked = ferry_sock_rma_progress_group,
+    .failed = ferry_sock_rma_failed,
 };
