@@ -59,16 +59,17 @@ typedef struct ferry_rma_ops {
     /* Collective, in the same order on every rank. */
     ferry_status_t (*reg)(void *group, void *data, size_t size, int type, void **mr_p);
     ferry_status_t (*dereg)(void *group, void *mr);
-    ferry_status_t (*put)(void *group, const ferry_rma_put_t *op, void **req_p);
-    ferry_status_t (*get)(void *group, const ferry_rma_get_t *op, void **req_p);
-    /* Done once every earlier put to rank is applied there. */
-    ferry_status_t (*flush)(void *group, uint32_t rank, void **req_p);
     ferry_status_t (*test)(void *group, void *req, int *done_p);
     /*
      * The group's lock (posts, progress and registration take it), or NULL
      * with a WARN naming op when group is no open group of this backend.
      */
     pthread_mutex_t *(*lock)(void *group, const char *op);
+    /* Posts, with the lock held. */
+    ferry_status_t (*put_locked)(void *group, const ferry_rma_put_t *op, void **req_p);
+    ferry_status_t (*get_locked)(void *group, const ferry_rma_get_t *op, void **req_p);
+    /* Done once every earlier put to rank is applied there. */
+    ferry_status_t (*flush_locked)(void *group, uint32_t rank, void **req_p);
     /* With the lock held: every peer a bounded step, non-blocking; < 0: a peer failed. */
     long (*progress_locked)(void *group);
     /* Nonzero once a peer failed (its reason was WARNed). */

@@ -292,6 +292,34 @@ static ferry_nccl_rma_ctx_t *ferry_nccl_rma_op_ctx(void *rma_ctx, int context, c
     return c;
 }
 
+/* Which post ferry_nccl_rma_post makes. */
+typedef struct ferry_nccl_rma_op {
+    const char            *name;
+    const ferry_rma_put_t *put;
+    const ferry_rma_get_t *get;
+    uint32_t               flush_rank; /* Neither put nor get: a flush towards it. */
+} ferry_nccl_rma_op_t;
+
+/* One post under the group's lock; *request_p stays NULL unless it succeeded. */
+static ferry_status_t ferry_nccl_rma_post(const ferry_rma_ops_t *ops, void *group,
+                                          const ferry_nccl_rma_op_t *op, void **request_p)
+{
+    pthread_mutex_t *lock = ops->lock(group, op->name);
+    ferry_status_t st;
+
+    *request_p = NULL;
+    if (lock == NULL)
+        return FERRY_ERR_INVALID;
+    pthread_mutex_lock(lock);
+    st = op->put != NULL   ? ops->put_locked(group, op->put, request_p)
+         : op->get != NULL ? ops->get_locked(group, op->get, request_p)
+                           : ops->flush_locked(group, op->flush_rank, request_p);
+    pthread_mutex_unlock(lock);
+    if (st != FERRY_OK)
+        *request_p = NULL;
+    return st;
+}
+
 ncclResult_t ferry_nccl_rma_iput_signal(void *rma_ctx, int context, uint64_t src_off,
                                         void *src_mh, size_t size, uint64_t dst_off,
                                         void *dst_mh, uint32_t rank, uint64_t sig_off,
@@ -305,6 +333,7 @@ ncclResult_t ferry_nccl_rma_iput_signal(void *rma_ctx, int context, uint64_t src
         .dst_mr = dst_mh, .dst_off = dst_off, .sig_mr = sig_mh, .sig_off = sig_off,
         .sig_value = sig_value, .sig_op = sig_op,
     };
+    ferry_nccl_rma_op_t post = { .name = "iput", .put = &op }; /* Its group check: iput. */
 
     *request_p = NULL;
     if (ops == NULL || c == NULL)
@@ -315,7 +344,7 @@ ncclResult_t ferry_nccl_rma_iput_signal(void *rma_ctx, int context, uint64_t src
                            sig_op);
         return ncclInvalidArgument;
     }
-    return ferry_nccl_result(ops->put(c->group, &op, request_p));
+    return ferry_nccl_result(ferry_nccl_rma_post(ops, c->group, &post, request_p));
 }
 
 ncclResult_t ferry_nccl_rma_iput(void *rma_ctx, int context, uint64_t src_off, void *src_mh,
@@ -328,11 +357,12 @@ ncclResult_t ferry_nccl_rma_iput(void *rma_ctx, int context, uint64_t src_off, v
         .rank = rank, .src_mr = src_mh, .src_off = src_off, .size = size,
         .dst_mr = dst_mh, .dst_off = dst_off, .sig_op = FERRY_RMA_SIGNAL_NONE,
     };
+    ferry_nccl_rma_op_t post = { .name = "iput", .put = &op };
 
     *request_p = NULL;
     if (ops == NULL || c == NULL)
         return ncclInternalError;
-    return ferry_nccl_result(ops->put(c->group, &op, request_p));
+    return ferry_nccl_result(ferry_nccl_rma_post(ops, c->group, &post, request_p));
 }
 
 ncclResult_t ferry_nccl_rma_iget(void *rma_ctx, int context, uint64_t remote_off,
@@ -345,11 +375,12 @@ ncclResult_t ferry_nccl_rma_iget(void *rma_ctx, int context, uint64_t remote_off
         .rank = rank, .remote_mr = remote_mh, .remote_off = remote_off, .size = size,
         .local_mr = local_mh, .local_off = local_off,
     };
+    ferry_nccl_rma_op_t post = { .name = "iget", .get = &op };
 
     *request_p = NULL;
     if (ops == NULL || c == NULL)
         return ncclInternalError;
-    return ferry_nccl_result(ops->get(c->group, &op, request_p));
+    return ferry_nccl_result(ferry_nccl_rma_post(ops, c->group, &post, request_p));
 }
 
 ncclResult_t ferry_nccl_rma_iflush(void *rma_ctx, int context, void *mhandle, uint32_t rank,
@@ -357,12 +388,13 @@ ncclResult_t ferry_nccl_rma_iflush(void *rma_ctx, int context, void *mhandle, ui
 {
     const ferry_rma_ops_t *ops = ferry_nccl_rma_be("iflush");
     ferry_nccl_rma_ctx_t *c = ferry_nccl_rma_op_ctx(rma_ctx, context, "iflush");
+    ferry_nccl_rma_op_t post = { .name = "iflush", .flush_rank = rank };
 
     (void)mhandle; /* A flush covers every earlier put to rank, whatever region. */
     *request_p = NULL;
     if (ops == NULL || c == NULL)
         return ncclInternalError;
-    return ferry_nccl_result(ops->flush(c->group, rank, request_p));
+    return ferry_nccl_result(ferry_nccl_rma_post(ops, c->group, &post, request_p));
 }
 
 ncclResult_t ferry_nccl_rma_test(void *coll, void *request, int *done)
