@@ -15,7 +15,7 @@
 
 _Static_assert(sizeof(ferry_rma_link_handle_t) <= FERRY_HANDLE_SIZE, "RMA handle fits NCCL's");
 
-/* Deadlines are few and coarse here (connect only): the kernel's clock. */
+/* The engine's clock (proxy/clock.h) is a layer up: connect's coarse deadlines use the kernel's. */
 static uint64_t ferry_rma_link_now_ns(void)
 {
     struct timespec ts;

@@ -3,7 +3,8 @@
  * back blocks of FERRY_MAX_REQUESTS slots under one mutex, at comm creation
  * and close only; test() reads the table without it. Chunks are never
  * freed while the library is loaded (a stale handle may point into any of
- * them), only by its destructor.
+ * them), only by its destructor. Also RMA test()'s check that a request
+ * is one of the group's own rings (ferry_px_handle_group_req).
  */
 #include <pthread.h>
 #include <stdlib.h>
