@@ -13,6 +13,7 @@
 #ifndef FERRY_CORE_RMA_H
 #define FERRY_CORE_RMA_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -65,15 +66,21 @@ typedef struct ferry_rma_ops {
     ferry_status_t (*reg_dmabuf)(void *group, void *data, size_t size, int type, uint64_t offset,
                                  int fd, void **mr_p);
     ferry_status_t (*dereg)(void *group, void *mr);
-    ferry_status_t (*put)(void *group, const ferry_rma_put_t *op, void **req_p);
-    ferry_status_t (*get)(void *group, const ferry_rma_get_t *op, void **req_p);
-    /* Done once every earlier put to rank is applied there. */
-    ferry_status_t (*flush)(void *group, uint32_t rank, void **req_p);
     ferry_status_t (*test)(void *group, void *req, int *done_p);
-    /* Non-blocking; a bounded amount of work per call. */
-    ferry_status_t (*progress)(void *group);
-    /* 1 in *has_error_p once a peer failed (its reason was WARNed). */
-    ferry_status_t (*last_error)(void *group, int *has_error_p);
+    /*
+     * The group's lock (posts, progress and registration take it), or NULL
+     * with a WARN naming op when group is no open group of this backend.
+     */
+    pthread_mutex_t *(*lock)(void *group, const char *op);
+    /* Posts, with the lock held. */
+    ferry_status_t (*put_locked)(void *group, const ferry_rma_put_t *op, void **req_p);
+    ferry_status_t (*get_locked)(void *group, const ferry_rma_get_t *op, void **req_p);
+    /* Done once every earlier put to rank is applied there. */
+    ferry_status_t (*flush_locked)(void *group, uint32_t rank, void **req_p);
+    /* With the lock held: every peer a bounded step, non-blocking; < 0: a peer failed. */
+    long (*progress_locked)(void *group);
+    /* Nonzero once a peer failed (its reason was WARNed). */
+    int (*failed)(void *group);
 } ferry_rma_ops_t;
 
 #endif

@@ -27,6 +27,7 @@
 #include <stdatomic.h>
 
 #include "core/rma.h"
+#include "core/rma_link.h"
 #include "ib/ib.h"
 #include "proxy/ring.h"
 
@@ -63,16 +64,8 @@ typedef struct ferry_ib_rma_wire {
 } ferry_ib_rma_wire_t;
 _Static_assert(sizeof(ferry_ib_rma_wire_t) == 56, "RMA out-of-band message is 56 bytes");
 
-/* The listen handle (FERRY_HANDLE_SIZE bytes at most). */
-typedef struct ferry_ib_rma_handle {
-    uint32_t magic;     /* FERRY_IB_RMA_MAGIC. */
-    uint16_t family;
-    uint16_t port;      /* Network order. */
-    uint8_t  addr[16];
-    uint32_t scope_id;
-    uint32_t spare;
-    uint64_t token;     /* A dialer must quote it in its HELLO. */
-} ferry_ib_rma_handle_t;
+/* The listen handle: the group's TCP link's (core/rma_link.h), magic FERRY_IB_RMA_MAGIC. */
+typedef ferry_rma_link_handle_t ferry_ib_rma_handle_t;
 
 typedef struct ferry_ib_rma_listen {
     uint64_t        magic;

@@ -156,9 +156,9 @@ static ferry_status_t ferry_ib_rma_size_ok(const char *op, uint32_t rank, size_t
     return FERRY_ERR_ARGUMENT;
 }
 
-static ferry_status_t ferry_ib_rma_put_locked(ferry_ib_rma_group_t *g, const ferry_rma_put_t *op,
-                                              void **req_p)
+static ferry_status_t ferry_ib_rma_put_locked(void *group, const ferry_rma_put_t *op, void **req_p)
 {
+    ferry_ib_rma_group_t *g = group;
     const char *name = op->sig_op != FERRY_RMA_SIGNAL_NONE ? "iputSignal" : "iput";
     ferry_ib_rma_mr_t *src = NULL, *dst = NULL, *sig = NULL;
     struct ibv_send_wr wr[2], *first;
@@ -248,25 +248,9 @@ static ferry_status_t ferry_ib_rma_put_locked(ferry_ib_rma_group_t *g, const fer
     return ferry_ib_rma_send(g, p, name, req, first);
 }
 
-static ferry_status_t ferry_ib_rma_put(void *group, const ferry_rma_put_t *op, void **req_p)
+static ferry_status_t ferry_ib_rma_get_locked(void *group, const ferry_rma_get_t *op, void **req_p)
 {
-    ferry_ib_rma_group_t *g = ferry_ib_rma_group(group, "iput");
-    ferry_status_t st;
-
-    *req_p = NULL;
-    if (g == NULL)
-        return FERRY_ERR_INVALID;
-    pthread_mutex_lock(&g->lock);
-    st = ferry_ib_rma_put_locked(g, op, req_p);
-    pthread_mutex_unlock(&g->lock);
-    if (st != FERRY_OK)
-        *req_p = NULL;
-    return st;
-}
-
-static ferry_status_t ferry_ib_rma_get_locked(ferry_ib_rma_group_t *g, const ferry_rma_get_t *op,
-                                              void **req_p)
-{
+    ferry_ib_rma_group_t *g = group;
     ferry_ib_rma_mr_t *local, *remote;
     ferry_ib_rma_peer_t *p;
     ferry_status_t st = FERRY_OK;
@@ -309,39 +293,19 @@ static ferry_status_t ferry_ib_rma_get_locked(ferry_ib_rma_group_t *g, const fer
     return ferry_ib_rma_send(g, p, "iget", req, &wr);
 }
 
-static ferry_status_t ferry_ib_rma_get(void *group, const ferry_rma_get_t *op, void **req_p)
-{
-    ferry_ib_rma_group_t *g = ferry_ib_rma_group(group, "iget");
-    ferry_status_t st;
-
-    *req_p = NULL;
-    if (g == NULL)
-        return FERRY_ERR_INVALID;
-    pthread_mutex_lock(&g->lock);
-    st = ferry_ib_rma_get_locked(g, op, req_p);
-    pthread_mutex_unlock(&g->lock);
-    if (st != FERRY_OK)
-        *req_p = NULL;
-    return st;
-}
-
 /*
  * A zero-length READ: the target answers it only after executing every
  * earlier request on the QP, so every earlier put is applied there by its
  * completion (no rkey is checked for zero bytes).
  */
-static ferry_status_t ferry_ib_rma_flush(void *group, uint32_t rank, void **req_p)
+static ferry_status_t ferry_ib_rma_flush_locked(void *group, uint32_t rank, void **req_p)
 {
-    ferry_ib_rma_group_t *g = ferry_ib_rma_group(group, "iflush");
+    ferry_ib_rma_group_t *g = group;
     ferry_ib_rma_peer_t *p;
     ferry_status_t st = FERRY_OK;
     struct ibv_send_wr wr;
     ferry_px_req_t *req = NULL;
 
-    *req_p = NULL;
-    if (g == NULL)
-        return FERRY_ERR_INVALID;
-    pthread_mutex_lock(&g->lock);
     p = ferry_ib_rma_target(g, "iflush", rank, &st);
     if (p != NULL) {
         req = ferry_ib_rma_post(g, p, "iflush", NULL, 0, UINT32_MAX, 0);
@@ -354,62 +318,34 @@ static ferry_status_t ferry_ib_rma_flush(void *group, uint32_t rank, void **req_
         wr.send_flags = IBV_SEND_SIGNALED;
         st = ferry_ib_rma_send(g, p, "iflush", req, &wr);
     }
-    pthread_mutex_unlock(&g->lock);
-    if (st != FERRY_OK)
-        *req_p = NULL;
     return st;
 }
 
 static ferry_status_t ferry_ib_rma_test(void *group, void *handle, int *done_p)
 {
     ferry_ib_rma_group_t *g = ferry_ib_rma_group(group, "test");
-    ferry_px_req_t *req = ferry_px_handle_req(handle);
-    ferry_ib_rma_peer_t *p;
 
     *done_p = 0;
     if (g == NULL)
         return FERRY_ERR_INVALID;
-    if (req == NULL) {
-        FERRY_WARN_LIMITED("RMA test(%p): %s; every request from iput/iputSignal/iget/iflush "
-                           "must be tested until it reports done or an error, once, and never "
-                           "after its group is closed", handle, ferry_px_handle_why(handle));
-        return FERRY_ERR_USAGE;
-    }
-    p = (ferry_ib_rma_peer_t *)(void *)req->ring;
-    if (p->ring.ops != &ferry_ib_rma_ring_ops || p->group != g) {
-        FERRY_WARN_LIMITED("RMA test(%p): the request belongs to another group or comm than "
-                           "%p; test each request with the collComm it was posted on", handle,
-                           group);
-        return FERRY_ERR_USAGE;
-    }
-    return ferry_px_ring_test(&p->ring, req, done_p, NULL);
+    return ferry_px_handle_group_test(handle, &ferry_ib_rma_ring_ops, g, done_p);
 }
 
-static ferry_status_t ferry_ib_rma_progress(void *group)
+static pthread_mutex_t *ferry_ib_rma_lock(void *group, const char *op)
 {
-    ferry_ib_rma_group_t *g = ferry_ib_rma_group(group, "rmaProgress");
+    ferry_ib_rma_group_t *g = ferry_ib_rma_group(group, op);
 
-    if (g == NULL)
-        return FERRY_ERR_INVALID;
-    pthread_mutex_lock(&g->lock);
-    (void)ferry_ib_rma_progress_locked(g); /* A failed peer: test() and queryLastError say so. */
-    pthread_mutex_unlock(&g->lock);
-    return FERRY_OK;
+    return g != NULL ? &g->lock : NULL;
 }
 
-static ferry_status_t ferry_ib_rma_last_error(void *group, int *has_error_p)
+static long ferry_ib_rma_progress_group(void *group)
 {
-    ferry_ib_rma_group_t *g = ferry_ib_rma_group(group, "queryLastError");
+    return ferry_ib_rma_progress_locked(group);
+}
 
-    *has_error_p = 0;
-    if (g == NULL)
-        return FERRY_ERR_INVALID;
-    /* A caller that only asks (no rmaProgress) still notices a peer that died. */
-    pthread_mutex_lock(&g->lock);
-    (void)ferry_ib_rma_progress_locked(g);
-    pthread_mutex_unlock(&g->lock);
-    *has_error_p = atomic_load(&g->failed) != 0;
-    return FERRY_OK;
+static int ferry_ib_rma_failed(void *group)
+{
+    return atomic_load(&((ferry_ib_rma_group_t *)group)->failed);
 }
 
 /* test() on a request not finished: move the whole group a step. */
@@ -455,10 +391,11 @@ const ferry_rma_ops_t ferry_ib_rma_ops = {
     .reg = ferry_ib_rma_reg,
     .reg_dmabuf = ferry_ib_rma_reg_dmabuf,
     .dereg = ferry_ib_rma_dereg,
-    .put = ferry_ib_rma_put,
-    .get = ferry_ib_rma_get,
-    .flush = ferry_ib_rma_flush,
+    .put_locked = ferry_ib_rma_put_locked,
+    .get_locked = ferry_ib_rma_get_locked,
+    .flush_locked = ferry_ib_rma_flush_locked,
     .test = ferry_ib_rma_test,
-    .progress = ferry_ib_rma_progress,
-    .last_error = ferry_ib_rma_last_error,
+    .lock = ferry_ib_rma_lock,
+    .progress_locked = ferry_ib_rma_progress_group,
+    .failed = ferry_ib_rma_failed,
 };

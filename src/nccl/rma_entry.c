@@ -307,6 +307,34 @@ static ferry_nccl_rma_ctx_t *ferry_nccl_rma_op_ctx(void *rma_ctx, int context, c
     return c;
 }
 
+/* Which post ferry_nccl_rma_post makes. */
+typedef struct ferry_nccl_rma_op {
+    const char            *name;
+    const ferry_rma_put_t *put;
+    const ferry_rma_get_t *get;
+    uint32_t               flush_rank; /* Neither put nor get: a flush towards it. */
+} ferry_nccl_rma_op_t;
+
+/* One post under the group's lock; *request_p stays NULL unless it succeeded. */
+static ferry_status_t ferry_nccl_rma_post(const ferry_rma_ops_t *ops, void *group,
+                                          const ferry_nccl_rma_op_t *op, void **request_p)
+{
+    pthread_mutex_t *lock = ops->lock(group, op->name);
+    ferry_status_t st;
+
+    *request_p = NULL;
+    if (lock == NULL)
+        return FERRY_ERR_INVALID;
+    pthread_mutex_lock(lock);
+    st = op->put != NULL   ? ops->put_locked(group, op->put, request_p)
+         : op->get != NULL ? ops->get_locked(group, op->get, request_p)
+                           : ops->flush_locked(group, op->flush_rank, request_p);
+    pthread_mutex_unlock(lock);
+    if (st != FERRY_OK)
+        *request_p = NULL;
+    return st;
+}
+
 ncclResult_t ferry_nccl_rma_iput_signal(void *rma_ctx, int context, uint64_t src_off,
                                         void *src_mh, size_t size, uint64_t dst_off,
                                         void *dst_mh, uint32_t rank, uint64_t sig_off,
@@ -320,6 +348,7 @@ ncclResult_t ferry_nccl_rma_iput_signal(void *rma_ctx, int context, uint64_t src
         .dst_mr = dst_mh, .dst_off = dst_off, .sig_mr = sig_mh, .sig_off = sig_off,
         .sig_value = sig_value, .sig_op = sig_op,
     };
+    ferry_nccl_rma_op_t post = { .name = "iput", .put = &op }; /* Its group check: iput. */
 
     *request_p = NULL;
     if (ops == NULL || c == NULL)
@@ -330,7 +359,7 @@ ncclResult_t ferry_nccl_rma_iput_signal(void *rma_ctx, int context, uint64_t src
                            sig_op);
         return ncclInvalidArgument;
     }
-    return ferry_nccl_result(ops->put(c->group, &op, request_p));
+    return ferry_nccl_result(ferry_nccl_rma_post(ops, c->group, &post, request_p));
 }
 
 ncclResult_t ferry_nccl_rma_iput(void *rma_ctx, int context, uint64_t src_off, void *src_mh,
@@ -343,11 +372,12 @@ ncclResult_t ferry_nccl_rma_iput(void *rma_ctx, int context, uint64_t src_off, v
         .rank = rank, .src_mr = src_mh, .src_off = src_off, .size = size,
         .dst_mr = dst_mh, .dst_off = dst_off, .sig_op = FERRY_RMA_SIGNAL_NONE,
     };
+    ferry_nccl_rma_op_t post = { .name = "iput", .put = &op };
 
     *request_p = NULL;
     if (ops == NULL || c == NULL)
         return ncclInternalError;
-    return ferry_nccl_result(ops->put(c->group, &op, request_p));
+    return ferry_nccl_result(ferry_nccl_rma_post(ops, c->group, &post, request_p));
 }
 
 ncclResult_t ferry_nccl_rma_iget(void *rma_ctx, int context, uint64_t remote_off,
@@ -360,11 +390,12 @@ ncclResult_t ferry_nccl_rma_iget(void *rma_ctx, int context, uint64_t remote_off
         .rank = rank, .remote_mr = remote_mh, .remote_off = remote_off, .size = size,
         .local_mr = local_mh, .local_off = local_off,
     };
+    ferry_nccl_rma_op_t post = { .name = "iget", .get = &op };
 
     *request_p = NULL;
     if (ops == NULL || c == NULL)
         return ncclInternalError;
-    return ferry_nccl_result(ops->get(c->group, &op, request_p));
+    return ferry_nccl_result(ferry_nccl_rma_post(ops, c->group, &post, request_p));
 }
 
 ncclResult_t ferry_nccl_rma_iflush(void *rma_ctx, int context, void *mhandle, uint32_t rank,
@@ -372,12 +403,13 @@ ncclResult_t ferry_nccl_rma_iflush(void *rma_ctx, int context, void *mhandle, ui
 {
     const ferry_rma_ops_t *ops = ferry_nccl_rma_be("iflush");
     ferry_nccl_rma_ctx_t *c = ferry_nccl_rma_op_ctx(rma_ctx, context, "iflush");
+    ferry_nccl_rma_op_t post = { .name = "iflush", .flush_rank = rank };
 
     (void)mhandle; /* A flush covers every earlier put to rank, whatever region. */
     *request_p = NULL;
     if (ops == NULL || c == NULL)
         return ncclInternalError;
-    return ferry_nccl_result(ops->flush(c->group, rank, request_p));
+    return ferry_nccl_result(ferry_nccl_rma_post(ops, c->group, &post, request_p));
 }
 
 ncclResult_t ferry_nccl_rma_test(void *coll, void *request, int *done)
@@ -390,6 +422,23 @@ ncclResult_t ferry_nccl_rma_test(void *coll, void *request, int *done)
     return ferry_nccl_result(ops->test(coll, request, done));
 }
 
+/*
+ * One bounded step of the group's progress under its lock. A failed peer
+ * is no error here: test() and queryLastError say so.
+ */
+static ferry_status_t ferry_nccl_rma_step(const ferry_rma_ops_t *ops, void *group,
+                                          const char *op)
+{
+    pthread_mutex_t *lock = ops->lock(group, op);
+
+    if (lock == NULL)
+        return FERRY_ERR_INVALID;
+    pthread_mutex_lock(lock);
+    (void)ops->progress_locked(group);
+    pthread_mutex_unlock(lock);
+    return FERRY_OK;
+}
+
 ncclResult_t ferry_nccl_rma_progress(void *rma_ctx)
 {
     const ferry_rma_ops_t *ops = ferry_nccl_rma_be("rmaProgress");
@@ -397,7 +446,7 @@ ncclResult_t ferry_nccl_rma_progress(void *rma_ctx)
 
     if (ops == NULL || c == NULL)
         return ncclInternalError;
-    return ferry_nccl_result(ops->progress(c->group));
+    return ferry_nccl_result(ferry_nccl_rma_step(ops, c->group, "rmaProgress"));
 }
 
 ncclResult_t ferry_nccl_rma_query_last_error(void *rma_ctx, bool *has_error)
@@ -405,13 +454,14 @@ ncclResult_t ferry_nccl_rma_query_last_error(void *rma_ctx, bool *has_error)
     const ferry_rma_ops_t *ops = ferry_nccl_rma_be("queryLastError");
     ferry_nccl_rma_ctx_t *c = ferry_nccl_rma_ctx(rma_ctx, "queryLastError");
     ferry_status_t st;
-    int err = 0;
 
     *has_error = false;
     if (ops == NULL || c == NULL)
         return ncclInternalError;
-    st = ops->last_error(c->group, &err);
-    *has_error = err != 0;
+    /* A caller that only asks (no rmaProgress) still notices a peer that died. */
+    st = ferry_nccl_rma_step(ops, c->group, "queryLastError");
+    if (st == FERRY_OK)
+        *has_error = ops->failed(c->group) != 0;
     return ferry_nccl_result(st);
 }
 

@@ -3,11 +3,13 @@
  * back blocks of FERRY_MAX_REQUESTS slots under one mutex, at comm creation
  * and close only; test() reads the table without it. Chunks are never
  * freed while the library is loaded (a stale handle may point into any of
- * them), only by its destructor.
+ * them), only by its destructor. Also RMA test()'s check that a request
+ * is one of the group's own rings (ferry_px_handle_group_req).
  */
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "core/log.h"
 #include "proxy/handle.h"
 
 #define FERRY_PX_HANDLE_BLOCKS_PER_CHUNK (FERRY_PX_HANDLE_CHUNK_SLOTS / FERRY_MAX_REQUESTS)
@@ -102,6 +104,37 @@ const char *ferry_px_handle_why(const void *handle)
     if (atomic_load_explicit(&slot->req, memory_order_relaxed) == NULL)
         return "a request of a comm already closed";
     return "a request test() already reported done or failed, or one of a comm already closed";
+}
+
+ferry_px_req_t *ferry_px_handle_group_req(const void *handle, const ferry_px_ring_ops_t *ops,
+                                          const void *owner)
+{
+    ferry_px_req_t *req = ferry_px_handle_req(handle);
+
+    if (req == NULL) {
+        FERRY_WARN_LIMITED("RMA test(%p): %s; every request from iput/iputSignal/iget/iflush "
+                           "must be tested until it reports done or an error, once, and never "
+                           "after its group is closed", handle, ferry_px_handle_why(handle));
+        return NULL;
+    }
+    if (req->ring->ops != ops || req->ring->owner != owner) {
+        FERRY_WARN_LIMITED("RMA test(%p): the request belongs to another group or comm than "
+                           "%p; test each request with the collComm it was posted on", handle,
+                           owner);
+        return NULL;
+    }
+    return req;
+}
+
+ferry_status_t ferry_px_handle_group_test(const void *handle, const ferry_px_ring_ops_t *ops,
+                                          const void *owner, int *done_p)
+{
+    ferry_px_req_t *req = ferry_px_handle_group_req(handle, ops, owner);
+
+    *done_p = 0;
+    if (req == NULL)
+        return FERRY_ERR_USAGE;
+    return ferry_px_ring_test(req->ring, req, done_p, NULL);
 }
 
 /* The library unloads (dlclose or exit): nothing can hold a handle that matters any more. */

@@ -109,4 +109,15 @@ static inline ferry_px_req_t *ferry_px_handle_req(const void *handle)
 /* Why ferry_px_handle_req refused handle, in words for a WARN. */
 const char *ferry_px_handle_why(const void *handle);
 
+/*
+ * An RMA test()'s check: the live request handle stands for, of a ring
+ * with ring ops `ops` that `owner` holds (a group's peer rings); else NULL,
+ * with a WARN saying why and what to try.
+ */
+ferry_px_req_t *ferry_px_handle_group_req(const void *handle, const ferry_px_ring_ops_t *ops,
+                                          const void *owner);
+/* test() of such a request: FERRY_ERR_USAGE (and that WARN) for one not owner's. */
+ferry_status_t ferry_px_handle_group_test(const void *handle, const ferry_px_ring_ops_t *ops,
+                                          const void *owner, int *done_p);
+
 #endif

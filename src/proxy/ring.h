@@ -136,6 +136,12 @@ typedef struct ferry_px_ring {
     _Atomic uint32_t      clock_calls;
     struct ferry_px_ring *reg_next, *reg_prev; /* Live-comm registry, under its lock. */
     uint32_t              handle_base;   /* reqs[i] is NCCL's handle slot handle_base + i (handle.h). */
+    /*
+     * What holds the ring beyond its comm, set after init: an RMA group
+     * (one ring per peer), so test() can tell a request of this group's
+     * from one of another (ferry_px_handle_group_req). NULL otherwise.
+     */
+    const void           *owner;
 } ferry_px_ring_t;
 
 /*

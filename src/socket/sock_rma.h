@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 
 #include "core/rma.h"
+#include "core/rma_link.h"
 #include "proxy/ring.h"
 #include "socket/sock_gpu.h"
 
@@ -65,16 +66,8 @@ typedef struct ferry_sock_rma_frame {
 } ferry_sock_rma_frame_t;
 _Static_assert(sizeof(ferry_sock_rma_frame_t) == 64, "RMA frame is 64 bytes on the wire");
 
-/* The listen handle (FERRY_HANDLE_SIZE bytes at most). */
-typedef struct ferry_sock_rma_handle {
-    uint32_t magic;     /* FERRY_SOCK_RMA_MAGIC. */
-    uint16_t family;
-    uint16_t port;      /* Network order. */
-    uint8_t  addr[16];
-    uint32_t scope_id;
-    uint32_t spare;
-    uint64_t token;     /* A connector must quote it in its HELLO. */
-} ferry_sock_rma_handle_t;
+/* The listen handle: the group's TCP link's (core/rma_link.h), magic FERRY_SOCK_RMA_MAGIC. */
+typedef ferry_rma_link_handle_t ferry_sock_rma_handle_t;
 
 typedef struct ferry_sock_rma_listen {
     uint64_t magic;

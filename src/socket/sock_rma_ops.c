@@ -137,9 +137,10 @@ static ferry_status_t ferry_sock_rma_send(ferry_sock_rma_group_t *g, ferry_sock_
     return FERRY_OK;
 }
 
-static ferry_status_t ferry_sock_rma_put_locked(ferry_sock_rma_group_t *g,
-                                                const ferry_rma_put_t *op, void **req_p)
+static ferry_status_t ferry_sock_rma_put_locked(void *group, const ferry_rma_put_t *op,
+                                                void **req_p)
 {
+    ferry_sock_rma_group_t *g = group;
     const char *name = op->sig_op != FERRY_RMA_SIGNAL_NONE ? "iputSignal" : "iput";
     ferry_sock_rma_mr_t *src = NULL, *dst = NULL, *sig = NULL;
     ferry_sock_rma_frame_t f;
@@ -222,25 +223,10 @@ static ferry_status_t ferry_sock_rma_put_locked(ferry_sock_rma_group_t *g,
     return ferry_sock_rma_send(g, p, req, &f, from, op->size);
 }
 
-static ferry_status_t ferry_sock_rma_put(void *group, const ferry_rma_put_t *op, void **req_p)
+static ferry_status_t ferry_sock_rma_get_locked(void *group, const ferry_rma_get_t *op,
+                                                void **req_p)
 {
-    ferry_sock_rma_group_t *g = ferry_sock_rma_group(group, "iput");
-    ferry_status_t st;
-
-    *req_p = NULL;
-    if (g == NULL)
-        return FERRY_ERR_INVALID;
-    pthread_mutex_lock(&g->lock);
-    st = ferry_sock_rma_put_locked(g, op, req_p);
-    pthread_mutex_unlock(&g->lock);
-    if (st != FERRY_OK)
-        *req_p = NULL;
-    return st;
-}
-
-static ferry_status_t ferry_sock_rma_get_locked(ferry_sock_rma_group_t *g,
-                                                const ferry_rma_get_t *op, void **req_p)
-{
+    ferry_sock_rma_group_t *g = group;
     ferry_sock_rma_mr_t *local, *remote;
     ferry_sock_rma_frame_t f;
     ferry_sock_rma_peer_t *p;
@@ -291,34 +277,14 @@ static ferry_status_t ferry_sock_rma_get_locked(ferry_sock_rma_group_t *g,
     return ferry_sock_rma_send(g, p, req, &f, NULL, 0);
 }
 
-static ferry_status_t ferry_sock_rma_get(void *group, const ferry_rma_get_t *op, void **req_p)
+static ferry_status_t ferry_sock_rma_flush_locked(void *group, uint32_t rank, void **req_p)
 {
-    ferry_sock_rma_group_t *g = ferry_sock_rma_group(group, "iget");
-    ferry_status_t st;
-
-    *req_p = NULL;
-    if (g == NULL)
-        return FERRY_ERR_INVALID;
-    pthread_mutex_lock(&g->lock);
-    st = ferry_sock_rma_get_locked(g, op, req_p);
-    pthread_mutex_unlock(&g->lock);
-    if (st != FERRY_OK)
-        *req_p = NULL;
-    return st;
-}
-
-static ferry_status_t ferry_sock_rma_flush(void *group, uint32_t rank, void **req_p)
-{
-    ferry_sock_rma_group_t *g = ferry_sock_rma_group(group, "iflush");
+    ferry_sock_rma_group_t *g = group;
     ferry_sock_rma_frame_t f;
     ferry_sock_rma_peer_t *p;
     ferry_status_t st = FERRY_OK;
     ferry_px_req_t *req;
 
-    *req_p = NULL;
-    if (g == NULL)
-        return FERRY_ERR_INVALID;
-    pthread_mutex_lock(&g->lock);
     p = ferry_sock_rma_target(g, "iflush", rank, &st);
     req = p != NULL ? ferry_sock_rma_post(g, p, "iflush", NULL, 0) : NULL;
     if (p != NULL && req == NULL)
@@ -334,62 +300,34 @@ static ferry_status_t ferry_sock_rma_flush(void *group, uint32_t rank, void **re
             st = ferry_sock_rma_send(g, p, req, &f, NULL, 0);
         }
     }
-    pthread_mutex_unlock(&g->lock);
-    if (st != FERRY_OK)
-        *req_p = NULL;
     return st;
 }
 
 static ferry_status_t ferry_sock_rma_test(void *group, void *handle, int *done_p)
 {
     ferry_sock_rma_group_t *g = ferry_sock_rma_group(group, "test");
-    ferry_px_req_t *req = ferry_px_handle_req(handle);
-    ferry_sock_rma_peer_t *p;
 
     *done_p = 0;
     if (g == NULL)
         return FERRY_ERR_INVALID;
-    if (req == NULL) {
-        FERRY_WARN_LIMITED("RMA test(%p): %s; every request from iput/iputSignal/iget/iflush "
-                           "must be tested until it reports done or an error, once, and never "
-                           "after its group is closed", handle, ferry_px_handle_why(handle));
-        return FERRY_ERR_USAGE;
-    }
-    p = (ferry_sock_rma_peer_t *)(void *)req->ring;
-    if (p->ring.ops != &ferry_sock_rma_ring_ops || p->group != g) {
-        FERRY_WARN_LIMITED("RMA test(%p): the request belongs to another group or comm than "
-                           "%p; test each request with the collComm it was posted on", handle,
-                           group);
-        return FERRY_ERR_USAGE;
-    }
-    return ferry_px_ring_test(&p->ring, req, done_p, NULL);
+    return ferry_px_handle_group_test(handle, &ferry_sock_rma_ring_ops, g, done_p);
 }
 
-static ferry_status_t ferry_sock_rma_progress(void *group)
+static pthread_mutex_t *ferry_sock_rma_lock(void *group, const char *op)
 {
-    ferry_sock_rma_group_t *g = ferry_sock_rma_group(group, "rmaProgress");
+    ferry_sock_rma_group_t *g = ferry_sock_rma_group(group, op);
 
-    if (g == NULL)
-        return FERRY_ERR_INVALID;
-    pthread_mutex_lock(&g->lock);
-    (void)ferry_sock_rma_progress_locked(g); /* A failed peer: test() and queryLastError say so. */
-    pthread_mutex_unlock(&g->lock);
-    return FERRY_OK;
+    return g != NULL ? &g->lock : NULL;
 }
 
-static ferry_status_t ferry_sock_rma_last_error(void *group, int *has_error_p)
+static long ferry_sock_rma_progress_group(void *group)
 {
-    ferry_sock_rma_group_t *g = ferry_sock_rma_group(group, "queryLastError");
+    return ferry_sock_rma_progress_locked(group);
+}
 
-    *has_error_p = 0;
-    if (g == NULL)
-        return FERRY_ERR_INVALID;
-    /* A caller that only asks (no rmaProgress) still notices a peer that died. */
-    pthread_mutex_lock(&g->lock);
-    (void)ferry_sock_rma_progress_locked(g);
-    pthread_mutex_unlock(&g->lock);
-    *has_error_p = atomic_load(&g->failed) != 0;
-    return FERRY_OK;
+static int ferry_sock_rma_failed(void *group)
+{
+    return atomic_load(&((ferry_sock_rma_group_t *)group)->failed);
 }
 
 /* test() on a request not finished: move the whole group a step. */
@@ -433,10 +371,11 @@ const ferry_rma_ops_t ferry_sock_rma_ops = {
     .close = ferry_sock_rma_close,
     .reg = ferry_sock_rma_reg,
     .dereg = ferry_sock_rma_dereg,
-    .put = ferry_sock_rma_put,
-    .get = ferry_sock_rma_get,
-    .flush = ferry_sock_rma_flush,
+    .put_locked = ferry_sock_rma_put_locked,
+    .get_locked = ferry_sock_rma_get_locked,
+    .flush_locked = ferry_sock_rma_flush_locked,
     .test = ferry_sock_rma_test,
-    .progress = ferry_sock_rma_progress,
-    .last_error = ferry_sock_rma_last_error,
+    .lock = ferry_sock_rma_lock,
+    .progress_locked = ferry_sock_rma_progress_group,
+    .failed = ferry_sock_rma_failed,
 };

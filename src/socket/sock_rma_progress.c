@@ -331,10 +331,19 @@ static void ferry_sock_rma_body_end(ferry_sock_rma_peer_t *p)
                                  : ferry_sock_rma_gpu_copy(p->group, p->land[slot],
                                                            p->land_off[slot], p->rx.size, 1);
 
-        if (gone)
-            FERRY_WARN_LIMITED("RMA: get seq %u from rank %d (%s): its local region was "
-                               "deregistered before the answer was in; the get fails",
-                               p->rx.seq, p->rank, p->addr);
+        if (gone) {
+            char who[160];
+
+            ferry_sock_rma_describe(p->group, who, sizeof(who));
+            FERRY_WARN_LIMITED("RMA: %s: get seq %u from rank %d (%s), request %s with all "
+                               "%llu bytes of its answer read: its local region was "
+                               "deregistered before the answer was in; the bytes are dropped "
+                               "and the get fails; deregister a region only after test() "
+                               "reported every get into it done", who, p->rx.seq, p->rank,
+                               p->addr,
+                               ferry_px_req_state_str(atomic_load(&req->state)),
+                               (unsigned long long)p->rx.size);
+        }
         p->rx_dropped = 0;
         p->rx_req = NULL;
         ferry_px_req_progress(req, p->rx.size);

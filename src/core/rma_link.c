@@ -1,0 +1,238 @@
+/*
+ * An RMA group's TCP links (rma_link.h): the listener, the dial with its
+ * retries, and taking a dialer after its hello's checks.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/api.h"
+#include "core/log.h"
+#include "core/netif.h"
+#include "core/rma_link.h"
+
+_Static_assert(sizeof(ferry_rma_link_handle_t) <= FERRY_HANDLE_SIZE, "RMA handle fits NCCL's");
+
+/* The engine's clock (proxy/clock.h) is a layer up: connect's coarse deadlines use the kernel's. */
+static uint64_t ferry_rma_link_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+int ferry_rma_link_listen(struct sockaddr_storage *addr, socklen_t *addr_len,
+                          const char **step_p)
+{
+    int one = 1;
+    int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+    *step_p = "socket()";
+    if (fd < 0)
+        return -1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    ferry_sockaddr_any_port(addr);
+    *step_p = "bind/listen";
+    if (bind(fd, (struct sockaddr *)addr, *addr_len) != 0 || listen(fd, 4096) != 0 ||
+        getsockname(fd, (struct sockaddr *)addr, addr_len) != 0) {
+        int err = errno;
+
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    return fd;
+}
+
+void ferry_rma_link_publish(void *handle, uint32_t magic, uint64_t token,
+                            const struct sockaddr_storage *addr)
+{
+    ferry_rma_link_handle_t *h = handle;
+
+    memset(handle, 0, FERRY_HANDLE_SIZE);
+    h->magic = magic;
+    h->token = token;
+    ferry_sockaddr_to_wire(addr, &h->family, &h->port, h->addr, &h->scope_id);
+}
+
+/* One connect of fd to sa within ms: 0, or the errno. */
+static int ferry_rma_link_connect_once(int fd, const struct sockaddr_storage *sa,
+                                       socklen_t sa_len, int ms)
+{
+    struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+    socklen_t len;
+    int err;
+
+    if (connect(fd, (const struct sockaddr *)sa, sa_len) == 0)
+        return 0;
+    err = errno;
+    if (err != EINPROGRESS)
+        return err;
+    len = sizeof(err);
+    return poll(&pfd, 1, ms) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0
+               ? err
+               : ETIMEDOUT;
+}
+
+/* A connected non-blocking socket to sa, or -1 with *err_p the last errno and *attempts_p. */
+static int ferry_rma_link_dial_fd(const ferry_rma_link_t *link, const struct sockaddr_storage *sa,
+                                  socklen_t sa_len, const char *peer, uint64_t deadline,
+                                  int *attempts_p, int *err_p)
+{
+    const ferry_rma_link_ops_t *ops = link->ops;
+    int attempt = 0, err = 0, fd = -1;
+
+    for (;;) {
+        fd = socket(sa->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0 || (ops->tune != NULL && ops->tune(fd, peer) != 0)) {
+            err = errno;
+            break;
+        }
+        err = ferry_rma_link_connect_once(fd, sa, sa_len, ops->hello_ms);
+        if (err == 0)
+            break;
+        close(fd);
+        fd = -1;
+        if (!ferry_connect_retryable(err) || attempt >= link->retry_cnt ||
+            ferry_rma_link_now_ns() >= deadline)
+            break;
+        attempt++;
+        usleep((useconds_t)attempt * (useconds_t)link->retry_sleep_ms * 1000u);
+    }
+    *attempts_p = attempt + 1;
+    *err_p = err;
+    if (err != 0 && fd >= 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* Connect to rank `to`, retrying while its listener may not be up yet, and say hello. */
+static ferry_status_t ferry_rma_link_dial(const ferry_rma_link_t *link, int to,
+                                          const ferry_rma_link_handle_t *h, uint64_t deadline)
+{
+    const ferry_rma_link_ops_t *ops = link->ops;
+    ferry_rma_link_peer_t p = ops->peer(link->group, to);
+    ferry_rma_link_hello_t hello = {
+        .rank = (uint32_t)link->rank, .nranks = (uint64_t)link->nranks, .token = h->token,
+    };
+    struct sockaddr_storage sa;
+    socklen_t sa_len;
+    int attempts, err;
+
+    if (h->magic != ops->magic ||
+        ferry_sockaddr_from_wire(&sa, &sa_len, h->family, h->port, h->addr, h->scope_id) != 0) {
+        FERRY_WARN("RMA connect: rank %d of %d: the handle of rank %d is not an RMA listen "
+                   "handle of ferry's %s backend; every rank must pass the handles its peers' "
+                   "listen() filled, all-gathered in rank order", link->rank, link->nranks, to,
+                   ops->backend);
+        return FERRY_ERR_INVALID;
+    }
+    ops->addr_str((struct sockaddr *)&sa, p.addr, FERRY_RMA_LINK_ADDR);
+    *p.fd = ferry_rma_link_dial_fd(link, &sa, sa_len, p.addr, deadline, &attempts, &err);
+    if (*p.fd < 0) {
+        FERRY_WARN("RMA connect: rank %d of %d could not connect to rank %d at %s after %d "
+                   "attempt(s): %s; check that rank %d is alive and that NCCL_SOCKET_IFNAME "
+                   "picks an interface that reaches it", link->rank, link->nranks, to, p.addr,
+                   attempts, strerror(err), to);
+        return FERRY_ERR_REMOTE;
+    }
+    if (ops->send_hello(*p.fd, &hello, ops->hello_ms) != FERRY_OK) {
+        FERRY_WARN("RMA connect: rank %d of %d: sending the hello to rank %d at %s failed or "
+                   "timed out after %d ms; check that rank %d is alive", link->rank,
+                   link->nranks, to, p.addr, ops->hello_ms, to);
+        return FERRY_ERR_REMOTE;
+    }
+    return FERRY_OK;
+}
+
+/* NULL when a sound hello h may join us, else why not. */
+static const char *ferry_rma_link_hello_bad(const ferry_rma_link_t *link,
+                                            const ferry_rma_link_hello_t *h)
+{
+    if (h->token != link->token)
+        return "wrong token (a peer of another group or job)";
+    if (h->nranks != (uint64_t)link->nranks)
+        return "its group size differs from ours";
+    if (h->rank >= (uint32_t)link->rank)
+        return "its rank is not one that connects to us";
+    if (*link->ops->peer(link->group, (int)h->rank).fd >= 0)
+        return "its rank is connected already";
+    return NULL;
+}
+
+/* Take one inbound connection; a stranger is closed and logged (*got_p 0). */
+static ferry_status_t ferry_rma_link_take(const ferry_rma_link_t *link, uint64_t deadline,
+                                          int *got_p)
+{
+    const ferry_rma_link_ops_t *ops = link->ops;
+    struct pollfd pfd = { .fd = link->listen_fd, .events = POLLIN };
+    struct sockaddr_storage sa;
+    socklen_t sa_len = sizeof(sa);
+    ferry_rma_link_hello_t hello;
+    ferry_rma_link_peer_t p;
+    char from[FERRY_RMA_LINK_ADDR];
+    const char *why;
+    int fd;
+
+    *got_p = 0;
+    if (ferry_rma_link_now_ns() >= deadline)
+        return FERRY_ERR_REMOTE;
+    if (poll(&pfd, 1, 100) <= 0)
+        return FERRY_OK;
+    fd = accept4(link->listen_fd, (struct sockaddr *)&sa, &sa_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0)
+        return errno == EAGAIN || errno == EINTR || errno == ECONNABORTED ? FERRY_OK
+                                                                            : FERRY_ERR_IO;
+    ops->addr_str((struct sockaddr *)&sa, from, sizeof(from));
+    why = ops->read_hello(fd, ops->hello_ms, &hello);
+    if (why == NULL)
+        why = ferry_rma_link_hello_bad(link, &hello);
+    if (why != NULL) {
+        FERRY_WARN_LIMITED("RMA connect: rank %d of %d, listening on %s: closed a connection "
+                           "from %s: %s; still waiting for the group's ranks", link->rank,
+                           link->nranks, link->listen_addr, from, why);
+        close(fd);
+        return FERRY_OK;
+    }
+    p = ops->peer(link->group, (int)hello.rank);
+    *p.fd = fd;
+    memcpy(p.addr, from, sizeof(from));
+    *got_p = 1;
+    return ops->adopt(fd, from);
+}
+
+ferry_status_t ferry_rma_link_connect(const ferry_rma_link_t *link, void *const *handles)
+{
+    uint64_t deadline = ferry_rma_link_now_ns() + (uint64_t)link->ops->connect_ms * 1000000ULL;
+    ferry_status_t st = FERRY_OK;
+    int accepted = 0;
+
+    for (int r = link->rank + 1; r < link->nranks && st == FERRY_OK; r++)
+        st = ferry_rma_link_dial(link, r, handles[r], deadline);
+    while (st == FERRY_OK && accepted < link->rank) {
+        int got;
+
+        st = ferry_rma_link_take(link, deadline, &got);
+        accepted += got;
+    }
+    if (st != FERRY_OK && accepted < link->rank)
+        FERRY_WARN("RMA connect: rank %d of %d, listening on %s: %d of the %d lower ranks "
+                   "connected within %d ms (%s); check that every rank calls connect with the "
+                   "same handles", link->rank, link->nranks, link->listen_addr, accepted,
+                   link->rank, link->ops->connect_ms, ferry_status_str(st));
+    return st;
+}
+
+ferry_status_t ferry_rma_link_position(void *const *handles, int nranks, int rank, int max_ranks)
+{
+    if (handles != NULL && nranks >= 1 && nranks <= max_ranks && rank >= 0 && rank < nranks)
+        return FERRY_OK;
+    FERRY_WARN("RMA connect: rank %d of %d (handles %p) is no valid group position; nranks must "
+               "be 1..%d and rank below it", rank, nranks, (void *)handles, max_ranks);
+    return FERRY_ERR_INVALID;
+}
