@@ -59,22 +59,16 @@
 #include <nccl_device.h>
 #pragma GCC diagnostic pop
 
+#define OC_PROG "gin_check"
+#include "onesided_common.h"
+
 #if !defined(NCCL_VERSION_CODE) || NCCL_VERSION_CODE < 23000
 #error "gin_check needs NCCL 2.30 or later (the Device API's GIN)"
 #endif
 
-/* Bytes past the transfer that must stay untouched. */
-#define GC_GUARD 64
-#define GC_MAX_SIZES 64
 /* The one GIN context and the one signal this program asks for. */
 #define GC_CONTEXT 0
 #define GC_SIGNAL 0
-
-typedef struct {
-    size_t min_size, max_size;
-    int factor, check_iters, warmup, max_iters;
-    double min_time, timeout_s;
-} gc_opts_t;
 
 /* What a kernel reports back; in device memory, read by the host after the
  * kernel ended. */
@@ -111,65 +105,8 @@ typedef struct {
     int times_cap;
     /* The signal's value before any put, plus the puts received since. */
     unsigned long long sig_expect;
-    const gc_opts_t *o;
+    const oc_opts_t *o;
 } gc_ctx_t;
-
-static int g_rank = -1;
-
-static void gc_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void gc_die(const char *fmt, ...)
-{
-    va_list ap;
-    char msg[512];
-
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "gin_check: FAIL rank %d: %s\n", g_rank, msg);
-    fflush(stderr);
-    fflush(stdout);
-    /* The peer may be blocked in NCCL, MPI or a kernel: only an abort ends both. */
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    exit(1);
-}
-
-#define CK_CUDA(call)                                                                  \
-    do {                                                                               \
-        cudaError_t e_ = (call);                                                       \
-        if (e_ != cudaSuccess)                                                         \
-            gc_die("%s failed: %s (%s:%d)", #call, cudaGetErrorString(e_), __FILE__,   \
-                   __LINE__);                                                          \
-    } while (0)
-
-#define CK_NCCL(comm, call)                                                            \
-    do {                                                                               \
-        ncclResult_t r_ = (call);                                                      \
-        if (r_ != ncclSuccess)                                                         \
-            gc_die("%s failed: %s; NCCL says: %s (%s:%d)", #call, ncclGetErrorString(r_), \
-                   ncclGetLastError(comm), __FILE__, __LINE__);                        \
-    } while (0)
-
-static double gc_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* The byte at OFF of a transfer of SIZE bytes, iteration ITER, sent by rank
- * FROM: differs between neighbouring offsets, sizes, iterations and senders,
- * so a stale, shifted or misdirected byte shows. */
-static unsigned char gc_pattern(size_t off, size_t size, int iter, int from)
-{
-    uint64_t x = (uint64_t)off * 0x9E3779B97F4A7C15ull;
-
-    x ^= ((uint64_t)size << 17) ^ ((uint64_t)iter << 40) ^ ((uint64_t)from << 56);
-    x ^= x >> 29;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 32;
-    return (unsigned char)x;
-}
 
 /* The GPU's global timer in nanoseconds: the same rate on every GPU clock. */
 static __device__ __forceinline__ unsigned long long gc_gpu_ns(void)
@@ -238,7 +175,7 @@ static __global__ void gc_kernel(ncclDevComm dev_comm, gc_args_t a)
 static void gc_wait(gc_ctx_t *c, const char *what, size_t size, int iter, double expected_s)
 {
     double bound = c->o->timeout_s + expected_s + 5;
-    double deadline = gc_now() + bound;
+    double deadline = oc_now() + bound;
     unsigned polls = 0;
     gc_status_t st;
 
@@ -247,16 +184,16 @@ static void gc_wait(gc_ctx_t *c, const char *what, size_t size, int iter, double
         if (e == cudaSuccess)
             break;
         if (e != cudaErrorNotReady)
-            gc_die("%s, size %zu, iteration %d: the kernel failed: %s", what, size, iter,
+            oc_die("%s, size %zu, iteration %d: the kernel failed: %s", what, size, iter,
                    cudaGetErrorString(e));
         if ((++polls & 1023) == 0) {
             ncclResult_t async = ncclSuccess;
             ncclCommGetAsyncError(c->comm, &async);
             if (async != ncclSuccess && async != ncclInProgress)
-                gc_die("%s, size %zu, iteration %d: NCCL reports %s: %s", what, size, iter,
+                oc_die("%s, size %zu, iteration %d: NCCL reports %s: %s", what, size, iter,
                        ncclGetErrorString(async), ncclGetLastError(c->comm));
-            if (gc_now() > deadline)
-                gc_die("%s, size %zu, iteration %d: the kernel still runs after %.0f s (peer "
+            if (oc_now() > deadline)
+                oc_die("%s, size %zu, iteration %d: the kernel still runs after %.0f s (peer "
                        "rank %d): stuck in a GIN put or flush (the GIN proxy's queue does not "
                        "drain); NCCL's log (NCCL_DEBUG=INFO) tells which GIN plugin was assigned",
                        what, size, iter, bound, c->peer);
@@ -266,7 +203,7 @@ static void gc_wait(gc_ctx_t *c, const char *what, size_t size, int iter, double
     }
     CK_CUDA(cudaMemcpy(&st, c->d_status, sizeof(st), cudaMemcpyDeviceToHost));
     if (st.timed_out)
-        gc_die("%s, size %zu, iteration %d: GIN signal %d not reached after %.0f s: it is %llu, "
+        oc_die("%s, size %zu, iteration %d: GIN signal %d not reached after %.0f s: it is %llu, "
                "waited for %llu (the put from peer rank %d did not land; NCCL's log tells "
                "whether the GIN proxy connected)", what, size, iter + st.done, GC_SIGNAL,
                c->o->timeout_s, st.seen, st.want, c->peer);
@@ -303,16 +240,16 @@ static void gc_launch(gc_ctx_t *c, const char *what, size_t size, int iter, int 
  * of wrong bytes (on the receiver; 0 on the sender), after printing the first. */
 static size_t gc_check_one(gc_ctx_t *c, size_t size, int iter, int from)
 {
-    size_t guard = c->win_bytes - size < GC_GUARD ? c->win_bytes - size : GC_GUARD;
+    size_t guard = c->win_bytes - size < OC_GUARD ? c->win_bytes - size : OC_GUARD;
     size_t bad = 0, i;
 
     if (c->rank == from) {
         for (i = 0; i < size; i++)
-            c->host[i] = gc_pattern(i, size, iter, from);
+            c->host[i] = oc_pattern(i, size, iter, from);
         CK_CUDA(cudaMemcpy(c->send_buf, c->host, size, cudaMemcpyHostToDevice));
     } else {
         for (i = 0; i < size + guard; i++)
-            c->host[i] = (unsigned char)~gc_pattern(i, size, iter, from);
+            c->host[i] = (unsigned char)~oc_pattern(i, size, iter, from);
         CK_CUDA(cudaMemcpy(c->recv_buf, c->host, size + guard, cudaMemcpyHostToDevice));
     }
     /* The receiver's buffer is reset before the put may land in it. */
@@ -324,8 +261,8 @@ static size_t gc_check_one(gc_ctx_t *c, size_t size, int iter, int from)
     gc_launch(c, "GIN signal wait (check)", size, iter, 1, 0, 1, 0, 0, 0);
     CK_CUDA(cudaMemcpy(c->host, c->recv_buf, size + guard, cudaMemcpyDeviceToHost));
     for (i = 0; i < size + guard; i++) {
-        unsigned char want = i < size ? gc_pattern(i, size, iter, from)
-                                      : (unsigned char)~gc_pattern(i, size, iter, from);
+        unsigned char want = i < size ? oc_pattern(i, size, iter, from)
+                                      : (unsigned char)~oc_pattern(i, size, iter, from);
         if (c->host[i] == want)
             continue;
         if (bad++ == 0)
@@ -351,10 +288,10 @@ static double gc_ping_pong(gc_ctx_t *c, size_t size, int n, int timed, double ex
     /* Both kernels are launched before either can finish: no ordering needed,
      * the signal counts pair the rounds. */
     MPI_Barrier(MPI_COMM_WORLD);
-    t0 = gc_now();
+    t0 = oc_now();
     gc_launch(c, "GIN ping-pong (put + signal, signal wait)", size, 0, n, 1, 1, c->rank == 0,
               timed, expected_s);
-    return gc_now() - t0;
+    return oc_now() - t0;
 }
 
 static int gc_cmp_u64(const void *a, const void *b)
@@ -366,7 +303,7 @@ static int gc_cmp_u64(const void *a, const void *b)
 
 static void gc_time_size(gc_ctx_t *c, size_t size)
 {
-    const gc_opts_t *o = c->o;
+    const oc_opts_t *o = c->o;
     double calib;
     unsigned long long *t;
     int n;
@@ -386,7 +323,7 @@ static void gc_time_size(gc_ctx_t *c, size_t size)
         double med, oneway;
         t = (unsigned long long *)calloc((size_t)n, sizeof(*t));
         if (t == NULL)
-            gc_die("out of memory for %d timings", n);
+            oc_die("out of memory for %d timings", n);
         CK_CUDA(cudaMemcpy(t, c->d_times, (size_t)n * sizeof(*t), cudaMemcpyDeviceToHost));
         qsort(t, (size_t)n, sizeof(*t), gc_cmp_u64);
         med = (n % 2 ? (double)t[n / 2] : ((double)t[n / 2 - 1] + (double)t[n / 2]) / 2) * 1e-9;
@@ -397,99 +334,6 @@ static void gc_time_size(gc_ctx_t *c, size_t size)
         fflush(stdout);
         free(t);
     }
-}
-
-static size_t gc_parse_size(const char *s, const char *opt)
-{
-    char *end;
-    unsigned long long v;
-
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno || end == s)
-        goto bad;
-    switch (*end) {
-    case 'K': case 'k': v <<= 10; end++; break;
-    case 'M': case 'm': v <<= 20; end++; break;
-    case 'G': case 'g': v <<= 30; end++; break;
-    default: break;
-    }
-    if (*end == 'B' || *end == 'b')
-        end++;
-    if (*end == '\0' && v > 0)
-        return (size_t)v;
-bad:
-    fprintf(stderr, "gin_check: %s '%s': a size in bytes > 0, with K, M or G (e.g. 64M)\n",
-            opt, s);
-    exit(2);
-}
-
-static double gc_parse_num(const char *s, const char *opt, double lo, double hi)
-{
-    char *end;
-    double v = strtod(s, &end);
-
-    if (end == s || *end != '\0' || v < lo || v > hi) {
-        fprintf(stderr, "gin_check: %s '%s': a number from %g to %g\n", opt, s, lo, hi);
-        exit(2);
-    }
-    return v;
-}
-
-static void gc_parse(int argc, char **argv, gc_opts_t *o)
-{
-    int ch;
-
-    memset(o, 0, sizeof(*o));
-    o->min_size = 8;
-    o->max_size = 64u << 20;
-    o->factor = 4;
-    o->check_iters = 2;
-    o->warmup = 3;
-    o->max_iters = 100000;
-    o->min_time = 0.2;
-    o->timeout_s = 60;
-    while ((ch = getopt(argc, argv, "b:e:f:c:m:t:w:n:h")) != -1) {
-        switch (ch) {
-        case 'b': o->min_size = gc_parse_size(optarg, "-b"); break;
-        case 'e': o->max_size = gc_parse_size(optarg, "-e"); break;
-        case 'f': o->factor = (int)gc_parse_num(optarg, "-f", 2, 64); break;
-        case 'c': o->check_iters = (int)gc_parse_num(optarg, "-c", 1, 1000); break;
-        case 'm': o->min_time = gc_parse_num(optarg, "-m", 0, 60); break;
-        case 't': o->timeout_s = gc_parse_num(optarg, "-t", 1, 3600); break;
-        case 'w': o->warmup = (int)gc_parse_num(optarg, "-w", 0, 1000); break;
-        case 'n': o->max_iters = (int)gc_parse_num(optarg, "-n", 5, 10000000); break;
-        default:
-            fprintf(stderr, "usage: gin_check [-b 8] [-e 64M] [-f 4] [-c 2] [-m 0.2] [-t 60] "
-                    "[-w 3] [-n 100000]\n");
-            exit(ch == 'h' ? 0 : 2);
-        }
-    }
-    if (o->min_size > o->max_size) {
-        fprintf(stderr, "gin_check: -b %zu is larger than -e %zu\n", o->min_size, o->max_size);
-        exit(2);
-    }
-}
-
-/* -b, -b*f, ... below -e, then -e itself. */
-static int gc_sizes(const gc_opts_t *o, size_t *sizes)
-{
-    int n = 0;
-    size_t s;
-
-    for (s = o->min_size; s < o->max_size && n < GC_MAX_SIZES - 1; s *= (size_t)o->factor)
-        sizes[n++] = s;
-    sizes[n++] = o->max_size;
-    return n;
-}
-
-static int gc_device(void)
-{
-    const char *v = getenv("RMA_CHECK_DEVICE");
-
-    if (v == NULL)
-        v = getenv("NCCL_TESTS_DEVICE");
-    return v ? atoi(v) : 0;
 }
 
 /* NCCL's initializer macros below leave fields to their defaults. */
@@ -509,9 +353,9 @@ static void gc_check_props(gc_ctx_t *c)
         fflush(stdout);
     }
     if (!props.deviceApiSupport)
-        gc_die("the communicator has no Device API support (ncclCommQueryProperties)");
+        oc_die("the communicator has no Device API support (ncclCommQueryProperties)");
     if (props.ginType == NCCL_GIN_TYPE_NONE)
-        gc_die("the communicator has no GIN to every rank (ginType NONE, railedGinType %d): NCCL "
+        oc_die("the communicator has no GIN to every rank (ginType NONE, railedGinType %d): NCCL "
                "assigned no GIN plugin, or a rank's net device lacks crossNic; with "
                "NCCL_GIN_TYPE=2 the GIN is NCCL's proxy over the RMA plugin (NCCL_DEBUG=INFO "
                "shows the GIN/Plugin and RMA/Plugin lines)", (int)props.railedGinType);
@@ -537,10 +381,10 @@ static void gc_dev_comm(gc_ctx_t *c)
 
 int main(int argc, char **argv)
 {
-    gc_opts_t o;
+    oc_opts_t o;
     gc_ctx_t c;
     ncclUniqueId id;
-    size_t sizes[GC_MAX_SIZES], checked = 0;
+    size_t sizes[OC_MAX_SIZES], checked = 0;
     uint64_t bad = 0, total_bad = 0;
     int nsizes, nranks, version = 0, dev, i, it, from;
 
@@ -548,13 +392,13 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    g_rank = c.rank;
-    gc_parse(argc, argv, &o);
+    oc_rank = c.rank;
+    oc_parse(argc, argv, &o);
     c.o = &o;
     if (nranks != 2)
-        gc_die("needs exactly 2 ranks (mpirun -np 2), got %d", nranks);
+        oc_die("needs exactly 2 ranks (mpirun -np 2), got %d", nranks);
     c.peer = 1 - c.rank;
-    dev = gc_device();
+    dev = oc_device();
     CK_CUDA(cudaSetDevice(dev));
     CK_CUDA(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
     ncclGetVersion(&version);
@@ -571,7 +415,7 @@ int main(int argc, char **argv)
     gc_check_props(&c);
 
     /* Room for the guard, rounded to the window alignment NCCL requires. */
-    c.win_bytes = (o.max_size + GC_GUARD + NCCL_WIN_REQUIRED_ALIGNMENT - 1) /
+    c.win_bytes = (o.max_size + OC_GUARD + NCCL_WIN_REQUIRED_ALIGNMENT - 1) /
                   NCCL_WIN_REQUIRED_ALIGNMENT * NCCL_WIN_REQUIRED_ALIGNMENT;
     CK_NCCL(c.comm, ncclMemAlloc(&c.send_buf, c.win_bytes));
     CK_NCCL(c.comm, ncclMemAlloc(&c.recv_buf, c.win_bytes));
@@ -583,7 +427,7 @@ int main(int argc, char **argv)
                                            NCCL_WIN_COLL_SYMMETRIC));
     c.host = (unsigned char *)malloc(c.win_bytes);
     if (c.host == NULL)
-        gc_die("out of memory for a %zu-byte host buffer", c.win_bytes);
+        oc_die("out of memory for a %zu-byte host buffer", c.win_bytes);
     c.times_cap = o.max_iters;
     CK_CUDA(cudaMalloc((void **)&c.d_status, sizeof(*c.d_status)));
     CK_CUDA(cudaMalloc((void **)&c.d_sig, sizeof(*c.d_sig)));
@@ -591,7 +435,7 @@ int main(int argc, char **argv)
     CK_CUDA(cudaMemset(c.d_status, 0, sizeof(*c.d_status)));
     gc_dev_comm(&c);
 
-    nsizes = gc_sizes(&o, sizes);
+    nsizes = oc_sizes(&o, sizes);
     for (i = 0; i < nsizes; i++) {
         size_t size = sizes[i];
         bad = 0;

@@ -44,19 +44,12 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#define OC_PROG "rma_check"
+#include "onesided_common.h"
+
 #if !defined(NCCL_VERSION_CODE) || NCCL_VERSION_CODE < 23000
 #error "rma_check needs NCCL 2.30 or later (ncclPutSignal, ncclWaitSignal, symmetric windows)"
 #endif
-
-/* Bytes past the transfer that must stay untouched. */
-#define RC_GUARD 64
-#define RC_MAX_SIZES 64
-
-typedef struct {
-    size_t min_size, max_size;
-    int factor, check_iters, warmup, max_iters;
-    double min_time, timeout_s;
-} rc_opts_t;
 
 typedef struct {
     int rank, peer;
@@ -66,70 +59,13 @@ typedef struct {
     ncclWindow_t send_win, recv_win;
     size_t win_bytes;
     unsigned char *host;
-    const rc_opts_t *o;
+    const oc_opts_t *o;
 } rc_ctx_t;
-
-static int g_rank = -1;
-
-static void rc_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void rc_die(const char *fmt, ...)
-{
-    va_list ap;
-    char msg[512];
-
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "rma_check: FAIL rank %d: %s\n", g_rank, msg);
-    fflush(stderr);
-    fflush(stdout);
-    /* The peer may be blocked in NCCL or MPI: only an abort ends both. */
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    exit(1);
-}
-
-#define CK_CUDA(call)                                                                  \
-    do {                                                                               \
-        cudaError_t e_ = (call);                                                       \
-        if (e_ != cudaSuccess)                                                         \
-            rc_die("%s failed: %s (%s:%d)", #call, cudaGetErrorString(e_), __FILE__,   \
-                   __LINE__);                                                          \
-    } while (0)
-
-#define CK_NCCL(comm, call)                                                             \
-    do {                                                                               \
-        ncclResult_t r_ = (call);                                                      \
-        if (r_ != ncclSuccess)                                                         \
-            rc_die("%s failed: %s; NCCL says: %s (%s:%d)", #call, ncclGetErrorString(r_), \
-                   ncclGetLastError(comm), __FILE__, __LINE__);  \
-    } while (0)
-
-static double rc_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* The byte at OFF of a transfer of SIZE bytes, iteration ITER, direction DIR:
- * differs between neighbouring offsets, sizes, iterations and directions, so
- * a stale, shifted or misdirected byte shows. */
-static unsigned char rc_pattern(size_t off, size_t size, int iter, int dir)
-{
-    uint64_t x = (uint64_t)off * 0x9E3779B97F4A7C15ull;
-
-    x ^= ((uint64_t)size << 17) ^ ((uint64_t)iter << 40) ^ ((uint64_t)dir << 56);
-    x ^= x >> 29;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 32;
-    return (unsigned char)x;
-}
 
 /* Waits for everything queued on the context's stream, at most -t seconds. */
 static void rc_wait(rc_ctx_t *c, const char *what, size_t size, int iter)
 {
-    double deadline = rc_now() + c->o->timeout_s;
+    double deadline = oc_now() + c->o->timeout_s;
     unsigned polls = 0;
 
     for (;;) {
@@ -137,16 +73,16 @@ static void rc_wait(rc_ctx_t *c, const char *what, size_t size, int iter)
         if (e == cudaSuccess)
             return;
         if (e != cudaErrorNotReady)
-            rc_die("%s, size %zu, iteration %d: the stream failed: %s", what, size, iter,
+            oc_die("%s, size %zu, iteration %d: the stream failed: %s", what, size, iter,
                    cudaGetErrorString(e));
         if ((++polls & 1023) == 0) {
             ncclResult_t async = ncclSuccess;
             ncclCommGetAsyncError(c->comm, &async);
             if (async != ncclSuccess && async != ncclInProgress)
-                rc_die("%s, size %zu, iteration %d: NCCL reports %s: %s", what, size, iter,
+                oc_die("%s, size %zu, iteration %d: NCCL reports %s: %s", what, size, iter,
                        ncclGetErrorString(async), ncclGetLastError(c->comm));
-            if (rc_now() > deadline)
-                rc_die("%s, size %zu, iteration %d: not done after %.0f s (peer rank %d); "
+            if (oc_now() > deadline)
+                oc_die("%s, size %zu, iteration %d: not done after %.0f s (peer rank %d); "
                        "NCCL's log (NCCL_DEBUG=INFO) tells whether the RMA plugin connected",
                        what, size, iter, c->o->timeout_s, c->peer);
         }
@@ -171,16 +107,16 @@ static void rc_wait_signal(rc_ctx_t *c)
 static size_t rc_check_one(rc_ctx_t *c, size_t size, int iter, int dir)
 {
     int sender = dir == 0 ? 0 : 1;
-    size_t guard = c->win_bytes - size < RC_GUARD ? c->win_bytes - size : RC_GUARD;
+    size_t guard = c->win_bytes - size < OC_GUARD ? c->win_bytes - size : OC_GUARD;
     size_t bad = 0, i;
 
     if (c->rank == sender) {
         for (i = 0; i < size; i++)
-            c->host[i] = rc_pattern(i, size, iter, dir);
+            c->host[i] = oc_pattern(i, size, iter, dir);
         CK_CUDA(cudaMemcpy(c->send_buf, c->host, size, cudaMemcpyHostToDevice));
     } else {
         for (i = 0; i < size + guard; i++)
-            c->host[i] = (unsigned char)~rc_pattern(i, size, iter, dir);
+            c->host[i] = (unsigned char)~oc_pattern(i, size, iter, dir);
         CK_CUDA(cudaMemcpy(c->recv_buf, c->host, size + guard, cudaMemcpyHostToDevice));
     }
     /* The receiver's buffer is reset before the put may land in it. */
@@ -194,8 +130,8 @@ static size_t rc_check_one(rc_ctx_t *c, size_t size, int iter, int dir)
     rc_wait(c, "ncclWaitSignal (check)", size, iter);
     CK_CUDA(cudaMemcpy(c->host, c->recv_buf, size + guard, cudaMemcpyDeviceToHost));
     for (i = 0; i < size + guard; i++) {
-        unsigned char want = i < size ? rc_pattern(i, size, iter, dir)
-                                      : (unsigned char)~rc_pattern(i, size, iter, dir);
+        unsigned char want = i < size ? oc_pattern(i, size, iter, dir)
+                                      : (unsigned char)~oc_pattern(i, size, iter, dir);
         if (c->host[i] == want)
             continue;
         if (bad++ == 0)
@@ -215,7 +151,7 @@ static size_t rc_check_one(rc_ctx_t *c, size_t size, int iter, int dir)
 /* One ping-pong round trip of SIZE bytes; returns its time on rank 0. */
 static double rc_round_trip(rc_ctx_t *c, size_t size, int iter)
 {
-    double t0 = rc_now();
+    double t0 = oc_now();
 
     if (c->rank == 0) {
         rc_put(c, size);
@@ -225,7 +161,7 @@ static double rc_round_trip(rc_ctx_t *c, size_t size, int iter)
         rc_put(c, size);
     }
     rc_wait(c, "ping-pong (ncclPutSignal + ncclWaitSignal)", size, iter);
-    return rc_now() - t0;
+    return oc_now() - t0;
 }
 
 static int rc_cmp_double(const void *a, const void *b)
@@ -237,7 +173,7 @@ static int rc_cmp_double(const void *a, const void *b)
 
 static void rc_time_size(rc_ctx_t *c, size_t size)
 {
-    const rc_opts_t *o = c->o;
+    const oc_opts_t *o = c->o;
     double calib = 0, *t;
     int n, i;
 
@@ -255,7 +191,7 @@ static void rc_time_size(rc_ctx_t *c, size_t size)
     MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
     t = calloc((size_t)n, sizeof(*t));
     if (t == NULL)
-        rc_die("out of memory for %d timings", n);
+        oc_die("out of memory for %d timings", n);
     MPI_Barrier(MPI_COMM_WORLD);
     for (i = 0; i < n; i++)
         t[i] = rc_round_trip(c, size, i);
@@ -272,111 +208,25 @@ static void rc_time_size(rc_ctx_t *c, size_t size)
     free(t);
 }
 
-static size_t rc_parse_size(const char *s, const char *opt)
-{
-    char *end;
-    unsigned long long v;
-
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno || end == s)
-        goto bad;
-    switch (*end) {
-    case 'K': case 'k': v <<= 10; end++; break;
-    case 'M': case 'm': v <<= 20; end++; break;
-    case 'G': case 'g': v <<= 30; end++; break;
-    default: break;
-    }
-    if (*end == 'B' || *end == 'b')
-        end++;
-    if (*end == '\0' && v > 0)
-        return (size_t)v;
-bad:
-    fprintf(stderr, "rma_check: %s '%s': a size in bytes > 0, with K, M or G (e.g. 64M)\n",
-            opt, s);
-    exit(2);
-}
-
-static double rc_parse_num(const char *s, const char *opt, double lo, double hi)
-{
-    char *end;
-    double v = strtod(s, &end);
-
-    if (end == s || *end != '\0' || v < lo || v > hi) {
-        fprintf(stderr, "rma_check: %s '%s': a number from %g to %g\n", opt, s, lo, hi);
-        exit(2);
-    }
-    return v;
-}
-
-static void rc_parse(int argc, char **argv, rc_opts_t *o)
-{
-    int ch;
-
-    *o = (rc_opts_t){ .min_size = 8, .max_size = 64u << 20, .factor = 4, .check_iters = 2,
-                      .warmup = 3, .max_iters = 100000, .min_time = 0.2, .timeout_s = 60 };
-    while ((ch = getopt(argc, argv, "b:e:f:c:m:t:w:n:h")) != -1) {
-        switch (ch) {
-        case 'b': o->min_size = rc_parse_size(optarg, "-b"); break;
-        case 'e': o->max_size = rc_parse_size(optarg, "-e"); break;
-        case 'f': o->factor = (int)rc_parse_num(optarg, "-f", 2, 64); break;
-        case 'c': o->check_iters = (int)rc_parse_num(optarg, "-c", 1, 1000); break;
-        case 'm': o->min_time = rc_parse_num(optarg, "-m", 0, 60); break;
-        case 't': o->timeout_s = rc_parse_num(optarg, "-t", 1, 3600); break;
-        case 'w': o->warmup = (int)rc_parse_num(optarg, "-w", 0, 1000); break;
-        case 'n': o->max_iters = (int)rc_parse_num(optarg, "-n", 5, 10000000); break;
-        default:
-            fprintf(stderr, "usage: rma_check [-b 8] [-e 64M] [-f 4] [-c 2] [-m 0.2] [-t 60] "
-                    "[-w 3] [-n 100000]\n");
-            exit(ch == 'h' ? 0 : 2);
-        }
-    }
-    if (o->min_size > o->max_size) {
-        fprintf(stderr, "rma_check: -b %zu is larger than -e %zu\n", o->min_size, o->max_size);
-        exit(2);
-    }
-}
-
-/* -b, -b*f, ... below -e, then -e itself. */
-static int rc_sizes(const rc_opts_t *o, size_t *sizes)
-{
-    int n = 0;
-    size_t s;
-
-    for (s = o->min_size; s < o->max_size && n < RC_MAX_SIZES - 1; s *= (size_t)o->factor)
-        sizes[n++] = s;
-    sizes[n++] = o->max_size;
-    return n;
-}
-
-static int rc_device(void)
-{
-    const char *v = getenv("RMA_CHECK_DEVICE");
-
-    if (v == NULL)
-        v = getenv("NCCL_TESTS_DEVICE");
-    return v ? atoi(v) : 0;
-}
-
 int main(int argc, char **argv)
 {
-    rc_opts_t o;
+    oc_opts_t o;
     rc_ctx_t c = { 0 };
     ncclUniqueId id;
-    size_t sizes[RC_MAX_SIZES], checked = 0;
+    size_t sizes[OC_MAX_SIZES], checked = 0;
     uint64_t bad = 0, total_bad = 0;
     int nsizes, nranks, version = 0, dev, i, it, dir;
 
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    g_rank = c.rank;
-    rc_parse(argc, argv, &o);
+    oc_rank = c.rank;
+    oc_parse(argc, argv, &o);
     c.o = &o;
     if (nranks != 2)
-        rc_die("needs exactly 2 ranks (mpirun -np 2), got %d", nranks);
+        oc_die("needs exactly 2 ranks (mpirun -np 2), got %d", nranks);
     c.peer = 1 - c.rank;
-    dev = rc_device();
+    dev = oc_device();
     CK_CUDA(cudaSetDevice(dev));
     CK_CUDA(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
     ncclGetVersion(&version);
@@ -392,7 +242,7 @@ int main(int argc, char **argv)
     CK_NCCL(c.comm, ncclCommInitRank(&c.comm, 2, id, c.rank));
 
     /* Room for the guard, rounded to the window alignment NCCL requires. */
-    c.win_bytes = (o.max_size + RC_GUARD + NCCL_WIN_REQUIRED_ALIGNMENT - 1) /
+    c.win_bytes = (o.max_size + OC_GUARD + NCCL_WIN_REQUIRED_ALIGNMENT - 1) /
                   NCCL_WIN_REQUIRED_ALIGNMENT * NCCL_WIN_REQUIRED_ALIGNMENT;
     CK_NCCL(c.comm, ncclMemAlloc(&c.send_buf, c.win_bytes));
     CK_NCCL(c.comm, ncclMemAlloc(&c.recv_buf, c.win_bytes));
@@ -403,9 +253,9 @@ int main(int argc, char **argv)
                                        NCCL_WIN_COLL_SYMMETRIC));
     c.host = malloc(c.win_bytes);
     if (c.host == NULL)
-        rc_die("out of memory for a %zu-byte host buffer", c.win_bytes);
+        oc_die("out of memory for a %zu-byte host buffer", c.win_bytes);
 
-    nsizes = rc_sizes(&o, sizes);
+    nsizes = oc_sizes(&o, sizes);
     for (i = 0; i < nsizes; i++) {
         size_t size = sizes[i];
         bad = 0;
