@@ -175,32 +175,11 @@ static __global__ void gc_kernel(ncclDevComm dev_comm, gc_args_t a)
 static void gc_wait(gc_ctx_t *c, const char *what, size_t size, int iter, double expected_s)
 {
     double bound = c->o->timeout_s + expected_s + 5;
-    double deadline = oc_now() + bound;
-    unsigned polls = 0;
     gc_status_t st;
 
-    for (;;) {
-        cudaError_t e = cudaStreamQuery(c->stream);
-        if (e == cudaSuccess)
-            break;
-        if (e != cudaErrorNotReady)
-            oc_die("%s, size %zu, iteration %d: the kernel failed: %s", what, size, iter,
-                   cudaGetErrorString(e));
-        if ((++polls & 1023) == 0) {
-            ncclResult_t async = ncclSuccess;
-            ncclCommGetAsyncError(c->comm, &async);
-            if (async != ncclSuccess && async != ncclInProgress)
-                oc_die("%s, size %zu, iteration %d: NCCL reports %s: %s", what, size, iter,
-                       ncclGetErrorString(async), ncclGetLastError(c->comm));
-            if (oc_now() > deadline)
-                oc_die("%s, size %zu, iteration %d: the kernel still runs after %.0f s (peer "
-                       "rank %d): stuck in a GIN put or flush (the GIN proxy's queue does not "
-                       "drain); NCCL's log (NCCL_DEBUG=INFO) tells which GIN plugin was assigned",
-                       what, size, iter, bound, c->peer);
-        }
-        if ((polls & 63) == 0)
-            usleep(10);
-    }
+    oc_stream_wait(c->stream, c->comm, what, size, iter, bound, c->peer,
+                   "the kernel is stuck in a GIN put or flush (the GIN proxy's queue does not "
+                   "drain); NCCL's log (NCCL_DEBUG=INFO) tells which GIN plugin was assigned", 1);
     CK_CUDA(cudaMemcpy(&st, c->d_status, sizeof(st), cudaMemcpyDeviceToHost));
     if (st.timed_out)
         oc_die("%s, size %zu, iteration %d: GIN signal %d not reached after %.0f s: it is %llu, "
@@ -240,18 +219,7 @@ static void gc_launch(gc_ctx_t *c, const char *what, size_t size, int iter, int 
  * of wrong bytes (on the receiver; 0 on the sender), after printing the first. */
 static size_t gc_check_one(gc_ctx_t *c, size_t size, int iter, int from)
 {
-    size_t guard = c->win_bytes - size < OC_GUARD ? c->win_bytes - size : OC_GUARD;
-    size_t bad = 0, i;
-
-    if (c->rank == from) {
-        for (i = 0; i < size; i++)
-            c->host[i] = oc_pattern(i, size, iter, from);
-        CK_CUDA(cudaMemcpy(c->send_buf, c->host, size, cudaMemcpyHostToDevice));
-    } else {
-        for (i = 0; i < size + guard; i++)
-            c->host[i] = (unsigned char)~oc_pattern(i, size, iter, from);
-        CK_CUDA(cudaMemcpy(c->recv_buf, c->host, size + guard, cudaMemcpyHostToDevice));
-    }
+    oc_check_prepare(c->rank, from, c->host, c->send_buf, c->recv_buf, c->win_bytes, size, iter);
     /* The receiver's buffer is reset before the put may land in it. */
     MPI_Barrier(MPI_COMM_WORLD);
     if (c->rank == from) {
@@ -259,24 +227,7 @@ static size_t gc_check_one(gc_ctx_t *c, size_t size, int iter, int from)
         return 0;
     }
     gc_launch(c, "GIN signal wait (check)", size, iter, 1, 0, 1, 0, 0, 0);
-    CK_CUDA(cudaMemcpy(c->host, c->recv_buf, size + guard, cudaMemcpyDeviceToHost));
-    for (i = 0; i < size + guard; i++) {
-        unsigned char want = i < size ? oc_pattern(i, size, iter, from)
-                                      : (unsigned char)~oc_pattern(i, size, iter, from);
-        if (c->host[i] == want)
-            continue;
-        if (bad++ == 0)
-            fprintf(stderr,
-                    "gin_check: MISMATCH size %zu direction %d->%d iteration %d offset %zu%s: "
-                    "expected 0x%02x got 0x%02x\n",
-                    size, from, 1 - from, iter, i,
-                    i < size ? "" : " (past the end of the put: must stay untouched)", want,
-                    c->host[i]);
-    }
-    if (bad)
-        fprintf(stderr, "gin_check: size %zu direction %d->%d iteration %d: %zu of %zu bytes "
-                "wrong\n", size, from, 1 - from, iter, bad, size + guard);
-    return bad;
+    return oc_check_compare(from, c->host, c->recv_buf, c->win_bytes, size, iter);
 }
 
 /* N ping-pong round trips in one kernel per rank; returns the host's wall
@@ -379,55 +330,32 @@ static void gc_dev_comm(gc_ctx_t *c)
 
 #pragma GCC diagnostic pop
 
+/* The shared sweep's view of this program's check and timing. */
+static size_t gc_check_cb(void *c, size_t size, int iter, int who)
+{
+    return gc_check_one((gc_ctx_t *)c, size, iter, who);
+}
+
+static void gc_time_cb(void *c, size_t size)
+{
+    gc_time_size((gc_ctx_t *)c, size);
+}
+
 int main(int argc, char **argv)
 {
     oc_opts_t o;
     gc_ctx_t c;
-    ncclUniqueId id;
-    size_t sizes[OC_MAX_SIZES], checked = 0;
-    uint64_t bad = 0, total_bad = 0;
-    int nsizes, nranks, version = 0, dev, i, it, from;
+    oc_sweep_t sweep;
 
     memset(&c, 0, sizeof(c));
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    oc_rank = c.rank;
-    oc_parse(argc, argv, &o);
+    (void)oc_start(&argc, &argv, &o, &c.rank, &c.stream, &c.comm);
     c.o = &o;
-    if (nranks != 2)
-        oc_die("needs exactly 2 ranks (mpirun -np 2), got %d", nranks);
     c.peer = 1 - c.rank;
-    dev = oc_device();
-    CK_CUDA(cudaSetDevice(dev));
-    CK_CUDA(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
-    ncclGetVersion(&version);
-    if (c.rank == 0) {
-        printf("gin_check: NCCL %d (built against %d), 2 ranks, device %d, %zu..%zu bytes x%d, "
-               "%d checked iterations per direction, >= %.2f s timed per size, waits bounded "
-               "by %.0f s\n", version, NCCL_VERSION_CODE, dev, o.min_size, o.max_size,
-               o.factor, o.check_iters, o.min_time, o.timeout_s);
-        fflush(stdout);
-        CK_NCCL(NULL, ncclGetUniqueId(&id));
-    }
-    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-    CK_NCCL(c.comm, ncclCommInitRank(&c.comm, 2, id, c.rank));
     gc_check_props(&c);
 
-    /* Room for the guard, rounded to the window alignment NCCL requires. */
-    c.win_bytes = (o.max_size + OC_GUARD + NCCL_WIN_REQUIRED_ALIGNMENT - 1) /
-                  NCCL_WIN_REQUIRED_ALIGNMENT * NCCL_WIN_REQUIRED_ALIGNMENT;
-    CK_NCCL(c.comm, ncclMemAlloc(&c.send_buf, c.win_bytes));
-    CK_NCCL(c.comm, ncclMemAlloc(&c.recv_buf, c.win_bytes));
-    /* Collective: both ranks register the same buffers in the same order,
-     * before the device communicator (which registers them with the GIN). */
-    CK_NCCL(c.comm, ncclCommWindowRegister(c.comm, c.send_buf, c.win_bytes, &c.send_win,
-                                           NCCL_WIN_COLL_SYMMETRIC));
-    CK_NCCL(c.comm, ncclCommWindowRegister(c.comm, c.recv_buf, c.win_bytes, &c.recv_win,
-                                           NCCL_WIN_COLL_SYMMETRIC));
-    c.host = (unsigned char *)malloc(c.win_bytes);
-    if (c.host == NULL)
-        oc_die("out of memory for a %zu-byte host buffer", c.win_bytes);
+    /* Both windows first: the device communicator registers them with its GIN. */
+    oc_windows(c.comm, o.max_size, &c.send_buf, &c.recv_buf, &c.send_win, &c.recv_win, &c.win_bytes,
+               &c.host);
     c.times_cap = o.max_iters;
     CK_CUDA(cudaMalloc((void **)&c.d_status, sizeof(*c.d_status)));
     CK_CUDA(cudaMalloc((void **)&c.d_sig, sizeof(*c.d_sig)));
@@ -435,50 +363,17 @@ int main(int argc, char **argv)
     CK_CUDA(cudaMemset(c.d_status, 0, sizeof(*c.d_status)));
     gc_dev_comm(&c);
 
-    nsizes = oc_sizes(&o, sizes);
-    for (i = 0; i < nsizes; i++) {
-        size_t size = sizes[i];
-        bad = 0;
-        for (it = 0; it < o.check_iters; it++)
-            for (from = 0; from < 2; from++)
-                bad += gc_check_one(&c, size, it, from);
-        MPI_Allreduce(&bad, &total_bad, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
-        if (total_bad) {
-            if (c.rank == 0)
-                printf("check size=%zu iters=%d dirs=0->1,1->0 FAILED: %" PRIu64 " wrong bytes\n",
-                       size, o.check_iters, total_bad);
-            break;
-        }
-        checked += 2 * (size_t)o.check_iters * size;
-        if (c.rank == 0) {
-            printf("check size=%zu iters=%d dirs=0->1,1->0 ok\n", size, o.check_iters);
-            fflush(stdout);
-        }
-        gc_time_size(&c, size);
-    }
+    oc_sweep(&o, c.rank, &c, gc_check_cb, gc_time_cb, &sweep);
 
     /* Both ranks' kernels ended: no put is in flight to a window going away. */
     MPI_Barrier(MPI_COMM_WORLD);
     CK_NCCL(c.comm, ncclDevCommDestroy(c.comm, &c.dev_comm));
-    CK_NCCL(c.comm, ncclCommWindowDeregister(c.comm, c.recv_win));
-    CK_NCCL(c.comm, ncclCommWindowDeregister(c.comm, c.send_win));
-    CK_NCCL(c.comm, ncclMemFree(c.recv_buf));
-    CK_NCCL(c.comm, ncclMemFree(c.send_buf));
+    oc_windows_free(c.comm, c.send_buf, c.recv_buf, c.send_win, c.recv_win, c.host);
     CK_NCCL(c.comm, ncclCommFinalize(c.comm));
     CK_NCCL(NULL, ncclCommDestroy(c.comm));
     CK_CUDA(cudaFree(c.d_times));
     CK_CUDA(cudaFree(c.d_sig));
     CK_CUDA(cudaFree(c.d_status));
     CK_CUDA(cudaStreamDestroy(c.stream));
-    free(c.host);
-    if (c.rank == 0) {
-        if (total_bad)
-            printf("gin_check: FAIL: %" PRIu64 " wrong bytes at size %zu (first mismatch above, on "
-                   "stderr)\n", total_bad, sizes[i]);
-        else
-            printf("gin_check: PASS: %d sizes, %zu bytes checked byte for byte, both "
-                   "directions\n", nsizes, checked);
-    }
-    MPI_Finalize();
-    return total_bad ? 1 : 0;
+    return oc_finish(c.rank, &sweep);
 }

@@ -185,4 +185,229 @@ static inline int oc_device(void)
     return v ? atoi(v) : 0;
 }
 
+/*
+ * MPI, the options, the GPU (RMA_CHECK_DEVICE or NCCL_TESTS_DEVICE, else 0),
+ * a non-blocking stream and a 2-rank NCCL communicator; rank 0 prints the
+ * line the scripts check (the NCCL loaded and the one built against).
+ * Returns the device.
+ */
+static inline int oc_start(int *argc, char ***argv, oc_opts_t *o, int *rank,
+                           cudaStream_t *stream, ncclComm_t *comm)
+{
+    ncclUniqueId id;
+    int nranks, version = 0, dev;
+
+    MPI_Init(argc, argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    oc_rank = *rank;
+    oc_parse(*argc, *argv, o);
+    if (nranks != 2)
+        oc_die("needs exactly 2 ranks (mpirun -np 2), got %d", nranks);
+    dev = oc_device();
+    CK_CUDA(cudaSetDevice(dev));
+    CK_CUDA(cudaStreamCreateWithFlags(stream, cudaStreamNonBlocking));
+    ncclGetVersion(&version);
+    if (*rank == 0) {
+        printf(OC_PROG ": NCCL %d (built against %d), 2 ranks, device %d, %zu..%zu bytes x%d, "
+               "%d checked iterations per direction, >= %.2f s timed per size, waits bounded "
+               "by %.0f s\n", version, NCCL_VERSION_CODE, dev, o->min_size, o->max_size,
+               o->factor, o->check_iters, o->min_time, o->timeout_s);
+        fflush(stdout);
+        CK_NCCL(NULL, ncclGetUniqueId(&id));
+    }
+    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+    CK_NCCL(*comm, ncclCommInitRank(comm, 2, id, *rank));
+    return dev;
+}
+
+/*
+ * Both windows: ncclMemAlloc'd, room for the guard rounded to the alignment
+ * NCCL requires, registered symmetric (collective: both ranks, same order),
+ * and a host buffer as large for the checks.
+ */
+static inline void oc_windows(ncclComm_t comm, size_t max_size, void **send_buf, void **recv_buf,
+                              ncclWindow_t *send_win, ncclWindow_t *recv_win, size_t *win_bytes,
+                              unsigned char **host)
+{
+    *win_bytes = (max_size + OC_GUARD + NCCL_WIN_REQUIRED_ALIGNMENT - 1) /
+                 NCCL_WIN_REQUIRED_ALIGNMENT * NCCL_WIN_REQUIRED_ALIGNMENT;
+    CK_NCCL(comm, ncclMemAlloc(send_buf, *win_bytes));
+    CK_NCCL(comm, ncclMemAlloc(recv_buf, *win_bytes));
+    CK_NCCL(comm, ncclCommWindowRegister(comm, *send_buf, *win_bytes, send_win,
+                                         NCCL_WIN_COLL_SYMMETRIC));
+    CK_NCCL(comm, ncclCommWindowRegister(comm, *recv_buf, *win_bytes, recv_win,
+                                         NCCL_WIN_COLL_SYMMETRIC));
+    *host = (unsigned char *)malloc(*win_bytes);
+    if (*host == NULL)
+        oc_die("out of memory for a %zu-byte host buffer", *win_bytes);
+}
+
+static inline void oc_windows_free(ncclComm_t comm, void *send_buf, void *recv_buf,
+                                   ncclWindow_t send_win, ncclWindow_t recv_win,
+                                   unsigned char *host)
+{
+    CK_NCCL(comm, ncclCommWindowDeregister(comm, recv_win));
+    CK_NCCL(comm, ncclCommWindowDeregister(comm, send_win));
+    CK_NCCL(comm, ncclMemFree(recv_buf));
+    CK_NCCL(comm, ncclMemFree(send_buf));
+    free(host);
+}
+
+/* One program's check of one size, iteration and direction (wrong bytes), and its timing. */
+typedef size_t (*oc_check_fn)(void *ctx, size_t size, int iter, int who);
+typedef void (*oc_time_fn)(void *ctx, size_t size);
+
+typedef struct {
+    int nsizes;
+    size_t checked;      /* bytes checked byte for byte */
+    uint64_t total_bad;  /* wrong bytes, both ranks */
+    size_t bad_size;     /* the size they were found at */
+} oc_sweep_t;
+
+/*
+ * Every size: -c checked iterations each way (both ranks agree on the count
+ * of wrong bytes), then the timing; stops at the first size with a wrong byte.
+ * Prints the "check size=" lines the scripts parse.
+ */
+static inline void oc_sweep(const oc_opts_t *o, int rank, void *ctx, oc_check_fn check,
+                            oc_time_fn time_size, oc_sweep_t *r)
+{
+    size_t sizes[OC_MAX_SIZES];
+    uint64_t bad;
+
+    memset(r, 0, sizeof(*r));
+    r->nsizes = oc_sizes(o, sizes);
+    for (int i = 0; i < r->nsizes; i++) {
+        size_t size = sizes[i];
+
+        bad = 0;
+        for (int it = 0; it < o->check_iters; it++)
+            for (int who = 0; who < 2; who++)
+                bad += check(ctx, size, it, who);
+        MPI_Allreduce(&bad, &r->total_bad, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+        if (r->total_bad) {
+            r->bad_size = size;
+            if (rank == 0)
+                printf("check size=%zu iters=%d dirs=0->1,1->0 FAILED: %llu wrong bytes\n", size,
+                       o->check_iters, (unsigned long long)r->total_bad);
+            return;
+        }
+        r->checked += 2 * (size_t)o->check_iters * size;
+        if (rank == 0) {
+            printf("check size=%zu iters=%d dirs=0->1,1->0 ok\n", size, o->check_iters);
+            fflush(stdout);
+        }
+        time_size(ctx, size);
+    }
+}
+
+/* The last line the scripts read; MPI ends; the exit status. */
+static inline int oc_finish(int rank, const oc_sweep_t *r)
+{
+    if (rank == 0) {
+        if (r->total_bad)
+            printf(OC_PROG ": FAIL: %llu wrong bytes at size %zu (first mismatch above, on "
+                   "stderr)\n", (unsigned long long)r->total_bad, r->bad_size);
+        else
+            printf(OC_PROG ": PASS: %d sizes, %zu bytes checked byte for byte, both "
+                   "directions\n", r->nsizes, r->checked);
+    }
+    MPI_Finalize();
+    return r->total_bad ? 1 : 0;
+}
+
+/* The guard that fits after a transfer of SIZE in windows of WIN_BYTES. */
+static inline size_t oc_guard(size_t win_bytes, size_t size)
+{
+    return win_bytes - size < OC_GUARD ? win_bytes - size : OC_GUARD;
+}
+
+/*
+ * Before a checked transfer from rank WHO: the sender's source gets the
+ * pattern, the receiver's window and guard its complement (every byte must
+ * change, the guard must not). HOST is the rank's staging buffer.
+ */
+static inline void oc_check_prepare(int rank, int who, unsigned char *host, void *send_buf,
+                                    void *recv_buf, size_t win_bytes, size_t size, int iter)
+{
+    size_t guard = oc_guard(win_bytes, size), i;
+
+    if (rank == who) {
+        for (i = 0; i < size; i++)
+            host[i] = oc_pattern(i, size, iter, who);
+        CK_CUDA(cudaMemcpy(send_buf, host, size, cudaMemcpyHostToDevice));
+    } else {
+        for (i = 0; i < size + guard; i++)
+            host[i] = (unsigned char)~oc_pattern(i, size, iter, who);
+        CK_CUDA(cudaMemcpy(recv_buf, host, size + guard, cudaMemcpyHostToDevice));
+    }
+}
+
+/*
+ * After it, on the receiver: the window and guard copied back and compared
+ * byte for byte; the first mismatch and the count go to stderr. Returns the
+ * number of wrong bytes.
+ */
+static inline size_t oc_check_compare(int who, unsigned char *host, void *recv_buf,
+                                      size_t win_bytes, size_t size, int iter)
+{
+    size_t guard = oc_guard(win_bytes, size), bad = 0, i;
+
+    CK_CUDA(cudaMemcpy(host, recv_buf, size + guard, cudaMemcpyDeviceToHost));
+    for (i = 0; i < size + guard; i++) {
+        unsigned char want = i < size ? oc_pattern(i, size, iter, who)
+                                      : (unsigned char)~oc_pattern(i, size, iter, who);
+        if (host[i] == want)
+            continue;
+        if (bad++ == 0)
+            fprintf(stderr,
+                    OC_PROG ": MISMATCH size %zu direction %d->%d iteration %d offset %zu%s: "
+                    "expected 0x%02x got 0x%02x\n",
+                    size, who, 1 - who, iter, i,
+                    i < size ? "" : " (past the end of the put: must stay untouched)", want,
+                    host[i]);
+    }
+    if (bad)
+        fprintf(stderr, OC_PROG ": size %zu direction %d->%d iteration %d: %zu of %zu bytes "
+                "wrong\n", size, who, 1 - who, iter, bad, size + guard);
+    return bad;
+}
+
+/*
+ * Waits for everything queued on STREAM, at most BOUND seconds, polling
+ * NCCL's async error on the way; a failure names WHAT, the size, the
+ * iteration, the peer, and STUCK (what a stream still busy at the bound
+ * means). NAP: sleep 10 us every 64 polls (a spinning kernel shares the GPU
+ * with this rank's copies; a host API wait does not).
+ */
+static inline void oc_stream_wait(cudaStream_t stream, ncclComm_t comm, const char *what,
+                                  size_t size, int iter, double bound, int peer,
+                                  const char *stuck, int nap)
+{
+    double deadline = oc_now() + bound;
+    unsigned polls = 0;
+
+    for (;;) {
+        cudaError_t e = cudaStreamQuery(stream);
+        if (e == cudaSuccess)
+            return;
+        if (e != cudaErrorNotReady)
+            oc_die("%s, size %zu, iteration %d: the stream failed: %s", what, size, iter,
+                   cudaGetErrorString(e));
+        if ((++polls & 1023) == 0) {
+            ncclResult_t async = ncclSuccess;
+            ncclCommGetAsyncError(comm, &async);
+            if (async != ncclSuccess && async != ncclInProgress)
+                oc_die("%s, size %zu, iteration %d: NCCL reports %s: %s", what, size, iter,
+                       ncclGetErrorString(async), ncclGetLastError(comm));
+            if (oc_now() > deadline)
+                oc_die("%s, size %zu, iteration %d: not done after %.0f s (peer rank %d): %s",
+                       what, size, iter, bound, peer, stuck);
+        }
+        if (nap && (polls & 63) == 0)
+            usleep(10);
+    }
+}
+
 #endif

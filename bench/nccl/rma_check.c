@@ -65,28 +65,8 @@ typedef struct {
 /* Waits for everything queued on the context's stream, at most -t seconds. */
 static void rc_wait(rc_ctx_t *c, const char *what, size_t size, int iter)
 {
-    double deadline = oc_now() + c->o->timeout_s;
-    unsigned polls = 0;
-
-    for (;;) {
-        cudaError_t e = cudaStreamQuery(c->stream);
-        if (e == cudaSuccess)
-            return;
-        if (e != cudaErrorNotReady)
-            oc_die("%s, size %zu, iteration %d: the stream failed: %s", what, size, iter,
-                   cudaGetErrorString(e));
-        if ((++polls & 1023) == 0) {
-            ncclResult_t async = ncclSuccess;
-            ncclCommGetAsyncError(c->comm, &async);
-            if (async != ncclSuccess && async != ncclInProgress)
-                oc_die("%s, size %zu, iteration %d: NCCL reports %s: %s", what, size, iter,
-                       ncclGetErrorString(async), ncclGetLastError(c->comm));
-            if (oc_now() > deadline)
-                oc_die("%s, size %zu, iteration %d: not done after %.0f s (peer rank %d); "
-                       "NCCL's log (NCCL_DEBUG=INFO) tells whether the RMA plugin connected",
-                       what, size, iter, c->o->timeout_s, c->peer);
-        }
-    }
+    oc_stream_wait(c->stream, c->comm, what, size, iter, c->o->timeout_s, c->peer,
+                   "NCCL's log (NCCL_DEBUG=INFO) tells whether the RMA plugin connected", 0);
 }
 
 static void rc_put(rc_ctx_t *c, size_t size)
@@ -106,46 +86,17 @@ static void rc_wait_signal(rc_ctx_t *c)
  * wrong bytes (on the receiver; 0 on the sender), after printing the first. */
 static size_t rc_check_one(rc_ctx_t *c, size_t size, int iter, int dir)
 {
-    int sender = dir == 0 ? 0 : 1;
-    size_t guard = c->win_bytes - size < OC_GUARD ? c->win_bytes - size : OC_GUARD;
-    size_t bad = 0, i;
-
-    if (c->rank == sender) {
-        for (i = 0; i < size; i++)
-            c->host[i] = oc_pattern(i, size, iter, dir);
-        CK_CUDA(cudaMemcpy(c->send_buf, c->host, size, cudaMemcpyHostToDevice));
-    } else {
-        for (i = 0; i < size + guard; i++)
-            c->host[i] = (unsigned char)~oc_pattern(i, size, iter, dir);
-        CK_CUDA(cudaMemcpy(c->recv_buf, c->host, size + guard, cudaMemcpyHostToDevice));
-    }
+    oc_check_prepare(c->rank, dir, c->host, c->send_buf, c->recv_buf, c->win_bytes, size, iter);
     /* The receiver's buffer is reset before the put may land in it. */
     MPI_Barrier(MPI_COMM_WORLD);
-    if (c->rank == sender) {
+    if (c->rank == dir) {
         rc_put(c, size);
         rc_wait(c, "ncclPutSignal (check)", size, iter);
         return 0;
     }
     rc_wait_signal(c);
     rc_wait(c, "ncclWaitSignal (check)", size, iter);
-    CK_CUDA(cudaMemcpy(c->host, c->recv_buf, size + guard, cudaMemcpyDeviceToHost));
-    for (i = 0; i < size + guard; i++) {
-        unsigned char want = i < size ? oc_pattern(i, size, iter, dir)
-                                      : (unsigned char)~oc_pattern(i, size, iter, dir);
-        if (c->host[i] == want)
-            continue;
-        if (bad++ == 0)
-            fprintf(stderr,
-                    "rma_check: MISMATCH size %zu direction %d->%d iteration %d offset %zu%s: "
-                    "expected 0x%02x got 0x%02x\n",
-                    size, sender, 1 - sender, iter, i,
-                    i < size ? "" : " (past the end of the put: must stay untouched)", want,
-                    c->host[i]);
-    }
-    if (bad)
-        fprintf(stderr, "rma_check: size %zu direction %d->%d iteration %d: %zu of %zu bytes "
-                "wrong\n", size, sender, 1 - sender, iter, bad, size + guard);
-    return bad;
+    return oc_check_compare(dir, c->host, c->recv_buf, c->win_bytes, size, iter);
 }
 
 /* One ping-pong round trip of SIZE bytes; returns its time on rank 0. */
@@ -208,90 +159,34 @@ static void rc_time_size(rc_ctx_t *c, size_t size)
     free(t);
 }
 
+/* The shared sweep's view of this program's check and timing. */
+static size_t rc_check_cb(void *c, size_t size, int iter, int who)
+{
+    return rc_check_one((rc_ctx_t *)c, size, iter, who);
+}
+
+static void rc_time_cb(void *c, size_t size)
+{
+    rc_time_size((rc_ctx_t *)c, size);
+}
+
 int main(int argc, char **argv)
 {
     oc_opts_t o;
     rc_ctx_t c = { 0 };
-    ncclUniqueId id;
-    size_t sizes[OC_MAX_SIZES], checked = 0;
-    uint64_t bad = 0, total_bad = 0;
-    int nsizes, nranks, version = 0, dev, i, it, dir;
+    oc_sweep_t sweep;
 
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    oc_rank = c.rank;
-    oc_parse(argc, argv, &o);
+    (void)oc_start(&argc, &argv, &o, &c.rank, &c.stream, &c.comm);
     c.o = &o;
-    if (nranks != 2)
-        oc_die("needs exactly 2 ranks (mpirun -np 2), got %d", nranks);
     c.peer = 1 - c.rank;
-    dev = oc_device();
-    CK_CUDA(cudaSetDevice(dev));
-    CK_CUDA(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
-    ncclGetVersion(&version);
-    if (c.rank == 0) {
-        printf("rma_check: NCCL %d (built against %d), 2 ranks, device %d, %zu..%zu bytes x%d, "
-               "%d checked iterations per direction, >= %.2f s timed per size, waits bounded "
-               "by %.0f s\n", version, NCCL_VERSION_CODE, dev, o.min_size, o.max_size,
-               o.factor, o.check_iters, o.min_time, o.timeout_s);
-        fflush(stdout);
-        CK_NCCL(NULL, ncclGetUniqueId(&id));
-    }
-    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-    CK_NCCL(c.comm, ncclCommInitRank(&c.comm, 2, id, c.rank));
 
-    /* Room for the guard, rounded to the window alignment NCCL requires. */
-    c.win_bytes = (o.max_size + OC_GUARD + NCCL_WIN_REQUIRED_ALIGNMENT - 1) /
-                  NCCL_WIN_REQUIRED_ALIGNMENT * NCCL_WIN_REQUIRED_ALIGNMENT;
-    CK_NCCL(c.comm, ncclMemAlloc(&c.send_buf, c.win_bytes));
-    CK_NCCL(c.comm, ncclMemAlloc(&c.recv_buf, c.win_bytes));
-    /* Collective: both ranks register the same buffers in the same order. */
-    CK_NCCL(c.comm, ncclCommWindowRegister(c.comm, c.send_buf, c.win_bytes, &c.send_win,
-                                       NCCL_WIN_COLL_SYMMETRIC));
-    CK_NCCL(c.comm, ncclCommWindowRegister(c.comm, c.recv_buf, c.win_bytes, &c.recv_win,
-                                       NCCL_WIN_COLL_SYMMETRIC));
-    c.host = malloc(c.win_bytes);
-    if (c.host == NULL)
-        oc_die("out of memory for a %zu-byte host buffer", c.win_bytes);
+    oc_windows(c.comm, o.max_size, &c.send_buf, &c.recv_buf, &c.send_win, &c.recv_win, &c.win_bytes,
+               &c.host);
 
-    nsizes = oc_sizes(&o, sizes);
-    for (i = 0; i < nsizes; i++) {
-        size_t size = sizes[i];
-        bad = 0;
-        for (it = 0; it < o.check_iters; it++)
-            for (dir = 0; dir < 2; dir++)
-                bad += rc_check_one(&c, size, it, dir);
-        MPI_Allreduce(&bad, &total_bad, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
-        if (total_bad) {
-            if (c.rank == 0)
-                printf("check size=%zu iters=%d dirs=0->1,1->0 FAILED: %" PRIu64 " wrong bytes\n",
-                       size, o.check_iters, total_bad);
-            break;
-        }
-        checked += 2 * (size_t)o.check_iters * size;
-        if (c.rank == 0) {
-            printf("check size=%zu iters=%d dirs=0->1,1->0 ok\n", size, o.check_iters);
-            fflush(stdout);
-        }
-        rc_time_size(&c, size);
-    }
+    oc_sweep(&o, c.rank, &c, rc_check_cb, rc_time_cb, &sweep);
 
-    CK_NCCL(c.comm, ncclCommWindowDeregister(c.comm, c.recv_win));
-    CK_NCCL(c.comm, ncclCommWindowDeregister(c.comm, c.send_win));
-    CK_NCCL(c.comm, ncclMemFree(c.recv_buf));
-    CK_NCCL(c.comm, ncclMemFree(c.send_buf));
+    oc_windows_free(c.comm, c.send_buf, c.recv_buf, c.send_win, c.recv_win, c.host);
     CK_NCCL(NULL, ncclCommDestroy(c.comm));
     CK_CUDA(cudaStreamDestroy(c.stream));
-    free(c.host);
-    if (c.rank == 0) {
-        if (total_bad)
-            printf("rma_check: FAIL: %" PRIu64 " wrong bytes at size %zu (first mismatch above, on "
-                   "stderr)\n", total_bad, sizes[i]);
-        else
-            printf("rma_check: PASS: %d sizes, %zu bytes checked byte for byte, both "
-                   "directions\n", nsizes, checked);
-    }
-    MPI_Finalize();
-    return total_bad ? 1 : 0;
+    return oc_finish(c.rank, &sweep);
 }
