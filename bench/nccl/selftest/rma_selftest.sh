@@ -37,29 +37,8 @@ trap 'rm -rf "$WORK"; rm -f /dev/shm"$MOCK_SHM_PREFIX"-*' EXIT
 PASSED=0
 FAILED=0
 
-# check NAME WANT_RC CMD...: runs CMD with output in $WORK/NAME.out.
-check() {
-  local name=$1 want=$2 rc
-  shift 2
-  "$@" >"$WORK/$name.out" 2>&1
-  rc=$?
-  if [ "$rc" -eq "$want" ]; then
-    PASSED=$((PASSED + 1)); echo "ok   $name"
-  else
-    FAILED=$((FAILED + 1)); echo "FAIL $name: exit $rc, wanted $want"; tail -5 "$WORK/$name.out"
-  fi
-}
-
-# expect NAME GREP_ARGS...: the output of check NAME matches.
-expect() {
-  local name=$1
-  shift
-  if grep -q "$@" "$WORK/$name.out"; then
-    PASSED=$((PASSED + 1)); echo "ok   $name: $*"
-  else
-    FAILED=$((FAILED + 1)); echo "FAIL $name: no match for $*"
-  fi
-}
+# shellcheck source=checks.sh
+source "$HERE/checks.sh"
 
 # A mock NCCL "build" and CUDA toolkit: nccl.h from the real nccl.h.in, the
 # mock as libnccl.so and libcudart.so, an nvcc that does nothing.
