@@ -37,33 +37,39 @@ static ferry_ib_rma_group_t *ferry_ib_rma_reg_group(void *group, const char *op)
 }
 
 /*
- * Register with the HCA; NULL with a WARN. fd >= 0: GPU memory named by a
- * DMA-BUF (the path of a host without a peer-memory module), registered now:
- * the caller closes fd when this returns.
+ * Register with the HCA; NULL with a WARN. dmabuf: GPU memory named by the
+ * DMA-BUF fd (the path of a host without a peer-memory module), registered
+ * now: the caller closes fd when this returns.
  */
 static ferry_ib_rma_mr_t *ferry_ib_rma_mr_new(ferry_ib_rma_group_t *g, void *data, size_t size,
-                                              int type, int fd, uint64_t offset)
+                                              int type, int dmabuf, int fd, uint64_t offset)
 {
-    ferry_ib_mr_req_t rq = { data, size, FERRY_IB_RMA_ACCESS, 1, fd, offset,
+    ferry_ib_mr_req_t rq = { data, size, FERRY_IB_RMA_ACCESS, 1, dmabuf ? fd : -1, offset,
                              type != FERRY_PTR_HOST };
-    const char *op = fd >= 0 ? "regMrSymDmaBuf" : "regMrSym";
+    const char *op = dmabuf ? "regMrSymDmaBuf" : "regMrSym";
     ferry_ib_rma_mr_t *mr;
     char who[256], err[1024];
 
     ferry_ib_rma_describe(g, who, sizeof(who));
-    if (fd >= 0 && !(ferry_ib_gdr_ptr_support(g->port) & FERRY_PTR_DMABUF)) {
+    if (dmabuf && fd < 0) {
+        FERRY_WARN("RMA %s(%p, %zu bytes, type %d, fd %d): %s: no DMA-BUF fd; register with "
+                   "regMrSym, or pass the fd cuMemGetHandleForAddressRange gave", op, data, size,
+                   type, fd, who);
+        return NULL;
+    }
+    if (dmabuf && !(ferry_ib_gdr_ptr_support(g->port) & FERRY_PTR_DMABUF)) {
         FERRY_WARN("RMA %s(%p, %zu bytes, type %d, fd %d): %s: DMA-BUF is not available here "
                    "(the init line 'ib backend GPU memory' says why); register with regMrSym",
                    op, data, size, type, fd, who);
         return NULL;
     }
-    if (fd >= 0 && type != FERRY_PTR_CUDA && type != FERRY_PTR_DMABUF) {
+    if (dmabuf && type != FERRY_PTR_CUDA && type != FERRY_PTR_DMABUF) {
         FERRY_WARN("RMA %s(%p, %zu bytes, type %d, fd %d): %s: a DMA-BUF names GPU memory: type "
                    "must be NCCL_PTR_CUDA (2) or NCCL_PTR_DMABUF (4); host memory goes through "
                    "regMrSym", op, data, size, type, fd, who);
         return NULL;
     }
-    if (fd < 0 && type != FERRY_PTR_HOST && (type != FERRY_PTR_CUDA || !ferry_ib_state.gdr)) {
+    if (!dmabuf && type != FERRY_PTR_HOST && (type != FERRY_PTR_CUDA || !ferry_ib_state.gdr)) {
         FERRY_WARN("RMA regMrSym(%p, %zu bytes, type %d): %s: %s", data, size, type, who,
                    type == FERRY_PTR_CUDA ? "GPU memory is not registered on this host"
                                           : "only host (NCCL_PTR_HOST) or CUDA (NCCL_PTR_CUDA) "
@@ -91,11 +97,16 @@ static ferry_ib_rma_mr_t *ferry_ib_rma_mr_new(ferry_ib_rma_group_t *g, void *dat
     return mr;
 }
 
+/*
+ * Collective: a registration refused here (bad input, no DMA-BUF) still
+ * takes its number on every rank, so the peers' exchange completes and
+ * their numbering stays in step.
+ */
 static ferry_status_t ferry_ib_rma_reg_any(void *group, void *data, size_t size, int type,
-                                           int fd, uint64_t offset, void **mr_p)
+                                           int dmabuf, int fd, uint64_t offset, void **mr_p)
 {
-    ferry_ib_rma_group_t *g = ferry_ib_rma_reg_group(group, fd >= 0 ? "regMrSymDmaBuf"
-                                                                     : "regMrSym");
+    ferry_ib_rma_group_t *g = ferry_ib_rma_reg_group(group, dmabuf ? "regMrSymDmaBuf"
+                                                                    : "regMrSym");
     ferry_ib_rma_wire_t *out = NULL, *in = NULL;
     ferry_ib_rma_mr_t *mr;
     ferry_status_t st;
@@ -117,7 +128,7 @@ static ferry_status_t ferry_ib_rma_reg_any(void *group, void *data, size_t size,
                    FERRY_IB_RMA_MAX_REGS);
         return FERRY_ERR_USAGE;
     }
-    mr = ferry_ib_rma_mr_new(g, data, size, type, fd, offset);
+    mr = ferry_ib_rma_mr_new(g, data, size, type, dmabuf, fd, offset);
     out = calloc((size_t)g->nranks, sizeof(*out));
     in = calloc((size_t)g->nranks, sizeof(*in));
     /* A region that failed here still takes part (size 0): the peers' numbering stays in step. */
@@ -169,20 +180,13 @@ static ferry_status_t ferry_ib_rma_reg_any(void *group, void *data, size_t size,
 
 ferry_status_t ferry_ib_rma_reg(void *group, void *data, size_t size, int type, void **mr_p)
 {
-    return ferry_ib_rma_reg_any(group, data, size, type, -1, 0, mr_p);
+    return ferry_ib_rma_reg_any(group, data, size, type, 0, -1, 0, mr_p);
 }
 
 ferry_status_t ferry_ib_rma_reg_dmabuf(void *group, void *data, size_t size, int type,
                                        uint64_t offset, int fd, void **mr_p)
 {
-    if (fd < 0) {
-        *mr_p = NULL;
-        FERRY_WARN("RMA regMrSymDmaBuf(%p, %zu bytes, type %d, fd %d): no DMA-BUF fd; register "
-                   "with regMrSym, or pass the fd cuMemGetHandleForAddressRange gave", data, size,
-                   type, fd);
-        return FERRY_ERR_ARGUMENT;
-    }
-    return ferry_ib_rma_reg_any(group, data, size, type, fd, offset, mr_p);
+    return ferry_ib_rma_reg_any(group, data, size, type, 1, fd, offset, mr_p);
 }
 
 ferry_status_t ferry_ib_rma_dereg(void *group, void *mhandle)

@@ -117,6 +117,32 @@ void case_gpu(void)
         FIT_CHECK(fit_log_find(from, NCCL_LOG_WARN, "regMrSymDmaBuf", "type must be NCCL_PTR_CUDA",
                                "host memory goes through regMrSym", NULL, 0) >= 0,
                   "the host-memory refusal says why");
+        /*
+         * Only rank 0 has no fd: it refuses, naming its group, and still takes
+         * part, so the others' registration of the same region completes.
+         */
+        {
+            void *mh = NULL;
+            int fd = -1;
+            ncclResult_t r;
+
+            if (my_rank != 0)
+                FIT_CHECK(handle_fn(&fd, win, GPU_WIN, 1, 0) == 0 && fd >= 0, "DMA-BUF fd");
+            fit_log_expect("no DMA-BUF fd");
+            r = v14->regMrSymDmaBuf(coll, (void *)(uintptr_t)win, GPU_WIN, NCCL_PTR_CUDA, 0, fd, 0,
+                                    &mh);
+            if (fd >= 0)
+                close(fd);
+            if (my_rank == 0) {
+                FIT_CHECK(r != ncclSuccess && mh == NULL, "regMrSymDmaBuf with fd -1 refused");
+                FIT_CHECK(fit_log_find(from, NCCL_LOG_WARN, "no DMA-BUF fd", "RMA group rank 0 of",
+                                       NULL, NULL, 0) >= 0, "the refusal names the group");
+            } else {
+                FIT_CHECK(r == ncclSuccess && mh != NULL, "rank %d's registration completes "
+                          "beside rank 0's refusal", my_rank);
+                FIT_NCCL(v14->deregMrSym(coll, mh));
+            }
+        }
     }
     win_mh = gpu_reg(coll, handle_fn, win, GPU_WIN);
     sig_mh = gpu_reg(coll, handle_fn, sig, 8 * NSIG_WORDS);
