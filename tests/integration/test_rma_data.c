@@ -65,6 +65,12 @@ static void round_trip(rank_state_t *s, int round, size_t size, int step)
     FIT_NCCL(rma_iflush(s->win_mh, (uint32_t)far, &req));
     FIT_NCCL(wait_req(s->coll, req, "iflush"));
     barrier(step + 1);
+    /*
+     * The put was applied here by whichever thread drove progress, under the
+     * group's lock; taking it orders those writes before the check (the
+     * barrier is shared memory between processes, which TSan cannot see).
+     */
+    rma_progress();
     check_bytes(s->win + PLAIN_OFF, plain, from_far, round + 100, "iput after iflush");
     for (size_t i = 0; i < GUARD; i++)
         FIT_CHECK(s->win[WIN_SIZE + i] == 0xee, "guard byte %zu after the window written", i);
