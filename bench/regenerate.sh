@@ -7,6 +7,7 @@
 #                       [--min-time S] [--sizes 4K:256M] [--out DIR] [--commit ID]
 #                       [--cores-per-rank N] [--budget SECONDS]
 #                       [--variant LABEL=NAME=value[,NAME=value...]]...
+#                       [--ops all_reduce|alltoall[,...]]
 #
 # SRC is an nccl-tests source tree (its top folder, holding src/Makefile); it
 # is built here, with MPI, for the GPU's own architecture only, into
@@ -28,6 +29,8 @@
 #            says, data unchecked (-c 0), NCCL_PROTO=Simple (LL/LL128 flags
 #            live in the payload): each plugin's own CPU cost per message; at
 #            one size, the busbw ratio is the message-rate ratio
+# --ops limits the 8-rank topics to the operations named (default both), so
+# that one operation gets a whole GPU call's budget.
 # Every topic runs unbound (--bind-to none), or with --cores-per-rank N bound
 # to N cores per rank (mpirun --map-by slot:PE=N --bind-to core).
 #
@@ -75,8 +78,9 @@ COMMIT=
 CORES=
 BUDGET=
 VARIANTS=()
+OPS_ARG=
 
-usage() { sed -n '2,55p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
 
 while [ $# -gt 0 ]; do
   case $1 in
@@ -90,6 +94,7 @@ while [ $# -gt 0 ]; do
     --cores-per-rank) CORES=${2:-}; shift ;;
     --budget) BUDGET=${2:-}; shift ;;
     --variant) VARIANTS+=("${2:-}"); shift ;;
+    --ops) OPS_ARG=${2:-}; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "regenerate.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -109,6 +114,10 @@ for v in "${VARIANTS[@]}"; do
   [[ $v =~ ^[a-z0-9]{1,12}=[A-Z_][A-Z0-9_]*=[^,[:space:]]*(,[A-Z_][A-Z0-9_]*=[^,[:space:]]*)*$ ]] ||
     die_usage "--variant '$v': LABEL=NAME=value[,NAME=value...] (LABEL: 1-12 of a-z0-9, no spaces)"
 done
+case ,$OPS_ARG, in
+  ,,|,all_reduce,|,alltoall,|,all_reduce,alltoall,|,alltoall,all_reduce,) ;;
+  *) die_usage "--ops takes all_reduce, alltoall or both, comma-separated ('$OPS_ARG')" ;;
+esac
 IFS=, read -r -a TOPIC_LIST <<<"$TOPICS"
 for t in "${TOPIC_LIST[@]}"; do
   case $t in socket2|ib2|gdr2|socket8|ib8|ibnull2) ;; *) die_usage "unknown topic '$t'" ;; esac
@@ -186,7 +195,8 @@ topic_setup() {
   done
   CONFIGS=("${CONFIGS[0]}" "${vs[@]}" "${CONFIGS[@]:1}")
   case $1 in
-    *8) NP=8; OPS=(all_reduce alltoall) ;;
+    *8) NP=8; OPS=(all_reduce alltoall)
+        [ -n "$OPS_ARG" ] && IFS=, read -r -a OPS <<<"$OPS_ARG" ;;
     *) NP=2; OPS=(all_reduce) ;;
   esac
   case $1 in
@@ -285,7 +295,7 @@ record_env() {
     echo "gpu: $(timeout 20 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
     echo "cuda: $(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
     echo "nccl-tests: $(nt_src_version)"
-    echo "command: bench/regenerate.sh --nccl-tests SRC --topics $TOPICS --reps $REPS --min-time $MIN_TIME --sizes $SIZES${CORES:+ --cores-per-rank $CORES}${BUDGET:+ --budget $BUDGET}$(printf ' --variant %s' "${VARIANTS[@]}" | sed 's/^ --variant $//')"
+    echo "command: bench/regenerate.sh --nccl-tests SRC --topics $TOPICS --reps $REPS --min-time $MIN_TIME --sizes $SIZES${CORES:+ --cores-per-rank $CORES}${BUDGET:+ --budget $BUDGET}${OPS_ARG:+ --ops $OPS_ARG}$(printf ' --variant %s' "${VARIANTS[@]}" | sed 's/^ --variant $//')"
     for v in "${VARIANTS[@]}"; do echo "variant: ferry-${v%%=*} = ferry's configuration + ${v#*=}"; done
   } >"$OUTDIR/env.txt"
 }

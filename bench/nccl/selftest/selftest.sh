@@ -285,6 +285,14 @@ check regen_budget_spent 1 env FNB_BUILD="$FNB_BUILD" REGEN_NT_BUILD="$WORK/ntbu
 check regen_budget_spent_note 0 grep -q 'socket2: not run, the budget of 10 s was spent' "$WORK/regen5/budget.txt"
 check regen_wrong 1 env FNB_BUILD="$FNB_BUILD" REGEN_NT_BUILD="$WORK/ntbuild" MOCK_WRONG=1 "$HERE/../../regenerate.sh" \
       --nccl-tests "$WORK/nt" --topics socket2 --reps 1 --sizes 1M:1M --out "$WORK/regen3"
+# --ops: an 8-rank topic runs only the operations named, and the command says so.
+check regen_ops 0 env FNB_BUILD="$FNB_BUILD" REGEN_NT_BUILD="$WORK/ntbuild" "$HERE/../../regenerate.sh" \
+      --nccl-tests "$WORK/nt" --topics socket8 --reps 1 --sizes 4K:16K --ops alltoall --out "$WORK/regen7"
+expect regen_ops '^| socket, 8 ranks on one GPU, unbound, alltoall |'
+check regen_ops_only 0 test "$(awk -F'\t' 'NR > 1 { print $2 }' "$WORK/regen7/runs.tsv" | sort -u)" = alltoall
+check regen_ops_command 0 grep -q -- '--ops alltoall' "$WORK/regen7/README.md"
+check regen_ops_bad 2 "$HERE/../../regenerate.sh" --nccl-tests "$WORK/nt" --ops reduce_scatter
+expect regen_ops_bad 'ops takes all_reduce, alltoall or both'
 check regen_usage 2 "$HERE/../../regenerate.sh" --topics socket2
 expect regen_usage 'nccl-tests SRC is required'
 check regen_bad_topic 2 "$HERE/../../regenerate.sh" --nccl-tests "$WORK/nt" --topics nonesuch
