@@ -14,6 +14,8 @@
 #include "ib/ib_comm.h"
 #include "ib/ib_reg_check.h"
 
+_Static_assert(FERRY_IB_MAX_RECVS <= FERRY_PX_MAX_SUBS, "a grouped receive fits a ring slot");
+
 ferry_config_t ferry_ib_core_cfg;
 
 const ferry_px_ring_ops_t ferry_ib_send_ring_ops = {
@@ -31,6 +33,7 @@ const ferry_px_ring_ops_t ferry_ib_recv_ring_ops = {
     .stall_why = ferry_ib_stall_why,
     .state     = ferry_ib_state_words,
     .dump      = ferry_ib_dump,
+    .max_subs  = FERRY_IB_MAX_RECVS, /* maxRecvs: NCCL groups receives. */
 };
 
 static void ferry_ib_format_config(char *buf, size_t len)

@@ -53,7 +53,7 @@ void ferry_px_req_post(ferry_px_req_t *req, ferry_px_req_kind_t kind, uint32_t s
     int i;
 
     assert(atomic_load(&req->state) == FERRY_PX_REQ_FREE);
-    assert(n >= 1 && n <= FERRY_PX_MAX_SUBS);
+    assert(n >= 1 && n <= FERRY_PX_MAX_SUBS && req->sub != NULL);
     req->kind = kind;
     req->seq = seq;
     req->n = n;

@@ -62,8 +62,13 @@ typedef struct ferry_px_req {
     _Atomic int          state;       /* ferry_px_req_state_t; see transitions in req.c. */
     ferry_px_req_kind_t  kind;        /* Set at post. */
     uint32_t             seq;         /* Message number on the comm; set at post. */
-    int                  n;           /* Sub-buffers in use, 1..FERRY_PX_MAX_SUBS. */
-    ferry_px_sub_t       sub[FERRY_PX_MAX_SUBS];
+    int                  n;           /* Sub-buffers in use, 1..the ring's max_subs. */
+    /*
+     * n entries, owned by the ring: one per request, or FERRY_PX_MAX_SUBS
+     * where the backend takes grouped receives (ops->max_subs), so comms
+     * that never group (every send comm) do not carry seven unused ones.
+     */
+    ferry_px_sub_t      *sub;
     _Atomic int          gated;       /* Send: 1 until the backend opens it; no part starts. */
     size_t               part_size;   /* Bytes per part where the backend plans them. */
     _Atomic uint32_t     nparts;      /* Set at post, or 0 until the backend learns it. */

@@ -6,6 +6,7 @@
 #include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/log.h"
@@ -19,20 +20,35 @@ ferry_status_t ferry_px_ring_init(ferry_px_ring_t *ring, ferry_px_req_kind_t kin
 {
     int i;
 
-    if (ops == NULL || ops->poll == NULL || ops->unit == NULL)
+    if (ops == NULL || ops->poll == NULL || ops->unit == NULL || ops->max_subs < 0 ||
+        ops->max_subs > FERRY_PX_MAX_SUBS)
         return FERRY_ERR_INVALID;
     memset(ring, 0, sizeof(*ring));
-    if (pthread_mutex_init(&ring->lock, NULL) != 0)
+    ring->max_subs = ops->max_subs > 1 ? ops->max_subs : 1;
+    if (ring->max_subs > 1) {
+        ring->subs_grouped = calloc((size_t)FERRY_MAX_REQUESTS * (size_t)ring->max_subs,
+                                    sizeof(*ring->subs_grouped));
+        if (ring->subs_grouped == NULL)
+            return FERRY_ERR_NO_MEMORY;
+    }
+    if (pthread_mutex_init(&ring->lock, NULL) != 0) {
+        free(ring->subs_grouped);
         return FERRY_ERR_IO;
+    }
     ring->kind = kind;
     ring->ops = ops;
     snprintf(ring->backend, sizeof(ring->backend), "%s", backend);
     snprintf(ring->peer, sizeof(ring->peer), "%s", peer);
     ring->create_ns = ferry_px_now_ns();
-    for (i = 0; i < FERRY_MAX_REQUESTS; i++)
+    for (i = 0; i < FERRY_MAX_REQUESTS; i++) {
         ring->reqs[i].ring = ring;
+        ring->reqs[i].sub = ring->subs_grouped != NULL
+                                ? &ring->subs_grouped[(size_t)i * (size_t)ring->max_subs]
+                                : &ring->sub1[i];
+    }
     if (ferry_px_handles_attach(ring) != FERRY_OK) {
         pthread_mutex_destroy(&ring->lock);
+        free(ring->subs_grouped);
         return FERRY_ERR_NO_MEMORY;
     }
     return FERRY_OK;
@@ -52,6 +68,8 @@ void ferry_px_ring_fini(ferry_px_ring_t *ring)
 {
     ferry_px_handles_detach(ring);
     pthread_mutex_destroy(&ring->lock);
+    free(ring->subs_grouped);
+    ring->subs_grouped = NULL;
 }
 
 ferry_px_req_t *ferry_px_ring_slot_locked(ferry_px_ring_t *ring)
@@ -82,6 +100,8 @@ ferry_px_req_t *ferry_px_ring_post(ferry_px_ring_t *ring, int n, const ferry_px_
 {
     ferry_px_req_t *req;
 
+    if (n < 1 || n > ring->max_subs)
+        return NULL;
     pthread_mutex_lock(&ring->lock);
     req = ferry_px_ring_slot_locked(ring);
     if (req != NULL)
@@ -138,7 +158,7 @@ void ferry_px_ring_req_counters(const ferry_px_ring_t *ring, const ferry_px_req_
     size_t capacity = 0;
     int i;
 
-    for (i = 0; i < req->n && i < FERRY_PX_MAX_SUBS; i++) {
+    for (i = 0; i < req->n && i < ring->max_subs; i++) {
         size += atomic_load_explicit(&req->sub[i].size, memory_order_relaxed);
         capacity += req->sub[i].capacity;
     }

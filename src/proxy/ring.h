@@ -63,6 +63,12 @@ typedef struct ferry_px_ring_ops {
      * clear-to-send: ..."), without a final dot.
      */
     void (*wait_why)(const struct ferry_px_ring *ring, char *buf, size_t len);
+    /*
+     * Sub-buffers a request of the ring may have: 0 or 1 for one, up to
+     * FERRY_PX_MAX_SUBS for a backend that takes NCCL's grouped receives
+     * (its maxRecvs). The ring holds that many per slot.
+     */
+    int max_subs;
 } ferry_px_ring_ops_t;
 
 /*
@@ -93,6 +99,9 @@ static inline void ferry_px_stat_add(_Atomic uint64_t *v, uint64_t n)
 
 typedef struct ferry_px_ring {
     ferry_px_req_t        reqs[FERRY_MAX_REQUESTS]; /* Message seq s lives in reqs[s % 32]. */
+    ferry_px_sub_t        sub1[FERRY_MAX_REQUESTS]; /* reqs[i].sub where max_subs is 1. */
+    ferry_px_sub_t       *subs_grouped; /* FERRY_MAX_REQUESTS x max_subs where more (heap). */
+    int                   max_subs;     /* 1..FERRY_PX_MAX_SUBS, from ops->max_subs. */
     pthread_mutex_t       lock;          /* Protects next_seq publication (and the backend's cursors). */
     uint32_t              next_seq;      /* Next message number to post; under lock (the dump
                                           * reads it without: relaxed atomic store and load). */
@@ -198,7 +207,9 @@ void ferry_px_ring_post_locked(ferry_px_ring_t *ring, ferry_px_req_t *req, int n
                                const ferry_px_sub_t *subs, int gated, uint32_t nparts,
                                size_t part_size);
 /*
- * Both, taking the lock: NULL when all 32 slots are busy (NCCL retries). On
+ * Both, taking the lock: NULL when all 32 slots are busy (NCCL retries), or
+ * when n is more sub-buffers than the ring's max_subs (a caller's bug: the
+ * backend checks NCCL's count against its maxRecvs first). On
  * a failed comm the request is still posted: test() then reports the
  * failure with the request's state.
  */

@@ -28,7 +28,7 @@ static void ferry_px_dump_req(FILE *out, const ferry_px_ring_t *ring, const ferr
 
     if (state == FERRY_PX_REQ_FREE)
         return;
-    for (i = 0; i < req->n && i < FERRY_PX_MAX_SUBS; i++) {
+    for (i = 0; i < req->n && i < ring->max_subs; i++) {
         size += atomic_load(&req->sub[i].size);
         capacity += req->sub[i].capacity;
         if (req->n > 1 && n < (int)sizeof(tags))

@@ -525,6 +525,80 @@ static void test_state_names(void **state)
     assert_string_equal(ferry_sock_lane_state_str(FERRY_SOCK_LANE_PARKED), "parked");
 }
 
+static long no_poll(ferry_px_ring_t *ring, ferry_px_req_t *req, uint64_t now) { return 0; }
+
+/*
+ * A ring holds as many sub-buffers per slot as its ops say: one where the
+ * backend never groups receives (every send comm, the socket backend), so a
+ * comm stays small at thousands of peers; maxRecvs where it does, every
+ * slot's buffers its own.
+ */
+static void test_ring_sub_buffers_sized_by_ops(void **state)
+{
+    static const ferry_px_ring_ops_t one = {.unit = "parts", .poll = no_poll};
+    static const ferry_px_ring_ops_t grouped = {.unit = "parts", .poll = no_poll,
+                                                .max_subs = FERRY_PX_MAX_SUBS};
+    static const ferry_px_ring_ops_t too_many = {.unit = "parts", .poll = no_poll,
+                                                 .max_subs = FERRY_PX_MAX_SUBS + 1};
+    ferry_px_ring_t *ring = calloc(1, sizeof(*ring));
+    ferry_px_sub_t subs[FERRY_PX_MAX_SUBS];
+    static char bufs[FERRY_MAX_REQUESTS][FERRY_PX_MAX_SUBS][16];
+    ferry_px_req_t *reqs[FERRY_MAX_REQUESTS];
+    int i, j, done, sizes[FERRY_PX_MAX_SUBS];
+
+    /* Every send comm and socket comm carries this ring: no seven unused buffers per slot. */
+    assert_true(sizeof(ferry_px_ring_t) < 8192);
+
+    assert_int_equal(ferry_px_ring_init(ring, FERRY_PX_RECV, "t", "10.0.0.2:1", &too_many),
+                     FERRY_ERR_INVALID);
+    assert_int_equal(ferry_px_ring_init(ring, FERRY_PX_RECV, "t", "10.0.0.2:1", &one), FERRY_OK);
+    memset(subs, 0, sizeof(subs));
+    for (j = 0; j < FERRY_PX_MAX_SUBS; j++) {
+        subs[j].buf = bufs[0][j];
+        subs[j].capacity = 16;
+        subs[j].tag = j;
+    }
+    /* More buffers than the ring holds: refused, no slot taken. */
+    assert_null(ferry_px_ring_post(ring, 2, subs, 0, 2, 0));
+    assert_non_null(reqs[0] = ferry_px_ring_post(ring, 1, subs, 0, 1, 0));
+    assert_int_equal(reqs[0]->seq, 0);
+    ferry_px_ring_fini(ring);
+
+    assert_int_equal(ferry_px_ring_init(ring, FERRY_PX_RECV, "t", "10.0.0.2:1", &grouped),
+                     FERRY_OK);
+    assert_null(ferry_px_ring_post(ring, FERRY_PX_MAX_SUBS + 1, subs, 0, 1, 0));
+    for (i = 0; i < FERRY_MAX_REQUESTS; i++) {
+        for (j = 0; j < FERRY_PX_MAX_SUBS; j++) {
+            subs[j].buf = bufs[i][j];
+            subs[j].capacity = (size_t)(16 + i);
+            subs[j].tag = i * 100 + j;
+        }
+        reqs[i] = ferry_px_ring_post(ring, FERRY_PX_MAX_SUBS, subs, 0, FERRY_PX_MAX_SUBS, 0);
+        assert_non_null(reqs[i]);
+    }
+    /* Every slot kept its own eight, none overwritten by a later post. */
+    for (i = 0; i < FERRY_MAX_REQUESTS; i++) {
+        assert_int_equal(reqs[i]->n, FERRY_PX_MAX_SUBS);
+        for (j = 0; j < FERRY_PX_MAX_SUBS; j++) {
+            assert_ptr_equal(reqs[i]->sub[j].buf, bufs[i][j]);
+            assert_int_equal(reqs[i]->sub[j].tag, i * 100 + j);
+            assert_int_equal(reqs[i]->sub[j].capacity, 16 + i);
+        }
+    }
+    /* Sizes learnt per buffer come back per buffer. */
+    for (j = 0; j < FERRY_PX_MAX_SUBS; j++) {
+        atomic_store(&reqs[5]->sub[j].size, (uint64_t)j + 1);
+        ferry_px_req_part_start(reqs[5]);
+        ferry_px_req_part_finish(reqs[5], 0);
+    }
+    assert_int_equal(ferry_px_ring_test(ring, reqs[5], &done, sizes), FERRY_OK);
+    assert_int_equal(done, 1);
+    for (j = 0; j < FERRY_PX_MAX_SUBS; j++)
+        assert_int_equal(sizes[j], j + 1);
+    ferry_px_ring_fini(ring);
+    free(ring);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -542,6 +616,7 @@ int main(void)
         cmocka_unit_test(test_gated_send),
         cmocka_unit_test(test_finish_hook),
         cmocka_unit_test(test_state_names),
+        cmocka_unit_test(test_ring_sub_buffers_sized_by_ops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
