@@ -25,10 +25,8 @@
  * many connections follow. The live count is every socket comm of the
  * process, sends and receives, and its open listens (a listen is a receive
  * comm on its way: NCCL listens for all of a round's peers before it
- * connects any).
+ * connects any). The budget is FERRY_SOCK_STREAM_BUDGET (sock_config.h).
  */
-#define FERRY_SOCK_STREAM_BUDGET FERRY_SOCK_MAX_STREAMS
-
 int ferry_sock_config_streams_for(const ferry_sock_config_t *cfg, int live_conns)
 {
     int n;
