@@ -17,6 +17,8 @@
  *   integ_net_hints [--plugin PATH]   (ctest: NCCL_FERRY_THREADS=1, so 4 streams are offered
  *                                      on a 2-CPU runner without an explicit stream setting)
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +39,22 @@ typedef struct hints_net {
 } hints_net_t;
 
 static int hints_on;
+
+/*
+ * NCCL's progress thread: a transfer's hints whenever its shape changes,
+ * while the proxy's service thread connects. Bounded by a count and a stop flag.
+ */
+#define HINTS_HAMMER_MAX 200000L
+
+typedef struct hints_hammer {
+    pthread_t    thread;
+    void        *ctx;
+    const void  *table;
+    int          version;
+    atomic_int   stop;
+    long         calls;
+    ncclResult_t rc;
+} hints_hammer_t;
 
 static void *hints_init(hints_net_t *n, uint64_t comm_id)
 {
@@ -75,6 +93,29 @@ static ncclResult_t hints_set(hints_net_t *n, void *ctx, const ncclNetAttr_v11_t
         v.proto = a->proto;
         return ((const ncclNet_v12_t *)n->table)->setNetAttr(ctx, &v);
     }
+}
+
+static void *hints_hammer_main(void *arg)
+{
+    hints_hammer_t *hm = arg;
+    hints_net_t n;
+
+    memset(&n, 0, sizeof(n));
+    n.version = hm->version;
+    n.table = hm->table;
+    while (!atomic_load(&hm->stop) && hm->calls < HINTS_HAMMER_MAX && hm->rc == ncclSuccess) {
+        ncclNetAttr_v11_t a = NCCL_NET_ATTR_INIT;
+        int k = (int)(hm->calls % 7) + 1;
+
+        a.sendCommAttr.maxConcurrentPeers = a.sendCommAttr.minConcurrentPeers = k;
+        a.sendCommAttr.maxFlowsPerPeer = a.sendCommAttr.minFlowsPerPeer = 8 - k;
+        a.op = 1u << (hm->calls % 11);
+        a.algo = 1u << (hm->calls % 7);
+        a.proto = 1u << (hm->calls % 3);
+        hm->rc = hints_set(&n, hm->ctx, &a);
+        hm->calls++;
+    }
+    return NULL;
 }
 
 static void hints_open(hints_net_t *n, const char *path, int version)
@@ -197,6 +238,7 @@ static void hints_run(const char *path, int version)
 {
     const uint32_t p2p_ops = (1u << 5) | (1u << 6) | (1u << 8) | (1u << 9) | (1u << 10);
     hints_net_t n;
+    hints_hammer_t hammer;
     ncclNetAttr_v11_t a;
     void *ctx_l, *ctx_c, *ctx_plain, *dead;
     uint64_t cid = 0x2200 + (uint64_t)version;
@@ -214,12 +256,23 @@ static void hints_run(const char *path, int version)
                         hints_on ? "NCCL's hints: 8 flows per peer x 8 peers" : NULL,
                         "collective hints 8 flows x 8 peers");
 
-    /* p2p hints, 4 x 8: 2 streams. */
+    /* p2p hints, 4 x 8: 2 streams, while a thread gives transfer hints as NCCL's progress does. */
     a = hints_conn(8, 4, p2p_ops);
     FIT_NCCL(hints_set(&n, ctx_c, &a));
+    memset(&hammer, 0, sizeof(hammer));
+    hammer.ctx = ctx_c;
+    hammer.table = n.table;
+    hammer.version = version;
+    FIT_CHECK(pthread_create(&hammer.thread, NULL, hints_hammer_main, &hammer) == 0,
+              "pthread_create failed");
     hints_connect_check(&n, ctx_l, ctx_c, 8, 4,
                         hints_on ? "NCCL's hints: 4 flows per peer x 8 peers" : NULL,
-                        "p2p hints 4 flows x 8 peers");
+                        "p2p hints 4 flows x 8 peers, transfer hints from another thread");
+    atomic_store(&hammer.stop, 1);
+    pthread_join(hammer.thread, NULL);
+    FIT_CHECK(hammer.rc == ncclSuccess, "a transfer's setNetAttr returned %d", (int)hammer.rc);
+    printf("  %ld transfer hints from another thread meanwhile, each ncclSuccess\n",
+           hammer.calls);
 
     /* A transfer's hints after the connection's (one op, 1 peer x 1 channel): not for connect. */
     a = hints_conn(8, 8, (uint32_t)NCCL_NET_ATTR_UNDEF);
@@ -273,10 +326,11 @@ static void hints_run(const char *path, int version)
     FIT_NCCL(n.plugin.net->finalize(ctx_c));
     snprintf(warn, sizeof(warn), "finalize(comm 0x%llx): setNetAttr gave 4 connection hint(s)",
              (unsigned long long)cid);
-    FIT_CHECK(fit_log_find(from, NCCL_LOG_INFO, warn, "(last: send none, recv none), 3 field(s) "
-                           "ignored; 1 per-transfer "
-                           "hint(s) (last: op 0x20 algo 0x2 proto 0x4, send 1 peers x 1 channels",
-                           NULL, NULL, 0) >= 0, "no finalize summary '%s ...'", warn);
+    snprintf(line, sizeof(line), "(last: send none, recv none), 3 field(s) ignored; %ld "
+             "per-transfer hint(s) (last: op 0x20 algo 0x2 proto 0x4, send 1 peers x 1 channels",
+             hammer.calls + 1);
+    FIT_CHECK(fit_log_find(from, NCCL_LOG_INFO, warn, line, NULL, NULL, 0) >= 0,
+              "no finalize summary '%s %s'", warn, line);
     FIT_NCCL(n.plugin.net->finalize(ctx_plain));
     FIT_NCCL(n.plugin.net->finalize(ctx_l));
     fit_log_expect_clear();
