@@ -20,7 +20,7 @@
 #include "socket/sock_hints.h"
 
 static const ferry_cfg_var_t ferry_sock_hints_vars[1] = {
-    {.name = "NCCL_FERRY_NET_HINTS", .kind = FERRY_CFG_KIND_INT,
+    {"NCCL_FERRY_NET_HINTS", FERRY_CFG_KIND_INT,
      .offset = offsetof(ferry_sock_hints_config_t, net_hints),
      .width = sizeof(((ferry_sock_hints_config_t *)0)->net_hints), .def = 0, .min = 0, .max = 1,
      .help = "0 or 1 (1: a connection's TCP streams follow NCCL's setNetAttr hints, the "
