@@ -14,7 +14,13 @@
  * Each: the streams on the listen port, both INFO lines, a size sweep byte for
  * byte from connector to listener.
  *
- *   integ_net_hints_mixed [--plugin PATH]   (ctest: NCCL_FERRY_THREADS=1, as integ_net_hints)
+ * With --peer-plugin OLD (a ferry built before NCCL_FERRY_NET_HINTS, by hand:
+ * CI has none), the same with a real older peer, both variables 1: an old
+ * connector to a new listener, an old listener (no flag) to a new connector,
+ * the offer both times.
+ *
+ *   integ_net_hints_mixed [--plugin PATH] [--peer-plugin OLD]
+ *                         (ctest: NCCL_FERRY_THREADS=1, as integ_net_hints)
  */
 #include <errno.h>
 #include <signal.h>
@@ -48,8 +54,8 @@ static void mixed_set_env(int hints)
     setenv("NCCL_FERRY_NET_HINTS", hints ? "1" : "0", 1);
 }
 
-/* The listener: its handle to the pipe, then the connection and the data. */
-static void mixed_listener(const char *path, int hints, int expect, int fd)
+/* The listener (old: a build that predates the flag): its handle to the pipe, then the connection and the data. */
+static void mixed_listener(const char *path, int old, int hints, int expect, int fd)
 {
     char handle[NCCL_NET_HANDLE_MAXSIZE], needle[128];
     const ferry_sock_handle_t *h = (const ferry_sock_handle_t *)handle;
@@ -65,8 +71,8 @@ static void mixed_listener(const char *path, int hints, int expect, int fd)
     fit_plugin_open(&p, path);
     ctx = fit_plugin_init(&p, 0x5100);
     listen_comm = fit_listen(&p, ctx, 0, handle);
-    FIT_CHECK(h->flags == (hints ? FERRY_SOCK_HANDLE_TAKES_FEWER : 0u), "handle flags 0x%x with "
-              "NCCL_FERRY_NET_HINTS=%d", h->flags, hints);
+    FIT_CHECK(h->flags == (hints && !old ? FERRY_SOCK_HANDLE_TAKES_FEWER : 0u), "handle flags "
+              "0x%x with NCCL_FERRY_NET_HINTS=%d%s", h->flags, hints, old ? " (older build)" : "");
     FIT_CHECK(write(fd, handle, sizeof(handle)) == (ssize_t)sizeof(handle), "write handle: %s",
               strerror(errno));
     close(fd);
@@ -92,7 +98,8 @@ static void mixed_listener(const char *path, int hints, int expect, int fd)
 }
 
 /* The connector: NCCL's 8 x 8 hints on its context, then connect and send. */
-static void mixed_connector(const char *path, int hints, int expect, const char *words, int fd)
+static void mixed_connector(const char *path, int old, int hints, int expect, const char *words,
+                            int fd)
 {
     char handle[NCCL_NET_HANDLE_MAXSIZE], needle[64];
     ncclNetAttr_v11_t a = NCCL_NET_ATTR_INIT;
@@ -115,8 +122,9 @@ static void mixed_connector(const char *path, int hints, int expect, const char 
     a.sendCommAttr.minConcurrentPeers = a.recvCommAttr.minConcurrentPeers = 1;
     a.sendCommAttr.maxFlowsPerPeer = a.recvCommAttr.maxFlowsPerPeer = 8;
     a.sendCommAttr.minFlowsPerPeer = a.recvCommAttr.minFlowsPerPeer = 1;
-    FIT_CHECK(p.net->setNetAttr != NULL, "the v11 table's setNetAttr is NULL");
-    FIT_NCCL(p.net->setNetAttr(ctx, &a));
+    FIT_CHECK(old || p.net->setNetAttr != NULL, "the v11 table's setNetAttr is NULL");
+    if (p.net->setNetAttr != NULL) /* NCCL skips a NULL one. */
+        FIT_NCCL(p.net->setNetAttr(ctx, &a));
     send_comm = fit_connect_loop(&p, ctx, 0, handle);
     snprintf(needle, sizeof(needle), ": %d streams", expect);
     FIT_CHECK(fit_log_find(from, NCCL_LOG_INFO, "connected to", needle, words, NULL, 0) >= 0,
@@ -131,7 +139,7 @@ static void mixed_connector(const char *path, int hints, int expect, const char 
     fit_pass("connector (hints %d): %d stream(s): %s", hints, expect, words);
 }
 
-static pid_t mixed_spawn_listener(const char *path, int hints, int expect, int fds[2])
+static pid_t mixed_spawn_listener(const char *path, int old, int hints, int expect, int fds[2])
 {
     pid_t pid;
 
@@ -141,7 +149,7 @@ static pid_t mixed_spawn_listener(const char *path, int hints, int expect, int f
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         close(fds[0]);
-        mixed_listener(path, hints, expect, fds[1]);
+        mixed_listener(path, old, hints, expect, fds[1]);
     }
     close(fds[1]);
     return pid;
@@ -168,29 +176,46 @@ static int mixed_reap(pid_t pid)
 
 int main(int argc, char **argv)
 {
-    static const struct {
+    typedef struct {
         int         listener, connector, expect;
         const char *words;
-    } cases[] = {
-        { 1, 0, 4, ", send comm" },
-        { 0, 1, 4, "it takes no fewer" },
-        { 1, 1, 1, "NCCL's hints: 8 flows per peer x 8 peers" },
+        int         old_listener, old_connector;
+    } mixed_case_t;
+    static const mixed_case_t cases[] = {
+        { 1, 0, 4, ", send comm", 0, 0 },
+        { 0, 1, 4, "it takes no fewer", 0, 0 },
+        { 1, 1, 1, "NCCL's hints: 8 flows per peer x 8 peers", 0, 0 },
     };
-    const char *path = fit_plugin_path(&argc, argv);
-    size_t c;
+    static const mixed_case_t old_cases[] = {
+        { 1, 1, 4, ", send comm", 0, 1 },
+        { 1, 1, 4, "it takes no fewer", 1, 0 },
+    };
+    const char *path = fit_plugin_path(&argc, argv), *old = NULL;
+    const mixed_case_t *list = cases;
+    size_t c, ncases = sizeof(cases) / sizeof(cases[0]);
     int bad = 0;
 
-    FIT_CHECK(argc == 1, "usage: integ_net_hints_mixed [--plugin PATH]");
+    if (argc == 3 && strcmp(argv[1], "--peer-plugin") == 0) {
+        old = argv[2];
+        list = old_cases;
+        ncases = sizeof(old_cases) / sizeof(old_cases[0]);
+    } else {
+        FIT_CHECK(argc == 1, "usage: integ_net_hints_mixed [--plugin PATH] [--peer-plugin OLD]");
+    }
     setenv("NCCL_SOCKET_IFNAME", "lo", 0);
-    for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+    for (c = 0; c < ncases; c++) {
+        const mixed_case_t *k = &list[c];
         int fds[2];
         pid_t pid;
 
-        printf("case: listener NCCL_FERRY_NET_HINTS=%d, connector %d\n", cases[c].listener,
-               cases[c].connector);
+        printf("case: listener%s NCCL_FERRY_NET_HINTS=%d, connector%s %d\n",
+               k->old_listener ? " (older build)" : "", k->listener,
+               k->old_connector ? " (older build)" : "", k->connector);
         FIT_CHECK(pipe(fds) == 0, "pipe: %s", strerror(errno));
-        pid = mixed_spawn_listener(path, cases[c].listener, cases[c].expect, fds);
-        mixed_connector(path, cases[c].connector, cases[c].expect, cases[c].words, fds[0]);
+        pid = mixed_spawn_listener(k->old_listener ? old : path, k->old_listener, k->listener,
+                                   k->expect, fds);
+        mixed_connector(k->old_connector ? old : path, k->old_connector, k->connector,
+                        k->expect, k->words, fds[0]);
         if (mixed_reap(pid) != 0) {
             fprintf(stderr, "FAIL: the listener of case %zu failed (above)\n", c);
             bad = 1;
