@@ -3,7 +3,8 @@
  * (sock_config.h: ferry_sock_config_streams_for). The listener decides: its
  * handle carries the count, the connector opens that many and every hello
  * repeats it (sock_wire.h), so the count known at listen() is the one both
- * sides use.
+ * sides use. With NCCL_FERRY_NET_HINTS=1 the count is an offer: the connector
+ * may open fewer from NCCL's hints (sock_hints.h).
  */
 #include "socket/sock_config.h"
 

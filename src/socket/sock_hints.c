@@ -15,6 +15,7 @@
  */
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "core/config_table.h"
 #include "socket/sock_hints.h"
@@ -35,10 +36,8 @@ ferry_status_t ferry_sock_hints_load(ferry_sock_hints_config_t *cfg)
 
 void ferry_sock_hints_format(const ferry_sock_hints_config_t *cfg, char *buf, size_t len)
 {
-    size_t off = 0;
+    size_t off = strlen(buf);
 
-    while (off < len && buf[off] != '\0')
-        off++;
     if (off + 1 >= len)
         return;
     snprintf(buf + off, len - off, " net_hints=%d(%s)", cfg->net_hints,
