@@ -234,6 +234,17 @@ static int ferry_api_left_open(void)
     return 1;
 }
 
+/* What NCCL's setNetAttr said over the context's life, for whoever measures the hints. */
+static void ferry_api_hints_summary(ferry_api_ctx_t *c)
+{
+    char words[512];
+
+    ferry_net_hints_summary(&c->ctx.hints, words, sizeof(words));
+    if (words[0] != '\0')
+        FERRY_INFO(FERRY_LOG_NET, "finalize(comm 0x%llx): setNetAttr gave %s",
+                   (unsigned long long)c->ctx.comm_id, words);
+}
+
 ferry_status_t ferry_api_finalize(void *ctx)
 {
     ferry_api_ctx_t *c = ctx;
@@ -246,6 +257,7 @@ ferry_status_t ferry_api_finalize(void *ctx)
         FERRY_WARN("finalize(%p): not a live ferry context (finalized twice?)", ctx);
         return FERRY_ERR_INVALID;
     }
+    ferry_api_hints_summary(c);
     c->magic = 0;
     free(c);
     pthread_mutex_lock(&ferry_api_lock);
@@ -357,6 +369,27 @@ ferry_status_t ferry_api_make_vdevice(int *dev_p, int ndevs, const int *devs)
         return FERRY_ERR_UNSUPPORTED;
     }
     return be->make_vdevice(dev_p, ndevs, devs);
+}
+
+ferry_status_t ferry_api_set_net_attr(void *ctx, const ferry_net_attr_t *attr)
+{
+    ferry_api_ctx_t *ac = ctx;
+    ferry_ctx_t *c;
+
+    /* Limited: NCCL's progress thread calls this whenever a transfer's shape changes. */
+    if (ac == NULL || !ferry_live_has(ac, FERRY_LIVE_CTX)) {
+        FERRY_WARN_LIMITED("setNetAttr: context %p is not a live ferry context (finalized "
+                           "already, or not one init returned); hints ignored", ctx);
+        return FERRY_ERR_INVALID;
+    }
+    c = &ac->ctx;
+    if (attr == NULL) {
+        FERRY_WARN_LIMITED("setNetAttr(comm 0x%llx): no attributes (NULL); ignored",
+                           (unsigned long long)c->comm_id);
+        return FERRY_OK;
+    }
+    ferry_net_hints_set(&c->hints, attr, c->comm_id);
+    return FERRY_OK;
 }
 
 ferry_status_t ferry_api_listen(void *ctx, int dev, void *handle, void **listen_comm_p)

@@ -78,6 +78,14 @@ ferry_status_t ferry_api_get_properties(int dev, ferry_props_t *props_p);
 /* NCCL's makeVDevice: merge devs[0..ndevs-1] into a new device, its number in *dev_p. */
 ferry_status_t ferry_api_make_vdevice(int *dev_p, int ndevs, const int *devs);
 
+/*
+ * NCCL's setNetAttr (v11+): attr's connection hints become ctx's, for the
+ * connects that follow (core/net_hints.h); a per-transfer attr is only
+ * remembered. Fields out of range are ignored with a WARN, never an error.
+ */
+typedef struct ferry_net_attr ferry_net_attr_t;
+ferry_status_t ferry_api_set_net_attr(void *ctx, const ferry_net_attr_t *attr);
+
 ferry_status_t ferry_api_listen(void *ctx, int dev, void *handle, void **listen_comm_p);
 /* traffic_class -1: use the one given to init for ctx. */
 ferry_status_t ferry_api_connect(void *ctx, int dev, void *handle, int traffic_class,

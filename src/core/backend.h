@@ -12,6 +12,7 @@
 
 #include "core/api.h"
 #include "core/config.h"
+#include "core/net_hints.h"
 
 /*
  * What a backend's usable() says to NCCL_FERRY_BACKEND=auto. A backend that
@@ -32,6 +33,8 @@ typedef enum ferry_usable {
 typedef struct ferry_ctx {
     uint64_t comm_id;       /* NCCL's commHash, for logs. */
     int      traffic_class; /* From ncclConfig_t, -1 when undefined. */
+    /* NCCL's latest setNetAttr hints (v11+); zeros: none came (core/net_hints.h). */
+    ferry_net_hints_t hints;
 } ferry_ctx_t;
 
 typedef struct ferry_backend_ops {

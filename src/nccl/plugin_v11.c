@@ -2,6 +2,7 @@
  * ncclNetPlugin_v11: the native ABI of NCCL 2.28-2.29. Per-communicator
  * init/finalize map one-to-one onto ferry_api_init/finalize.
  */
+#include "nccl/net_attr.h"
 #include "nccl/profiler.h"
 #include "nccl/props.h"
 
@@ -25,11 +26,13 @@ FERRY_NCCL_DEFINE_GET_PROPERTIES(ferry_nccl_v11_get_properties, ncclNetPropertie
 
 FERRY_NCCL_DEFINE_MAKE_VDEVICE(ferry_nccl_v11_make_vdevice, ncclNetVDeviceProps_v11_t)
 
+FERRY_NCCL_DEFINE_SET_NET_ATTR(ferry_nccl_v11_set_net_attr, ncclNetAttr_v11_t)
+
 /*
  * makeVDevice merges ports into one device (the ib backend; the socket
- * backend refuses, and NCCL keeps its devices apart). setNetAttr is NULL:
- * ferry would ignore the hints, and NULL spares NCCL the call on its
- * progress thread whenever they change.
+ * backend refuses, and NCCL keeps its devices apart). setNetAttr keeps
+ * NCCL's connection hints on the context (nccl/net_attr.h); the socket
+ * backend sizes a connection's streams from them with NCCL_FERRY_NET_HINTS=1.
  */
 FERRY_NCCL_EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {
     .name          = FERRY_NCCL_NAME,
@@ -39,5 +42,5 @@ FERRY_NCCL_EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {
     FERRY_NCCL_PHANDLE_MEMBERS,
     FERRY_NCCL_CTX_MEMBERS,
     .makeVDevice   = ferry_nccl_v11_make_vdevice,
-    .setNetAttr    = NULL,
+    .setNetAttr    = ferry_nccl_v11_set_net_attr,
 };

@@ -2,6 +2,7 @@
  * ncclNetPlugin_v12: the native ABI of NCCL 2.30. The members are v11's;
  * only the properties struct differs (8-entry vProps, railId/planeId).
  */
+#include "nccl/net_attr.h"
 #include "nccl/profiler.h"
 #include "nccl/props.h"
 
@@ -25,6 +26,8 @@ FERRY_NCCL_DEFINE_GET_PROPERTIES(ferry_nccl_v12_get_properties, ncclNetPropertie
 
 FERRY_NCCL_DEFINE_MAKE_VDEVICE(ferry_nccl_v12_make_vdevice, ncclNetVDeviceProps_v12_t)
 
+FERRY_NCCL_DEFINE_SET_NET_ATTR(ferry_nccl_v12_set_net_attr, ncclNetAttr_v12_t)
+
 /* makeVDevice and setNetAttr as in plugin_v11.c. */
 FERRY_NCCL_EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {
     .name          = FERRY_NCCL_NAME,
@@ -34,5 +37,5 @@ FERRY_NCCL_EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {
     FERRY_NCCL_PHANDLE_MEMBERS,
     FERRY_NCCL_CTX_MEMBERS,
     .makeVDevice   = ferry_nccl_v12_make_vdevice,
-    .setNetAttr    = NULL,
+    .setNetAttr    = ferry_nccl_v12_set_net_attr,
 };

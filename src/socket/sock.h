@@ -11,6 +11,7 @@
 #include "socket/sock_stream.h"
 #include "socket/sock_config.h"
 #include "socket/sock_gpu.h"
+#include "socket/sock_hints.h"
 #include "socket/sock_wire.h"
 
 #define FERRY_SOCK_COMM_MAGIC   0x636f6d6d6b636f73ULL /* Recognises our comms in every entry point. */
@@ -44,6 +45,7 @@ typedef struct ferry_sock_dev {
 typedef struct ferry_sock_state {
     ferry_config_t      core; /* Process-wide: interface, retries, hello timeout, stall warning. */
     ferry_sock_config_t cfg;  /* The socket backend's own variables (sock_config.h). */
+    ferry_sock_hints_config_t hints; /* NCCL_FERRY_NET_HINTS (sock_hints.h). */
     int                 ndev;
     ferry_sock_dev_t    devs[FERRY_NETIF_MAX];
     int                 gpu;  /* GPU buffers are taken (sock_gpu.h). */
@@ -137,9 +139,12 @@ typedef struct ferry_sock_listen_comm {
     uint64_t             magic;      /* FERRY_SOCK_LISTEN_MAGIC. */
     int                  fd;
     int                  dev;
-    int                  nlanes;
+    int                  nlanes;     /* Streams offered in the handle. */
+    int                  takes_fewer; /* The handle says FERRY_SOCK_HANDLE_TAKES_FEWER. */
     uint64_t             token;
     char                 addr_str[64];
+    /* " (comm 0x...)" after the address in its warnings with NCCL_FERRY_NET_HINTS=1, else "". */
+    char                 comm_words[32];
     int                  npending;
     /* In arrival order, pending[0] the oldest: a full table evicts from the front. */
     ferry_sock_pending_t pending[FERRY_SOCK_PENDING_MAX];
@@ -195,6 +200,13 @@ ferry_status_t ferry_sock_accept(void *listen_comm, void **recv_comm_p);
 ferry_status_t ferry_sock_close_listen(void *listen_comm);
 /* 0 if the hello is one of ours for this listener, else a static reason. */
 const char *ferry_sock_hello_check(const ferry_sock_hello_t *hello, uint64_t token, int nlanes);
+/*
+ * The same for a listener that takes fewer streams (FERRY_SOCK_HANDLE_TAKES_FEWER):
+ * a stream count of 1..offered, the lane below it. NULL if accepted, else
+ * the reason (static, or written into why).
+ */
+const char *ferry_sock_hello_check_fewer(const ferry_sock_hello_t *hello, uint64_t token,
+                                         int offered, char *why, size_t why_len);
 /*
  * 1 if a received chunk header is one a ferry peer can send: its check
  * word, len <= msg_size, offset + len inside the message (no wrap), at

@@ -24,7 +24,8 @@
 /* Streams accepted per accept() call: bounds the work of one call. */
 #define FERRY_SOCK_ACCEPT_BURST 64
 
-const char *ferry_sock_hello_check(const ferry_sock_hello_t *hello, uint64_t token, int nlanes)
+/* Whose stream it is: ours, this build's, this listener's. */
+static const char *ferry_sock_hello_ident(const ferry_sock_hello_t *hello, uint64_t token)
 {
     if (hello->magic != FERRY_SOCK_MAGIC)
         return "wrong magic (not a ferry peer)";
@@ -32,8 +33,44 @@ const char *ferry_sock_hello_check(const ferry_sock_hello_t *hello, uint64_t tok
         return "unsupported wire version (mixed ferry builds?)";
     if (hello->token != token)
         return "wrong token (a peer of another connection or job)";
+    return NULL;
+}
+
+const char *ferry_sock_hello_check(const ferry_sock_hello_t *hello, uint64_t token, int nlanes)
+{
+    const char *why = ferry_sock_hello_ident(hello, token);
+
+    if (why != NULL)
+        return why;
     if (hello->nlanes != nlanes || hello->lane >= nlanes)
         return "lane numbers do not match the listener's";
+    return NULL;
+}
+
+/*
+ * The stream count is the connector's proposal here: a token holder that
+ * says 0, or more than was offered, is refused, never clamped (its other
+ * streams would say the same, and a connection of other streams than the
+ * connector opened never completes).
+ */
+const char *ferry_sock_hello_check_fewer(const ferry_sock_hello_t *hello, uint64_t token,
+                                         int offered, char *why, size_t why_len)
+{
+    const char *ident = ferry_sock_hello_ident(hello, token);
+
+    if (ident != NULL)
+        return ident;
+    if (hello->nlanes < 1 || hello->nlanes > offered) {
+        snprintf(why, why_len, "proposes %u streams for its connection, where this listener "
+                 "takes 1..%d (a ferry connector never proposes more than the handle offers)",
+                 hello->nlanes, offered);
+        return why;
+    }
+    if (hello->lane >= hello->nlanes) {
+        snprintf(why, why_len, "says it is stream %u of a connection of %u streams",
+                 hello->lane, hello->nlanes);
+        return why;
+    }
     return NULL;
 }
 
@@ -101,6 +138,13 @@ ferry_status_t ferry_sock_listen(ferry_ctx_t *ctx, int dev, void *handle, void *
     h->nlanes = (uint16_t)lc->nlanes;
     h->family = addr.ss_family;
     h->token = lc->token;
+    /* Off: the handle's bytes as ever (flags zero), so the connector opens exactly nlanes. */
+    if (ferry_sock_state.hints.net_hints) {
+        lc->takes_fewer = 1;
+        h->flags = FERRY_SOCK_HANDLE_TAKES_FEWER;
+        snprintf(lc->comm_words, sizeof(lc->comm_words), " (comm 0x%llx)",
+                 ctx != NULL ? (unsigned long long)ctx->comm_id : 0ULL);
+    }
     ferry_sockaddr_to_wire(&addr, &h->family, &h->port, h->addr, &h->scope_id);
     if (lc->nlanes < ferry_sock_state.cfg.streams)
         FERRY_INFO(FERRY_LOG_NET, "listening on %s (%s), %d streams per connection (not %d: "
@@ -192,10 +236,22 @@ static void ferry_sock_group_expire(ferry_sock_listen_comm_t *lc)
     }
 }
 
+/* Streams the connection conn_id's first stream said; 0 when there is no such group. */
+static int ferry_sock_group_nlanes(const ferry_sock_listen_comm_t *lc, uint64_t conn_id)
+{
+    int i;
+
+    for (i = 0; i < lc->ngroups; i++)
+        if (lc->groups[i].conn_id == conn_id)
+            return lc->groups[i].nlanes;
+    return 0;
+}
+
 /*
  * File a verified stream into its connection's group: 0 filed, -1 a lane
- * that group already has, 1 no room yet (every group is complete and waits
- * for accept() to make its comm: the stream waits too).
+ * that group already has, -2 a stream count other than the group's, 1 no
+ * room yet (every group is complete and waits for accept() to make its
+ * comm: the stream waits too).
  */
 static int ferry_sock_group_add(ferry_sock_listen_comm_t *lc, const ferry_sock_pending_t *p)
 {
@@ -218,6 +274,9 @@ static int ferry_sock_group_add(ferry_sock_listen_comm_t *lc, const ferry_sock_p
             g->fds[i] = -1;
         memcpy(g->peer, p->peer, sizeof(g->peer));
     }
+    /* Only a listener that takes fewer sees counts that differ (ferry_sock_hello_check_fewer). */
+    if (p->hello.nlanes != g->nlanes)
+        return -2;
     if (g->fds[p->hello.lane] >= 0)
         return -1;
     g->fds[p->hello.lane] = p->fd;
@@ -234,9 +293,9 @@ static int ferry_sock_group_add(ferry_sock_listen_comm_t *lc, const ferry_sock_p
 static void ferry_sock_pending_reject(const ferry_sock_listen_comm_t *lc,
                                       const ferry_sock_pending_t *p, const char *why)
 {
-    FERRY_WARN_LIMITED_ELSE_INFO("listener %s: rejected stream from %s after %zu of %zu hello "
-                                 "bytes: %s; still accepting real peers", lc->addr_str, p->peer,
-                                 p->got, sizeof(p->hello), why);
+    FERRY_WARN_LIMITED_ELSE_INFO("listener %s%s: rejected stream from %s after %zu of %zu "
+                                 "hello bytes: %s; still accepting real peers", lc->addr_str,
+                                 lc->comm_words, p->peer, p->got, sizeof(p->hello), why);
 }
 
 /*
@@ -249,6 +308,7 @@ static int ferry_sock_pending_step(ferry_sock_listen_comm_t *lc, int i)
     uint64_t timeout_ns = (uint64_t)ferry_sock_state.core.hello_timeout_ms * 1000000ULL;
     ferry_sock_pending_t *p = &lc->pending[i];
     const char *why = NULL;
+    char why_buf[192];
 
     if (p->got < sizeof(p->hello)) {
         ssize_t n = recv(p->fd, (char *)&p->hello + p->got, sizeof(p->hello) - p->got,
@@ -265,7 +325,9 @@ static int ferry_sock_pending_step(ferry_sock_listen_comm_t *lc, int i)
             why = "stalled in its hello (NCCL_FERRY_HELLO_TIMEOUT_MS)";
     }
     if (why == NULL && p->got == sizeof(p->hello)) {
-        why = ferry_sock_hello_check(&p->hello, lc->token, lc->nlanes);
+        why = lc->takes_fewer ? ferry_sock_hello_check_fewer(&p->hello, lc->token, lc->nlanes,
+                                                             why_buf, sizeof(why_buf))
+                              : ferry_sock_hello_check(&p->hello, lc->token, lc->nlanes);
         if (why == NULL) {
             int filed = ferry_sock_group_add(lc, p);
 
@@ -276,6 +338,12 @@ static int ferry_sock_pending_step(ferry_sock_listen_comm_t *lc, int i)
                 return 1;
             }
             why = "duplicate lane of a connection in progress";
+            if (filed == -2) {
+                snprintf(why_buf, sizeof(why_buf), "says its connection has %u streams, where "
+                         "the connection's first stream said %d",
+                         p->hello.nlanes, ferry_sock_group_nlanes(lc, p->hello.conn_id));
+                why = why_buf;
+            }
         }
     }
     if (why == NULL)
@@ -382,8 +450,15 @@ ferry_status_t ferry_sock_accept(void *listen_comm, void **recv_comm_p)
         lc->groups[i] = lc->groups[--lc->ngroups]; /* fds now belong to the comm (or are closed). */
         if (status != FERRY_OK)
             return status;
-        FERRY_INFO(FERRY_LOG_NET, "accepted connection from %s on %s: %d streams, recv comm #%u",
-                   comm->px.ring.peer, lc->addr_str, comm->px.nlanes, comm->px.ring.serial);
+        if (comm->px.nlanes < lc->nlanes)
+            FERRY_INFO(FERRY_LOG_NET, "accepted connection from %s on %s: %d streams (the "
+                       "connector's choice from NCCL's hints; %d offered), recv comm #%u",
+                       comm->px.ring.peer, lc->addr_str, comm->px.nlanes, lc->nlanes,
+                       comm->px.ring.serial);
+        else
+            FERRY_INFO(FERRY_LOG_NET, "accepted connection from %s on %s: %d streams, recv "
+                       "comm #%u", comm->px.ring.peer, lc->addr_str, comm->px.nlanes,
+                       comm->px.ring.serial);
         *recv_comm_p = comm;
         return FERRY_OK;
     }

@@ -20,6 +20,12 @@
 #define FERRY_SOCK_DEFAULT_STREAMS 4
 #define FERRY_SOCK_MAX_STREAMS     64
 #define FERRY_SOCK_MAX_THREADS     16
+/*
+ * Streams the process' connections share before each is cut below the
+ * default: by the comms already open at listen (sock_config_streams.c), or
+ * by NCCL's flows x peers with NCCL_FERRY_NET_HINTS=1 (sock_hints.c).
+ */
+#define FERRY_SOCK_STREAM_BUDGET   FERRY_SOCK_MAX_STREAMS
 
 typedef struct ferry_sock_config {
     int    socket_nthreads;        /* NCCL_SOCKET_NTHREADS as given, 0 = unset. */

@@ -3,7 +3,8 @@
  * (sock_config.h: ferry_sock_config_streams_for). The listener decides: its
  * handle carries the count, the connector opens that many and every hello
  * repeats it (sock_wire.h), so the count known at listen() is the one both
- * sides use.
+ * sides use. With NCCL_FERRY_NET_HINTS=1 the count is an offer: the connector
+ * may open fewer from NCCL's hints (sock_hints.h).
  */
 #include "socket/sock_config.h"
 
@@ -25,10 +26,8 @@
  * many connections follow. The live count is every socket comm of the
  * process, sends and receives, and its open listens (a listen is a receive
  * comm on its way: NCCL listens for all of a round's peers before it
- * connects any).
+ * connects any). The budget is FERRY_SOCK_STREAM_BUDGET (sock_config.h).
  */
-#define FERRY_SOCK_STREAM_BUDGET FERRY_SOCK_MAX_STREAMS
-
 int ferry_sock_config_streams_for(const ferry_sock_config_t *cfg, int live_conns)
 {
     int n;

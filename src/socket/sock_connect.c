@@ -45,7 +45,8 @@ typedef struct ferry_sock_conn_lane {
 
 typedef struct ferry_sock_conn_stage {
     int                     dev;
-    int                     nlanes;
+    int                     nlanes;      /* Streams opened: the handle's, or fewer (sock_hints.h). */
+    char                    why[288];    /* How nlanes was chosen, for the INFO line ("" as ever). */
     struct sockaddr_storage addr;
     socklen_t               addr_len;
     char                    peer[64];
@@ -104,7 +105,29 @@ static ferry_status_t ferry_sock_stage_find(int dev, ferry_sock_handle_t *h,
     return FERRY_ERR_USAGE;
 }
 
-static ferry_status_t ferry_sock_stage_create(int dev, ferry_sock_handle_t *h,
+/*
+ * Streams this connect opens: the handle's, or with NCCL_FERRY_NET_HINTS=1
+ * and a listener that takes fewer, what NCCL's latest send hints on ctx
+ * leave of the budget (sock_hints.c). Fixed here, at the first call: every
+ * hello of the connection says the same count.
+ */
+static int ferry_sock_stage_streams(ferry_ctx_t *ctx, const ferry_sock_handle_t *h,
+                                    char *why, size_t why_len)
+{
+    ferry_net_hint_t hint = { 0, 0 };
+    ferry_sock_streams_why_t reason;
+    int n;
+
+    if (ctx != NULL)
+        hint = ferry_net_hints_send(&ctx->hints);
+    n = ferry_sock_hints_streams(&ferry_sock_state.cfg, ferry_sock_state.hints.net_hints,
+                                 (h->flags & FERRY_SOCK_HANDLE_TAKES_FEWER) != 0, hint, h->nlanes,
+                                 &reason);
+    ferry_sock_hints_words(reason, hint, h->nlanes, why, why_len);
+    return n;
+}
+
+static ferry_status_t ferry_sock_stage_create(ferry_ctx_t *ctx, int dev, ferry_sock_handle_t *h,
                                               ferry_sock_conn_stage_t **stage_p)
 {
     ferry_sock_conn_stage_t *st;
@@ -115,7 +138,7 @@ static ferry_status_t ferry_sock_stage_create(int dev, ferry_sock_handle_t *h,
     if (st == NULL)
         return FERRY_ERR_NO_MEMORY;
     st->dev = dev;
-    st->nlanes = h->nlanes;
+    st->nlanes = ferry_sock_stage_streams(ctx, h, st->why, sizeof(st->why));
     ferry_sockaddr_from_wire(&st->addr, &st->addr_len, h->family == AF_INET ? AF_INET : AF_INET6,
                              h->port, h->addr, h->scope_id);
     if (h->family != AF_INET) {
@@ -137,7 +160,7 @@ static ferry_status_t ferry_sock_stage_create(int dev, ferry_sock_handle_t *h,
         l->hello.version = FERRY_SOCK_WIRE_VERSION;
         l->hello.hdr_size = sizeof(l->hello);
         l->hello.lane = (uint16_t)i;
-        l->hello.nlanes = h->nlanes;
+        l->hello.nlanes = (uint16_t)st->nlanes;
         l->hello.token = h->token;
         l->hello.conn_id = conn_id;
     }
@@ -245,7 +268,7 @@ ferry_status_t ferry_sock_connect(ferry_ctx_t *ctx, int dev, void *handle, int t
     if (status != FERRY_OK)
         return status;
     if (st == NULL) {
-        status = ferry_sock_stage_create(dev, h, &st);
+        status = ferry_sock_stage_create(ctx, dev, h, &st);
         if (status != FERRY_OK)
             return status;
         /* After the handle's checks: a foreign handle is the clearer error. */
@@ -271,11 +294,13 @@ ferry_status_t ferry_sock_connect(ferry_ctx_t *ctx, int dev, void *handle, int t
         st->lanes[i].fd = -1; /* The comm owns them now. */
     }
     status = ferry_sock_comm_create(FERRY_PX_SEND, st->dev, fds, st->nlanes, st->peer, &comm);
-    ferry_sock_stage_free(st, h);
-    if (status != FERRY_OK)
+    if (status != FERRY_OK) {
+        ferry_sock_stage_free(st, h);
         return status;
-    FERRY_INFO(FERRY_LOG_NET, "connected to %s: %d streams, send comm #%u", comm->px.ring.peer,
-               comm->px.nlanes, comm->px.ring.serial);
+    }
+    FERRY_INFO(FERRY_LOG_NET, "connected to %s: %d streams%s, send comm #%u", comm->px.ring.peer,
+               comm->px.nlanes, st->why, comm->px.ring.serial);
+    ferry_sock_stage_free(st, h);
     *send_comm_p = comm;
     return FERRY_OK;
 }

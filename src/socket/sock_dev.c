@@ -187,6 +187,8 @@ ferry_status_t ferry_sock_init(const ferry_config_t *core)
      * backend they are never parsed (nothing on the ib path reads them).
      */
     status = ferry_sock_config_load_raw(&raw);
+    if (status == FERRY_OK)
+        status = ferry_sock_hints_load(&ferry_sock_state.hints);
     if (status != FERRY_OK)
         return status;
     own = raw;

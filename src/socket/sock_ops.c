@@ -240,6 +240,7 @@ static ferry_status_t ferry_sock_close_comm(void *comm, ferry_px_req_kind_t kind
 static void ferry_sock_format_config(char *buf, size_t len)
 {
     ferry_sock_config_format(&ferry_sock_state.cfg, buf, len);
+    ferry_sock_hints_format(&ferry_sock_state.hints, buf, len);
 }
 
 static ferry_status_t ferry_sock_close_send(void *send_comm)

@@ -25,25 +25,37 @@
 typedef struct ferry_sock_handle {
     uint64_t magic;          /* FERRY_SOCK_MAGIC. */
     uint16_t version;        /* FERRY_SOCK_WIRE_VERSION. */
-    uint16_t nlanes;         /* Data streams the listener wants per connection. */
+    uint16_t nlanes;         /* Data streams the listener offers per connection. */
     uint16_t family;         /* AF_INET or AF_INET6. */
     uint16_t port;           /* Listen port, network byte order. */
     uint8_t  addr[16];       /* IPv4 (first 4 bytes) or IPv6 listen address. */
     uint32_t scope_id;       /* IPv6 scope for link-local addresses. */
-    uint32_t reserved;       /* Zero. */
+    uint32_t flags;          /* FERRY_SOCK_HANDLE_*; zero from a ferry that predates them. */
     uint64_t token;          /* Random; every stream must present it in its hello. */
     ferry_stage_ref_t stage; /* Connect side only: its connect in progress; zero on the wire. */
     uint8_t  pad[FERRY_HANDLE_SIZE - 64];
 } ferry_sock_handle_t;
 _Static_assert(sizeof(ferry_sock_handle_t) == FERRY_HANDLE_SIZE, "handle must be 128 bytes");
 
-/* First bytes on every stream, connector to acceptor. */
+/*
+ * The listener takes a connection of fewer streams than nlanes, 1..nlanes,
+ * as its connector's hellos say (NCCL_FERRY_NET_HINTS=1, sock_hints.h).
+ * Without it the hellos must say nlanes. A connector that predates the flag
+ * ignores it and opens nlanes, which such a listener takes too.
+ */
+#define FERRY_SOCK_HANDLE_TAKES_FEWER 0x1u
+
+/*
+ * First bytes on every stream, connector to acceptor. nlanes is the
+ * handle's, or with FERRY_SOCK_HANDLE_TAKES_FEWER the connector's choice
+ * (the same in every hello of the connection).
+ */
 typedef struct ferry_sock_hello {
     uint64_t magic;          /* FERRY_SOCK_MAGIC. */
     uint16_t version;        /* FERRY_SOCK_WIRE_VERSION. */
     uint16_t hdr_size;       /* sizeof(ferry_sock_hello_t), for future growth. */
     uint16_t lane;           /* Index of this stream in its connection. */
-    uint16_t nlanes;         /* Streams in this connection (copied from the handle). */
+    uint16_t nlanes;         /* Streams in this connection (see above). */
     uint64_t token;          /* The handle's token. */
     uint64_t conn_id;        /* Random, the same on every stream of one connection. */
 } ferry_sock_hello_t;

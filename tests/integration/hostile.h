@@ -108,5 +108,6 @@ void hostile_case_half_groups(hostile_env_t *e);
 void hostile_case_double_close(hostile_env_t *e);
 void hostile_case_forged_stage(hostile_env_t *e);
 void hostile_case_junk(hostile_env_t *e);
+void hostile_case_hints(hostile_env_t *e);
 
 #endif

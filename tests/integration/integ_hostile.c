@@ -49,6 +49,13 @@
  *                parent's in a forked child, a finished connect's: connect
  *                -> ncclInvalidUsage + WARN, nothing followed; the live
  *                connect goes on to its own end and a real peer connects
+ *     hints      (NCCL_FERRY_NET_HINTS=1: the handle says the listener takes
+ *                fewer streams) an older connector's hellos (the offer, no
+ *                proposal) and a connection of 2 of the 4 streams, written by
+ *                hand: accepted, their chunks intact; proposals of 0, 5 and
+ *                65535 streams, a lane past its count, a count that differs
+ *                within one connection: dropped, named with address and comm;
+ *                a real peer afterwards (hostile_hints.c)
  *     ib-cts     (ib) a receiver whose clear-to-send entries change between two
  *                isends of one receive (8 buffers then 1, a size, address,
  *                key, tag or sequence): isend -> ncclRemoteError + WARN naming
@@ -81,6 +88,7 @@ static const struct {
     { "forged-stage", hostile_case_forged_stage },
     { "ib-cts",    hostile_case_ib_cts },
     { "junk",      hostile_case_junk },
+    { "hints",     hostile_case_hints },
 };
 
 int main(int argc, char **argv)
