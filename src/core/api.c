@@ -323,6 +323,16 @@ static const ferry_backend_ops_t *ferry_api_backend(const char *op)
     return be;
 }
 
+int ferry_api_takes_net_hints(void)
+{
+    const ferry_backend_ops_t *be;
+
+    pthread_mutex_lock(&ferry_api_lock);
+    be = ferry_api_be;
+    pthread_mutex_unlock(&ferry_api_lock);
+    return be != NULL && be->takes_net_hints != NULL && be->takes_net_hints();
+}
+
 static ferry_ctx_t *ferry_api_ctx(void *ctx, const char *op)
 {
     ferry_api_ctx_t *c = ctx;

@@ -66,6 +66,12 @@ typedef struct ferry_backend_ops {
     ferry_status_t (*get_properties)(int dev, ferry_props_t *props_p);
     /* Merge ndevs devices into one (NCCL's makeVDevice); NULL: the backend merges none. */
     ferry_status_t (*make_vdevice)(int *dev_p, int ndevs, const int *devs);
+    /*
+     * 1 when this process' connects use NCCL's setNetAttr hints (socket:
+     * NCCL_FERRY_NET_HINTS=1). NULL or 0: they would change nothing, so NCCL
+     * is shown no setNetAttr and skips building them.
+     */
+    int (*takes_net_hints)(void);
     ferry_status_t (*listen)(ferry_ctx_t *ctx, int dev, void *handle, void **listen_comm_p);
     ferry_status_t (*connect)(ferry_ctx_t *ctx, int dev, void *handle, int traffic_class,
                               void **send_comm_p);

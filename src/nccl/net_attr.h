@@ -35,4 +35,18 @@
         return ferry_nccl_result(ferry_api_set_net_attr(ctx, &attr));        \
     }
 
+/*
+ * After a successful init: the table's setNetAttr is _fn where the backend
+ * uses the hints, NULL otherwise, so that NCCL builds and sends none where
+ * they would change nothing (NCCL reads the member after init: v12 from the
+ * table itself, v11 when its shim copies the table at init's return). The
+ * answer is the same for every init of a process; the store happens once.
+ */
+#define FERRY_NCCL_PUBLISH_SET_NET_ATTR(_slot, _fn)                                  \
+    do {                                                                             \
+        __typeof__(_fn) *_want = ferry_api_takes_net_hints() ? (_fn) : NULL;         \
+        if (__atomic_load_n(&(_slot), __ATOMIC_ACQUIRE) != _want)                    \
+            __atomic_store_n(&(_slot), _want, __ATOMIC_RELEASE);                     \
+    } while (0)
+
 #endif

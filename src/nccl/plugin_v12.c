@@ -6,6 +6,11 @@
 #include "nccl/profiler.h"
 #include "nccl/props.h"
 
+FERRY_NCCL_DEFINE_SET_NET_ATTR(ferry_nccl_v12_set_net_attr, ncclNetAttr_v12_t)
+
+/* Defined below; init sets its setNetAttr. */
+FERRY_NCCL_EXPORT extern ncclNet_v12_t ncclNetPlugin_v12;
+
 static ncclResult_t ferry_nccl_v12_init(void **ctx_p, uint64_t comm_id,
                                         ncclNetCommConfig_v12_t *config,
                                         ncclDebugLogger_t log_fn,
@@ -16,8 +21,10 @@ static ncclResult_t ferry_nccl_v12_init(void **ctx_p, uint64_t comm_id,
                                            log_fn);
 
     /* After init: its INFO line goes through NCCL's logger. */
-    if (res == ncclSuccess)
+    if (res == ncclSuccess) {
         ferry_nccl_prof_init(prof_fn);
+        FERRY_NCCL_PUBLISH_SET_NET_ATTR(ncclNetPlugin_v12.setNetAttr, ferry_nccl_v12_set_net_attr);
+    }
     return res;
 }
 
@@ -26,10 +33,8 @@ FERRY_NCCL_DEFINE_GET_PROPERTIES(ferry_nccl_v12_get_properties, ncclNetPropertie
 
 FERRY_NCCL_DEFINE_MAKE_VDEVICE(ferry_nccl_v12_make_vdevice, ncclNetVDeviceProps_v12_t)
 
-FERRY_NCCL_DEFINE_SET_NET_ATTR(ferry_nccl_v12_set_net_attr, ncclNetAttr_v12_t)
-
 /* makeVDevice and setNetAttr as in plugin_v11.c. */
-FERRY_NCCL_EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {
+FERRY_NCCL_EXPORT ncclNet_v12_t ncclNetPlugin_v12 = {
     .name          = FERRY_NCCL_NAME,
     .init          = ferry_nccl_v12_init,
     .getProperties = ferry_nccl_v12_get_properties,
@@ -37,5 +42,5 @@ FERRY_NCCL_EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {
     FERRY_NCCL_PHANDLE_MEMBERS,
     FERRY_NCCL_CTX_MEMBERS,
     .makeVDevice   = ferry_nccl_v12_make_vdevice,
-    .setNetAttr    = ferry_nccl_v12_set_net_attr,
+    .setNetAttr    = NULL, /* Set by init where the backend uses the hints. */
 };

@@ -253,6 +253,11 @@ static ferry_status_t ferry_sock_close_recv(void *recv_comm)
     return ferry_sock_close_comm(recv_comm, FERRY_PX_RECV, "closeRecv");
 }
 
+static int ferry_sock_takes_net_hints(void)
+{
+    return ferry_sock_state.hints.net_hints == 1;
+}
+
 const ferry_backend_ops_t ferry_sock_ops = {
     .name           = "socket",
     .host_staged    = 1, /* GPU buffers too cross TCP from their host shadows (sock_gpu.h). */
@@ -261,6 +266,7 @@ const ferry_backend_ops_t ferry_sock_ops = {
     .fini           = ferry_sock_fini,
     .devices        = ferry_sock_devices,
     .get_properties = ferry_sock_get_properties,
+    .takes_net_hints = ferry_sock_takes_net_hints,
     .listen         = ferry_sock_listen,
     .connect        = ferry_sock_connect,
     .accept         = ferry_sock_accept,

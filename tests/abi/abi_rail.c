@@ -247,7 +247,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "FAIL: ncclNetPlugin_v8..v12 (with v12 makeVDevice) not all found\n");
         return 1;
     }
-    RAIL_EXPECT(p.v12->setNetAttr != NULL, "v12 setNetAttr is NULL (it keeps NCCL's hints)");
+    /* Set by init only where the hints are used (NCCL_FERRY_NET_HINTS=1, socket backend). */
+    RAIL_EXPECT(p.v12->setNetAttr == NULL, "v12 setNetAttr is set before init");
 
     /* 1. No rails: UNDEF everywhere. */
     if (rail_step(&p, "=fakeib0,fakeib1", plain, &ctx) != 0)

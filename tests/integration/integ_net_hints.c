@@ -72,6 +72,13 @@ static void *hints_init(hints_net_t *n, uint64_t comm_id)
     return ctx;
 }
 
+/* The table's setNetAttr as NCCL sees it after init. */
+static const void *hints_slot(const hints_net_t *n)
+{
+    return n->version == 11 ? (const void *)((const ncclNet_v11_t *)n->table)->setNetAttr
+                            : (const void *)((const ncclNet_v12_t *)n->table)->setNetAttr;
+}
+
 /* NCCL's struct of the version, filled from the v11 one (same fields, other type names). */
 static ncclResult_t hints_set(hints_net_t *n, void *ctx, const ncclNetAttr_v11_t *a)
 {
@@ -126,11 +133,10 @@ static void hints_open(hints_net_t *n, const char *path, int version)
     fit_plugin_open(&n->plugin, path);
     if (version == 11) {
         n->table = n->plugin.net;
-        FIT_CHECK(n->plugin.net->setNetAttr != NULL, "v11 setNetAttr is NULL");
     } else {
         const ncclNet_v12_t *t = dlsym(n->plugin.dl, "ncclNetPlugin_v12");
 
-        FIT_CHECK(t != NULL && t->setNetAttr != NULL, "no v12 table, or its setNetAttr is NULL");
+        FIT_CHECK(t != NULL, "no v12 table");
         n->table = t;
         /* Same C types in v11 and v12: the compiler checks each assignment. */
         n->shim.name = t->name;
@@ -247,8 +253,22 @@ static void hints_run(const char *path, int version)
     int from;
 
     hints_open(&n, path, version);
+    FIT_CHECK(hints_slot(&n) == NULL, "v%d setNetAttr is set before init", version);
     ctx_l = hints_init(&n, 0x1100 + (uint64_t)version);
     ctx_c = hints_init(&n, cid);
+    /* Where the hints change nothing NCCL must see NULL, and builds none. */
+    FIT_CHECK((hints_slot(&n) != NULL) == hints_on, "v%d setNetAttr after init is %s with "
+              "NCCL_FERRY_NET_HINTS=%d", version, hints_slot(&n) != NULL ? "set" : "NULL",
+              hints_on);
+    if (!hints_on) {
+        hints_connect_check(&n, ctx_l, ctx_c, 0, 0, NULL, "setNetAttr NULL, no hints");
+        FIT_NCCL(n.plugin.net->finalize(ctx_c));
+        FIT_NCCL(n.plugin.net->finalize(ctx_l));
+        fit_log_check_clean("after the cases");
+        fit_plugin_close(&n.plugin);
+        fit_pass("v%d: setNetAttr NULL after init, connections take the offer", version);
+        return;
+    }
 
     /* A collective's hints, 8 x 8: the budget leaves 1 stream. */
     a = hints_conn(8, 8, (uint32_t)NCCL_NET_ATTR_UNDEF);

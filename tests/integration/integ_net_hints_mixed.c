@@ -122,7 +122,9 @@ static void mixed_connector(const char *path, int old, int hints, int expect, co
     a.sendCommAttr.minConcurrentPeers = a.recvCommAttr.minConcurrentPeers = 1;
     a.sendCommAttr.maxFlowsPerPeer = a.recvCommAttr.maxFlowsPerPeer = 8;
     a.sendCommAttr.minFlowsPerPeer = a.recvCommAttr.minFlowsPerPeer = 1;
-    FIT_CHECK(old || p.net->setNetAttr != NULL, "the v11 table's setNetAttr is NULL");
+    FIT_CHECK(old || (p.net->setNetAttr != NULL) == (hints != 0), "the v11 table's setNetAttr "
+              "is %s after init with NCCL_FERRY_NET_HINTS=%d", p.net->setNetAttr ? "set" : "NULL",
+              hints);
     if (p.net->setNetAttr != NULL) /* NCCL skips a NULL one. */
         FIT_NCCL(p.net->setNetAttr(ctx, &a));
     send_comm = fit_connect_loop(&p, ctx, 0, handle);
