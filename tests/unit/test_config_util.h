@@ -13,8 +13,9 @@
 
 #include "core/log.h"
 
-/* The last WARN ferry logged, to check messages by content. */
-static char last_warn[1024];
+/* The last WARN ferry logged, to check messages by content, and how many came. */
+static char last_warn[2048];
+static int warns;
 
 static inline void __attribute__((format(printf, 5, 6)))
 capture_log(int level, unsigned long flags, const char *file, int line, const char *fmt, ...)
@@ -29,6 +30,7 @@ capture_log(int level, unsigned long flags, const char *file, int line, const ch
     va_start(ap, fmt);
     vsnprintf(last_warn, sizeof(last_warn), fmt, ap);
     va_end(ap);
+    warns++;
 }
 
 /* Fails the test unless last_warn ends in the table's WARN for NAME=value. */

@@ -17,31 +17,13 @@
 #include "core/net_hints.h"
 #include "socket/sock.h"
 #include "socket/sock_hints.h"
+#include "test_config_util.h"
 
-static int warns;
-static char last_warn[2048];
-
-static void capture(int level, unsigned long flags, const char *file, int line, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static void capture(int level, unsigned long flags, const char *file, int line, const char *fmt, ...)
-{
-    va_list ap;
-
-    (void)flags;
-    (void)file;
-    (void)line;
-    if (level != FERRY_LOG_WARN)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(last_warn, sizeof(last_warn), fmt, ap);
-    va_end(ap);
-    warns++;
-}
 
 static int setup_logger(void **state)
 {
     (void)state;
-    ferry_log_set(capture);
+    ferry_log_set(capture_log);
     warns = 0;
     last_warn[0] = '\0';
     unsetenv("NCCL_FERRY_NET_HINTS");
