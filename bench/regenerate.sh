@@ -52,8 +52,10 @@
 # repetitions (default 5) runs every configuration once, in an order from a
 # Williams design (lib.sh, fnb_rotate), so each configuration follows every
 # other equally often. Per size, ferry's busbw is paired with each baseline's
-# of the same repetition; the row gives the median of those ratios and a 95 %
-# bootstrap interval, against the baseline ferry fares worst against. An
+# of the same repetition, as the inverse ratio of the times nccl-tests prints
+# (its busbw's two decimals are too coarse at small sizes); the row gives the
+# median of those ratios and a 95 % bootstrap interval, against the baseline
+# ferry fares worst against. An
 # interval that contains 1.0 reads "level". Every run is checked by nccl-tests
 # (-c 1; ibnull2, whose data is wrong by design, -c 0): a wrong element fails
 # the command. A proof run per topic shows that NCCL loaded ferry and sent

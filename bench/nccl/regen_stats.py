@@ -11,7 +11,11 @@ DIR/summary.csv and DIR/README.md.
 Per topic, operation and size, each repetition's busbw of ferry's
 configuration (the topic's first; each --variant, named ferry-LABEL, the same
 way, in rows of its own) is paired with each baseline's busbw of the
-same repetition (the runs of one repetition share its drift). For each
+same repetition (the runs of one repetition share its drift). The ratio is
+taken from the times nccl-tests prints (busbw is the same factor times size
+over time for both, so the busbw ratio is the inverse ratio of the times;
+the printed busbw has two decimals, which at small sizes is a coarse step:
+0.04 against 0.05 GB/s). For each
 baseline: the median of those ratios and its 95 % bootstrap interval (2,000
 resamples of the repetitions, seeded, so the same input gives the same
 table). The row reports the baseline ferry fares worst against. An interval
@@ -93,11 +97,14 @@ def main():
     rows = read_raw(d)
     topics = read_topics(d)
     env = read_env(d)
-    # busbw[(topic, op, size, config)][rep] = busbw
+    # busbw[(topic, op, size, config)][rep] = busbw; times[...] the same in us
     busbw = defaultdict(dict)
+    times = defaultdict(dict)
     versions = set()
     for r in rows:
-        busbw[(r["topic"], r["op"], int(r["size"]), r["config"])][int(r["rep"])] = float(r["busbw"])
+        key = (r["topic"], r["op"], int(r["size"]), r["config"])
+        busbw[key][int(r["rep"])] = float(r["busbw"])
+        times[key][int(r["rep"])] = float(r["time_us"])
         versions.add(r["nccl_version"])
     rng = random.Random(SEED)
     out = []
@@ -108,11 +115,13 @@ def main():
             sizes = sorted({k[2] for k in busbw if k[0] == name and k[1] == op})
             for size in sizes:
                 mine = busbw.get((name, op, size, ferry), {})
+                mine_t = times.get((name, op, size, ferry), {})
                 worst = None
                 for base in bases:
                     theirs = busbw.get((name, op, size, base), {})
-                    reps = sorted(set(mine) & set(theirs))
-                    ratios = [mine[k] / theirs[k] for k in reps if theirs[k] > 0]
+                    theirs_t = times.get((name, op, size, base), {})
+                    reps = sorted(set(mine_t) & set(theirs_t))
+                    ratios = [theirs_t[k] / mine_t[k] for k in reps if mine_t[k] > 0]
                     if not ratios:
                         continue
                     med = statistics.median(ratios)
