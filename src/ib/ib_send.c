@@ -52,7 +52,7 @@ static int ferry_ib_send_chain(ferry_ib_send_comm_t *sc, ferry_ib_send_slot_t *s
     int err;
     size_t size0 = slot->reqs[0]->sub[0].capacity, bytes = 0;
 
-    memset(wrs, 0, sizeof(wrs));
+    /* Each WR is cleared as it is filled: most messages use one of the nine. */
     for (i = 0, k = 0; i < n; i++) {
         ferry_px_req_t *req = slot->reqs[i];
         const ferry_ib_mh_t *mh = req->sub[0].mem;
@@ -64,6 +64,7 @@ static int ferry_ib_send_chain(ferry_ib_send_comm_t *sc, ferry_ib_send_slot_t *s
         sges[k].addr = (uint64_t)(uintptr_t)(req->sub[0].buf + off);
         sges[k].length = (uint32_t)len;
         sges[k].lkey = mh->mr[m]->lkey;
+        memset(&wrs[k], 0, sizeof(wrs[k]));
         wrs[k].opcode = IBV_WR_RDMA_WRITE;
         wrs[k].sg_list = &sges[k];
         wrs[k].num_sge = 1;
@@ -83,6 +84,7 @@ static int ferry_ib_send_chain(ferry_ib_send_comm_t *sc, ferry_ib_send_slot_t *s
         sges[k].addr = (uint64_t)(uintptr_t)sc->sizes_src[s];
         sges[k].length = (uint32_t)(sizeof(uint32_t) * (size_t)n);
         sges[k].lkey = conn->mem[m].ctrl_mr->lkey;
+        memset(&wrs[k], 0, sizeof(wrs[k]));
         wrs[k].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
         wrs[k].sg_list = &sges[k];
         wrs[k].num_sge = 1;
@@ -95,6 +97,7 @@ static int ferry_ib_send_chain(ferry_ib_send_comm_t *sc, ferry_ib_send_slot_t *s
         /* Nothing for this QP, or adaptive routing: a 0-byte WRITE_WITH_IMM completes it. */
         const ferry_ib_rbuf_t *rbuf0 = ferry_ib_send_rbuf(sc, slot->reqs[0]);
 
+        memset(&wrs[k], 0, sizeof(wrs[k]));
         wrs[k].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
         wrs[k].num_sge = 0;
         wrs[k].wr.rdma.remote_addr = rbuf0->addr;
