@@ -40,6 +40,8 @@ int ferry_ib_recv_early_slot_busy(ferry_ib_recv_comm_t *rc, uint32_t s)
      */
     long st;
 
+    if (rc->early_mask == 0) /* No early receive out (every receive but LL's): nothing to count. */
+        return 0;
     if (!((rc->early_mask >> s) & 1U) && __builtin_popcount(rc->early_mask) < FERRY_IB_EARLY_POLL)
         return 0;
     st = ferry_ib_cq_drain(&rc->base, 0);
