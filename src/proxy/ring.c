@@ -198,12 +198,12 @@ static ferry_status_t ferry_px_ring_test_failed(ferry_px_ring_t *ring, ferry_px_
  * Add a finished request's timeline to the comm's sums (ferry_px_timing_t).
  * The thread that calls test() is their one writer: no locked adds.
  */
-static void ferry_px_ring_time(ferry_px_ring_t *ring, const ferry_px_req_t *req)
+static void ferry_px_ring_time(ferry_px_ring_t *ring, const ferry_px_req_t *req, uint64_t now)
 {
     ferry_px_timing_t *t = &ring->timing;
     uint64_t start = atomic_load_explicit(&req->start_ns, memory_order_relaxed);
     uint64_t done = atomic_load_explicit(&req->done_ns, memory_order_relaxed);
-    uint64_t now = ferry_px_now_ns(), move;
+    uint64_t move;
 
     if (start < req->post_ns || done < start || now < done)
         return; /* Not every step was stamped (cannot happen for a DONE request). */
@@ -225,10 +225,17 @@ static ferry_status_t ferry_px_ring_reap(ferry_px_ring_t *ring, ferry_px_req_t *
     int i;
 
     if (state == FERRY_PX_REQ_DONE) {
+        uint64_t now = ferry_px_now_ns();
+
         assert(ferry_px_req_check(req));
-        ferry_px_ring_time(ring, req);
+        ferry_px_ring_time(ring, req, now);
         ring->stall_quiet = 0; /* The comm moves again: a new stall gets its own WARN. */
-        ring->moved_ns = ferry_px_coarse_ns(); /* Reported now: done_ns may be long past. */
+        /*
+         * Reported now: done_ns may be long past. The timing's clock read serves:
+         * the stall checks compare it with the coarse clock, which runs behind
+         * (then the comm counts as not idle yet), as they do request stamps.
+         */
+        ring->moved_ns = now;
         for (i = 0; i < req->n; i++) {
             uint64_t size = atomic_load_explicit(&req->sub[i].size, memory_order_relaxed);
 
