@@ -7,7 +7,7 @@
  * the data path:
  *
  *   iput        RDMA WRITE, done at its completion (the target ACKed it).
- *   iputSignal  the WRITE unsignalled, then an ATOMIC_FETCH_AND_ADD of the
+ *   iputSignal  the WRITE, then an ATOMIC_FETCH_AND_ADD of the
  *               signal word on the same QP: an RC responder executes its
  *               requests in order, so the add lands after the data.
  *   iget        RDMA READ.
@@ -15,9 +15,11 @@
  *               earlier WRITE on the QP was executed at the target.
  *
  * Every operation is a request of the peer's request ring (proxy/ring.h),
- * one part each, so the dump and the stall WARN see it; its work request
- * carries the ring's message number and the target rank in wr_id, so a
- * late completion of a request already reported finds nothing. One lock
+ * one part per work request (an operation larger than the port's
+ * max_msg_sz is cut into several: ib_rma_parts.c), so the dump and the
+ * stall WARN see it; each work request carries the ring's message number,
+ * its part number and the target rank in wr_id, so a late completion of a
+ * request already reported finds nothing. One lock
  * per group serialises posts, polling and registration.
  */
 #ifndef FERRY_IB_RMA_H
@@ -49,6 +51,7 @@
 #define FERRY_IB_RMA_PART_BITS    20
 #define FERRY_IB_RMA_MAX_PARTS    (1U << FERRY_IB_RMA_PART_BITS)
 #define FERRY_IB_RMA_RANK_BITS    12
+_Static_assert(FERRY_IB_RMA_MAX_RANKS <= (1 << FERRY_IB_RMA_RANK_BITS), "ranks fit wr_id");
 /* Completions one progress call takes at most. */
 #define FERRY_IB_RMA_POLL_BATCH   16
 

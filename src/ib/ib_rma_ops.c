@@ -302,11 +302,17 @@ static void ferry_ib_rma_stall_why(const ferry_px_ring_t *ring, const ferry_px_r
     const ferry_ib_rma_peer_t *p = (const ferry_ib_rma_peer_t *)(const void *)ring;
     uint32_t slot = (uint32_t)(req - ring->reqs);
 
+    const ferry_ib_rma_op_t *op = &p->ops[slot];
+    char waiting[96] = "";
+
+    if (op->seq == req->seq && op->next < op->nparts)
+        snprintf(waiting, sizeof(waiting), " (%u of its %u parts; the rest wait for room in "
+                 "the send queue)", op->next, op->nparts);
     snprintf(buf, len, "Its work requests (region %u, offset %llu, %llu bytes at the target) "
-             "were posted on QP 0x%x towards rank %d (%s, QP 0x%x) and have no completion yet; "
-             "the target's HCA answers by itself: check that rank %d's process is alive and "
-             "its port is ACTIVE (ibstat), and the link between", p->op_reg[slot],
-             (unsigned long long)p->op_off[slot], (unsigned long long)p->op_size[slot],
+             "were posted%s on QP 0x%x towards rank %d (%s, QP 0x%x) and have no completion "
+             "yet; the target's HCA answers by itself: check that rank %d's process is alive "
+             "and its port is ACTIVE (ibstat), and the link between", p->op_reg[slot],
+             (unsigned long long)p->op_off[slot], (unsigned long long)p->op_size[slot], waiting,
              p->qp != NULL ? p->qp->qp_num : 0, p->rank, p->addr, p->remote_qpn, p->rank);
 }
 
