@@ -152,10 +152,15 @@ static void split_round(rank_state_t *s, big_t *b, int round, size_t size, size_
         t_get = fit_now() - t0;
         check_bytes(b->src + soff, size, 0, round + 50, "split iget");
         check_edges(b->src, soff, size, 0x5a, "split iget");
-        printf("rank 0: split %zu B (%s %zu B) at source offset %zu, target offset %zu: "
-               "iputSignal %.3f s, iput+iflush %.3f s, iget %.3f s, checked\n", size,
-               on_ib ? "data parts of at most" : "over TCP, more than", max_msg(), soff, doff,
-               t_sig, t_put, t_get);
+        if (on_ib)
+            printf("rank 0: split %zu B (%zu data parts of at most %zu B) at source offset "
+                   "%zu, target offset %zu: iputSignal %.3f s, iput+iflush %.3f s, iget %.3f s, "
+                   "checked\n", size, (size - 1) / max_msg() + 1, max_msg(), soff, doff, t_sig,
+                   t_put, t_get);
+        else
+            printf("rank 0: %zu B over TCP (more than %zu B) at source offset %zu, target "
+                   "offset %zu: iputSignal %.3f s, iput+iflush %.3f s, iget %.3f s, checked\n",
+                   size, max_msg(), soff, doff, t_sig, t_put, t_get);
     }
     split_barrier(step + 3);
 }
