@@ -127,6 +127,8 @@ static void split_round(rank_state_t *s, big_t *b, int round, size_t size, size_
                                  NCCL_NET_SIGNAL_OP_ADD, &req));
         FIT_NCCL(wait_req(s->coll, req, "split iputSignal"));
         t_sig = fit_now() - t0;
+        /* The next put's pattern, while rank 1 checks this one. */
+        fill(b->src + soff, size, 0, round + 50);
     } else if (my_rank == 1) {
         /* All of the data is there the moment the signal is. */
         /* The word adds up over the rounds (only the NIC writes it: TSan sees no race). */
@@ -137,7 +139,6 @@ static void split_round(rank_state_t *s, big_t *b, int round, size_t size, size_
     }
     split_barrier(step + 1);
     if (my_rank == 0) {
-        fill(b->src + soff, size, 0, round + 50);
         t0 = fit_now();
         FIT_NCCL(rma_iput(soff, b->src_mh, size, doff, b->win_mh, 1, &req));
         FIT_NCCL(wait_req(s->coll, req, "split iput"));
