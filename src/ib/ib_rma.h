@@ -7,7 +7,7 @@
  * the data path:
  *
  *   iput        RDMA WRITE, done at its completion (the target ACKed it).
- *   iputSignal  the WRITE unsignalled, then an ATOMIC_FETCH_AND_ADD of the
+ *   iputSignal  the WRITE, then an ATOMIC_FETCH_AND_ADD of the
  *               signal word on the same QP: an RC responder executes its
  *               requests in order, so the add lands after the data.
  *   iget        RDMA READ.
@@ -15,9 +15,11 @@
  *               earlier WRITE on the QP was executed at the target.
  *
  * Every operation is a request of the peer's request ring (proxy/ring.h),
- * one part each, so the dump and the stall WARN see it; its work request
- * carries the ring's message number and the target rank in wr_id, so a
- * late completion of a request already reported finds nothing. One lock
+ * one part per work request (an operation larger than the port's
+ * max_msg_sz is cut into several: ib_rma_parts.c), so the dump and the
+ * stall WARN see it; each work request carries the ring's message number,
+ * its part number and the target rank in wr_id, so a late completion of a
+ * request already reported finds nothing. One lock
  * per group serialises posts, polling and registration.
  */
 #ifndef FERRY_IB_RMA_H
@@ -37,8 +39,19 @@
 #define FERRY_IB_RMA_MR_MAGIC     0x72726d61726d6269ULL
 #define FERRY_IB_RMA_MAX_REGS     1024 /* Regions a group may register in its life. */
 #define FERRY_IB_RMA_MAX_RANKS    1024
-/* Work requests per QP: two per request (put + signal), 32 requests, and room. */
+/*
+ * Work requests one QP holds posted: two per request (put + signal) for 32
+ * requests, and room. Operations cut into more parts than fit post the rest
+ * from progress as completions free room (ib_rma_parts.c).
+ */
 #define FERRY_IB_RMA_SQ_DEPTH     (2 * FERRY_MAX_REQUESTS + 4)
+/* One work request moves at most this much where the port reports no max_msg_sz. */
+#define FERRY_IB_RMA_DEFAULT_MSG  (1ULL << 30)
+/* Work requests one operation may take: the part number's bits in wr_id. */
+#define FERRY_IB_RMA_PART_BITS    20
+#define FERRY_IB_RMA_MAX_PARTS    (1U << FERRY_IB_RMA_PART_BITS)
+#define FERRY_IB_RMA_RANK_BITS    12
+_Static_assert(FERRY_IB_RMA_MAX_RANKS <= (1 << FERRY_IB_RMA_RANK_BITS), "ranks fit wr_id");
 /* Completions one progress call takes at most. */
 #define FERRY_IB_RMA_POLL_BATCH   16
 
@@ -94,6 +107,27 @@ typedef struct ferry_ib_rma_mr {
 
 struct ferry_ib_rma_group;
 
+/*
+ * One operation as its work requests are built: ndata data WRs of at most
+ * part bytes each (one zero-length WR for an empty get, put or flush), then
+ * the signal's fetch-and-add when sig; next of them are posted.
+ */
+typedef struct ferry_ib_rma_op {
+    uint32_t            seq;    /* The ring's message number it belongs to. */
+    enum ibv_wr_opcode  opcode; /* RDMA_WRITE or RDMA_READ for the data. */
+    char               *local;
+    uint32_t            lkey;
+    uint64_t            raddr;
+    uint32_t            rkey;
+    uint64_t            size;
+    uint64_t            part;
+    uint32_t            ndata, nparts, next;
+    int                 sig;
+    uint64_t            sig_raddr;
+    uint32_t            sig_rkey;
+    uint64_t            sig_add;
+} ferry_ib_rma_op_t;
+
 typedef struct ferry_ib_rma_peer {
     ferry_px_ring_t            ring;  /* First: ring ops find the peer from it. */
     struct ferry_ib_rma_group *group;
@@ -112,6 +146,10 @@ typedef struct ferry_ib_rma_peer {
     uint32_t                   op_reg[FERRY_MAX_REQUESTS];
     uint64_t                   op_off[FERRY_MAX_REQUESTS];
     uint64_t                   op_size[FERRY_MAX_REQUESTS];
+    ferry_ib_rma_op_t          ops[FERRY_MAX_REQUESTS]; /* Its work requests, by ring slot. */
+    uint32_t                   sq_used;   /* WRs posted on qp and not completed yet. */
+    uint32_t                   pump_head; /* Requests [head, tail) have WRs left to post, */
+    uint32_t                   pump_tail; /* in order: nothing overtakes on the QP. */
 } ferry_ib_rma_peer_t;
 
 typedef struct ferry_ib_rma_group {
@@ -182,11 +220,26 @@ void ferry_ib_rma_peer_fail(ferry_ib_rma_group_t *g, ferry_ib_rma_peer_t *p, fer
                             const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* Async events on every peer's QP fail that peer (from the HCA's async thread). */
 void ferry_ib_rma_watch_start(ferry_ib_rma_group_t *g);
-/* wr_id of a request of p: its message number and the target rank. */
-static inline uint64_t ferry_ib_rma_wr_id(const ferry_ib_rma_peer_t *p, uint32_t seq)
+/* wr_id of part k of a request of p: its message number, the part and the target rank. */
+static inline uint64_t ferry_ib_rma_wr_id(const ferry_ib_rma_peer_t *p, uint32_t seq, uint32_t k)
 {
-    return (uint64_t)seq << 32 | (uint32_t)p->rank;
+    return (uint64_t)seq << 32 | (uint64_t)k << FERRY_IB_RMA_RANK_BITS | (uint32_t)p->rank;
 }
+
+/* ib_rma_parts.c */
+/* The most one work request moves on g's port: its max_msg_sz, or 1 GiB where it reports 0. */
+uint64_t ferry_ib_rma_max_msg(const ferry_ib_rma_group_t *g);
+/* op's number of work requests, or 0 with a WARN when more than FERRY_IB_RMA_MAX_PARTS. */
+uint32_t ferry_ib_rma_op_parts(ferry_ib_rma_group_t *g, ferry_ib_rma_op_t *op, const char *name,
+                               int rank);
+/* Bytes part k of op moves (0 for the signal). */
+uint64_t ferry_ib_rma_part_bytes(const ferry_ib_rma_op_t *op, uint32_t k);
+/*
+ * Post what fits of p's queued requests, oldest first; with g->lock held.
+ * A request whose post fails fails (WARN); returns FERRY_ERR_IO when the
+ * request of seq was among them, else FERRY_OK.
+ */
+ferry_status_t ferry_ib_rma_pump(ferry_ib_rma_group_t *g, ferry_ib_rma_peer_t *p, uint32_t seq);
 
 /* ib_rma_ops.c */
 extern const ferry_px_ring_ops_t ferry_ib_rma_ring_ops;

@@ -2,7 +2,8 @@
  * The ib backend's one-sided operations (core/rma.h, ib_rma.h): each put,
  * get or flush is checked where it is posted (the rank, the caller's
  * regions, and the range against what the target registered), becomes a
- * request of the target's ring and one or two work requests on its QP.
+ * request of the target's ring and its work requests on its QP, cut at the
+ * port's largest message (ib_rma_parts.c).
  */
 #include <stdio.h>
 #include <string.h>
@@ -10,9 +11,6 @@
 #include "core/log.h"
 #include "ib/ib_rma.h"
 #include "proxy/handle.h"
-
-/* One work request moves at most this much (a verbs message's length is 32 bits). */
-#define FERRY_IB_RMA_MAX_BYTES (1ULL << 30)
 
 static ferry_ib_rma_group_t *ferry_ib_rma_group(void *group, const char *op)
 {
@@ -96,64 +94,46 @@ static ferry_ib_rma_peer_t *ferry_ib_rma_target(ferry_ib_rma_group_t *g, const c
     return p;
 }
 
-/* A request of p's ring for one operation, started; NULL with a WARN when 32 are in flight. */
+/*
+ * A request of p's ring for op (its parts counted and queued behind every
+ * earlier one), its first parts posted; NULL with a WARN when 32 are in
+ * flight or op takes too many parts, *st_p then set.
+ */
 static ferry_px_req_t *ferry_ib_rma_post(ferry_ib_rma_group_t *g, ferry_ib_rma_peer_t *p,
-                                         const char *op, char *buf, size_t size, uint32_t reg,
-                                         uint64_t off)
+                                         const char *name, ferry_ib_rma_op_t *op, uint32_t reg,
+                                         uint64_t off, ferry_status_t *st_p)
 {
-    ferry_px_sub_t sub = { .buf = buf, .capacity = size };
-    ferry_px_req_t *req = ferry_px_ring_post(&p->ring, 1, &sub, 0, 1, size);
+    ferry_px_sub_t sub = { .buf = op->local, .capacity = op->size };
+    uint32_t nparts = ferry_ib_rma_op_parts(g, op, name, p->rank);
+    ferry_px_req_t *req;
     uint32_t slot;
     char who[256];
 
+    *st_p = FERRY_ERR_ARGUMENT;
+    if (nparts == 0)
+        return NULL;
+    req = ferry_px_ring_post(&p->ring, 1, &sub, 0, nparts, op->part);
     if (req == NULL) {
         ferry_ib_rma_describe(g, who, sizeof(who));
         FERRY_WARN_LIMITED("RMA %s: %s: %d operations towards rank %d (%s) are in flight "
                            "already, the most one peer takes (maxRecvs is 1); test() them "
-                           "before posting more", op, who, FERRY_MAX_REQUESTS, p->rank,
+                           "before posting more", name, who, FERRY_MAX_REQUESTS, p->rank,
                            p->addr);
+        *st_p = FERRY_ERR_USAGE;
         return NULL;
     }
     slot = ferry_px_ring_slot_index(&p->ring, req);
     p->op_reg[slot] = reg;
     p->op_off[slot] = off;
-    p->op_size[slot] = size;
-    ferry_px_req_parts_start(req, 1);
+    p->op_size[slot] = op->size;
+    op->seq = req->seq;
+    p->ops[slot] = *op;
+    if (p->pump_head == p->pump_tail)
+        p->pump_head = req->seq;
+    p->pump_tail = req->seq + 1;
+    *st_p = ferry_ib_rma_pump(g, p, req->seq);
+    (void)ferry_ib_rma_progress_locked(g);
     return req;
-}
-
-/* Post wr (a chain) for req; on failure the request fails and the caller returns the status. */
-static ferry_status_t ferry_ib_rma_send(ferry_ib_rma_group_t *g, ferry_ib_rma_peer_t *p,
-                                        const char *op, ferry_px_req_t *req,
-                                        struct ibv_send_wr *wr)
-{
-    struct ibv_send_wr *bad = NULL;
-    char who[256];
-    int rc;
-
-    for (struct ibv_send_wr *w = wr; w != NULL; w = w->next)
-        w->wr_id = ferry_ib_rma_wr_id(p, req->seq);
-    rc = ibv_post_send(p->qp, wr, &bad);
-    if (rc == 0) {
-        (void)ferry_ib_rma_progress_locked(g);
-        return FERRY_OK;
-    }
-    ferry_ib_rma_describe(g, who, sizeof(who));
-    FERRY_WARN_LIMITED("RMA %s: %s: ibv_post_send on QP 0x%x towards rank %d (%s) failed: %s; "
-                       "the request failed, nothing of it was sent", op, who, p->qp->qp_num,
-                       p->rank, p->addr, strerror(rc));
-    ferry_px_req_fail(req, FERRY_ERR_IO);
-    return FERRY_ERR_IO;
-}
-
-static ferry_status_t ferry_ib_rma_size_ok(const char *op, uint32_t rank, size_t size)
-{
-    if (size <= FERRY_IB_RMA_MAX_BYTES)
-        return FERRY_OK;
-    FERRY_WARN_LIMITED("RMA %s to rank %u: %zu bytes in one operation; ferry's ib RMA moves at "
-                       "most %llu bytes per call: split it", op, rank, size,
-                       (unsigned long long)FERRY_IB_RMA_MAX_BYTES);
-    return FERRY_ERR_ARGUMENT;
 }
 
 static ferry_status_t ferry_ib_rma_put_locked(void *group, const ferry_rma_put_t *op, void **req_p)
@@ -161,12 +141,10 @@ static ferry_status_t ferry_ib_rma_put_locked(void *group, const ferry_rma_put_t
     ferry_ib_rma_group_t *g = group;
     const char *name = op->sig_op != FERRY_RMA_SIGNAL_NONE ? "iputSignal" : "iput";
     ferry_ib_rma_mr_t *src = NULL, *dst = NULL, *sig = NULL;
-    struct ibv_send_wr wr[2], *first;
-    struct ibv_sge sge[2];
+    ferry_ib_rma_op_t o;
     ferry_ib_rma_peer_t *p;
     ferry_status_t st = FERRY_OK;
     ferry_px_req_t *req;
-    char *from = NULL;
 
     p = ferry_ib_rma_target(g, name, op->rank, &st);
     if (p == NULL)
@@ -176,8 +154,9 @@ static ferry_status_t ferry_ib_rma_put_locked(void *group, const ferry_rma_put_t
                            "INC, 2: ADD)", name, op->rank, op->sig_op);
         return FERRY_ERR_ARGUMENT;
     }
-    if (ferry_ib_rma_size_ok(name, op->rank, op->size) != FERRY_OK)
-        return FERRY_ERR_ARGUMENT;
+    memset(&o, 0, sizeof(o));
+    o.opcode = IBV_WR_RDMA_WRITE;
+    o.size = op->size;
     if (op->size > 0) {
         src = ferry_ib_rma_local(g, name, "source", op->src_mr, op->src_off, op->size);
         dst = ferry_ib_rma_local(g, name, "destination", op->dst_mr, 0, 0);
@@ -187,7 +166,10 @@ static ferry_status_t ferry_ib_rma_put_locked(void *group, const ferry_rma_put_t
                                       op->size);
         if (st != FERRY_OK)
             return st;
-        from = src->base + op->src_off;
+        o.local = src->base + op->src_off;
+        o.lkey = src->mr->lkey;
+        o.raddr = p->regs[dst->index].addr + op->dst_off;
+        o.rkey = p->regs[dst->index].rkey;
     }
     if (op->sig_op != FERRY_RMA_SIGNAL_NONE) {
         sig = ferry_ib_rma_local(g, name, "signal", op->sig_mr, 0, 0);
@@ -203,67 +185,30 @@ static ferry_status_t ferry_ib_rma_put_locked(void *group, const ferry_rma_put_t
         st = ferry_ib_rma_remote_fits(g, p, name, "signal", sig->index, op->sig_off, 8);
         if (st != FERRY_OK)
             return st;
+        o.sig = 1;
+        o.sig_raddr = p->regs[sig->index].addr + op->sig_off;
+        o.sig_rkey = p->regs[sig->index].rkey;
+        o.sig_add = op->sig_op == FERRY_RMA_SIGNAL_INC ? 1 : op->sig_value;
     }
-    req = ferry_ib_rma_post(g, p, name, from, op->size, dst != NULL ? dst->index : UINT32_MAX,
-                            op->dst_off);
-    if (req == NULL)
-        return FERRY_ERR_USAGE;
-    *req_p = ferry_px_handle_of(req);
-    memset(wr, 0, sizeof(wr));
-    memset(sge, 0, sizeof(sge));
-    /* The data: signalled only without a signal (the signal's completion covers both). */
-    wr[0].opcode = IBV_WR_RDMA_WRITE;
-    wr[0].send_flags = sig == NULL ? IBV_SEND_SIGNALED : 0;
-    if (op->size > 0) {
-        sge[0].addr = (uint64_t)(uintptr_t)from;
-        sge[0].length = (uint32_t)op->size;
-        sge[0].lkey = src->mr->lkey;
-        wr[0].sg_list = &sge[0];
-        wr[0].num_sge = 1;
-        wr[0].wr.rdma.remote_addr = p->regs[dst->index].addr + op->dst_off;
-        wr[0].wr.rdma.rkey = p->regs[dst->index].rkey;
-    }
-    first = &wr[0];
-    if (sig != NULL) {
-        /*
-         * The signal: an RC responder executes requests in order, so the add
-         * happens after the WRITE's data is placed (no fence: that only
-         * holds a request back behind earlier READs and atomics).
-         */
-        sge[1].addr = (uint64_t)(uintptr_t)g->sink;
-        sge[1].length = 8;
-        sge[1].lkey = g->sink_mr->lkey;
-        wr[1].opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-        wr[1].send_flags = IBV_SEND_SIGNALED;
-        wr[1].sg_list = &sge[1];
-        wr[1].num_sge = 1;
-        wr[1].wr.atomic.remote_addr = p->regs[sig->index].addr + op->sig_off;
-        wr[1].wr.atomic.rkey = p->regs[sig->index].rkey;
-        wr[1].wr.atomic.compare_add = op->sig_op == FERRY_RMA_SIGNAL_INC ? 1 : op->sig_value;
-        if (op->size > 0)
-            wr[0].next = &wr[1];
-        else
-            first = &wr[1];
-    }
-    return ferry_ib_rma_send(g, p, name, req, first);
+    req = ferry_ib_rma_post(g, p, name, &o, dst != NULL ? dst->index : UINT32_MAX, op->dst_off,
+                            &st);
+    if (req != NULL)
+        *req_p = ferry_px_handle_of(req);
+    return st;
 }
 
 static ferry_status_t ferry_ib_rma_get_locked(void *group, const ferry_rma_get_t *op, void **req_p)
 {
     ferry_ib_rma_group_t *g = group;
     ferry_ib_rma_mr_t *local, *remote;
+    ferry_ib_rma_op_t o;
     ferry_ib_rma_peer_t *p;
     ferry_status_t st = FERRY_OK;
-    struct ibv_send_wr wr;
-    struct ibv_sge sge;
     ferry_px_req_t *req;
-    char *to;
 
     p = ferry_ib_rma_target(g, "iget", op->rank, &st);
     if (p == NULL)
         return st;
-    if (ferry_ib_rma_size_ok("iget", op->rank, op->size) != FERRY_OK)
-        return FERRY_ERR_ARGUMENT;
     local = ferry_ib_rma_local(g, "iget", "local", op->local_mr, op->local_off, op->size);
     remote = ferry_ib_rma_local(g, "iget", "remote", op->remote_mr, 0, 0);
     if (local == NULL || remote == NULL)
@@ -272,52 +217,41 @@ static ferry_status_t ferry_ib_rma_get_locked(void *group, const ferry_rma_get_t
                                   op->size);
     if (st != FERRY_OK)
         return st;
-    to = local->base + op->local_off;
-    req = ferry_ib_rma_post(g, p, "iget", to, op->size, remote->index, op->remote_off);
-    if (req == NULL)
-        return FERRY_ERR_USAGE;
-    *req_p = ferry_px_handle_of(req);
-    memset(&wr, 0, sizeof(wr));
-    memset(&sge, 0, sizeof(sge));
-    wr.opcode = IBV_WR_RDMA_READ;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    if (op->size > 0) {
-        sge.addr = (uint64_t)(uintptr_t)to;
-        sge.length = (uint32_t)op->size;
-        sge.lkey = local->mr->lkey;
-        wr.sg_list = &sge;
-        wr.num_sge = 1;
-        wr.wr.rdma.remote_addr = p->regs[remote->index].addr + op->remote_off;
-        wr.wr.rdma.rkey = p->regs[remote->index].rkey;
-    }
-    return ferry_ib_rma_send(g, p, "iget", req, &wr);
+    memset(&o, 0, sizeof(o));
+    o.opcode = IBV_WR_RDMA_READ;
+    o.size = op->size;
+    o.local = local->base + op->local_off;
+    o.lkey = local->mr->lkey;
+    o.raddr = p->regs[remote->index].addr + op->remote_off;
+    o.rkey = p->regs[remote->index].rkey;
+    req = ferry_ib_rma_post(g, p, "iget", &o, remote->index, op->remote_off, &st);
+    if (req != NULL)
+        *req_p = ferry_px_handle_of(req);
+    return st;
 }
 
 /*
  * A zero-length READ: the target answers it only after executing every
  * earlier request on the QP, so every earlier put is applied there by its
- * completion (no rkey is checked for zero bytes).
+ * completion (no rkey is checked for zero bytes). It is queued behind the
+ * parts of earlier operations not posted yet, so it cannot overtake them.
  */
 static ferry_status_t ferry_ib_rma_flush_locked(void *group, uint32_t rank, void **req_p)
 {
     ferry_ib_rma_group_t *g = group;
     ferry_ib_rma_peer_t *p;
     ferry_status_t st = FERRY_OK;
-    struct ibv_send_wr wr;
-    ferry_px_req_t *req = NULL;
+    ferry_ib_rma_op_t o;
+    ferry_px_req_t *req;
 
     p = ferry_ib_rma_target(g, "iflush", rank, &st);
-    if (p != NULL) {
-        req = ferry_ib_rma_post(g, p, "iflush", NULL, 0, UINT32_MAX, 0);
-        st = req != NULL ? FERRY_OK : FERRY_ERR_USAGE;
-    }
-    if (req != NULL) {
+    if (p == NULL)
+        return st;
+    memset(&o, 0, sizeof(o));
+    o.opcode = IBV_WR_RDMA_READ;
+    req = ferry_ib_rma_post(g, p, "iflush", &o, UINT32_MAX, 0, &st);
+    if (req != NULL)
         *req_p = ferry_px_handle_of(req);
-        memset(&wr, 0, sizeof(wr));
-        wr.opcode = IBV_WR_RDMA_READ;
-        wr.send_flags = IBV_SEND_SIGNALED;
-        st = ferry_ib_rma_send(g, p, "iflush", req, &wr);
-    }
     return st;
 }
 
@@ -368,11 +302,17 @@ static void ferry_ib_rma_stall_why(const ferry_px_ring_t *ring, const ferry_px_r
     const ferry_ib_rma_peer_t *p = (const ferry_ib_rma_peer_t *)(const void *)ring;
     uint32_t slot = (uint32_t)(req - ring->reqs);
 
+    const ferry_ib_rma_op_t *op = &p->ops[slot];
+    char waiting[96] = "";
+
+    if (op->seq == req->seq && op->next < op->nparts)
+        snprintf(waiting, sizeof(waiting), " (%u of its %u parts; the rest wait for room in "
+                 "the send queue)", op->next, op->nparts);
     snprintf(buf, len, "Its work requests (region %u, offset %llu, %llu bytes at the target) "
-             "were posted on QP 0x%x towards rank %d (%s, QP 0x%x) and have no completion yet; "
-             "the target's HCA answers by itself: check that rank %d's process is alive and "
-             "its port is ACTIVE (ibstat), and the link between", p->op_reg[slot],
-             (unsigned long long)p->op_off[slot], (unsigned long long)p->op_size[slot],
+             "were posted%s on QP 0x%x towards rank %d (%s, QP 0x%x) and have no completion "
+             "yet; the target's HCA answers by itself: check that rank %d's process is alive "
+             "and its port is ACTIVE (ibstat), and the link between", p->op_reg[slot],
+             (unsigned long long)p->op_off[slot], (unsigned long long)p->op_size[slot], waiting,
              p->qp != NULL ? p->qp->qp_num : 0, p->rank, p->addr, p->remote_qpn, p->rank);
 }
 

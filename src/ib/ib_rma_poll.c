@@ -83,7 +83,10 @@ void ferry_ib_rma_watch_start(ferry_ib_rma_group_t *g)
 
 static void ferry_ib_rma_wc(ferry_ib_rma_group_t *g, const struct ibv_wc *wc)
 {
-    uint32_t rank = (uint32_t)(wc->wr_id & 0xffffffffu), seq = (uint32_t)(wc->wr_id >> 32);
+    uint32_t rank = (uint32_t)(wc->wr_id & ((1u << FERRY_IB_RMA_RANK_BITS) - 1));
+    uint32_t part = (uint32_t)(wc->wr_id >> FERRY_IB_RMA_RANK_BITS) & (FERRY_IB_RMA_MAX_PARTS - 1);
+    uint32_t seq = (uint32_t)(wc->wr_id >> 32);
+    const ferry_ib_rma_op_t *op;
     ferry_ib_rma_peer_t *p;
     ferry_px_req_t *req;
     uint32_t slot;
@@ -91,19 +94,24 @@ static void ferry_ib_rma_wc(ferry_ib_rma_group_t *g, const struct ibv_wc *wc)
     if (rank >= (uint32_t)g->nranks)
         return;
     p = &g->peers[rank];
+    if (p->sq_used > 0)
+        p->sq_used--; /* Every WR is signalled: its room in the send queue is free again. */
     req = ferry_px_ring_match(&p->ring, seq);
+    slot = seq % FERRY_MAX_REQUESTS;
+    op = &p->ops[slot];
     if (wc->status == IBV_WC_SUCCESS) {
         if (req != NULL)
-            ferry_px_req_part_finish(req, req->sub[0].capacity);
+            ferry_px_req_part_finish(req, ferry_ib_rma_part_bytes(op, part));
         return;
     }
-    slot = seq % FERRY_MAX_REQUESTS;
     /* Flushes after the first error repeat it; the first one says what failed. */
     if (wc->status != IBV_WC_WR_FLUSH_ERR || !p->dead)
         ferry_ib_rma_peer_fail(g, p, FERRY_ERR_REMOTE, "%s of request seq %u (region %u, "
-                               "offset %llu at the target) completed with %s (vendor error "
-                               "0x%x)%s", req != NULL ? "its operation" : "an operation", seq,
-                               p->op_reg[slot], (unsigned long long)p->op_off[slot],
+                               "offset %llu at the target, part %u of %u) completed with %s "
+                               "(vendor error 0x%x)%s", req != NULL ? "its operation"
+                                                                    : "an operation", seq,
+                               p->op_reg[slot], (unsigned long long)p->op_off[slot], part + 1,
+                               op->seq == seq ? op->nparts : 0,
                                ferry_ibv.wc_status_str((enum ibv_wc_status)wc->status),
                                wc->vendor_err,
                                wc->status == IBV_WC_RETRY_EXC_ERR
@@ -161,8 +169,13 @@ long ferry_ib_rma_progress_locked(ferry_ib_rma_group_t *g)
     n = ibv_poll_cq(g->cq, FERRY_IB_RMA_POLL_BATCH, wc);
     for (int i = 0; i < n; i++)
         ferry_ib_rma_wc(g, &wc[i]);
-    if (n > 0)
+    if (n > 0) {
         work += n;
+        /* Room freed in send queues: parts waiting for it go now. */
+        for (int r = 0; r < g->nranks; r++)
+            if (g->peers[r].pump_head != g->peers[r].pump_tail)
+                (void)ferry_ib_rma_pump(g, &g->peers[r], 0);
+    }
     if (now - g->last_watch_ns >= FERRY_IB_RMA_WATCH_NS || now < g->last_watch_ns) {
         g->last_watch_ns = now;
         work += ferry_ib_rma_watch(g);

@@ -176,6 +176,17 @@ static void fakeibv_config_load(void)
     }
     c->one_copy = (int)fakeibv_env_long("FAKEIBV_ONE_COPY", 1, 0, 1);
     c->one_copy_min = fakeibv_env_size("FAKEIBV_ONE_COPY_MIN", 64 << 10);
+    {
+        /* A real HCA's limit is 2^31; a lower one lets tests split messages cheaply. */
+        uint64_t m = fakeibv_env_size("FAKEIBV_MAX_MSG_SZ", 0x80000000ull);
+
+        if (m < 1 || m > 0x80000000ull) {
+            fprintf(stderr, "fakeibv: FAKEIBV_MAX_MSG_SZ=%llu is outside 1..2G; using 2G\n",
+                    (unsigned long long)m);
+            m = 0x80000000ull;
+        }
+        c->max_msg_sz = (uint32_t)m;
+    }
     c->direct = (int)fakeibv_env_long("FAKEIBV_DIRECT", 1, 0, 1);
     c->null_payload = (int)fakeibv_env_long("FAKEIBV_NULL_PAYLOAD", 0, 0, 1);
     /*

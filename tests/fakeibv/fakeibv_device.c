@@ -422,7 +422,7 @@ int fakeibv_query_port_attr(struct ibv_context *c, uint8_t port, struct ibv_port
     a->active_mtu = cfg->mtu;
     a->gid_tbl_len = eth ? FAKEIBV_GID_TBL_LEN : 1;
     a->port_cap_flags = eth ? IBV_PORT_IP_BASED_GIDS : IBV_PORT_CM_SUP;
-    a->max_msg_sz = 0x80000000u;
+    a->max_msg_sz = cfg->max_msg_sz;
     a->pkey_tbl_len = 1;
     a->lid = eth ? 0 : p->lid;
     a->sm_lid = eth ? 0 : 1;

@@ -49,6 +49,7 @@ struct fakeibv_config {
     int cuda_own_ctx;           /* FAKEIBV_CUDA_CTX: copy in a context of our own (1) or the primary one. */
     int one_copy;               /* FAKEIBV_ONE_COPY: offer/accept descriptor mode. */
     uint64_t one_copy_min;      /* FAKEIBV_ONE_COPY_MIN: smallest WR sent as a descriptor. */
+    uint32_t max_msg_sz;        /* FAKEIBV_MAX_MSG_SZ: ports' max_msg_sz, enforced at post. */
     int direct;                 /* FAKEIBV_DIRECT: the posting thread sends small requests. */
     int null_payload;           /* FAKEIBV_NULL_PAYLOAD: large payloads complete without bytes. */
     uint64_t null_payload_min;  /* FAKEIBV_NULL_PAYLOAD_MIN: smallest payload skipped. */

@@ -48,8 +48,8 @@ static int fakeibv_swqe_fill(struct fakeibv_qp *qp, struct fakeibv_swqe *w, uint
         return EINVAL;
     for (i = 0; i < wr->num_sge; i++)
         total += wr->sg_list[i].length;
-    if (total > 0x80000000ull)
-        return EINVAL; /* Beyond max_msg_sz. */
+    if (total > fakeibv_config()->max_msg_sz)
+        return EINVAL; /* Beyond the ports' max_msg_sz. */
     memset(w, 0, sizeof(*w));
     w->wr_id = wr->wr_id;
     w->opcode = wr->opcode;

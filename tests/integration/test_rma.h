@@ -39,6 +39,8 @@
  *             within a bound, and a put to it fails instead of hanging.
  *   dereg     (socket) regions deregistered while operations on them still
  *             move: test_rma_dereg.c.
+ *   split, split-fail  operations larger than one message of the transport,
+ *             and (ib) one of their parts failing: test_rma_split.c.
  *
  * With NCCL_FERRY_BACKEND=ib (fakeibv) the same cases run over verbs
  * (src/ib/ib_rma_*.c): the puts are RDMA WRITEs, the signals atomic
@@ -56,7 +58,7 @@
  * the parent does to them); test_rma_common.c (the two ABI versions behind
  * one set of calls, barriers and byte checks, a rank's setup and teardown);
  * test_rma_data.c (data, v13, threads); test_rma_gpu.c; test_rma_misuse.c;
- * test_rma_faults.c (stall, killed); test_rma_dereg.c.
+ * test_rma_faults.c (stall, killed); test_rma_dereg.c; test_rma_split.c.
  */
 #ifndef FERRY_TEST_RMA_H
 #define FERRY_TEST_RMA_H
@@ -85,6 +87,7 @@ typedef struct shared {
     _Atomic int ready_to_die;
     _Atomic int strangers_done; /* misuse: the parent's junk reached rank 2's listener. */
     _Atomic int stopped_pid;    /* ib stall: rank 1, about to stop itself (SIGSTOP). */
+    _Atomic uint32_t split_qpn; /* split-fail: rank 0's QP towards rank 2. */
 } shared_t;
 
 /* test_rma_driver.c */
@@ -143,6 +146,8 @@ void case_misuse(void); /* test_rma_misuse.c */
 void case_stall(void);  /* test_rma_faults.c */
 void case_killed(void); /* test_rma_faults.c */
 void case_dereg(void);  /* test_rma_dereg.c */
+void case_split(void);      /* test_rma_split.c */
+void case_split_fail(void); /* test_rma_split.c: ib */
 /* test_rma_misuse.c, in the parent: the strangers at rank 2's listener. */
 void knock_on_rank2(void);
 

@@ -78,7 +78,11 @@ int main(int argc, char **argv)
     }
     else if (strcmp(which, "dereg") == 0)
         fn = case_dereg;
-    FIT_CHECK(fn != NULL, "unknown case %s (data, v13, threads, misuse, stall, gpu, gpu-dmabuf, killed, dereg)", which);
+    else if (strcmp(which, "split") == 0)
+        fn = case_split;
+    else if (strcmp(which, "split-fail") == 0)
+        fn = case_split_fail;
+    FIT_CHECK(fn != NULL, "unknown case %s (data, v13, threads, misuse, stall, gpu, gpu-dmabuf, killed, dereg, split, split-fail)", which);
     sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     FIT_CHECK(sh != MAP_FAILED, "mmap");
     memset(sh, 0, sizeof(*sh));
