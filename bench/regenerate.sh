@@ -7,7 +7,7 @@
 #                       [--min-time S] [--sizes 4K:256M] [--out DIR] [--commit ID]
 #                       [--cores-per-rank N] [--budget SECONDS]
 #                       [--variant LABEL=NAME=value[,NAME=value...]]...
-#                       [--ops all_reduce|alltoall[,...]]
+#                       [--ops all_reduce|alltoall[,...]] [--env NAME=value]...
 #
 # SRC is an nccl-tests source tree (its top folder, holding src/Makefile); it
 # is built here, with MPI, for the GPU's own architecture only, into
@@ -39,6 +39,12 @@
 # --variant t1=NCCL_FERRY_THREADS=1). It runs in the same rotation as the
 # others and gets rows of its own against the same NCCL baselines; the
 # README's result rows stay those of ferry's defaults.
+#
+# --env NAME=value (repeatable) sets a variable for every measured run of
+# every configuration, baselines included, for diagnosis (e.g.
+# FAKEIBV_STATS=1: each rank's fakeibv counters at exit, in logs.tar.xz). A
+# run with --env says so in its README's command line; its rows are not the
+# README's (the variable may cost time on both sides).
 #
 # --budget SECONDS bounds the whole call (one GPU call runs at most 10
 # minutes): the time left is shared among the topic/operation pairs still to
@@ -81,7 +87,7 @@ CORES=
 BUDGET=
 VARIANTS=()
 OPS_ARG=
-
+ALL_ENV=()
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
 
 while [ $# -gt 0 ]; do
@@ -97,6 +103,7 @@ while [ $# -gt 0 ]; do
     --budget) BUDGET=${2:-}; shift ;;
     --variant) VARIANTS+=("${2:-}"); shift ;;
     --ops) OPS_ARG=${2:-}; shift ;;
+    --env) ALL_ENV+=("${2:-}"); shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "regenerate.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -115,6 +122,9 @@ case $BUDGET in ''|[1-9][0-9]|[1-9][0-9][0-9]|[1-9][0-9][0-9][0-9]) ;;
 for v in "${VARIANTS[@]}"; do
   [[ $v =~ ^[a-z0-9]{1,12}=[A-Z_][A-Z0-9_]*=[^,[:space:]]*(,[A-Z_][A-Z0-9_]*=[^,[:space:]]*)*$ ]] ||
     die_usage "--variant '$v': LABEL=NAME=value[,NAME=value...] (LABEL: 1-12 of a-z0-9, no spaces)"
+done
+for v in "${ALL_ENV[@]}"; do
+  [[ $v =~ ^[A-Z_][A-Z0-9_]*=[^[:space:]]*$ ]] || die_usage "--env '$v': NAME=value (no spaces)"
 done
 case ,$OPS_ARG, in
   ,,|,all_reduce,|,alltoall,|,all_reduce,alltoall,|,alltoall,all_reduce,) ;;
@@ -231,7 +241,7 @@ run_nt() {
   # shellcheck disable=SC2046 # fnb_config_env prints NAME=value words
   for kv in $(fnb_config_env "$config") NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0 \
             CUDA_MPS_PIPE_DIRECTORY="$CUDA_MPS_PIPE_DIRECTORY" REGEN_IB="$IB" "${TOPIC_ENV[@]}" \
-            ${RUN_EXTRA:-}; do
+            ${RUN_EXTRA:-} "${ALL_ENV[@]}"; do
     xs+=(-x "$kv")
   done
   # stdin from /dev/null: mpirun forwards stdin and would eat the band list being read.
@@ -297,7 +307,7 @@ record_env() {
     echo "gpu: $(timeout 20 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
     echo "cuda: $(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
     echo "nccl-tests: $(nt_src_version)"
-    echo "command: bench/regenerate.sh --nccl-tests SRC --topics $TOPICS --reps $REPS --min-time $MIN_TIME --sizes $SIZES${CORES:+ --cores-per-rank $CORES}${BUDGET:+ --budget $BUDGET}${OPS_ARG:+ --ops $OPS_ARG}$(printf ' --variant %s' "${VARIANTS[@]}" | sed 's/^ --variant $//')"
+    echo "command: bench/regenerate.sh --nccl-tests SRC --topics $TOPICS --reps $REPS --min-time $MIN_TIME --sizes $SIZES${CORES:+ --cores-per-rank $CORES}${BUDGET:+ --budget $BUDGET}${OPS_ARG:+ --ops $OPS_ARG}$(printf ' --variant %s' "${VARIANTS[@]}" | sed 's/^ --variant $//')$(printf ' --env %s' "${ALL_ENV[@]}" | sed 's/^ --env $//')"
     for v in "${VARIANTS[@]}"; do echo "variant: ferry-${v%%=*} = ferry's configuration + ${v#*=}"; done
   } >"$OUTDIR/env.txt"
 }

@@ -293,6 +293,13 @@ check regen_ops_only 0 test "$(awk -F'\t' 'NR > 1 { print $2 }' "$WORK/regen7/ru
 check regen_ops_command 0 grep -q -- '--ops alltoall' "$WORK/regen7/README.md"
 check regen_ops_bad 2 "$HERE/../../regenerate.sh" --nccl-tests "$WORK/nt" --ops reduce_scatter
 expect regen_ops_bad 'ops takes all_reduce, alltoall or both'
+# --env: the variable reaches every run (the mock's ferry busbw, 4.00 over 1.00), and the command says so.
+check regen_env 0 env FNB_BUILD="$FNB_BUILD" REGEN_NT_BUILD="$WORK/ntbuild" "$HERE/../../regenerate.sh" \
+      --nccl-tests "$WORK/nt" --topics socket2 --reps 1 --sizes 4K:4K --env MOCK_FERRY_BW=4.00 --out "$WORK/regen8"
+check regen_env_rows 0 grep -q '^| 4 KiB | 4.00 |' "$WORK/regen8/README.md"
+check regen_env_command 0 grep -q -- '--env MOCK_FERRY_BW=4.00' "$WORK/regen8/README.md"
+check regen_env_bad 2 "$HERE/../../regenerate.sh" --nccl-tests "$WORK/nt" --env 'lower=1'
+expect regen_env_bad "env 'lower=1': NAME=value"
 check regen_usage 2 "$HERE/../../regenerate.sh" --topics socket2
 expect regen_usage 'nccl-tests SRC is required'
 check regen_bad_topic 2 "$HERE/../../regenerate.sh" --nccl-tests "$WORK/nt" --topics nonesuch
