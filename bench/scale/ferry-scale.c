@@ -7,7 +7,9 @@
  * ring neighbour holds. Each process listens N times, the handles cross a
  * pipe, then each calls connect() and accept() round robin over all of them
  * until every comm exists (non-blocking, as NCCL's proxy does). Then every
- * pair moves one 4 KiB message each way, checked byte for byte.
+ * pair moves one 4 KiB message each way, checked byte for byte, --rounds
+ * times (default 1), test() sweeping every request in turn as NCCL's proxy
+ * sweeps its operations.
  *
  * Reported per process, one CSV row each (after a header line):
  *   backend, role, pairs, connect+accept seconds (handles crossed -> last
@@ -16,7 +18,10 @@
  *   minus before, / N), fds per pair, and on fakeibv the verbs objects per
  *   pair (QPs, CQs, MRs through fakeibv_objects(), and the CQs' entries through
  *   fakeibv_cq_entries(); "na" on any other
- *   libibverbs or on the socket backend), and whether the data was right.
+ *   libibverbs or on the socket backend), the rounds, their wall seconds (the
+ *   slower side's) and the process' user and system CPU milliseconds per
+ *   round (getrusage: the emulator's threads included), and whether the data
+ *   was right.
  * The backend is NCCL_FERRY_BACKEND's (socket, or ib with LD_LIBRARY_PATH
  * naming fakeibv's folder); --backend sets it. Exit 0 only when every
  * comm came up and every byte arrived right.
@@ -30,6 +35,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -115,13 +121,19 @@ static void io_all(int fd, void *buf, size_t len, int out)
     }
 }
 
+static double cpu_ms(const struct timeval *tv)
+{
+    return (double)tv->tv_sec * 1e3 + (double)tv->tv_usec / 1e3;
+}
+
 static double per(uint64_t after, uint64_t before, int n)
 {
     return ((double)after - (double)before) / n;
 }
 
 /* One side: n pairs with the process behind (rfd, wfd). */
-static int run_side(const char *plugin, const char *role, int n, int rfd, int wfd, int header)
+static int run_side(const char *plugin, const char *role, int n, int rounds, int rfd, int wfd,
+                    int header)
 {
     fit_plugin_t p;
     void *ctx, **lc, **sc, **rc, **smh, **rmh, **req;
@@ -131,7 +143,9 @@ static int run_side(const char *plugin, const char *role, int n, int rfd, int wf
     unsigned char *sbuf, *rbuf;
     int dev, i, nsend = 0, nrecv = 0, done_n = 0, bad = 0;
     snap_t before, after, end;
-    double t0, t_conn, t_other;
+    double t0, t_conn, t_other, t_data, t_data_other;
+    struct rusage ru0, ru1;
+    int round;
     fit_bound_t b;
     const char *backend = getenv("NCCL_FERRY_BACKEND");
     char objs[96];
@@ -193,52 +207,67 @@ static int run_side(const char *plugin, const char *role, int n, int rfd, int wf
         FIT_NCCL(p.net->regMr(rc[i], rbuf + (size_t)i * SCALE_MSG, SCALE_MSG, NCCL_PTR_HOST,
                               &rmh[i]));
     }
-    fit_bound_init(&b, "4 KiB both ways on every pair", SCALE_SECONDS, 1L << 40);
-    while (done_n < 2 * n) {
+    getrusage(RUSAGE_SELF, &ru0);
+    t0 = fit_now();
+    for (round = 0; round < rounds; round++) {
+        if (round > 0) {
+            memset(posted, 0, (size_t)2 * n);
+            memset(req, 0, (size_t)2 * n * sizeof(*req));
+            memset(rbuf, FIT_POISON, (size_t)n * SCALE_MSG);
+            done_n = 0;
+        }
+        fit_bound_init(&b, "4 KiB both ways on every pair", SCALE_SECONDS, 1L << 40);
+        while (done_n < 2 * n) {
+            for (i = 0; i < n; i++) {
+                if (!posted[2 * i]) {
+                    void *data = rbuf + (size_t)i * SCALE_MSG;
+                    size_t size = SCALE_MSG;
+                    int tag = 7;
+
+                    FIT_NCCL(p.net->irecv(rc[i], 1, &data, &size, &tag, &rmh[i], NULL,
+                                          &req[2 * i]));
+                    posted[2 * i] = req[2 * i] != NULL;
+                }
+                if (!posted[2 * i + 1]) {
+                    FIT_NCCL(p.net->isend(sc[i], sbuf + (size_t)i * SCALE_MSG, SCALE_MSG, 7, smh[i],
+                                          NULL, &req[2 * i + 1]));
+                    posted[2 * i + 1] = req[2 * i + 1] != NULL;
+                }
+            }
+            for (i = 0; i < 2 * n; i++) {
+                int done = 0, size = 0;
+
+                if (req[i] == NULL || req[i] == (void *)1)
+                    continue;
+                FIT_NCCL(p.net->test(req[i], &done, &size));
+                if (done) {
+                    FIT_CHECK(size == SCALE_MSG, "pair %d %s: %d bytes, %d expected", i / 2,
+                              i % 2 ? "send" : "receive", size, SCALE_MSG);
+                    req[i] = (void *)1;
+                    done_n++;
+                }
+            }
+            fit_bound_step(&b);
+        }
         for (i = 0; i < n; i++) {
-            if (!posted[2 * i]) {
-                void *data = rbuf + (size_t)i * SCALE_MSG;
-                size_t size = SCALE_MSG;
-                int tag = 7;
+            size_t off = 0;
 
-                FIT_NCCL(p.net->irecv(rc[i], 1, &data, &size, &tag, &rmh[i], NULL, &req[2 * i]));
-                posted[2 * i] = req[2 * i] != NULL;
+            if (fit_verify(rbuf + (size_t)i * SCALE_MSG, SCALE_MSG,
+                           ((uint64_t)i << 1) | (role[0] != 'A'), &off) != 0) {
+                if (bad++ < 5)
+                    fprintf(stderr, "ferry-scale %s: pair %d: byte %zu of the 4 KiB received is "
+                            "wrong\n", role, i, off);
             }
-            if (!posted[2 * i + 1]) {
-                FIT_NCCL(p.net->isend(sc[i], sbuf + (size_t)i * SCALE_MSG, SCALE_MSG, 7, smh[i],
-                                      NULL, &req[2 * i + 1]));
-                posted[2 * i + 1] = req[2 * i + 1] != NULL;
-            }
-        }
-        for (i = 0; i < 2 * n; i++) {
-            int done = 0, size = 0;
-
-            if (req[i] == NULL || req[i] == (void *)1)
-                continue;
-            FIT_NCCL(p.net->test(req[i], &done, &size));
-            if (done) {
-                FIT_CHECK(size == SCALE_MSG, "pair %d %s: %d bytes, %d expected", i / 2,
-                          i % 2 ? "send" : "receive", size, SCALE_MSG);
-                req[i] = (void *)1;
-                done_n++;
-            }
-        }
-        fit_bound_step(&b);
-    }
-    for (i = 0; i < n; i++) {
-        size_t off = 0;
-
-        if (fit_verify(rbuf + (size_t)i * SCALE_MSG, SCALE_MSG,
-                       ((uint64_t)i << 1) | (role[0] != 'A'), &off) != 0) {
-            if (bad++ < 5)
-                fprintf(stderr, "ferry-scale %s: pair %d: byte %zu of the 4 KiB received is wrong\n",
-                        role, i, off);
         }
     }
+    t_data = fit_now() - t0;
+    getrusage(RUSAGE_SELF, &ru1);
     take_snap(&end);
     /* The time of the slower side is the job's. */
     io_all(wfd, &t_conn, sizeof(t_conn), 1);
     io_all(rfd, &t_other, sizeof(t_other), 0);
+    io_all(wfd, &t_data, sizeof(t_data), 1);
+    io_all(rfd, &t_data_other, sizeof(t_data_other), 0);
     if (after.have_objs)
         snprintf(objs, sizeof(objs), "%.2f,%.2f,%.2f,%.1f", per(after.qps, before.qps, n),
                  per(after.cqs, before.cqs, n), per(after.mrs, before.mrs, n),
@@ -251,14 +280,19 @@ static int run_side(const char *plugin, const char *role, int n, int rfd, int wf
     if (header)
         printf("backend,role,pairs,connect_accept_s,threads_before,threads_after,"
                "ferry_threads,fakeibv_threads,rss_kib_per_pair,fds_per_pair,"
-               "qps_per_pair,cqs_per_pair,mrs_per_pair,cq_entries_per_pair,data\n");
-    printf("%s,%s,%d,%.3f,%d,%d,%d,%d,%.1f,%.2f,%s,%s\n", backend ? backend : "default", role, n,
+               "qps_per_pair,cqs_per_pair,mrs_per_pair,cq_entries_per_pair,rounds,data_s,"
+               "user_ms_per_round,sys_ms_per_round,data\n");
+    printf("%s,%s,%d,%.3f,%d,%d,%d,%d,%.1f,%.2f,%s,%d,%.3f,%.2f,%.2f,%s\n",
+           backend ? backend : "default", role, n,
            t_conn > t_other ? t_conn : t_other, before.threads,
            end.threads > after.threads ? end.threads : after.threads,
            end.ferry_threads > after.ferry_threads ? end.ferry_threads : after.ferry_threads,
            end.fake_threads > after.fake_threads ? end.fake_threads : after.fake_threads,
            per((uint64_t)after.rss_kb, (uint64_t)before.rss_kb, n),
-           per((uint64_t)after.fds, (uint64_t)before.fds, n), objs, bad ? "BAD" : "ok");
+           per((uint64_t)after.fds, (uint64_t)before.fds, n), objs, rounds,
+           t_data > t_data_other ? t_data : t_data_other,
+           (cpu_ms(&ru1.ru_utime) - cpu_ms(&ru0.ru_utime)) / rounds,
+           (cpu_ms(&ru1.ru_stime) - cpu_ms(&ru0.ru_stime)) / rounds, bad ? "BAD" : "ok");
     fflush(stdout);
     io_all(wfd, &t_conn, 1, 1);
     /* Both sides done with the data before either closes. */
@@ -288,8 +322,10 @@ static int run_side(const char *plugin, const char *role, int n, int rfd, int wf
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: ferry-scale [--plugin PATH] [--pairs N] [--backend socket|ib]\n"
-                    "  N comm pairs (default 1024, at most %d) between two processes;\n"
+    fprintf(stderr, "usage: ferry-scale [--plugin PATH] [--pairs N] [--backend socket|ib] "
+                    "[--rounds R]\n"
+                    "  N comm pairs (default 1024, at most %d) between two processes, R rounds\n"
+                    "  of 4 KiB each way on every pair (default 1);\n"
                     "  one CSV row per process (bench/scale/README.md)\n",
             SCALE_MAX);
     exit(2);
@@ -298,19 +334,21 @@ static void usage(void)
 int main(int argc, char **argv)
 {
     const char *plugin = fit_plugin_path(&argc, argv);
-    int n = 1024, a2b[2], b2a[2], st = 0, rc, i;
+    int n = 1024, rounds = 1, a2b[2], b2a[2], st = 0, rc, i;
     struct rlimit rl;
     pid_t child;
 
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--pairs") == 0 && i + 1 < argc)
             n = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
+            rounds = atoi(argv[++i]);
         else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc)
             setenv("NCCL_FERRY_BACKEND", argv[++i], 1);
         else
             usage();
     }
-    if (n < 1 || n > SCALE_MAX)
+    if (n < 1 || n > SCALE_MAX || rounds < 1 || rounds > 100000)
         usage();
     /* Sockets and listeners: a few fds per pair; ask for what the hard limit allows. */
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -326,11 +364,11 @@ int main(int argc, char **argv)
     if (child == 0) {
         close(a2b[1]);
         close(b2a[0]);
-        fit_child_exit(run_side(plugin, "B", n, a2b[0], b2a[1], 0));
+        fit_child_exit(run_side(plugin, "B", n, rounds, a2b[0], b2a[1], 0));
     }
     close(a2b[0]);
     close(b2a[1]);
-    rc = run_side(plugin, "A", n, b2a[0], a2b[1], 1);
+    rc = run_side(plugin, "A", n, rounds, b2a[0], a2b[1], 1);
     if (waitpid(child, &st, 0) != child || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         fprintf(stderr, "ferry-scale: process B failed (status 0x%x)\n", st);
         rc = 1;

@@ -46,6 +46,7 @@
 #include "core/netif.h"
 #include "ib/ib.h"
 #include "ib/ib_handle.h"
+#include "ib/ib_oob_watch.h"
 
 #define FERRY_IB_SEND_MAGIC   0x646e65736269662eULL
 #define FERRY_IB_RECV_MAGIC   0x766365726269662eULL
@@ -175,6 +176,7 @@ typedef struct ferry_ib_conn {
     ferry_ib_meta_t  local;        /* What we told the peer... */
     ferry_ib_meta_t  remote;       /* ...and what it told us. */
     int              oob_fd;       /* Kept open: EOF = peer gone. -1 when off or closed. */
+    ferry_ib_oob_watch_t oob_watch; /* Its place in the process' watch (ib_oob_watch.h); 0: none. */
     uint64_t         check_ns;     /* Next liveness look (coarse clock). */
     uint64_t         gone_ns;      /* When EOF was seen; 0 while the peer is there. */
     int              gone_err;     /* ...and the socket's errno then (0: EOF, a FIN). */

@@ -147,11 +147,19 @@ long ferry_ib_check_peer_due(ferry_ib_comm_t *c, int pending, uint64_t now)
     /* A merged device reads it anyway: the peer's rejoin messages come on it. */
     if (conn->oob_fd < 0 || (ferry_ib_state.cfg.peer_timeout_s <= 0 && !conn->multi))
         return 0;
-    if (conn->gone_ns == 0) {
+    /* Read only when the process' watch saw something (ib_oob_watch.h). */
+    if (conn->gone_ns == 0 && ferry_ib_oob_watch_take(conn->oob_watch, now)) {
+        int err;
+
         n = recv(conn->oob_fd, buf, sizeof(buf), MSG_DONTWAIT);
+        err = errno;
         if (n > 0)
             ferry_ib_oob_input(c, buf, (size_t)n); /* ib_rejoin.c: BYE, rejoin messages. */
-        ferry_ib_oob_gone_note(c, n, errno); /* ib_oob_gone.c */
+        ferry_ib_oob_gone_note(c, n, err); /* ib_oob_gone.c */
+        if (conn->gone_ns == 0 && ferry_ib_oob_watch_rearm(conn->oob_watch, conn->oob_fd) != 0) {
+            ferry_ib_oob_watch_del(conn->oob_watch, conn->oob_fd);
+            conn->oob_watch = 0;
+        }
     }
     if (ferry_ib_state.cfg.peer_timeout_s <= 0)
         return 0;

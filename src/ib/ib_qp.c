@@ -300,6 +300,8 @@ void ferry_ib_comm_destroy(ferry_ib_comm_t *c)
     if (conn->registered)
         ferry_px_ring_unregister(&c->ring);
     conn->registered = 0;
+    ferry_ib_oob_watch_del(conn->oob_watch, conn->oob_fd);
+    conn->oob_watch = 0;
     if (conn->oob_fd >= 0)
         ferry_ib_oob_bye(conn->oob_fd);
     conn->oob_fd = -1;
@@ -555,6 +557,7 @@ void ferry_ib_comm_start(ferry_ib_comm_t *c, int fd)
 
     conn->oob_fd = fd;
     ferry_ib_oob_tune(fd, ferry_ib_state.cfg.peer_timeout_s);
+    conn->oob_watch = ferry_ib_oob_watch_add(fd);
     conn->check_ns = ferry_px_coarse_ns();
     for (m = 0; m < conn->nmem; m++) {
         ferry_ib_member_t *mem = &conn->mem[m];
