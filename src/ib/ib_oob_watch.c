@@ -1,8 +1,9 @@
 /*
  * The out-of-band sockets' watch (why: ib_oob_watch.h). Slots hold one mark
  * each, in chunks that only grow (a late mark from another thread's
- * epoll_wait must land in memory that stays); adding and removing take a
- * mutex, marking and taking do not.
+ * epoll_wait must land in memory that stays) and are freed only by the
+ * library's destructor; adding and removing take a mutex, marking and
+ * taking do not.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -196,6 +197,22 @@ int ferry_ib_oob_watch_rearm(ferry_ib_oob_watch_t w, int fd)
     FERRY_WARN_LIMITED("ib: epoll_ctl(MOD) of out-of-band socket %d failed: %s; that comm reads "
                        "its socket every millisecond instead", fd, strerror(errno));
     return -1;
+}
+
+/* dlclose: nothing of the watch outlives the library (no comm does either). */
+__attribute__((destructor)) static void ferry_ib_oob_watch_unload(void)
+{
+    int c, efd = atomic_exchange(&ferry_ib_oob_efd, -1);
+
+    if (efd >= 0 && ferry_ib_oob_pid == getpid())
+        close(efd);
+    for (c = 0; c < FERRY_IB_OOB_CHUNKS; c++)
+        free((void *)atomic_exchange(&ferry_ib_oob_chunks[c], NULL));
+    free(ferry_ib_oob_free);
+    ferry_ib_oob_free = NULL;
+    ferry_ib_oob_nfree = ferry_ib_oob_free_cap = 0;
+    ferry_ib_oob_nslots = 0;
+    ferry_ib_oob_live = 0;
 }
 
 uint64_t ferry_ib_oob_watch_polls(void)
