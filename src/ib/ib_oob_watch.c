@@ -44,7 +44,7 @@ static _Atomic uint8_t *ferry_ib_oob_mark(ferry_ib_oob_watch_t w)
 }
 
 /* The process' epoll set; a forked child makes its own (the parent's would mark the parent). */
-static int ferry_ib_oob_efd_locked(void)
+static int ferry_ib_oob_efd_locked(const char *who)
 {
     int efd = atomic_load(&ferry_ib_oob_efd);
 
@@ -54,8 +54,10 @@ static int ferry_ib_oob_efd_locked(void)
         close(efd); /* The child's copy: the parent's set is untouched. */
     efd = epoll_create1(EPOLL_CLOEXEC);
     if (efd < 0)
-        FERRY_WARN_LIMITED("ib: epoll_create1 for the out-of-band sockets failed: %s; each "
-                           "comm reads its socket every millisecond instead", strerror(errno));
+        FERRY_WARN_LIMITED("%s: epoll_create1 for the process' watch over the out-of-band "
+                           "sockets failed: %s; each comm reads its socket every millisecond "
+                           "instead (raise the open-file limit if it says EMFILE)", who,
+                           strerror(errno));
     ferry_ib_oob_pid = getpid();
     atomic_store(&ferry_ib_oob_efd, efd);
     return efd;
@@ -97,7 +99,7 @@ static void ferry_ib_oob_give_back_locked(uint32_t slot)
     ferry_ib_oob_free[ferry_ib_oob_nfree++] = slot;
 }
 
-ferry_ib_oob_watch_t ferry_ib_oob_watch_add(int fd)
+ferry_ib_oob_watch_t ferry_ib_oob_watch_add(int fd, const char *who)
 {
     struct epoll_event ev;
     uint32_t slot;
@@ -106,7 +108,7 @@ ferry_ib_oob_watch_t ferry_ib_oob_watch_add(int fd)
     if (fd < 0)
         return 0;
     pthread_mutex_lock(&ferry_ib_oob_lock);
-    efd = ferry_ib_oob_efd_locked();
+    efd = ferry_ib_oob_efd_locked(who);
     if (efd < 0 || ferry_ib_oob_slot_locked(&slot) != 0) {
         pthread_mutex_unlock(&ferry_ib_oob_lock);
         return 0;
@@ -117,8 +119,9 @@ ferry_ib_oob_watch_t ferry_ib_oob_watch_add(int fd)
     ev.events = FERRY_IB_OOB_EVMASK;
     ev.data.u32 = slot + 1;
     if (epoll_ctl(efd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-        FERRY_WARN_LIMITED("ib: epoll_ctl(ADD) of out-of-band socket %d failed: %s; that comm "
-                           "reads its socket every millisecond instead", fd, strerror(errno));
+        FERRY_WARN_LIMITED("%s: epoll_ctl(ADD) of its out-of-band socket (fd %d) failed: %s; "
+                           "this comm reads its socket every millisecond instead", who, fd,
+                           strerror(errno));
         ferry_ib_oob_give_back_locked(slot);
         pthread_mutex_unlock(&ferry_ib_oob_lock);
         return 0;
@@ -192,11 +195,7 @@ int ferry_ib_oob_watch_rearm(ferry_ib_oob_watch_t w, int fd)
     ev.events = FERRY_IB_OOB_EVMASK;
     ev.data.u32 = w;
     /* A socket still readable (more than one read's worth) is reported again at once. */
-    if (epoll_ctl(atomic_load(&ferry_ib_oob_efd), EPOLL_CTL_MOD, fd, &ev) == 0)
-        return 0;
-    FERRY_WARN_LIMITED("ib: epoll_ctl(MOD) of out-of-band socket %d failed: %s; that comm reads "
-                       "its socket every millisecond instead", fd, strerror(errno));
-    return -1;
+    return epoll_ctl(atomic_load(&ferry_ib_oob_efd), EPOLL_CTL_MOD, fd, &ev) == 0 ? 0 : errno;
 }
 
 /* dlclose: nothing of the watch outlives the library (no comm does either). */

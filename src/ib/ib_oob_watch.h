@@ -26,7 +26,8 @@ typedef uint32_t ferry_ib_oob_watch_t;
 /* How often the process' epoll set is asked: the comms' liveness period. */
 #define FERRY_IB_OOB_WATCH_NS 1000000ULL
 
-ferry_ib_oob_watch_t ferry_ib_oob_watch_add(int fd);
+/* who names the comm (peer, device) in the WARN when the socket cannot join. */
+ferry_ib_oob_watch_t ferry_ib_oob_watch_add(int fd, const char *who);
 /* Before fd is closed (a forked child may share the file: epoll would keep it). */
 void ferry_ib_oob_watch_del(ferry_ib_oob_watch_t w, int fd);
 /*
@@ -34,7 +35,7 @@ void ferry_ib_oob_watch_del(ferry_ib_oob_watch_t w, int fd);
  * taken), or not watched. now_ns paces the epoll_wait (coarse clock).
  */
 int ferry_ib_oob_watch_take(ferry_ib_oob_watch_t w, uint64_t now_ns);
-/* After reading without EOF: watch again. -1 if that failed (then del, and read every time). */
+/* After reading without EOF: watch again. 0, or the errno (then del, and read every time). */
 int ferry_ib_oob_watch_rearm(ferry_ib_oob_watch_t w, int fd);
 /* epoll_wait calls so far (tests, the dump). */
 uint64_t ferry_ib_oob_watch_polls(void);

@@ -156,7 +156,14 @@ long ferry_ib_check_peer_due(ferry_ib_comm_t *c, int pending, uint64_t now)
         if (n > 0)
             ferry_ib_oob_input(c, buf, (size_t)n); /* ib_rejoin.c: BYE, rejoin messages. */
         ferry_ib_oob_gone_note(c, n, err); /* ib_oob_gone.c */
-        if (conn->gone_ns == 0 && ferry_ib_oob_watch_rearm(conn->oob_watch, conn->oob_fd) != 0) {
+        if (conn->gone_ns == 0 &&
+            (err = ferry_ib_oob_watch_rearm(conn->oob_watch, conn->oob_fd)) != 0) {
+            char desc[192];
+
+            ferry_px_ring_describe(&c->ring, desc, sizeof(desc));
+            FERRY_WARN_LIMITED("%s: epoll_ctl(MOD) of its out-of-band socket (fd %d) failed: %s; "
+                               "this comm reads its socket every millisecond instead", desc,
+                               conn->oob_fd, strerror(err));
             ferry_ib_oob_watch_del(conn->oob_watch, conn->oob_fd);
             conn->oob_watch = 0;
         }

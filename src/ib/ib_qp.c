@@ -553,11 +553,13 @@ ferry_status_t ferry_ib_member_qps_up(ferry_ib_comm_t *c, int m)
 void ferry_ib_comm_start(ferry_ib_comm_t *c, int fd)
 {
     ferry_ib_conn_t *conn = &c->conn;
+    char who[192];
     int i, m;
 
     conn->oob_fd = fd;
     ferry_ib_oob_tune(fd, ferry_ib_state.cfg.peer_timeout_s);
-    conn->oob_watch = ferry_ib_oob_watch_add(fd);
+    ferry_px_ring_describe(&c->ring, who, sizeof(who));
+    conn->oob_watch = ferry_ib_oob_watch_add(fd, who);
     conn->check_ns = ferry_px_coarse_ns();
     for (m = 0; m < conn->nmem; m++) {
         ferry_ib_member_t *mem = &conn->mem[m];

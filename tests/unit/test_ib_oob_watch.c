@@ -37,7 +37,7 @@ static int setup(void **state)
     for (i = 0; i < NSOCK; i++) {
         if (socketpair(AF_UNIX, SOCK_STREAM, 0, sp[i]) != 0)
             return -1;
-        w[i] = ferry_ib_oob_watch_add(sp[i][0]);
+        w[i] = ferry_ib_oob_watch_add(sp[i][0], "test comm");
         if (w[i] == 0)
             return -1;
     }
@@ -153,13 +153,13 @@ static void test_slot_reuse_is_clean(void **state)
     assert_int_equal(write(sp[5][1], &b, 1), 1);
     ferry_ib_oob_watch_del(w[5], sp[5][0]);
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fresh), 0);
-    nw = ferry_ib_oob_watch_add(fresh[0]);
+    nw = ferry_ib_oob_watch_add(fresh[0], "test comm");
     assert_int_equal(nw, w[5]);
     t = next_period();
     assert_int_equal(ferry_ib_oob_watch_take(nw, t), 0);
     ferry_ib_oob_watch_del(nw, fresh[0]);
     assert_int_equal(write(fresh[1], &b, 1), 1);
-    nw = ferry_ib_oob_watch_add(fresh[0]);
+    nw = ferry_ib_oob_watch_add(fresh[0], "test comm");
     assert_int_equal(nw, w[5]);
     t = next_period();
     assert_int_equal(ferry_ib_oob_watch_take(nw, t), 1);
@@ -179,7 +179,7 @@ static void test_slot_reuse_is_clean(void **state)
 static void test_unwatched_is_always_read(void **state)
 {
     (void)state;
-    assert_int_equal(ferry_ib_oob_watch_add(-1), 0);
+    assert_int_equal(ferry_ib_oob_watch_add(-1, "test comm"), 0);
     assert_int_equal(ferry_ib_oob_watch_take(0, now), 1);
     assert_int_equal(ferry_ib_oob_watch_take(0, now), 1);
     assert_int_equal(ferry_ib_oob_watch_rearm(0, 0), 0);
