@@ -91,6 +91,7 @@ struct fakeibv_qp_stats {
     uint64_t reads;       /* RDMA READ requests... */
     uint64_t read_bytes;  /* ...and the bytes they asked for. */
     uint64_t sends;       /* SEND, SEND_WITH_IMM and anything else. */
+    uint32_t tx_busy;     /* 1 while a thread is putting one of its requests on the wire. */
 };
 int fakeibv_qp_stats(uint32_t qpn, struct fakeibv_qp_stats *stats);
 

@@ -138,6 +138,7 @@ FAKEIBV_EXPORT int fakeibv_qp_stats(uint32_t qpn, struct fakeibv_qp_stats *out)
     out->reads = __atomic_load_n(&qp->stat_reads, __ATOMIC_RELAXED);
     out->read_bytes = __atomic_load_n(&qp->stat_read_bytes, __ATOMIC_RELAXED);
     out->sends = __atomic_load_n(&qp->stat_sends, __ATOMIC_RELAXED);
+    out->tx_busy = qp->tx_busy ? 1 : 0;
     pthread_mutex_unlock(&qp->lock);
     return 0;
 }
