@@ -333,6 +333,16 @@ int ferry_api_takes_net_hints(void)
     return be != NULL && be->takes_net_hints != NULL && be->takes_net_hints();
 }
 
+int ferry_api_rma_wanted(void)
+{
+    int rma;
+
+    pthread_mutex_lock(&ferry_api_lock);
+    rma = ferry_api_cfg.rma;
+    pthread_mutex_unlock(&ferry_api_lock);
+    return rma;
+}
+
 static ferry_ctx_t *ferry_api_ctx(void *ctx, const char *op)
 {
     ferry_api_ctx_t *c = ctx;

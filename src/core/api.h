@@ -87,6 +87,8 @@ typedef struct ferry_net_attr ferry_net_attr_t;
 ferry_status_t ferry_api_set_net_attr(void *ctx, const ferry_net_attr_t *attr);
 /* 1 when the backend in use sizes connections from those hints (after a successful init). */
 int ferry_api_takes_net_hints(void);
+/* NCCL_FERRY_RMA as loaded by the last successful init: 1 when ferry's RMA plugin may serve. */
+int ferry_api_rma_wanted(void);
 
 ferry_status_t ferry_api_listen(void *ctx, int dev, void *handle, void **listen_comm_p);
 /* traffic_class -1: use the one given to init for ctx. */

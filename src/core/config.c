@@ -62,6 +62,10 @@ static const ferry_cfg_var_t ferry_cfg_vars[FERRY_CFG_COUNT] = {
                                     FERRY_CFG_FIELD(stall_warn_s), 60, 0, 86400,
                                     "0..86400 (s a request may go without progress before test() "
                                     "warns about it once; 0: never)"},
+    [FERRY_CFG_RMA]              = {"NCCL_FERRY_RMA", FERRY_CFG_KIND_INT,
+                                    FERRY_CFG_FIELD(rma), 1, 0, 1,
+                                    "0 or 1 (1: ferry's RMA plugin carries NCCL's one-sided "
+                                    "operations; 0: it declines and NCCL uses its own)"},
 };
 
 static const struct {
@@ -144,7 +148,7 @@ void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
     snprintf(buf, len,
              "backend=%s(%s) ifname=%s(%s) family=%s(%s) retry=%dx%dms(%s) "
              "hello_timeout=%dms(%s) dump_signal=%d(%s) tuner=%d(%s) tuner_ll_bw=%dMB/s(%s) "
-             "tuner_channel_bytes=%zu(%s) stall_warn=%ds(%s)",
+             "tuner_channel_bytes=%zu(%s) stall_warn=%ds(%s) rma=%d(%s)",
              ferry_config_backend_name(cfg->backend), ferry_cfg_src_name(cfg->src[FERRY_CFG_BACKEND]),
              cfg->socket_ifname[0] ? cfg->socket_ifname : "<nccl order>",
              ferry_cfg_src_name(cfg->src[FERRY_CFG_SOCKET_IFNAME]), family,
@@ -155,5 +159,6 @@ void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
              ferry_cfg_src_name(cfg->src[FERRY_CFG_TUNER]), cfg->tuner_ll_bw,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_TUNER_LL_BW]), cfg->tuner_channel_bytes,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_TUNER_CHANNEL_BYTES]), cfg->stall_warn_s,
-             ferry_cfg_src_name(cfg->src[FERRY_CFG_STALL_WARN_S]));
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_STALL_WARN_S]), cfg->rma,
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_RMA]));
 }

@@ -90,6 +90,18 @@ ncclResult_t ferry_nccl_rma_init(void **ctx_p, uint64_t comm_id, ncclDebugLogger
     }
     init->magic = FERRY_NCCL_RMA_INIT_MAGIC;
     init->comm_id = comm_id;
+    if (!ferry_api_rma_wanted()) {
+        /* Declined: NCCL moves on to its own RMA (its IB's, on an ib cluster). Said once. */
+        if (!atomic_exchange(&ferry_nccl_rma_refusal_said, 1))
+            FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET,
+                       "RMA init: NCCL_FERRY_RMA=0, so ferry's RMA plugin declines and NCCL "
+                       "carries its one-sided operations and the Device API's GIN with its own "
+                       "RMA (or the one NCCL_RMA_PLUGIN names); ferry's net plugin is unaffected");
+        (void)ferry_api_finalize(init->core);
+        init->magic = 0;
+        free(init);
+        return ncclInvalidUsage;
+    }
     name = ferry_api_backend_name();
     for (int i = 0; name != NULL && ferry_nccl_rma_backends[i] != NULL; i++) {
         if (strcmp(ferry_nccl_rma_backends[i]->backend, name) == 0) {

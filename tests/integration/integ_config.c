@@ -141,7 +141,7 @@ static void config_backend_socket(const char *path)
     FIT_CHECK(ndev >= 1, "devices() = %d", ndev);
     /* One line: the core's variables, then the socket backend's (its format_config). */
     FIT_CHECK(fit_log_find(0, NCCL_LOG_INFO, "socket backend, config backend=socket(env) ",
-                           " stall_warn=60s(default) streams=", " socket_timeout=30s(default)",
+                           " stall_warn=60s(default) rma=1(default) streams=", " socket_timeout=30s(default)",
                            line, sizeof(line)) >= 0,
               "no effective-config line with the core's and then the socket backend's variables");
     FIT_CHECK(strstr(line, " retry=34x100ms(default) ") != NULL &&
@@ -434,7 +434,7 @@ static void config_ib_socket_vars(const char *path)
     FIT_NCCL(p.net->devices(&ndev));
     FIT_CHECK(ndev >= 1, "devices() = %d", ndev);
     FIT_CHECK(fit_log_find(0, NCCL_LOG_INFO, "ib backend, config backend=ib(env) ",
-                           " stall_warn=60s(default) NCCL_IB_HCA=", NULL, line,
+                           " stall_warn=60s(default) rma=1(default) NCCL_IB_HCA=", NULL, line,
                            sizeof(line)) >= 0,
               "no effective-config line with the core's and then the ib backend's variables");
     FIT_CHECK(strstr(line, "streams=") == NULL && strstr(line, "socket_timeout=") == NULL,

@@ -100,6 +100,7 @@ extern const ncclRma_v13_t *v13;
 extern void *rctx;         /* RMA context, once created: barrier waits move it. */
 extern int with_thread;    /* threads case: a progress thread per rank. */
 extern int on_ib;          /* NCCL_FERRY_BACKEND=ib: RMA over verbs (fakeibv). */
+extern const char *plugin_path; /* The library under test (--plugin). */
 
 /* test_rma_common.c: the two ABI versions behind one set of calls. */
 ncclResult_t rma_init(void **ctx);
@@ -148,6 +149,7 @@ void case_killed(void); /* test_rma_faults.c */
 void case_dereg(void);  /* test_rma_dereg.c */
 void case_split(void);      /* test_rma_split.c */
 void case_split_fail(void); /* test_rma_split.c: ib */
+void case_off(void);        /* test_rma_off.c: NCCL_FERRY_RMA=0 */
 /* test_rma_misuse.c, in the parent: the strangers at rank 2's listener. */
 void knock_on_rank2(void);
 

@@ -23,6 +23,7 @@ const ncclRma_v13_t *v13;
 void *rctx;
 int with_thread;
 int on_ib;
+const char *plugin_path;
 
 static void run_rank(int rank, void (*fn)(void))
 {
@@ -37,7 +38,7 @@ static void run_rank(int rank, void (*fn)(void))
 
 int main(int argc, char **argv)
 {
-    const char *path = fit_plugin_path(&argc, argv);
+    const char *path = plugin_path = fit_plugin_path(&argc, argv);
     const char *which = argc >= 3 && strcmp(argv[1], "--case") == 0 ? argv[2] : "data";
     void (*fn)(void) = NULL;
     pid_t pids[NRANKS];
@@ -82,7 +83,9 @@ int main(int argc, char **argv)
         fn = case_split;
     else if (strcmp(which, "split-fail") == 0)
         fn = case_split_fail;
-    FIT_CHECK(fn != NULL, "unknown case %s (data, v13, threads, misuse, stall, gpu, gpu-dmabuf, killed, dereg, split, split-fail)", which);
+    else if (strcmp(which, "off") == 0)
+        fn = case_off;
+    FIT_CHECK(fn != NULL, "unknown case %s (data, v13, threads, misuse, stall, gpu, gpu-dmabuf, killed, dereg, split, split-fail, off)", which);
     sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     FIT_CHECK(sh != MAP_FAILED, "mmap");
     memset(sh, 0, sizeof(*sh));

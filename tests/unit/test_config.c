@@ -61,6 +61,9 @@ static const core_var_case_t core_vars[] = {
     {FERRY_CFG_STALL_WARN_S, "NCCL_FERRY_STALL_WARN_S", "0", "stall_warn=0s(env)", "86401",
      "0..86400 (s a request may go without progress before test() warns about it once; 0: "
      "never)"},
+    {FERRY_CFG_RMA, "NCCL_FERRY_RMA", "0", "rma=0(env)", "2",
+     "0 or 1 (1: ferry's RMA plugin carries NCCL's one-sided operations; 0: it declines and "
+     "NCCL uses its own)"},
 };
 #define NCORE_VARS ((int)(sizeof(core_vars) / sizeof(core_vars[0])))
 
@@ -104,6 +107,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.tuner_ll_bw, 1000);
     assert_int_equal(cfg.tuner_channel_bytes, 2 << 20);
     assert_int_equal(cfg.stall_warn_s, 60);
+    assert_int_equal(cfg.rma, 1);
     for (i = 0; i < FERRY_CFG_COUNT; i++)
         assert_int_equal(cfg.src[i], FERRY_CFG_DEFAULT);
     /* The core's part of the effective-config line; the backend's variables follow it. */
@@ -112,7 +116,8 @@ static void test_defaults(void **state)
                               "family=any(default) retry=34x100ms(default) "
                               "hello_timeout=10000ms(default) dump_signal=0(default) "
                               "tuner=1(default) tuner_ll_bw=1000MB/s(default) "
-                              "tuner_channel_bytes=2097152(default) stall_warn=60s(default)");
+                              "tuner_channel_bytes=2097152(default) stall_warn=60s(default) "
+                              "rma=1(default)");
 }
 
 /* Each variable alone from the environment: its value, its source, the line's words. */
@@ -169,7 +174,7 @@ static void test_env_values_together(void **state)
     assert_string_equal(line, "backend=socket(env) ifname=^docker,lo(env) family=AF_INET6(env) "
                               "retry=3x5ms(env) hello_timeout=500ms(env) dump_signal=12(env) "
                               "tuner=0(env) tuner_ll_bw=2500MB/s(env) tuner_channel_bytes=0(env) "
-                              "stall_warn=0s(env)");
+                              "stall_warn=0s(env) rma=1(default)");
     setenv("NCCL_FERRY_STALL_WARN_S", "86400", 1);
     assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
     assert_int_equal(cfg.stall_warn_s, 86400);
