@@ -30,6 +30,7 @@
 
 #include "core/rma.h"
 #include "core/rma_link.h"
+#include "core/rma_regs.h"
 #include "ib/ib.h"
 #include "proxy/ring.h"
 
@@ -37,8 +38,14 @@
 #define FERRY_IB_RMA_GROUP_MAGIC  0x70726761726d6269ULL
 #define FERRY_IB_RMA_LISTEN_MAGIC 0x6e736c61726d6269ULL
 #define FERRY_IB_RMA_MR_MAGIC     0x72726d61726d6269ULL
-#define FERRY_IB_RMA_MAX_REGS     1024 /* Regions a group may register in its life. */
-#define FERRY_IB_RMA_MAX_RANKS    1024
+#define FERRY_IB_RMA_MAX_REGS     FERRY_RMA_MAX_REGS /* Regions a group may register in its life. */
+/*
+ * Ranks in a group: 2,048 nodes of 8. What each peer costs is its ring, its
+ * QP and the regions registered (core/rma_regs.h); the CQ takes
+ * FERRY_IB_RMA_SQ_DEPTH entries per peer (about 1.1 million here, within
+ * what current HCAs allow).
+ */
+#define FERRY_IB_RMA_MAX_RANKS    16384
 /*
  * Work requests one QP holds posted: two per request (put + signal) for 32
  * requests, and room. Operations cut into more parts than fit post the rest
@@ -48,9 +55,9 @@
 /* One work request moves at most this much where the port reports no max_msg_sz. */
 #define FERRY_IB_RMA_DEFAULT_MSG  (1ULL << 30)
 /* Work requests one operation may take: the part number's bits in wr_id. */
-#define FERRY_IB_RMA_PART_BITS    20
+#define FERRY_IB_RMA_PART_BITS    16
 #define FERRY_IB_RMA_MAX_PARTS    (1U << FERRY_IB_RMA_PART_BITS)
-#define FERRY_IB_RMA_RANK_BITS    12
+#define FERRY_IB_RMA_RANK_BITS    16
 _Static_assert(FERRY_IB_RMA_MAX_RANKS <= (1 << FERRY_IB_RMA_RANK_BITS), "ranks fit wr_id");
 /* Completions one progress call takes at most. */
 #define FERRY_IB_RMA_POLL_BATCH   16
@@ -141,7 +148,7 @@ typedef struct ferry_ib_rma_peer {
     int                        dead;  /* Its QP or link failed; reason in the ring. */
     ferry_ib_watch_t           watch; /* Async events on its QP (ib_async.c)... */
     int                        watching; /* ...once added. */
-    ferry_ib_rma_remote_t     *regs;  /* FERRY_IB_RMA_MAX_REGS; by region number. */
+    ferry_rma_regs_t           regs;  /* ferry_ib_rma_remote_t by region number. */
     /* Each request's target (region, offset, size) as posted, by ring slot: errors name it. */
     uint32_t                   op_reg[FERRY_MAX_REQUESTS];
     uint64_t                   op_off[FERRY_MAX_REQUESTS];
@@ -220,6 +227,16 @@ void ferry_ib_rma_peer_fail(ferry_ib_rma_group_t *g, ferry_ib_rma_peer_t *p, fer
                             const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* Async events on every peer's QP fail that peer (from the HCA's async thread). */
 void ferry_ib_rma_watch_start(ferry_ib_rma_group_t *g);
+/* What p registered as region index (size 0 where that number never reached it). */
+static inline const ferry_ib_rma_remote_t *ferry_ib_rma_remote(const ferry_ib_rma_peer_t *p,
+                                                               uint32_t index)
+{
+    static const ferry_ib_rma_remote_t none;
+    const ferry_ib_rma_remote_t *r = ferry_rma_regs_find(&p->regs, index, sizeof(*r));
+
+    return r != NULL ? r : &none;
+}
+
 /* wr_id of part k of a request of p: its message number, the part and the target rank. */
 static inline uint64_t ferry_ib_rma_wr_id(const ferry_ib_rma_peer_t *p, uint32_t seq, uint32_t k)
 {

@@ -143,7 +143,7 @@ static void ferry_ib_rma_group_free(ferry_ib_rma_group_t *g)
             ferry_ibv.destroy_qp(p->qp);
         if (p->fd >= 0)
             close(p->fd);
-        free(p->regs);
+        ferry_rma_regs_free(&p->regs);
     }
     for (uint32_t i = 0; i < g->nregs; i++) {
         if (g->regs[i] != NULL) {
@@ -189,11 +189,6 @@ static ferry_status_t ferry_ib_rma_group_alloc(ferry_ib_rma_listen_t *l, int nra
         p->fd = -1;
         p->rank = r;
         p->group = g;
-        p->regs = calloc(FERRY_IB_RMA_MAX_REGS, sizeof(*p->regs));
-        if (p->regs == NULL) {
-            ferry_ib_rma_group_free(g);
-            return FERRY_ERR_NO_MEMORY;
-        }
     }
     /* Fetch-and-add results land here and are never read: one word for all. */
     g->sink = calloc(8, sizeof(uint64_t));

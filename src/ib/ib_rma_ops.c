@@ -54,7 +54,7 @@ static ferry_status_t ferry_ib_rma_remote_fits(ferry_ib_rma_group_t *g, ferry_ib
                                                const char *op, const char *role, uint32_t index,
                                                uint64_t off, uint64_t size)
 {
-    uint64_t have = p->regs[index].size;
+    uint64_t have = ferry_ib_rma_remote(p, index)->size;
     char who[256];
 
     if (off <= have && size <= have - off)
@@ -168,14 +168,14 @@ static ferry_status_t ferry_ib_rma_put_locked(void *group, const ferry_rma_put_t
             return st;
         o.local = src->base + op->src_off;
         o.lkey = src->mr->lkey;
-        o.raddr = p->regs[dst->index].addr + op->dst_off;
-        o.rkey = p->regs[dst->index].rkey;
+        o.raddr = ferry_ib_rma_remote(p, dst->index)->addr + op->dst_off;
+        o.rkey = ferry_ib_rma_remote(p, dst->index)->rkey;
     }
     if (op->sig_op != FERRY_RMA_SIGNAL_NONE) {
         sig = ferry_ib_rma_local(g, name, "signal", op->sig_mr, 0, 0);
         if (sig == NULL)
             return FERRY_ERR_USAGE;
-        if (op->sig_off % 8 != 0 || (p->regs[sig->index].addr + op->sig_off) % 8 != 0) {
+        if (op->sig_off % 8 != 0 || (ferry_ib_rma_remote(p, sig->index)->addr + op->sig_off) % 8 != 0) {
             FERRY_WARN_LIMITED("RMA %s to rank %u (%s): signal offset %llu of region %u is not "
                                "a 64-bit aligned word there (signals are atomics on aligned "
                                "64-bit words)", name, op->rank, p->addr,
@@ -186,8 +186,8 @@ static ferry_status_t ferry_ib_rma_put_locked(void *group, const ferry_rma_put_t
         if (st != FERRY_OK)
             return st;
         o.sig = 1;
-        o.sig_raddr = p->regs[sig->index].addr + op->sig_off;
-        o.sig_rkey = p->regs[sig->index].rkey;
+        o.sig_raddr = ferry_ib_rma_remote(p, sig->index)->addr + op->sig_off;
+        o.sig_rkey = ferry_ib_rma_remote(p, sig->index)->rkey;
         o.sig_add = op->sig_op == FERRY_RMA_SIGNAL_INC ? 1 : op->sig_value;
     }
     req = ferry_ib_rma_post(g, p, name, &o, dst != NULL ? dst->index : UINT32_MAX, op->dst_off,
@@ -222,8 +222,8 @@ static ferry_status_t ferry_ib_rma_get_locked(void *group, const ferry_rma_get_t
     o.size = op->size;
     o.local = local->base + op->local_off;
     o.lkey = local->mr->lkey;
-    o.raddr = p->regs[remote->index].addr + op->remote_off;
-    o.rkey = p->regs[remote->index].rkey;
+    o.raddr = ferry_ib_rma_remote(p, remote->index)->addr + op->remote_off;
+    o.rkey = ferry_ib_rma_remote(p, remote->index)->rkey;
     req = ferry_ib_rma_post(g, p, "iget", &o, remote->index, op->remote_off, &st);
     if (req != NULL)
         *req_p = ferry_px_handle_of(req);

@@ -155,10 +155,19 @@ static ferry_status_t ferry_ib_rma_reg_any(void *group, void *data, size_t size,
     if (out != NULL && in != NULL) {
         for (int r = 0; r < g->nranks; r++) {
             const ferry_ib_rma_wire_t *w = r == g->rank ? &out[r] : &in[r];
+            ferry_ib_rma_remote_t *e = ferry_rma_regs_slot(&g->peers[r].regs, index, sizeof(*e));
 
-            g->peers[r].regs[index].addr = w->addr;
-            g->peers[r].regs[index].size = w->size;
-            g->peers[r].regs[index].rkey = w->rkey;
+            if (e == NULL) {
+                /* That peer's entry stays size 0: operations on the region are refused. */
+                FERRY_WARN_LIMITED("RMA regMrSym: rank %d: no memory for what rank %d (%s) "
+                                   "registered as region %u; the registration fails", g->rank, r,
+                                   g->peers[r].addr, index);
+                st = FERRY_ERR_NO_MEMORY;
+                continue;
+            }
+            e->addr = w->addr;
+            e->size = w->size;
+            e->rkey = w->rkey;
         }
     }
     if (st == FERRY_OK) {

@@ -23,6 +23,7 @@
 
 #include "core/rma.h"
 #include "core/rma_link.h"
+#include "core/rma_regs.h"
 #include "proxy/ring.h"
 #include "socket/sock_gpu.h"
 
@@ -30,8 +31,10 @@
 #define FERRY_SOCK_RMA_GROUP_MAGIC 0x70726761726d6b73ULL
 #define FERRY_SOCK_RMA_LISTEN_MAGIC 0x6e736c61726d6b73ULL
 #define FERRY_SOCK_RMA_MR_MAGIC    0x72726d61726d6b73ULL
-#define FERRY_SOCK_RMA_MAX_REGS    1024 /* Regions a group may register in its life. */
-#define FERRY_SOCK_RMA_MAX_RANKS   4096
+#define FERRY_SOCK_RMA_MAX_REGS    FERRY_RMA_MAX_REGS /* Regions a group may register in its life. */
+/* Ranks in a group: 2,048 nodes of 8. Each peer costs its ring, its queue, its
+ * TCP connection (a descriptor) and the regions registered (core/rma_regs.h). */
+#define FERRY_SOCK_RMA_MAX_RANKS   16384
 /* Outgoing frames per peer: our 32 requests, answers to its 32, and a registration. */
 #define FERRY_SOCK_RMA_TXQ         80
 /* Per peer and progress call: frames handled and payload bytes moved at most. */
@@ -107,7 +110,7 @@ typedef struct ferry_sock_rma_peer {
     int                          bye;    /* It closed its group in order. */
     int                          dead;   /* Its connection failed; reason in the ring. */
     uint32_t                     nregs;  /* Regions it told us about (REG frames)... */
-    uint64_t                    *reg_size; /* ...and their sizes, FERRY_SOCK_RMA_MAX_REGS. */
+    ferry_rma_regs_t             reg_size; /* ...and their sizes (uint64_t by region number). */
     /* Outgoing frames, a ring buffer. */
     ferry_sock_rma_tx_t          tx[FERRY_SOCK_RMA_TXQ];
     uint32_t                     tx_head, tx_tail; /* tail - head queued. */

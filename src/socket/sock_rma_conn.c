@@ -141,7 +141,7 @@ static void ferry_sock_rma_group_free(ferry_sock_rma_group_t *g)
             close(p->fd);
         for (uint32_t i = p->tx_head; i != p->tx_tail; i++)
             ferry_sock_rma_tx_release(&p->tx[i % FERRY_SOCK_RMA_TXQ]);
-        free(p->reg_size);
+        ferry_rma_regs_free(&p->reg_size);
     }
     /* Copies still queued land before the shadows go. */
     ferry_sock_gpu_queue_fini(&g->gpu_q);
@@ -188,11 +188,6 @@ static ferry_status_t ferry_sock_rma_group_alloc(int nranks, int rank, uint64_t 
         p->fd = -1;
         p->rank = r;
         p->group = g;
-        p->reg_size = calloc(FERRY_SOCK_RMA_MAX_REGS, sizeof(*p->reg_size));
-        if (p->reg_size == NULL) {
-            ferry_sock_rma_group_free(g);
-            return FERRY_ERR_NO_MEMORY;
-        }
     }
     *g_p = g;
     return FERRY_OK;

@@ -58,7 +58,8 @@ static ferry_status_t ferry_sock_rma_remote_fits(ferry_sock_rma_group_t *g,
                                                  const char *role, uint32_t index,
                                                  uint64_t off, uint64_t size)
 {
-    uint64_t have = p->reg_size[index];
+    const uint64_t *rec = ferry_rma_regs_find(&p->reg_size, index, sizeof(*rec));
+    uint64_t have = rec != NULL ? *rec : 0;
     char who[160];
 
     if (!g->source_check || (off <= have && size <= have - off))

@@ -246,7 +246,17 @@ static void ferry_sock_rma_dispatch(ferry_sock_rma_peer_t *p)
                                      p->nregs);
             return;
         }
-        p->reg_size[p->nregs++] = f->size;
+        {
+            uint64_t *e = ferry_rma_regs_slot(&p->reg_size, p->nregs, sizeof(*e));
+
+            if (e == NULL) {
+                ferry_sock_rma_peer_fail(p, "there is no memory for the record of its region %u",
+                                         f->reg);
+                return;
+            }
+            *e = f->size;
+            p->nregs++;
+        }
         return;
     case FERRY_SOCK_RMA_PUT:
         ferry_sock_rma_put_begin(p);

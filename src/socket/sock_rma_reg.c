@@ -66,6 +66,7 @@ ferry_status_t ferry_sock_rma_reg(void *group, void *data, size_t size, int type
     ferry_sock_rma_frame_t reg;
     ferry_sock_rma_mr_t *mr;
     ferry_status_t st = FERRY_OK;
+    uint64_t *own;
     char who[160];
 
     *mr_p = NULL;
@@ -93,7 +94,10 @@ ferry_status_t ferry_sock_rma_reg(void *group, void *data, size_t size, int type
         return FERRY_ERR_USAGE;
     }
     mr = calloc(1, sizeof(*mr));
-    if (mr == NULL) {
+    own = ferry_rma_regs_slot(&g->peers[g->rank].reg_size, g->nregs, sizeof(*own));
+    if (mr == NULL || own == NULL) {
+        FERRY_WARN("RMA regMrSym: %s: no memory for region %u's record", who, g->nregs);
+        free(mr);
         pthread_mutex_unlock(&g->lock);
         return FERRY_ERR_NO_MEMORY;
     }
@@ -108,7 +112,7 @@ ferry_status_t ferry_sock_rma_reg(void *group, void *data, size_t size, int type
         return st;
     }
     g->regs[g->nregs++] = mr;
-    g->peers[g->rank].reg_size[mr->index] = size;
+    *own = size;
     g->peers[g->rank].nregs = g->nregs;
     memset(&reg, 0, sizeof(reg));
     reg.op = FERRY_SOCK_RMA_REG;

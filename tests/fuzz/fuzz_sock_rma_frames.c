@@ -87,9 +87,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         p->fd = -1;
         strcpy(p->addr, "fuzzer");
         p->group = g;
-        p->reg_size = calloc(FERRY_SOCK_RMA_MAX_REGS, sizeof(*p->reg_size));
-        if (p->reg_size == NULL ||
-            ferry_px_ring_init(&p->ring, FERRY_PX_SEND, "socket", "fuzz",
+        if (ferry_px_ring_init(&p->ring, FERRY_PX_SEND, "socket", "fuzz",
                                &ferry_sock_rma_ring_ops) != FERRY_OK)
             abort();
         ferry_px_ring_register(&p->ring);

@@ -11,8 +11,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "ib/ib_rma.h"         /* FERRY_IB_RMA_MAX_RANKS */
 #include "socket/sock_rma.h" /* The listen handle's layout, for the strangers. */
 #include "test_rma.h"
+
+/* The most ranks one group takes (the WARN quotes it). */
+#define RMA_CAP (on_ib ? FERRY_IB_RMA_MAX_RANKS : FERRY_SOCK_RMA_MAX_RANKS)
+#define RMA_CAP_MAX (FERRY_IB_RMA_MAX_RANKS > FERRY_SOCK_RMA_MAX_RANKS ? FERRY_IB_RMA_MAX_RANKS \
+                                                                  : FERRY_SOCK_RMA_MAX_RANKS)
 
 void case_misuse(void)
 {
@@ -41,6 +47,32 @@ void case_misuse(void)
                   "no WARN for the stranger that hung up");
     }
     if (my_rank == 0) {
+        /* A group position past the cap (or none) is refused before anything is dialed. */
+        static void *many[RMA_CAP_MAX + 1];
+        int cap = RMA_CAP, bad[] = {RMA_CAP + 1, 0, -1};
+        char h2[NCCL_NET_HANDLE_MAXSIZE];
+        void *c2 = NULL, *lc2 = NULL, *coll2;
+
+        for (int i = 0; i <= RMA_CAP; i++)
+            many[i] = sh->handles[i % NRANKS];
+        FIT_NCCL(rma_init(&c2));
+        FIT_NCCL(v14->listen(c2, 0, h2, &lc2));
+        fit_log_expect("is no valid group position");
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+            coll2 = (void *)0x1;
+            line = fit_log_lines();
+            FIT_CHECK(v14->connect(c2, many, bad[i], 0, lc2, &coll2) != ncclSuccess,
+                      "connect of a group of %d ranks was accepted", bad[i]);
+            FIT_CHECK(fit_log_find(line, NCCL_LOG_WARN, "is no valid group position",
+                                   "nranks must be 1..", NULL, text, sizeof(text)) >= 0,
+                      "no WARN for a group of %d ranks", bad[i]);
+            snprintf(h2, sizeof(h2), "1..%d", cap);
+            FIT_CHECK(strstr(text, h2) != NULL, "the WARN does not give the cap %d: %s", cap,
+                      text);
+        }
+        printf("rank 0: group size refused: %s\n", text);
+        FIT_NCCL(v14->closeListen(lc2));
+        FIT_NCCL(v14->finalize(c2));
         fit_log_expect("is out of range");
         FIT_CHECK(rma_iput(0, s.src_mh, 8, 0, s.win_mh, NRANKS, &req) == ncclInvalidArgument &&
                   req == NULL, "iput to rank %d was not refused as ncclInvalidArgument", NRANKS);
