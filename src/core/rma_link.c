@@ -233,6 +233,8 @@ ferry_status_t ferry_rma_link_position(void *const *handles, int nranks, int ran
     if (handles != NULL && nranks >= 1 && nranks <= max_ranks && rank >= 0 && rank < nranks)
         return FERRY_OK;
     FERRY_WARN("RMA connect: rank %d of %d (handles %p) is no valid group position; nranks must "
-               "be 1..%d and rank below it", rank, nranks, (void *)handles, max_ranks);
+               "be 1..%d and rank below it%s", rank, nranks, (void *)handles, max_ranks,
+               nranks > max_ranks ? " (a larger group: NCCL_FERRY_RMA=0 leaves the one-sided "
+                                    "operations to NCCL's own RMA)" : "");
     return FERRY_ERR_INVALID;
 }

@@ -69,6 +69,9 @@ void case_misuse(void)
             snprintf(h2, sizeof(h2), "1..%d", cap);
             FIT_CHECK(strstr(text, h2) != NULL, "the WARN does not give the cap %d: %s", cap,
                       text);
+            FIT_CHECK((strstr(text, "NCCL_FERRY_RMA=0") != NULL) == (bad[i] > cap),
+                      "the WARN for %d ranks %s the way out: %s", bad[i],
+                      bad[i] > cap ? "lacks" : "offers", text);
         }
         printf("rank 0: group size refused: %s\n", text);
         FIT_NCCL(v14->closeListen(lc2));
