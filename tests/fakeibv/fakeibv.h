@@ -77,6 +77,8 @@ struct fakeibv_xfer_stats {
     uint64_t null_ops;
     uint64_t null_bytes;
     uint64_t null_served_ops;
+    /* FAKEIBV_SPIN_US: jobs an engine worker took while it spun (no wake-up). */
+    uint64_t spin_takes;
 };
 void fakeibv_xfer_stats(struct fakeibv_xfer_stats *stats);
 

@@ -201,6 +201,7 @@ static void fakeibv_config_load(void)
      */
     c->null_payload_min = fakeibv_env_size("FAKEIBV_NULL_PAYLOAD_MIN", 4096);
     c->test_ack_lag_us = fakeibv_env_long("FAKEIBV_TEST_ACK_LAG_US", 0, 0, 1000000);
+    c->spin_us = fakeibv_env_long("FAKEIBV_SPIN_US", 0, 0, 100000);
     if (c->null_payload_min == 0)
         c->null_payload_min = 1;
     /* One-copy mode: the peer's responder thread reads this process's

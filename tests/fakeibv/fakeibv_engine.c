@@ -16,6 +16,15 @@
  *    stream and requests stay in order; a QP's transmit job is queued at
  *    most once (qp->tx_sched), so one thread at a time sends.
  *
+ * With FAKEIBV_SPIN_US the engine polls as a NIC's engines do, with no
+ * sleep between a stream becoming readable and the request being served:
+ * the poll thread keeps asking epoll without waiting, and a worker out of
+ * jobs keeps looking for one, for that long after their last work, before
+ * they sleep. A job queued meanwhile is claimed by a spinning worker
+ * (spin_claims) rather than by a wake-up. It costs CPU while traffic
+ * flows and nothing when idle; it takes the emulator's own thread wake-ups
+ * out of each request's latency, so what remains is the plugins' work.
+ *
  * The pool starts with FAKEIBV_ENGINE_MIN workers and grows, one at a time
  * up to FAKEIBV_ENGINE_MAX, when a job waits and no worker is idle: a job
  * may block (a responder waiting out RNR, a large payload streaming into a
@@ -50,6 +59,8 @@ static struct {
     struct fakeibv_qp *timers;    /* QPs with a retry deadline (qp->timer_next). */
     int nworkers, nidle;          /* Workers, and those asleep waiting for a job. */
     int nwake;                    /* Of those asleep, woken for a job and not yet up. */
+    int nspin;                    /* Workers spinning for a job (FAKEIBV_SPIN_US)... */
+    int spin_claims;              /* ...and jobs claimed for them: atomic reads while spinning. */
     pthread_t poll_thread, workers[FAKEIBV_ENGINE_MAX];
     uint64_t epoch;               /* Poll loop rounds (fakeibv_engine_unwatch's barrier). */
 } fakeibv_eng = {
@@ -77,7 +88,9 @@ static void fakeibv_push_locked(struct fakeibv_job *j)
     /* Each queued job claims a sleeping worker, or gets a new one: a worker
      * woken for the previous job must not count for this one too, or a job
      * that blocks until the one queued behind it runs would wait for ever. */
-    if (fakeibv_eng.nidle > fakeibv_eng.nwake) {
+    if (fakeibv_eng.nspin > fakeibv_eng.spin_claims) {
+        __atomic_store_n(&fakeibv_eng.spin_claims, fakeibv_eng.spin_claims + 1, __ATOMIC_RELEASE);
+    } else if (fakeibv_eng.nidle > fakeibv_eng.nwake) {
         fakeibv_eng.nwake++;
         pthread_cond_signal(&fakeibv_eng.work);
     } else if (fakeibv_eng.running && fakeibv_eng.nworkers < FAKEIBV_ENGINE_MAX &&
@@ -159,14 +172,69 @@ static void fakeibv_run_job(struct fakeibv_job *j)
     }
 }
 
+static uint64_t fakeibv_mono_ns(void)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ULL + (uint64_t)t.tv_nsec;
+}
+
+static void fakeibv_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/*
+ * Out of jobs with FAKEIBV_SPIN_US set: look for a claimed one until the
+ * window closes (fakeibv_eng.lock held on entry and return, dropped
+ * meanwhile). Returns 1 when a job was claimed for this worker.
+ */
+static int fakeibv_worker_spin_locked(uint64_t spin_ns)
+{
+    uint64_t end = fakeibv_mono_ns() + spin_ns;
+    int got = 0;
+
+    fakeibv_eng.nspin++;
+    pthread_mutex_unlock(&fakeibv_eng.lock);
+    for (;;) {
+        if (__atomic_load_n(&fakeibv_eng.spin_claims, __ATOMIC_ACQUIRE) > 0)
+            break;
+        if (fakeibv_mono_ns() >= end)
+            break;
+        fakeibv_cpu_relax();
+    }
+    pthread_mutex_lock(&fakeibv_eng.lock);
+    fakeibv_eng.nspin--;
+    /* A claim is for any spinning worker; one that leaves with claims open takes one. */
+    if (fakeibv_eng.spin_claims > 0) {
+        __atomic_store_n(&fakeibv_eng.spin_claims, fakeibv_eng.spin_claims - 1, __ATOMIC_RELEASE);
+        __atomic_add_fetch(&fakeibv_stats.spin_takes, 1, __ATOMIC_RELAXED);
+        got = 1;
+    }
+    return got;
+}
+
 static void *fakeibv_worker_main(void *arg)
 {
+    uint64_t spin_ns = (uint64_t)fakeibv_config()->spin_us * 1000ULL;
+    int spun = 0; /* Since the last job: the next wait sleeps. */
+
     (void)arg;
     pthread_mutex_lock(&fakeibv_eng.lock);
     while (fakeibv_eng.running) {
         struct fakeibv_job *j = fakeibv_pop_locked();
         struct fakeibv_qp *qp;
 
+        /* Round the loop after the spin: a stop while it spun must be seen before sleeping. */
+        if (j == NULL && spin_ns > 0 && !spun) {
+            spun = !fakeibv_worker_spin_locked(spin_ns);
+            continue;
+        }
         if (j == NULL) {
             fakeibv_eng.nidle++;
             pthread_cond_wait(&fakeibv_eng.work, &fakeibv_eng.lock);
@@ -176,6 +244,7 @@ static void *fakeibv_worker_main(void *arg)
             continue;
         }
         qp = j->qp;
+        spun = 0;
         pthread_mutex_unlock(&fakeibv_eng.lock);
         fakeibv_run_job(j);
         pthread_mutex_lock(&fakeibv_eng.lock);
@@ -226,6 +295,7 @@ static int fakeibv_timers_locked(void)
 
 static void *fakeibv_poll_main(void *arg)
 {
+    uint64_t spin_ns = (uint64_t)fakeibv_config()->spin_us * 1000ULL, busy_until = 0;
     struct epoll_event ev[64];
 
     (void)arg;
@@ -236,8 +306,13 @@ static void *fakeibv_poll_main(void *arg)
         fakeibv_eng.epoch++;
         pthread_cond_broadcast(&fakeibv_eng.changed);
         wait = fakeibv_timers_locked();
+        /* FAKEIBV_SPIN_US: no sleep in epoll while traffic flowed lately. */
+        if (spin_ns > 0 && fakeibv_mono_ns() < busy_until)
+            wait = 0;
         pthread_mutex_unlock(&fakeibv_eng.lock);
         n = epoll_wait(fakeibv_eng.epfd, ev, 64, wait);
+        if (n > 0 && spin_ns > 0)
+            busy_until = fakeibv_mono_ns() + spin_ns;
         pthread_mutex_lock(&fakeibv_eng.lock);
         if (n < 0 && errno != EINTR) {
             FAKEIBV_WARN("engine: epoll_wait failed: %s; streams stop", strerror(errno));
@@ -340,6 +415,8 @@ void fakeibv_engine_release(void)
     fakeibv_eng.nworkers = 0;
     fakeibv_eng.nidle = 0;
     fakeibv_eng.nwake = 0;
+    fakeibv_eng.nspin = 0;
+    __atomic_store_n(&fakeibv_eng.spin_claims, 0, __ATOMIC_RELEASE);
     /* Jobs of QPs still in INIT wait in the queue for the next start. */
     pthread_cond_broadcast(&fakeibv_eng.changed);
     pthread_mutex_unlock(&fakeibv_eng.lock);

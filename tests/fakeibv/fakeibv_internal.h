@@ -54,6 +54,7 @@ struct fakeibv_config {
     int null_payload;           /* FAKEIBV_NULL_PAYLOAD: large payloads complete without bytes. */
     uint64_t null_payload_min;  /* FAKEIBV_NULL_PAYLOAD_MIN: smallest payload skipped. */
     long test_ack_lag_us;       /* FAKEIBV_TEST_ACK_LAG_US: each ACK job sleeps first (tests). */
+    long spin_us;               /* FAKEIBV_SPIN_US: engine threads poll this long before sleeping. */
     const char *sysfs_root;     /* FAKEIBV_SYSFS_ROOT (absolute); NULL: per-process default. */
     const char *fabric_dir;     /* FAKEIBV_FABRIC_DIR: path sockets there; NULL: abstract. */
     const char *netdev;         /* FAKEIBV_NETDEV: ifnames, comma-separated, one per port. */

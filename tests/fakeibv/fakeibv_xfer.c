@@ -58,6 +58,7 @@ FAKEIBV_EXPORT void fakeibv_xfer_stats(struct fakeibv_xfer_stats *out)
     out->null_ops = __atomic_load_n(&fakeibv_stats.null_ops, __ATOMIC_RELAXED);
     out->null_bytes = __atomic_load_n(&fakeibv_stats.null_bytes, __ATOMIC_RELAXED);
     out->null_served_ops = __atomic_load_n(&fakeibv_stats.null_served_ops, __ATOMIC_RELAXED);
+    out->spin_takes = __atomic_load_n(&fakeibv_stats.spin_takes, __ATOMIC_RELAXED);
 }
 
 

@@ -103,8 +103,14 @@ int main(int argc, char **argv)
         while (atomic_load(&sh->ready_to_die) != 1 && fit_now() < end)
             usleep(1000);
         if (on_ib) {
-            /* Stopped, its HCA answers nothing: the survivors' puts stay in flight. */
+            int st = 0;
+
+            /* Stopped, its HCA answers nothing: the survivors' puts stay in flight. kill()
+             * returns before every thread has stopped (one running on another CPU may still
+             * answer a put): the survivors post only once waitpid says it is stopped. */
             kill(pids[2], SIGSTOP);
+            FIT_CHECK(waitpid(pids[2], &st, WUNTRACED) == pids[2] && WIFSTOPPED(st),
+                      "rank 2 did not stop (status 0x%x)", st);
             atomic_store(&sh->ready_to_die, 3);
             while (atomic_load(&sh->arrived[51]) < 2 && fit_now() < end)
                 usleep(1000);
