@@ -165,9 +165,9 @@ static const char *ferry_rma_link_hello_bad(const ferry_rma_link_t *link,
     return NULL;
 }
 
-/* Take one inbound connection; a stranger is closed and logged (*got_p 0). */
+/* Take one inbound connection, waiting up to wait_ms; a stranger is closed and logged (*got_p 0). */
 static ferry_status_t ferry_rma_link_take(const ferry_rma_link_t *link, uint64_t deadline,
-                                          int *got_p)
+                                          int wait_ms, int *got_p)
 {
     const ferry_rma_link_ops_t *ops = link->ops;
     struct pollfd pfd = { .fd = link->listen_fd, .events = POLLIN };
@@ -182,7 +182,7 @@ static ferry_status_t ferry_rma_link_take(const ferry_rma_link_t *link, uint64_t
     *got_p = 0;
     if (ferry_rma_link_now_ns() >= deadline)
         return FERRY_ERR_REMOTE;
-    if (poll(&pfd, 1, 100) <= 0)
+    if (poll(&pfd, 1, wait_ms) <= 0)
         return FERRY_OK;
     fd = accept4(link->listen_fd, (struct sockaddr *)&sa, &sa_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0)
@@ -212,12 +212,26 @@ ferry_status_t ferry_rma_link_connect(const ferry_rma_link_t *link, void *const 
     ferry_status_t st = FERRY_OK;
     int accepted = 0;
 
-    for (int r = link->rank + 1; r < link->nranks && st == FERRY_OK; r++)
+    for (int r = link->rank + 1; r < link->nranks && st == FERRY_OK; r++) {
         st = ferry_rma_link_dial(link, r, handles[r], deadline);
+        /*
+         * Take what lower ranks dialed meanwhile: in a group of thousands the
+         * listener's backlog (the kernel's somaxconn) would fill while we dial,
+         * and every further dialer would wait out SYN retries of a second and more.
+         */
+        while (st == FERRY_OK && accepted < link->rank) {
+            int got;
+
+            st = ferry_rma_link_take(link, deadline, 0, &got);
+            if (!got)
+                break;
+            accepted++;
+        }
+    }
     while (st == FERRY_OK && accepted < link->rank) {
         int got;
 
-        st = ferry_rma_link_take(link, deadline, &got);
+        st = ferry_rma_link_take(link, deadline, 100, &got);
         accepted += got;
     }
     if (st != FERRY_OK && accepted < link->rank)

@@ -5,7 +5,8 @@
  * its address and a token in NCCL's handle; connect() dials every higher
  * rank (the listener's backlog takes it without the peer's help) and takes
  * one link from every lower rank, so no order of calls across ranks
- * deadlocks. A dialer's first message, its hello, quotes the token, its
+ * deadlocks; between dials it takes the links already waiting, so that in
+ * a group of thousands no backlog overflows. A dialer's first message, its hello, quotes the token, its
  * rank and the group's size; anything else that knocks is closed and
  * logged, and taking goes on. Each backend keeps its own message format:
  * it sends its hello itself and reads one for ferry_rma_link_take.
