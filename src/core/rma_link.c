@@ -3,6 +3,8 @@
  * retries, and taking a dialer after its hello's checks.
  */
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <string.h>
 #include <time.h>
@@ -58,11 +60,20 @@ void ferry_rma_link_publish(void *handle, uint32_t magic, uint64_t token,
     ferry_sockaddr_to_wire(addr, &h->family, &h->port, h->addr, &h->scope_id);
 }
 
-/* One connect of fd to sa within ms: 0, or the errno. */
-static int ferry_rma_link_connect_once(int fd, const struct sockaddr_storage *sa,
-                                       socklen_t sa_len, int ms)
+static ferry_status_t ferry_rma_link_drain(const ferry_rma_link_t *link, uint64_t deadline,
+                                           int *accepted_p);
+
+/*
+ * One connect of fd to sa within ms: 0, or the errno. While it waits (a
+ * peer's full queue costs a SYN retry of a second or more), links from lower
+ * ranks are taken from our own queue once it fills, so that our dialers do
+ * not wait on us in turn.
+ */
+static int ferry_rma_link_connect_once(const ferry_rma_link_t *link, int fd,
+                                       const struct sockaddr_storage *sa, socklen_t sa_len,
+                                       int ms, uint64_t deadline, int *accepted_p)
 {
-    struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+    uint64_t end = ferry_rma_link_now_ns() + (uint64_t)ms * 1000000ULL;
     socklen_t len;
     int err;
 
@@ -71,16 +82,30 @@ static int ferry_rma_link_connect_once(int fd, const struct sockaddr_storage *sa
     err = errno;
     if (err != EINPROGRESS)
         return err;
-    len = sizeof(err);
-    return poll(&pfd, 1, ms) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0
-               ? err
-               : ETIMEDOUT;
+    for (;;) {
+        struct pollfd pfd[2] = { { .fd = fd, .events = POLLOUT },
+                                 { .fd = link->listen_fd, .events = POLLIN } };
+        uint64_t now = ferry_rma_link_now_ns();
+        int slice, n;
+
+        if (now >= end)
+            return ETIMEDOUT;
+        slice = (int)((end - now) / 1000000ULL) + 1;
+        n = poll(pfd, *accepted_p < link->rank ? 2 : 1, slice > 50 ? 50 : slice);
+        if (n > 0 && (pfd[0].revents & (POLLOUT | POLLERR | POLLHUP))) {
+            len = sizeof(err);
+            return getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 ? err : errno;
+        }
+        if (n > 0 && (pfd[1].revents & POLLIN) &&
+            ferry_rma_link_drain(link, deadline, accepted_p) != FERRY_OK)
+            return ETIMEDOUT;
+    }
 }
 
 /* A connected non-blocking socket to sa, or -1 with *err_p the last errno and *attempts_p. */
 static int ferry_rma_link_dial_fd(const ferry_rma_link_t *link, const struct sockaddr_storage *sa,
                                   socklen_t sa_len, const char *peer, uint64_t deadline,
-                                  int *attempts_p, int *err_p)
+                                  int *accepted_p, int *attempts_p, int *err_p)
 {
     const ferry_rma_link_ops_t *ops = link->ops;
     int attempt = 0, err = 0, fd = -1;
@@ -91,7 +116,8 @@ static int ferry_rma_link_dial_fd(const ferry_rma_link_t *link, const struct soc
             err = errno;
             break;
         }
-        err = ferry_rma_link_connect_once(fd, sa, sa_len, ops->hello_ms);
+        err = ferry_rma_link_connect_once(link, fd, sa, sa_len, ops->hello_ms, deadline,
+                                          accepted_p);
         if (err == 0)
             break;
         close(fd);
@@ -113,7 +139,8 @@ static int ferry_rma_link_dial_fd(const ferry_rma_link_t *link, const struct soc
 
 /* Connect to rank `to`, retrying while its listener may not be up yet, and say hello. */
 static ferry_status_t ferry_rma_link_dial(const ferry_rma_link_t *link, int to,
-                                          const ferry_rma_link_handle_t *h, uint64_t deadline)
+                                          const ferry_rma_link_handle_t *h, uint64_t deadline,
+                                          int *accepted_p)
 {
     const ferry_rma_link_ops_t *ops = link->ops;
     ferry_rma_link_peer_t p = ops->peer(link->group, to);
@@ -133,7 +160,8 @@ static ferry_status_t ferry_rma_link_dial(const ferry_rma_link_t *link, int to,
         return FERRY_ERR_INVALID;
     }
     ops->addr_str((struct sockaddr *)&sa, p.addr, FERRY_RMA_LINK_ADDR);
-    *p.fd = ferry_rma_link_dial_fd(link, &sa, sa_len, p.addr, deadline, &attempts, &err);
+    *p.fd = ferry_rma_link_dial_fd(link, &sa, sa_len, p.addr, deadline, accepted_p, &attempts,
+                                   &err);
     if (*p.fd < 0) {
         FERRY_WARN("RMA connect: rank %d of %d could not connect to rank %d at %s after %d "
                    "attempt(s): %s; check that rank %d is alive and that NCCL_SOCKET_IFNAME "
@@ -206,6 +234,40 @@ static ferry_status_t ferry_rma_link_take(const ferry_rma_link_t *link, uint64_t
     return ops->adopt(fd, from);
 }
 
+/*
+ * Whether the listener's accept queue is over a quarter full: Linux reports
+ * a listening socket's queue length and its limit (the backlog, capped by
+ * somaxconn) in TCP_INFO's tcpi_unacked and tcpi_sacked. 0 when it cannot tell.
+ */
+static int ferry_rma_link_queue_filling(int listen_fd)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+
+    memset(&ti, 0, sizeof(ti));
+    if (getsockopt(listen_fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
+        return 0;
+    return ti.tcpi_sacked > 0 && 4 * ti.tcpi_unacked > ti.tcpi_sacked;
+}
+
+/* Take the links waiting in our queue while it is over a quarter full (links taken: *accepted_p). */
+static ferry_status_t ferry_rma_link_drain(const ferry_rma_link_t *link, uint64_t deadline,
+                                           int *accepted_p)
+{
+    ferry_status_t st = FERRY_OK;
+
+    while (st == FERRY_OK && *accepted_p < link->rank &&
+           ferry_rma_link_queue_filling(link->listen_fd)) {
+        int got;
+
+        st = ferry_rma_link_take(link, deadline, 0, &got);
+        if (!got)
+            break;
+        (*accepted_p)++;
+    }
+    return st;
+}
+
 ferry_status_t ferry_rma_link_connect(const ferry_rma_link_t *link, void *const *handles)
 {
     uint64_t deadline = ferry_rma_link_now_ns() + (uint64_t)link->ops->connect_ms * 1000000ULL;
@@ -213,20 +275,17 @@ ferry_status_t ferry_rma_link_connect(const ferry_rma_link_t *link, void *const 
     int accepted = 0;
 
     for (int r = link->rank + 1; r < link->nranks && st == FERRY_OK; r++) {
-        st = ferry_rma_link_dial(link, r, handles[r], deadline);
+        st = ferry_rma_link_dial(link, r, handles[r], deadline, &accepted);
         /*
-         * Take what lower ranks dialed meanwhile: in a group of thousands the
-         * listener's backlog (the kernel's somaxconn) would fill while we dial,
-         * and every further dialer would wait out SYN retries of a second and more.
+         * Take what lower ranks dialed meanwhile once the listener's queue
+         * fills (here and while a dial waits): in a group of thousands, or of
+         * hundreds where somaxconn is 128, it would overflow while we dial,
+         * and every further dialer would wait out SYN retries of a second and
+         * more. Only then: a link taken early may have to wait for its
+         * dialer's hello.
          */
-        while (st == FERRY_OK && accepted < link->rank) {
-            int got;
-
-            st = ferry_rma_link_take(link, deadline, 0, &got);
-            if (!got)
-                break;
-            accepted++;
-        }
+        if (st == FERRY_OK)
+            st = ferry_rma_link_drain(link, deadline, &accepted);
     }
     while (st == FERRY_OK && accepted < link->rank) {
         int got;
