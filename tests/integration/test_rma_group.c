@@ -184,6 +184,10 @@ static void run_rank(void)
     rctx = NULL;
     FIT_NCCL(v14->closeColl(coll));
     FIT_NCCL(v14->finalize(ctx));
+    free(src);
+    free(win);
+    free(back);
+    free((void *)sig);
     fit_log_check_clean("group");
     if (my_rank == 0)
         printf("rank 0: group of %d formed in %.2f s, puts, signals and a get checked\n", nranks,

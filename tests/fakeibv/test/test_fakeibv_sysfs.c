@@ -610,7 +610,8 @@ static void test_concurrent_processes(void **state)
     fd = open(cmd, O_CREAT | O_RDWR, 0644);
     assert_true(fd >= 0);
     close(fd);
-    assert_true(exists("%s", stale));
+    /* Not checked here: any fakeibv process of this user (a test running beside this one)
+     * may sweep it at once. Gone after the children is what counts. */
 
     /* Default roots: one per process, all different, gone once they exit. */
     run_children(NULL, roots);
