@@ -603,8 +603,10 @@ static void test_concurrent_processes(void **state)
     char cmd[PATH_MAX + 16];
     int i, j, fd;
 
-    /* A stale default root of a dead process (nobody holds its lock). */
-    snprintf(stale, sizeof(stale), "/tmp/fakeibv-sysfs-%u/4999999", (unsigned)getuid());
+    /* A stale default root of a dead process (nobody holds its lock), named after no pid
+     * there can be (above pid_max) and after ours: ctest runs this program twice at once. */
+    snprintf(stale, sizeof(stale), "/tmp/fakeibv-sysfs-%u/%u", (unsigned)getuid(),
+             5000000u + (unsigned)getpid());
     mkdir(stale, 0755);
     snprintf(cmd, sizeof(cmd), "%s/.fakeibv-owner", stale);
     fd = open(cmd, O_CREAT | O_RDWR, 0644);
