@@ -60,6 +60,7 @@ void ferry_rma_link_publish(void *handle, uint32_t magic, uint64_t token,
     ferry_sockaddr_to_wire(addr, &h->family, &h->port, h->addr, &h->scope_id);
 }
 
+static int ferry_rma_link_queue_filling(int listen_fd);
 static ferry_status_t ferry_rma_link_drain(const ferry_rma_link_t *link, uint64_t deadline,
                                            int *accepted_p);
 
@@ -86,17 +87,19 @@ static int ferry_rma_link_connect_once(const ferry_rma_link_t *link, int fd,
         struct pollfd pfd[2] = { { .fd = fd, .events = POLLOUT },
                                  { .fd = link->listen_fd, .events = POLLIN } };
         uint64_t now = ferry_rma_link_now_ns();
+        /* Only a filling queue is watched: a few links waiting would wake every poll at once. */
+        int watch = *accepted_p < link->rank && ferry_rma_link_queue_filling(link->listen_fd);
         int slice, n;
 
         if (now >= end)
             return ETIMEDOUT;
         slice = (int)((end - now) / 1000000ULL) + 1;
-        n = poll(pfd, *accepted_p < link->rank ? 2 : 1, slice > 50 ? 50 : slice);
+        n = poll(pfd, watch ? 2 : 1, slice > 50 ? 50 : slice);
         if (n > 0 && (pfd[0].revents & (POLLOUT | POLLERR | POLLHUP))) {
             len = sizeof(err);
             return getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 ? err : errno;
         }
-        if (n > 0 && (pfd[1].revents & POLLIN) &&
+        if (n > 0 && watch && (pfd[1].revents & POLLIN) &&
             ferry_rma_link_drain(link, deadline, accepted_p) != FERRY_OK)
             return ETIMEDOUT;
     }
