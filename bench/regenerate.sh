@@ -29,6 +29,10 @@
 #            says, data unchecked (-c 0), NCCL_PROTO=Simple (LL/LL128 flags
 #            live in the payload): each plugin's own CPU cost per message; at
 #            one size, the busbw ratio is the message-rate ratio
+#   ibspin2  as ibnull2 with the emulated device's engines polling
+#            (FAKEIBV_SPIN_US=200), as a NIC's do: a work request is taken
+#            without a thread wake-up, so the emulator's own wake-ups, which
+#            both plugins pay alike, leave the message time
 # --ops limits the 8-rank topics to the operations named (default both), so
 # that one operation gets a whole GPU call's budget.
 # Every topic runs unbound (--bind-to none), or with --cores-per-rank N bound
@@ -132,7 +136,7 @@ case ,$OPS_ARG, in
 esac
 IFS=, read -r -a TOPIC_LIST <<<"$TOPICS"
 for t in "${TOPIC_LIST[@]}"; do
-  case $t in socket2|ib2|gdr2|socket8|ib8|ibnull2) ;; *) die_usage "unknown topic '$t'" ;; esac
+  case $t in socket2|ib2|gdr2|socket8|ib8|ibnull2|ibspin2) ;; *) die_usage "unknown topic '$t'" ;; esac
 done
 command -v mpirun >/dev/null || die_usage "mpirun not found (Open MPI)"
 command -v nvcc >/dev/null || [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ] ||
@@ -192,6 +196,8 @@ topic_setup() {
     ib2|ib8) CONFIGS=(ferry-ib nccl-ib); IB=1; TOPIC_ENV=(FAKEIBV_DMABUF=0) ;;
     ibnull2) CONFIGS=(ferry-ib nccl-ib); IB=1; CHECK=0; TOPIC_SIZES=4K:64K
              TOPIC_ENV=(FAKEIBV_DMABUF=0 FAKEIBV_NULL_PAYLOAD=1 NCCL_PROTO=Simple) ;;
+    ibspin2) CONFIGS=(ferry-ib nccl-ib); IB=1; CHECK=0; TOPIC_SIZES=4K:64K
+             TOPIC_ENV=(FAKEIBV_DMABUF=0 FAKEIBV_NULL_PAYLOAD=1 FAKEIBV_SPIN_US=200 NCCL_PROTO=Simple) ;;
     gdr2) CONFIGS=(ferry-ib-gdr nccl-ib-gdr); IB=1
           TOPIC_ENV=(FAKEIBV_DMABUF=1 NCCL_NET_GDR_LEVEL=SYS NCCL_NET_FORCE_FLUSH=1) ;;
   esac
@@ -213,6 +219,7 @@ topic_setup() {
   esac
   case $1 in
     socket*) SETUP="socket, $NP ranks on one GPU, $PLACE" ;;
+    ibspin*) SETUP="ib on the emulated verbs device moving no payload, its engines polling (FAKEIBV_NULL_PAYLOAD=1, FAKEIBV_SPIN_US=200), host buffers, data unchecked, NCCL_PROTO=Simple, $NP ranks on one GPU, $PLACE" ;;
     ibnull*) SETUP="ib on the emulated verbs device moving no payload (FAKEIBV_NULL_PAYLOAD=1), host buffers, data unchecked, NCCL_PROTO=Simple, $NP ranks on one GPU, $PLACE" ;;
     ib*) SETUP="ib on the emulated verbs device, host buffers, $NP ranks on one GPU, $PLACE" ;;
     gdr*) SETUP="ib on the emulated verbs device, GPU buffers (GPUDirect), $NP ranks on one GPU, $PLACE" ;;
