@@ -131,6 +131,14 @@ int ferry_tune_coll(const ferry_tune_t *t, int coll, size_t nbytes, float *table
     if (best_p == FERRY_TUNE_PROTO_SIMPLE) {
         size_t nc = nbytes / t->channel_bytes;
 
+        /*
+         * A small collective on more channels than NCCL gives it splits each
+         * step into more, smaller messages: each one costs the network its
+         * per-message work and the size no bandwidth.
+         */
+        if (nbytes < (size_t)FERRY_TUNE_SIMPLE_CHANNEL_BYTES * FERRY_TUNE_MIN_CHANNELS)
+            return changed;
+
         if (nc < FERRY_TUNE_MIN_CHANNELS)
             nc = FERRY_TUNE_MIN_CHANNELS;
         if (nc < FERRY_TUNE_MAX_CHANNELS) {

@@ -28,8 +28,16 @@
 #define FERRY_TUNE_ALL_GATHER      2
 #define FERRY_TUNE_REDUCE_SCATTER  3
 #define FERRY_TUNE_ALL_REDUCE      4
-/* Simple never gets fewer channels than NCCL opens for one NIC (one ring, doubled). */
+/* Simple never gets fewer channels than NCCL opens for one NIC (one ring, doubled),
+ * unless NCCL itself would use fewer (FERRY_TUNE_SIMPLE_CHANNEL_BYTES). */
 #define FERRY_TUNE_MIN_CHANNELS    2
+/*
+ * NCCL's Simple bytes per channel (512 threads x 64 bytes): below that per
+ * channel it drops channels itself, down to one. A tuner's count overrides
+ * that drop, so below FERRY_TUNE_MIN_CHANNELS of these the tuner leaves the
+ * count to NCCL, which then opens fewer channels than the minimum.
+ */
+#define FERRY_TUNE_SIMPLE_CHANNEL_BYTES 32768
 /* NCCL's LL bytes per channel and rank (512 threads x 8 bytes): it drops channels below that. */
 #define FERRY_TUNE_LL_CHANNEL_BYTES 4096
 /* At or above this many, the cap is left off (NCCL has at most 64). */

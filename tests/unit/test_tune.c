@@ -153,11 +153,35 @@ static void test_tree_and_ll128(void **state)
     assert_int_equal(nch, 4); /* 8 MiB / 2 MiB. */
 }
 
+/*
+ * Below 2 x 32 KiB NCCL drops Simple to fewer than 2 channels itself (one
+ * under 32 KiB): the tuner leaves the count alone there rather than raise it.
+ */
+static void test_small_simple_keeps_ncclcount(void **state)
+{
+    static const size_t sizes[] = {4096, 16384, 32768, 65535};
+    ferry_tune_t t = active_tuner();
+    size_t i;
+
+    (void)state;
+    for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        float table[NALGO][NPROTO];
+        int nch = 0, a = -1, p = -1;
+
+        ring_table(table, -1.0f, 30.0f);
+        assert_int_equal(ferry_tune_coll(&t, FERRY_TUNE_ALL_REDUCE, sizes[i], &table[0][0],
+                                         NALGO, NPROTO, &nch), 0);
+        argmin(table, &a, &p);
+        assert_int_equal(p, SIMPLE);
+        assert_int_equal(nch, 0);
+    }
+}
+
 /* Channels grow with size; huge sizes leave NCCL's count (it clamps to what it has). */
 static void test_channels_by_size(void **state)
 {
     static const struct { size_t bytes; int nch; } cases[] = {
-        {512 << 10, 2}, {4 << 20, 2}, {6 << 20, 3}, {16 << 20, 8}, {64 << 20, 32}, {1 << 30, 0},
+        {64 << 10, 2}, {512 << 10, 2}, {4 << 20, 2}, {6 << 20, 3}, {16 << 20, 8}, {64 << 20, 32}, {1 << 30, 0},
     };
     ferry_tune_t t = active_tuner();
     size_t i;
@@ -242,6 +266,7 @@ int main(void)
         cmocka_unit_test(test_ll_channels),
         cmocka_unit_test(test_ignored_entries_stay_ignored),
         cmocka_unit_test(test_tree_and_ll128),
+        cmocka_unit_test(test_small_simple_keeps_ncclcount),
         cmocka_unit_test(test_channels_by_size),
         cmocka_unit_test(test_channels_left_alone),
         cmocka_unit_test(test_bus_factor),
