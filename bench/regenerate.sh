@@ -257,10 +257,12 @@ run_nt() {
 }
 
 # nt_rows LOG: "size time_us busbw wrong" per data line (out-of-place columns).
-# Only lines whose third field is the data type are rows: with 8 ranks NCCL's
-# INFO lines interleave and can start with digits.
+# Only lines whose third field is the data type and whose time and busbw are
+# numbers are rows: with 8 ranks NCCL's INFO lines interleave and can start
+# with digits, and with NCCL_DEBUG=INFO (--env) one can cut a row in two.
 nt_rows() {
-  awk '$1 ~ /^[0-9]+$/ && NF >= 13 && $3 ~ /^(float|half|double|int|int32|bfloat16)$/ {
+  awk '$1 ~ /^[0-9]+$/ && NF >= 13 && $3 ~ /^(float|half|double|int|int32|bfloat16)$/ &&
+       $6 ~ /^[0-9]+([.][0-9]+)?$/ && $8 ~ /^[0-9]+([.][0-9]+)?$/ {
          print $1, $6, $8, $9 }' "$1"
 }
 
