@@ -1,7 +1,7 @@
 /*
  * One process-wide pool of helper threads. A backend whose connections need
- * threads to move them (the socket backend's stream lanes) attaches each
- * connection as a client with some units (its lanes); the pool spreads the
+ * threads to move them (bytes moved by system calls, one unit at a time)
+ * attaches each connection as a client with some units; the pool spreads the
  * units over its threads and calls the client's ops. The pool knows nothing
  * of what a unit is: a unit has an fd to wait on (or none), a timer, and a
  * progress call that does a bounded amount of work.
@@ -24,7 +24,6 @@
 #ifndef FERRY_PROXY_POOL_H
 #define FERRY_PROXY_POOL_H
 
-#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -37,16 +36,26 @@
 #define FERRY_PX_POOL_MAX_UNITS   64 /* Units of one client. */
 #define FERRY_PX_POOL_MAX_SPREAD  16 /* Pool threads one client's units spread over. */
 
+/*
+ * What a unit waits for on its fd, and what the pool saw there: the pool's
+ * own words, so that a client need not share its event API (the pool maps
+ * them onto epoll).
+ */
+#define FERRY_PX_POOL_READABLE 0x1
+#define FERRY_PX_POOL_WRITABLE 0x2
+#define FERRY_PX_POOL_BROKEN   0x4 /* Seen only: an error or hang-up on the fd. */
+
 /* What the pool needs from a client to move one unit. ctx: the client's. */
 typedef struct ferry_px_pool_ops {
     /*
      * Move unit without blocking, a bounded amount (the fairness between
-     * clients rests on it). revents: POLLIN/POLLOUT/POLLERR/POLLHUP the
-     * unit's fd reported, 0 when called for another reason. Returns work
+     * clients rests on it). revents: FERRY_PX_POOL_* bits the unit's fd
+     * reported, 0 when called for another reason. Returns work
      * done (> 0: the unit is served again next turn), 0 for none.
      */
     long (*progress)(void *ctx, int unit, short revents);
-    /* The fd the unit waits on now and for what (POLLIN/POLLOUT), 0: only a kick or timer. */
+    /* The fd the unit waits on now and for what (FERRY_PX_POOL_READABLE/WRITABLE), 0: only a
+     * kick or timer. */
     short (*wants)(void *ctx, int unit, int *fd_p);
     /* Nanoseconds until the unit must be served anyway (0: now); UINT64_MAX: no timer. */
     uint64_t (*next_ns)(void *ctx, int unit, uint64_t now);

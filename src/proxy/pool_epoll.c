@@ -3,7 +3,8 @@
  * eventfd and its units' fds, level-triggered, so a unit whose fd is still
  * readable is reported again. A unit's registration changes only when what
  * it waits for changes (a unit that must wait for room to write adds
- * POLLOUT, and drops it once it has room); the epoll data is the unit.
+ * FERRY_PX_POOL_WRITABLE, and drops it once it has room); the epoll data is
+ * the unit.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -33,15 +34,17 @@ int ferry_px_pool_epoll_open(ferry_px_pool_thread_t *t)
     return -1;
 }
 
-static uint32_t ferry_px_pool_ep_events(short poll_events)
+static uint32_t ferry_px_pool_ep_events(short wants)
 {
-    return ((poll_events & POLLIN) ? EPOLLIN : 0) | ((poll_events & POLLOUT) ? EPOLLOUT : 0);
+    return ((wants & FERRY_PX_POOL_READABLE) ? EPOLLIN : 0) |
+           ((wants & FERRY_PX_POOL_WRITABLE) ? EPOLLOUT : 0);
 }
 
 static short ferry_px_pool_ep_revents(uint32_t events)
 {
-    return (short)(((events & EPOLLIN) ? POLLIN : 0) | ((events & EPOLLOUT) ? POLLOUT : 0) |
-                   ((events & EPOLLERR) ? POLLERR : 0) | ((events & EPOLLHUP) ? POLLHUP : 0));
+    return (short)(((events & EPOLLIN) ? FERRY_PX_POOL_READABLE : 0) |
+                   ((events & EPOLLOUT) ? FERRY_PX_POOL_WRITABLE : 0) |
+                   ((events & (EPOLLERR | EPOLLHUP)) ? FERRY_PX_POOL_BROKEN : 0));
 }
 
 void ferry_px_pool_epoll_forget(ferry_px_pool_thread_t *t, ferry_px_pool_unit_t *u)

@@ -6,7 +6,6 @@
  * sequence number, and reads the payload straight into NCCL's buffer.
  */
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -142,7 +141,7 @@ static long ferry_sock_send_lane_progress(ferry_sock_stream_t *px, int li, short
 
     if (lane->closed)
         return 0;
-    if (revents & (POLLIN | POLLHUP | POLLERR)) {
+    if (revents & (FERRY_PX_POOL_READABLE | FERRY_PX_POOL_BROKEN)) {
         long r = ferry_sock_send_lane_peer(c, li);
 
         if (r < 0 || lane->closed)
@@ -237,7 +236,9 @@ static short ferry_sock_send_lane_wants(ferry_sock_stream_t *px, int li, int *fd
     *fd_p = lane->fd;
     if (lane->closed)
         return 0;
-    return atomic_load_explicit(&lane->blocked, memory_order_relaxed) ? (POLLOUT | POLLIN) : POLLIN;
+    if (atomic_load_explicit(&lane->blocked, memory_order_relaxed))
+        return FERRY_PX_POOL_WRITABLE | FERRY_PX_POOL_READABLE;
+    return FERRY_PX_POOL_READABLE;
 }
 
 const ferry_sock_stream_lane_ops_t ferry_sock_send_lane_ops = {
@@ -401,7 +402,9 @@ static short ferry_sock_recv_lane_wants(ferry_sock_stream_t *px, int li, int *fd
 
     *fd_p = lane->fd;
     /* A parked lane waits for irecv's kick, not for the socket. */
-    return lane->closed || atomic_load_explicit(&lane->parked, memory_order_relaxed) ? 0 : POLLIN;
+    if (lane->closed || atomic_load_explicit(&lane->parked, memory_order_relaxed))
+        return 0;
+    return FERRY_PX_POOL_READABLE;
 }
 
 const ferry_sock_stream_lane_ops_t ferry_sock_recv_lane_ops = {

@@ -74,7 +74,7 @@ static short fake_wants(void *ctx, int unit, int *fd_p)
     fake_t *f = ctx;
 
     *fd_p = f->fd[unit];
-    return f->fd[unit] >= 0 ? POLLIN : 0;
+    return f->fd[unit] >= 0 ? FERRY_PX_POOL_READABLE : 0;
 }
 
 static uint64_t fake_next_ns(void *ctx, int unit, uint64_t now)
@@ -206,7 +206,7 @@ static void test_kick_wakes_owner_only(void **state)
     fake_free(f);
 }
 
-/* An fd that becomes readable wakes its thread, which passes POLLIN to that unit. */
+/* An fd that becomes readable wakes its thread, which tells that unit it is readable. */
 static void test_fd_wakes_with_events(void **state)
 {
     ferry_px_pool_want_t w = want_of(2, 2);
@@ -231,7 +231,7 @@ static void test_fd_wakes_with_events(void **state)
     assert_int_equal(write(f->fd[1], &one, sizeof(one)), (ssize_t)sizeof(one));
     for (tries = 0; tries < 5000 && atomic_load(&f->last_revents[1]) == 0; tries++)
         sleep_ms(1);
-    assert_true(atomic_load(&f->last_revents[1]) & POLLIN);
+    assert_true(atomic_load(&f->last_revents[1]) & FERRY_PX_POOL_READABLE);
     assert_true(atomic_load(&f->calls[1]) > calls1);
     {
         ferry_px_pool_stats_t st = stats(&c, 1);
