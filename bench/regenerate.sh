@@ -194,10 +194,9 @@ topic_setup() {
   case $1 in
     socket2|socket8) CONFIGS=(ferry socket-default socket-2x2) ;;
     ib2|ib8) CONFIGS=(ferry-ib nccl-ib); IB=1; TOPIC_ENV=(FAKEIBV_DMABUF=0) ;;
-    ibnull2) CONFIGS=(ferry-ib nccl-ib); IB=1; CHECK=0; TOPIC_SIZES=4K:64K
-             TOPIC_ENV=(FAKEIBV_DMABUF=0 FAKEIBV_NULL_PAYLOAD=1 NCCL_PROTO=Simple) ;;
-    ibspin2) CONFIGS=(ferry-ib nccl-ib); IB=1; CHECK=0; TOPIC_SIZES=4K:64K
-             TOPIC_ENV=(FAKEIBV_DMABUF=0 FAKEIBV_NULL_PAYLOAD=1 FAKEIBV_SPIN_US=200 NCCL_PROTO=Simple) ;;
+    ibnull2|ibspin2) CONFIGS=(ferry-ib nccl-ib); IB=1; CHECK=0; TOPIC_SIZES=4K:64K
+             TOPIC_ENV=(FAKEIBV_DMABUF=0 FAKEIBV_NULL_PAYLOAD=1 NCCL_PROTO=Simple)
+             [ "$1" = ibspin2 ] && TOPIC_ENV+=(FAKEIBV_SPIN_US=200) ;;
     gdr2) CONFIGS=(ferry-ib-gdr nccl-ib-gdr); IB=1
           TOPIC_ENV=(FAKEIBV_DMABUF=1 NCCL_NET_GDR_LEVEL=SYS NCCL_NET_FORCE_FLUSH=1) ;;
   esac

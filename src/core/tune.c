@@ -138,7 +138,6 @@ int ferry_tune_coll(const ferry_tune_t *t, int coll, size_t nbytes, float *table
          */
         if (nbytes < (size_t)FERRY_TUNE_SIMPLE_CHANNEL_BYTES * FERRY_TUNE_MIN_CHANNELS)
             return changed;
-
         if (nc < FERRY_TUNE_MIN_CHANNELS)
             nc = FERRY_TUNE_MIN_CHANNELS;
         if (nc < FERRY_TUNE_MAX_CHANNELS) {

@@ -181,7 +181,8 @@ static void test_small_simple_keeps_ncclcount(void **state)
 static void test_channels_by_size(void **state)
 {
     static const struct { size_t bytes; int nch; } cases[] = {
-        {64 << 10, 2}, {512 << 10, 2}, {4 << 20, 2}, {6 << 20, 3}, {16 << 20, 8}, {64 << 20, 32}, {1 << 30, 0},
+        {64 << 10, 2}, {512 << 10, 2}, {4 << 20, 2}, {6 << 20, 3}, {16 << 20, 8},
+        {64 << 20, 32}, {1 << 30, 0},
     };
     ferry_tune_t t = active_tuner();
     size_t i;
