@@ -66,11 +66,12 @@ static void ferry_px_pool_queue_member(ferry_px_pool_thread_t *t, ferry_px_pool_
 }
 
 /* Kicked members: every unit of theirs on this thread is served this turn. */
-static void ferry_px_pool_take_kicks(ferry_px_pool_thread_t *t)
+static int ferry_px_pool_take_kicks(ferry_px_pool_thread_t *t)
 {
     ferry_px_pool_member_t *m = atomic_exchange(&t->kicks, NULL), *next;
+    int n = t->backlog != NULL;
 
-    for (; m != NULL; m = next) {
+    for (; m != NULL; m = next, n++) {
         next = atomic_load_explicit(&m->kick_next, memory_order_relaxed);
         /* Clear before serving: a kick from now on pushes it again. */
         atomic_store(&m->kicked, 0);
@@ -82,6 +83,7 @@ static void ferry_px_pool_take_kicks(ferry_px_pool_thread_t *t)
         ferry_px_pool_queue_member(t, m);
     }
     t->backlog = NULL;
+    return n;
 }
 
 /* Units whose timer is due join the turn; the rest tell how long the thread may sleep. */
@@ -264,6 +266,7 @@ static void ferry_px_pool_sleep(ferry_px_pool_thread_t *t, uint64_t timer_ns)
      */
     if (epoch != t->epoch || why < 0 || (why == 0 && wait == FERRY_PX_POOL_TIMEOUT_NS))
         ferry_px_pool_queue_all(t);
+    t->safety_turn = epoch == t->epoch && why == 0 && wait == FERRY_PX_POOL_TIMEOUT_NS;
 }
 
 void *ferry_px_pool_thread_main(void *arg)
@@ -280,12 +283,20 @@ void *ferry_px_pool_thread_main(void *arg)
     while (!atomic_load_explicit(&t->stop, memory_order_acquire)) {
         uint32_t gen = atomic_load(&t->gen);
         long work;
+        int kicked;
 
         ferry_px_pool_place_follow(t);
-        ferry_px_pool_take_kicks(t);
+        kicked = ferry_px_pool_take_kicks(t);
         (void)ferry_px_pool_take_timers(t, ferry_px_now_ns());
         work = t->ready.n > 0 ? ferry_px_pool_turn(t) : 0;
         ferry_px_stat_add(&t->stats.sweeps, 1);
+        /*
+         * Work that only the safety timeout found was announced by no kick and
+         * no fd: a lost wake-up (a kick racing the timeout is not counted).
+         */
+        if (t->safety_turn && work > 0 && !kicked)
+            ferry_px_stat_add(&t->stats.rescues, 1);
+        t->safety_turn = 0;
         if (work > 0) {
             idle_since = 0;
             /* Let attach and detach in between turns. */

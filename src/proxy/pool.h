@@ -76,6 +76,7 @@ typedef struct ferry_px_pool_stats {
     _Atomic uint64_t sweeps;      /* Turns over its ready units... */
     _Atomic uint64_t idle_sweeps; /* ...that found nothing to do. */
     _Atomic uint64_t full_sweeps; /* Turns over every unit (the safety timeout). */
+    _Atomic uint64_t rescues;     /* Safety-timeout turns that found work: a lost wake-up. */
     _Atomic uint64_t sleeps;      /* Times it slept in epoll, woken by: */
     _Atomic uint64_t woken_post;  /*   a kick (a post, a failure, a detach); */
     _Atomic uint64_t woken_io;    /*   one of its units' fds; */

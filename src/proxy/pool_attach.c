@@ -377,6 +377,7 @@ int ferry_px_pool_thread_stats(const ferry_px_pool_client_t *client, int slot,
     FERRY_PX_POOL_STAT_COPY(sweeps);
     FERRY_PX_POOL_STAT_COPY(idle_sweeps);
     FERRY_PX_POOL_STAT_COPY(full_sweeps);
+    FERRY_PX_POOL_STAT_COPY(rescues);
     FERRY_PX_POOL_STAT_COPY(sleeps);
     FERRY_PX_POOL_STAT_COPY(woken_post);
     FERRY_PX_POOL_STAT_COPY(woken_io);

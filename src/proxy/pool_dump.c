@@ -32,12 +32,14 @@ void ferry_px_pool_dump_threads(FILE *out, ferry_px_pool_t *pool)
                      (uint64_t)atomic_load_explicit(&st->placed, memory_order_relaxed),
                      atomic_load_explicit(&t->placed_for, memory_order_relaxed));
         fprintf(out, "NET/ferry :   ferry-pool-%d: %d unit(s), %" PRIu64 " sweeps (%" PRIu64
-                " found nothing, %" PRIu64 " over every unit), slept %" PRIu64 " times: woken %"
+                " found nothing, %" PRIu64 " over every unit, %" PRIu64 " of those found work no "
+                "wake-up had announced), slept %" PRIu64 " times: woken %"
                 PRIu64 " by kicks, %" PRIu64 " by its fds, %" PRIu64 " by the timer%s\n",
                 t->index, nunits,
                 (uint64_t)atomic_load_explicit(&st->sweeps, memory_order_relaxed),
                 (uint64_t)atomic_load_explicit(&st->idle_sweeps, memory_order_relaxed),
                 (uint64_t)atomic_load_explicit(&st->full_sweeps, memory_order_relaxed),
+                (uint64_t)atomic_load_explicit(&st->rescues, memory_order_relaxed),
                 (uint64_t)atomic_load_explicit(&st->sleeps, memory_order_relaxed),
                 (uint64_t)atomic_load_explicit(&st->woken_post, memory_order_relaxed),
                 (uint64_t)atomic_load_explicit(&st->woken_io, memory_order_relaxed),

@@ -62,6 +62,7 @@ typedef struct ferry_px_pool_thread {
     ferry_px_pool_list_t  turn;      /* Units of the turn in progress. */
     ferry_px_pool_list_t  timed;     /* Units with a timer. */
     int                   nunits;
+    int                   safety_turn; /* The next turn follows the safety timeout alone. */
     unsigned              rotor;     /* Where the next turn starts in its list. */
     ferry_px_pool_member_t *spin[FERRY_PX_POOL_MAX_SPREAD]; /* Members that worked lately. */
     int                   nspin;

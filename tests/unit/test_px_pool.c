@@ -2,8 +2,9 @@
  * The helper pool (proxy/pool.h) with fake units: each unit's fd is an
  * eventfd the test writes, its ops count their calls. A kick wakes exactly
  * the thread that owns the unit; an fd wakes its thread with its events; a
- * timer fires; a client detached while its unit is busy is never touched
- * after; a busy unit does not starve another on the same thread; the shared
+ * timer fires; work that no kick announced waits for the 1 s safety sweep,
+ * which counts it as a lost wake-up; a client detached while its unit is
+ * busy is never touched after; a busy unit does not starve another on the same thread; the shared
  * pool keeps its first size and stops with its last client. Every wait is
  * bounded.
  */
@@ -33,6 +34,7 @@ typedef struct fake {
     _Atomic uint64_t due_ns[NUNITS];    /* Absolute; 0: no timer. */
     _Atomic uint64_t fired_ns[NUNITS];  /* When progress ran with the timer due. */
     _Atomic int      busy[NUNITS];      /* progress sleeps 2 ms and reports work. */
+    _Atomic int      pending[NUNITS];   /* Work set without a kick: the next call takes it. */
     _Atomic int      detached;          /* Set after detach returned: no call may come. */
     _Atomic int      late_calls;        /* Calls that came anyway. */
 } fake_t;
@@ -63,6 +65,8 @@ static long fake_progress(void *ctx, int unit, short revents)
         sleep_ms(2);
         return 1;
     }
+    if (atomic_exchange(&f->pending[unit], 0))
+        return 1;
     /* Drain the eventfd: its bytes are the unit's work. */
     if (f->fd[unit] >= 0 && read(f->fd[unit], &v, sizeof(v)) == (ssize_t)sizeof(v))
         return 1;
@@ -121,6 +125,13 @@ static ferry_px_pool_stats_t stats(const ferry_px_pool_client_t *c, int slot)
 
     assert_true(ferry_px_pool_thread_stats(c, slot, &st, &index, &placed_for));
     return st;
+}
+
+static uint64_t rescues_of(const ferry_px_pool_client_t *c, int slot)
+{
+    ferry_px_pool_stats_t st = stats(c, slot);
+
+    return atomic_load(&st.rescues);
 }
 
 static int thread_index(const ferry_px_pool_client_t *c, int slot)
@@ -285,6 +296,50 @@ static void test_timer_fires(void **state)
 }
 
 /*
+ * Work that no kick and no fd announced (a lost wake-up) is found by the
+ * safety timeout's sweep, and counted: the figure a test reads to prove no
+ * wake-up was lost. Kicked work is not counted.
+ */
+static void test_safety_sweep_counts_lost_wakeup(void **state)
+{
+    ferry_px_pool_want_t w = want_of(1, 1);
+    struct ferry_px_pool *pool = ferry_px_pool_create(1, &w);
+    ferry_px_pool_client_t c;
+    fake_t *f = fake_new(0);
+    uint64_t calls;
+    int tries;
+
+    (void)state;
+    assert_non_null(pool);
+    memset(&c, 0, sizeof(c));
+    assert_int_equal(ferry_px_pool_attach_to(pool, &c, &fake_ops, f, NUNITS, &w), FERRY_OK);
+    wait_asleep(&c);
+    calls = atomic_load(&f->calls[1]);
+    atomic_store(&f->pending[2], 1);
+    ferry_px_pool_kick(&c, 0); /* Announced (the one slot): served at once, not a rescue. */
+    for (tries = 0; tries < 3000 && atomic_load(&f->pending[2]); tries++)
+        sleep_ms(1);
+    assert_int_equal(atomic_load(&f->pending[2]), 0);
+    wait_asleep(&c);
+    atomic_store(&f->pending[1], 1); /* No kick: only the safety sweep finds it. */
+    for (tries = 0; tries < 3000 && atomic_load(&f->pending[1]); tries++)
+        sleep_ms(1);
+    assert_int_equal(atomic_load(&f->pending[1]), 0);
+    assert_true(atomic_load(&f->calls[1]) > calls);
+    for (tries = 0; tries < 1000 && rescues_of(&c, 0) == 0; tries++)
+        sleep_ms(1); /* Counted just after the turn that took it. */
+    {
+        ferry_px_pool_stats_t st = stats(&c, 0);
+
+        assert_int_equal(atomic_load(&st.rescues), 1);
+        assert_true(atomic_load(&st.full_sweeps) >= 1);
+    }
+    ferry_px_pool_detach(&c);
+    ferry_px_pool_destroy(pool);
+    fake_free(f);
+}
+
+/*
  * Detach while the thread is inside the client's progress (busy units that
  * always report work): after detach returns no call comes, and the client's
  * memory can go (ASan/TSan would see a late touch).
@@ -415,6 +470,7 @@ int main(void)
         cmocka_unit_test(test_kick_wakes_owner_only),
         cmocka_unit_test(test_fd_wakes_with_events),
         cmocka_unit_test(test_timer_fires),
+        cmocka_unit_test(test_safety_sweep_counts_lost_wakeup),
         cmocka_unit_test(test_detach_while_busy),
         cmocka_unit_test(test_busy_client_does_not_starve),
         cmocka_unit_test(test_shared_pool_fixed_size),
