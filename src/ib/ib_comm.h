@@ -151,13 +151,10 @@ typedef struct ferry_ib_member {
 
 /* What both comm kinds share: members, QPs, control block, OOB socket. */
 typedef struct ferry_ib_conn {
+    /* What test()'s poll reads, first, with member 0's CQ just after. */
     ferry_ib_dev_t  *dev;          /* Member 0's port: logs, the GDR flush. */
     int              devidx;       /* The device as NCCL numbers it (ferry_ib_state.vdevs). */
     int              nmem;         /* Members of our device. */
-    ferry_ib_member_t mem[FERRY_IB_MAX_MEMBERS];
-    int              nqps;
-    struct ibv_qp   *qps[FERRY_IB_MAX_QPS];
-    int              nchains;      /* QP chains per message: max(members on each side), or nqps split. */
     /*
      * Either side's device is merged: every QP keeps receives posted (a
      * chain may land on any QP after a failover), imm_data names message
@@ -165,6 +162,11 @@ typedef struct ferry_ib_conn {
      * member's work moves to the others instead of failing the comm.
      */
     int              multi;
+    uint64_t         check_ns;     /* Next liveness look (coarse clock). */
+    ferry_ib_member_t mem[FERRY_IB_MAX_MEMBERS];
+    int              nqps;
+    struct ibv_qp   *qps[FERRY_IB_MAX_QPS];
+    int              nchains;      /* QP chains per message: max(members on each side), or nqps split. */
     int              ndown;        /* Members down. */
     size_t           stripe_min;   /* multi: messages this big are striped, smaller go whole. */
     int              cts_qp;       /* recv: the QP that carries the clear-to-sends (multi). */
@@ -177,7 +179,6 @@ typedef struct ferry_ib_conn {
     ferry_ib_meta_t  remote;       /* ...and what it told us. */
     int              oob_fd;       /* Kept open: EOF = peer gone. -1 when off or closed. */
     ferry_ib_oob_watch_t oob_watch; /* Its place in the process' watch (ib_oob_watch.h); 0: none. */
-    uint64_t         check_ns;     /* Next liveness look (coarse clock). */
     uint64_t         gone_ns;      /* When EOF was seen; 0 while the peer is there. */
     int              gone_err;     /* ...and the socket's errno then (0: EOF, a FIN). */
     int              bye;          /* The peer closed its comm normally (FERRY_IB_OOB_BYE). */

@@ -224,7 +224,7 @@ ferry_status_t ferry_ib_comm_create(ferry_px_req_kind_t kind, int devidx, int nq
         c = NULL;
         goto err_warn;
     }
-    c = calloc(1, size);
+    c = ferry_px_ring_alloc(size);
     if (c == NULL)
         goto err_warn;
     c->magic = kind == FERRY_PX_SEND ? FERRY_IB_SEND_MAGIC : FERRY_IB_RECV_MAGIC;

@@ -59,10 +59,18 @@ typedef struct ferry_px_sub {
 struct ferry_px_ring;
 
 typedef struct ferry_px_req {
+    /*
+     * The first 64 bytes hold what test() of a request still in flight reads
+     * (state, owner, stall clock) and the part counters the backends bump,
+     * so a pass of NCCL's proxy over many requests touches one cache line of
+     * each (rings are cache-line aligned, requests 128 bytes).
+     */
     _Atomic int          state;       /* ferry_px_req_state_t; see transitions in req.c. */
     ferry_px_req_kind_t  kind;        /* Set at post. */
     uint32_t             seq;         /* Message number on the comm; set at post. */
     int                  n;           /* Sub-buffers in use, 1..the ring's max_subs. */
+    struct ferry_px_ring *ring;       /* Owner. */
+    _Atomic uint64_t     last_ns;     /* Monotonic time a part last started or finished (dump, stall). */
     /*
      * n entries, owned by the ring: one per request, or FERRY_PX_MAX_SUBS
      * where the backend takes grouped receives (ops->max_subs), so comms
@@ -70,20 +78,19 @@ typedef struct ferry_px_req {
      */
     ferry_px_sub_t      *sub;
     _Atomic int          gated;       /* Send: 1 until the backend opens it; no part starts. */
-    size_t               part_size;   /* Bytes per part where the backend plans them. */
     _Atomic uint32_t     nparts;      /* Set at post, or 0 until the backend learns it. */
     _Atomic uint32_t     posted;      /* Part counters, see the top of this file. */
     _Atomic uint32_t     transmitted;
     _Atomic uint32_t     received;
     _Atomic uint32_t     done;
+    size_t               part_size;   /* Bytes per part where the backend plans them. */
     _Atomic uint64_t     bytes;       /* Payload bytes moved so far (where the backend sees them). */
-    _Atomic uint64_t     last_ns;     /* Monotonic time a part last started or finished (dump, stall). */
     uint64_t             post_ns;     /* Monotonic time of the post (dump). */
     _Atomic uint64_t     start_ns;    /* Its first part started (POSTED -> ACTIVE). */
     _Atomic uint64_t     done_ns;     /* Its last part was retired (-> DONE). */
     ferry_status_t       status;      /* Valid in ERROR; written before the release store. */
     uint64_t             backend_word; /* The backend's own per-request note. */
-    struct ferry_px_ring *ring;       /* Owner, for logs. */
+    uint64_t             pad_;        /* To 128 bytes: in reqs[] each request starts a line. */
 } ferry_px_req_t;
 
 /* How a message of `size` bytes is cut for `nlanes` lanes. */

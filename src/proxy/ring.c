@@ -14,6 +14,16 @@
 #include "proxy/registry.h"
 #include "proxy/ring.h"
 
+void *ferry_px_ring_alloc(size_t size)
+{
+    size_t rounded = (size + 63) / 64 * 64; /* aligned_alloc wants a multiple of the alignment. */
+    void *p = aligned_alloc(64, rounded);
+
+    if (p != NULL)
+        memset(p, 0, rounded);
+    return p;
+}
+
 ferry_status_t ferry_px_ring_init(ferry_px_ring_t *ring, ferry_px_req_kind_t kind,
                                   const char *backend, const char *peer,
                                   const ferry_px_ring_ops_t *ops)

@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -99,17 +100,35 @@ static inline void ferry_px_stat_add(_Atomic uint64_t *v, uint64_t n)
 
 typedef struct ferry_px_ring {
     ferry_px_req_t        reqs[FERRY_MAX_REQUESTS]; /* Message seq s lives in reqs[s % 32]. */
+    /*
+     * What test() reads on every call, together right after reqs[] (4096
+     * bytes), so in one cache line where the comm is allocated cache-line
+     * aligned (ferry_px_ring_alloc): NCCL's proxy tests requests of many
+     * comms in turn, and each line a call touches is likely a miss.
+     */
+    _Atomic int           failed;        /* 0, or the ferry_status_t that broke the comm. */
+    ferry_px_req_kind_t   kind;          /* Send or receive comm. */
+    const ferry_px_ring_ops_t *ops;
+    uint64_t              stall_ns;      /* test() WARNs about a request idle this long; 0 off... */
+    int                   stall_quiet;   /* ...once, until a request of the comm completes again. */
+    /* ferry_px_ring_clock's reading and calls (test()'s thread; relaxed for tests that share a comm). */
+    _Atomic uint32_t      clock_calls;
+    _Atomic uint64_t      clock_ns;
+    /*
+     * When test() last reported a request done (test()'s thread writes
+     * it): a request queued behind a stall counts as idle from then,
+     * not from its post, or each one queued during the stall would warn again.
+     */
+    uint64_t              moved_ns;
+    uint32_t              handle_base;   /* reqs[i] is NCCL's handle slot handle_base + i (handle.h). */
+    int                   max_subs;      /* 1..FERRY_PX_MAX_SUBS, from ops->max_subs. */
     ferry_px_sub_t        sub1[FERRY_MAX_REQUESTS]; /* reqs[i].sub where max_subs is 1. */
     ferry_px_sub_t       *subs_grouped; /* FERRY_MAX_REQUESTS x max_subs where more (heap). */
-    int                   max_subs;     /* 1..FERRY_PX_MAX_SUBS, from ops->max_subs. */
     pthread_mutex_t       lock;          /* Protects next_seq publication (and the backend's cursors). */
     uint32_t              next_seq;      /* Next message number to post; under lock (the dump
                                           * reads it without: relaxed atomic store and load). */
     ferry_px_timing_t     timing;        /* Where finished messages spent their time (dump). */
-    _Atomic int           failed;        /* 0, or the ferry_status_t that broke the comm. */
     char                  fail_reason[320]; /* Written once, before failed is set. */
-    ferry_px_req_kind_t   kind;          /* Send or receive comm. */
-    const ferry_px_ring_ops_t *ops;
     char                  backend[8];    /* The backend's name, for logs. */
     char                  peer[64];      /* Peer address for logs and dump. */
     char                  where[64];     /* Local side for logs ("fakeib0:1"), may be empty. */
@@ -121,14 +140,6 @@ typedef struct ferry_px_ring {
      * finish) waits on, and what to try; for the stall WARN. NULL: none.
      */
     const char           *hold_hint;
-    uint64_t              stall_ns;      /* test() WARNs about a request idle this long; 0 off... */
-    int                   stall_quiet;   /* ...once, until a request of the comm completes again. */
-    /*
-     * When test() last reported a request done (test()'s thread writes
-     * it): a request queued behind a stall counts as idle from then,
-     * not from its post, or each one queued during the stall would warn again.
-     */
-    uint64_t              moved_ns;
     /*
      * A post the backend cannot take yet, so no request exists to time (ib:
      * an isend before the receiver's clear-to-send; NCCL retries it): the
@@ -140,11 +151,7 @@ typedef struct ferry_px_ring {
     _Atomic uint64_t      wait_ns;
     _Atomic uint64_t      wait_size;
     uint64_t              wait_warned;
-    /* ferry_px_ring_clock's reading and calls (test()'s thread; relaxed for tests that share a comm). */
-    _Atomic uint64_t      clock_ns;
-    _Atomic uint32_t      clock_calls;
     struct ferry_px_ring *reg_next, *reg_prev; /* Live-comm registry, under its lock. */
-    uint32_t              handle_base;   /* reqs[i] is NCCL's handle slot handle_base + i (handle.h). */
     /*
      * What holds the ring beyond its comm, set after init: an RMA group
      * (one ring per peer), so test() can tell a request of this group's
@@ -152,6 +159,18 @@ typedef struct ferry_px_ring {
      */
     const void           *owner;
 } ferry_px_ring_t;
+
+/* The layout the comment above relies on. */
+_Static_assert(sizeof(ferry_px_req_t) == 128, "a request is two cache lines");
+_Static_assert(offsetof(ferry_px_ring_t, failed) % 64 == 0 &&
+               offsetof(ferry_px_ring_t, max_subs) - offsetof(ferry_px_ring_t, failed) <= 64,
+               "test()'s fields share one cache line");
+
+/*
+ * A zeroed comm of size bytes that embeds a ring at offset 0, cache-line
+ * aligned (see the ring's layout); free() releases it. NULL without memory.
+ */
+void *ferry_px_ring_alloc(size_t size);
 
 /*
  * The coarse clock for NCCL's tight loop over a comm's calls that find

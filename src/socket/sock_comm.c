@@ -15,7 +15,7 @@ ferry_status_t ferry_sock_comm_create(ferry_px_req_kind_t kind, int dev, const i
     ferry_status_t status;
     int i;
 
-    comm = calloc(1, sizeof(*comm));
+    comm = ferry_px_ring_alloc(sizeof(*comm)); /* Its ring is at offset 0. */
     if (comm == NULL) {
         status = FERRY_ERR_NO_MEMORY;
         goto err_close_fds;
