@@ -14,9 +14,9 @@
  * --reps rounds, interleaved. Run it on two builds (--plugin) side by side
  * to compare them; numbers from different machines do not compare.
  *
- * --comms N tests pending receives of N comm pairs in turn, as NCCL's proxy
- * goes round its connections: the calls then find their comm's state out of
- * the nearest caches once N comms' state outgrows them.
+ * --comms N makes the calls on N comm pairs of each kind in turn, as NCCL's
+ * proxy goes round its connections: the calls then find their comm's state
+ * out of the nearest caches once N comms' state outgrows them.
  *
  *   ferry-call-cost [--plugin PATH] [--calls N] [--reps R] [--comms N]
  */
@@ -44,14 +44,17 @@ static double cc_round_test(const ncclNet_v11_t *net, void **reqs, int ncomms, l
     return (fit_now() - t0) * 1e9 / (double)calls;
 }
 
-static double cc_round_isend(const ncclNet_v11_t *net, void *comm, void *mh, void *buf, long calls)
+static double cc_round_isend(const ncclNet_v11_t *net, void **comms, void **mhs, int ncomms,
+                             void *buf, long calls)
 {
     double t0 = fit_now();
     void *req = NULL;
+    int c = 0;
     long i;
 
     for (i = 0; i < calls; i++) {
-        FIT_NCCL(net->isend(comm, buf, CC_BUF, 0, mh, NULL, &req));
+        FIT_NCCL(net->isend(comms[c], buf, CC_BUF, 0, mhs[c], NULL, &req));
+        c = c + 1 == ncomms ? 0 : c + 1;
         FIT_CHECK(req == NULL, "isend() with no receive posted returned a request");
     }
     return (fit_now() - t0) * 1e9 / (double)calls;
@@ -72,8 +75,8 @@ int main(int argc, char **argv)
     fit_plugin_t p;
     const ncclNet_v11_t *net;
     char handle[NCCL_NET_HANDLE_MAXSIZE];
-    void *ctx, *lc, *b_send, *b_recv, *mh_b, *sreq = NULL;
-    void **a_send, **a_recv, **mh_a, **reqs;
+    void *ctx, *lc, *sreq = NULL;
+    void **a_send, **a_recv, **mh_a, **reqs, **b_send, **b_recv, **mh_b;
     void *tags_buf[1], *mhs[1];
     size_t sizes[1] = {CC_BUF};
     int tags[1] = {0};
@@ -100,7 +103,11 @@ int main(int argc, char **argv)
     a_recv = calloc((size_t)ncomms, sizeof(void *));
     mh_a = calloc((size_t)ncomms, sizeof(void *));
     reqs = calloc((size_t)ncomms, sizeof(void *));
-    FIT_CHECK(a_send != NULL && a_recv != NULL && mh_a != NULL && reqs != NULL, "out of memory");
+    b_send = calloc((size_t)ncomms, sizeof(void *));
+    b_recv = calloc((size_t)ncomms, sizeof(void *));
+    mh_b = calloc((size_t)ncomms, sizeof(void *));
+    FIT_CHECK(a_send != NULL && a_recv != NULL && mh_a != NULL && reqs != NULL &&
+              b_send != NULL && b_recv != NULL && mh_b != NULL, "out of memory");
     t_test = calloc((size_t)reps, sizeof(double));
     t_isend = calloc((size_t)reps, sizeof(double));
     FIT_CHECK(t_test != NULL && t_isend != NULL, "out of memory");
@@ -116,11 +123,13 @@ int main(int argc, char **argv)
         fit_connect_accept(&p, ctx, dev, handle, lc, &a_send[c], &a_recv[c], NULL);
         FIT_NCCL(net->closeListen(lc));
     }
-    /* Pair b: no receive ever posted (isend() on it). */
-    lc = fit_listen(&p, ctx, dev, handle);
-    fit_connect_accept(&p, ctx, dev, handle, lc, &b_send, &b_recv, NULL);
-    FIT_NCCL(net->closeListen(lc));
-    FIT_NCCL(net->regMr(b_send, sbuf, sizeof(sbuf), NCCL_PTR_HOST, &mh_b));
+    /* Pairs b: no receive ever posted (isend() on them). */
+    for (c = 0; c < ncomms; c++) {
+        lc = fit_listen(&p, ctx, dev, handle);
+        fit_connect_accept(&p, ctx, dev, handle, lc, &b_send[c], &b_recv[c], NULL);
+        FIT_NCCL(net->closeListen(lc));
+        FIT_NCCL(net->regMr(b_send[c], sbuf, sizeof(sbuf), NCCL_PTR_HOST, &mh_b[c]));
+    }
     tags_buf[0] = rbuf;
     for (c = 0; c < ncomms; c++) {
         FIT_NCCL(net->regMr(a_recv[c], rbuf, sizeof(rbuf), NCCL_PTR_HOST, &mh_a[c]));
@@ -133,19 +142,19 @@ int main(int argc, char **argv)
      * A sender-driven backend (socket) sends without waiting for a receive: its
      * isend() is never idle that way, and only test() is timed there.
      */
-    FIT_NCCL(net->isend(b_send, sbuf, CC_BUF, 0, mh_b, NULL, &sreq));
+    FIT_NCCL(net->isend(b_send[0], sbuf, CC_BUF, 0, mh_b[0], NULL, &sreq));
     /* Warm up, then interleave the two kinds. */
     cc_round_test(net, reqs, ncomms, calls / 10 + 1);
     if (sreq == NULL)
-        cc_round_isend(net, b_send, mh_b, sbuf, calls / 10 + 1);
+        cc_round_isend(net, b_send, mh_b, ncomms, sbuf, calls / 10 + 1);
     for (i = 0; i < reps; i++) {
         t_test[i] = cc_round_test(net, reqs, ncomms, calls);
         if (sreq == NULL)
-            t_isend[i] = cc_round_isend(net, b_send, mh_b, sbuf, calls);
+            t_isend[i] = cc_round_isend(net, b_send, mh_b, ncomms, sbuf, calls);
     }
     qsort(t_test, (size_t)reps, sizeof(double), cc_cmp);
     qsort(t_isend, (size_t)reps, sizeof(double), cc_cmp);
-    printf("plugin %s, backend %s, %ld calls x %d rounds, test() over %d comm pair(s)\n", p.path,
+    printf("plugin %s, backend %s, %ld calls x %d rounds, over %d comm pair(s) of each kind\n", p.path,
            getenv("NCCL_FERRY_BACKEND") ? getenv("NCCL_FERRY_BACKEND") : "auto", calls, reps,
            ncomms);
     printf("call                      median ns   min ns   max ns\n");
@@ -162,9 +171,11 @@ int main(int argc, char **argv)
         FIT_NCCL(net->closeSend(a_send[c]));
         FIT_NCCL(net->closeRecv(a_recv[c]));
     }
-    FIT_NCCL(net->deregMr(b_send, mh_b));
-    FIT_NCCL(net->closeSend(b_send));
-    FIT_NCCL(net->closeRecv(b_recv));
+    for (c = 0; c < ncomms; c++) {
+        FIT_NCCL(net->deregMr(b_send[c], mh_b[c]));
+        FIT_NCCL(net->closeSend(b_send[c]));
+        FIT_NCCL(net->closeRecv(b_recv[c]));
+    }
     FIT_NCCL(net->finalize(ctx));
     fit_plugin_close(&p);
     free(t_test);
@@ -173,5 +184,8 @@ int main(int argc, char **argv)
     free(a_recv);
     free(mh_a);
     free(reqs);
+    free(b_send);
+    free(b_recv);
+    free(mh_b);
     return 0;
 }

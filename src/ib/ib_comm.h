@@ -237,14 +237,9 @@ _Static_assert(sizeof(((ferry_ib_rbuf_t *)0)->rkeys) == sizeof(((ferry_ib_cts_t 
 
 typedef struct ferry_ib_send_comm {
     ferry_ib_comm_t        base;
-    ferry_ib_rbuf_t        rbuf[FERRY_MAX_REQUESTS]; /* By ring slot: ferry_ib_send_rbuf. */
+    /* What isend reads on each call, together (NCCL retries it until a clear-to-send lands). */
     ferry_ib_cts_t       (*fifo)[FERRY_IB_MAX_RECVS]; /* In ctrl: the receiver writes here. */
-    ferry_ib_sizes_slot_t *sizes_src;  /* In ctrl: source of grouped-receive size writes. */
     uint64_t               fifo_head;  /* Receives whose buffers all have an isend. */
-    ferry_ib_send_slot_t   slots[FERRY_IB_FIFO_SLOTS];
-    int                    ar;         /* Adaptive routing: data as WRITE, then a 0-byte WRITE_WITH_IMM. */
-    size_t                 ar_threshold;
-    uint64_t               chains_posted, chains_done; /* For the dump. */
     /*
      * Chains a failover posted again whose completion is not polled yet. While
      * any is out, isend takes no new clear-to-send: a part acknowledged on the
@@ -260,6 +255,12 @@ typedef struct ferry_ib_send_comm {
      * reports the mismatch first (the receiver's error is NCCL's).
      */
     int                    ntrunc;
+    ferry_ib_rbuf_t        rbuf[FERRY_MAX_REQUESTS]; /* By ring slot: ferry_ib_send_rbuf. */
+    ferry_ib_sizes_slot_t *sizes_src;  /* In ctrl: source of grouped-receive size writes. */
+    ferry_ib_send_slot_t   slots[FERRY_IB_FIFO_SLOTS];
+    int                    ar;         /* Adaptive routing: data as WRITE, then a 0-byte WRITE_WITH_IMM. */
+    size_t                 ar_threshold;
+    uint64_t               chains_posted, chains_done; /* For the dump. */
     ferry_px_req_t        *trunc[FERRY_IB_FIFO_SLOTS];
     /*
      * The receive of message fifo_head as isend first read it whole: every

@@ -97,7 +97,12 @@ static ferry_ib_comm_t *ferry_ib_comm_check(void *comm, uint64_t magic, const ch
 {
     ferry_ib_comm_t *c = comm;
 
-    if (c != NULL && c->magic == magic)
+    /*
+     * The ring's ops tell the kind as the magic does, and lie on the line
+     * isend and irecv read anyway; the magic names what it is instead.
+     */
+    if (c != NULL && c->ring.ops == (magic == FERRY_IB_SEND_MAGIC ? &ferry_ib_send_ring_ops
+                                                                  : &ferry_ib_recv_ring_ops))
         return c;
     FERRY_WARN("%s(%p): expected a live ferry ib %s comm, got %s", fn, comm,
                magic == FERRY_IB_SEND_MAGIC ? "send" : "receive",

@@ -101,10 +101,11 @@ static inline void ferry_px_stat_add(_Atomic uint64_t *v, uint64_t n)
 typedef struct ferry_px_ring {
     ferry_px_req_t        reqs[FERRY_MAX_REQUESTS]; /* Message seq s lives in reqs[s % 32]. */
     /*
-     * What test() reads on every call, together right after reqs[] (4096
-     * bytes), so in one cache line where the comm is allocated cache-line
-     * aligned (ferry_px_ring_alloc): NCCL's proxy tests requests of many
-     * comms in turn, and each line a call touches is likely a miss.
+     * What test() and a post that must wait read on every call, together
+     * right after reqs[] (4096 bytes), so in one cache line where the comm
+     * is allocated cache-line aligned (ferry_px_ring_alloc): NCCL's proxy
+     * calls into many comms in turn, and each line a call touches is likely
+     * a miss.
      */
     _Atomic int           failed;        /* 0, or the ferry_status_t that broke the comm. */
     ferry_px_req_kind_t   kind;          /* Send or receive comm. */
@@ -120,6 +121,15 @@ typedef struct ferry_px_ring {
      * not from its post, or each one queued during the stall would warn again.
      */
     uint64_t              moved_ns;
+    /*
+     * A post the backend cannot take yet, so no request exists to time (ib:
+     * an isend before the receiver's clear-to-send; NCCL retries it): the
+     * message it is for + 1 (0: none waits) and since when; its size and the
+     * last one warned about below (ferry_px_ring_check_wait). The posting
+     * thread writes them; the dump reads them (relaxed).
+     */
+    _Atomic uint64_t      wait_msg;
+    _Atomic uint64_t      wait_ns;
     uint32_t              handle_base;   /* reqs[i] is NCCL's handle slot handle_base + i (handle.h). */
     int                   max_subs;      /* 1..FERRY_PX_MAX_SUBS, from ops->max_subs. */
     ferry_px_sub_t        sub1[FERRY_MAX_REQUESTS]; /* reqs[i].sub where max_subs is 1. */
@@ -140,16 +150,7 @@ typedef struct ferry_px_ring {
      * finish) waits on, and what to try; for the stall WARN. NULL: none.
      */
     const char           *hold_hint;
-    /*
-     * A post the backend cannot take yet, so no request exists to time (ib:
-     * an isend before the receiver's clear-to-send; NCCL retries it): the
-     * message it is for + 1 (0: none waits), since when, its size, and the
-     * last one warned about (ferry_px_ring_check_wait). The posting thread
-     * writes them; the dump reads them (relaxed).
-     */
-    _Atomic uint64_t      wait_msg;
-    _Atomic uint64_t      wait_ns;
-    _Atomic uint64_t      wait_size;
+    _Atomic uint64_t      wait_size;     /* The waiting post's (see wait_msg). */
     uint64_t              wait_warned;
     struct ferry_px_ring *reg_next, *reg_prev; /* Live-comm registry, under its lock. */
     /*
@@ -163,8 +164,8 @@ typedef struct ferry_px_ring {
 /* The layout the comment above relies on. */
 _Static_assert(sizeof(ferry_px_req_t) == 128, "a request is two cache lines");
 _Static_assert(offsetof(ferry_px_ring_t, failed) % 64 == 0 &&
-               offsetof(ferry_px_ring_t, max_subs) - offsetof(ferry_px_ring_t, failed) <= 64,
-               "test()'s fields share one cache line");
+               offsetof(ferry_px_ring_t, wait_ns) + 8 - offsetof(ferry_px_ring_t, failed) <= 64,
+               "test()'s and a waiting post's fields share one cache line");
 
 /*
  * A zeroed comm of size bytes that embeds a ring at offset 0, cache-line
@@ -284,7 +285,19 @@ static inline uint64_t ferry_px_ring_stall_idle(const ferry_px_ring_t *ring,
  * (same delay, once per stall of the comm), in the backend's words (ops
  * wait_why). The wait ends at the next post (ferry_px_ring_post_locked).
  */
-void ferry_px_ring_check_wait(ferry_px_ring_t *ring, uint64_t msg, size_t size, uint64_t now);
+void ferry_px_ring_check_wait_slow(ferry_px_ring_t *ring, uint64_t msg, size_t size,
+                                   uint64_t now);
+static inline void ferry_px_ring_check_wait(ferry_px_ring_t *ring, uint64_t msg, size_t size,
+                                            uint64_t now)
+{
+    /* NCCL retries in a tight loop: the same wait, not yet due, reads the ring's hot line only. */
+    if (ring->stall_ns == 0 ||
+        (atomic_load_explicit(&ring->wait_msg, memory_order_relaxed) == msg + 1 &&
+         (ring->stall_quiet ||
+          now < atomic_load_explicit(&ring->wait_ns, memory_order_relaxed) + ring->stall_ns)))
+        return;
+    ferry_px_ring_check_wait_slow(ring, msg, size, now);
+}
 /* Write the ring, its requests and the backend's lines (ops dump) for the signal dump. */
 void ferry_px_ring_dump(const ferry_px_ring_t *ring, FILE *out, uint64_t now);
 

@@ -66,7 +66,8 @@ void ferry_px_ring_check_stall_at(ferry_px_ring_t *ring, ferry_px_req_t *req, ui
                state_words[0] != '\0' ? "; " : "", state_words, why);
 }
 
-void ferry_px_ring_check_wait(ferry_px_ring_t *ring, uint64_t msg, size_t size, uint64_t now)
+void ferry_px_ring_check_wait_slow(ferry_px_ring_t *ring, uint64_t msg, size_t size,
+                                   uint64_t now)
 {
     uint64_t key = msg + 1, since;
     char desc[192], why[384];
