@@ -331,8 +331,11 @@ printf 'topic\top\trep\tconfig\tband\texit\tseconds\n' >"$OUTDIR/runs.tsv"
 failed=0
 # Budget: topic/operation pairs still to run, each given an equal share of the
 # time left (less a reserve for the tables and the log archive).
+# An 8-rank topic is one pair per operation it runs (--ops), a 2-rank topic one.
+OPS8=2
+[ -n "$OPS_ARG" ] && OPS8=$(awk -F, '{ print NF }' <<<"$OPS_ARG")
 UNITS_LEFT=0
-for t in "${TOPIC_LIST[@]}"; do case $t in *8) UNITS_LEFT=$((UNITS_LEFT + 2)) ;; *) UNITS_LEFT=$((UNITS_LEFT + 1)) ;; esac; done
+for t in "${TOPIC_LIST[@]}"; do case $t in *8) UNITS_LEFT=$((UNITS_LEFT + OPS8)) ;; *) UNITS_LEFT=$((UNITS_LEFT + 1)) ;; esac; done
 BUDGET_RESERVE=40
 for topic in "${TOPIC_LIST[@]}"; do
   topic_setup "$topic"
@@ -361,6 +364,7 @@ for topic in "${TOPIC_LIST[@]}"; do
   for op in "${OPS[@]}"; do
     [ "$op" = "${OPS[0]}" ] || UNIT_START=$SECONDS
     UNIT_SHARE=$(( BUDGET ? (BUDGET - BUDGET_RESERVE - UNIT_START) / UNITS_LEFT : 0 ))
+    [ -n "$BUDGET" ] && fnb_log "$topic $op: a share of ${UNIT_SHARE} s of --budget $BUDGET ($UNITS_LEFT pair(s) to run)"
     UNITS_LEFT=$((UNITS_LEFT - 1))
     # Calibration: ferry's configuration, few iterations, every size.
     clog=$LOGS/calib-$topic-$op.log

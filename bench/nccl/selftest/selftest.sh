@@ -283,6 +283,12 @@ expect regen_budget '^| socket, 2 ranks on one GPU, 1 core per rank (bound), all
 check regen_budget_spent 1 env FNB_BUILD="$FNB_BUILD" REGEN_NT_BUILD="$WORK/ntbuild" "$HERE/../../regenerate.sh" \
       --nccl-tests "$WORK/nt" --topics socket2 --reps 2 --sizes 4K:16K --budget 10 --out "$WORK/regen5"
 check regen_budget_spent_note 0 grep -q 'socket2: not run, the budget of 10 s was spent' "$WORK/regen5/budget.txt"
+# --ops with one operation: the 8-rank topic is one pair to run, and gets the
+# whole budget less the reserve, not half of it.
+check regen_budget_ops 0 env FNB_BUILD="$FNB_BUILD" REGEN_NT_BUILD="$WORK/ntbuild" "$HERE/../../regenerate.sh" \
+      --nccl-tests "$WORK/nt" --topics socket8 --ops alltoall --reps 1 --sizes 4K:16K --budget 900 \
+      --out "$WORK/regen8"
+expect regen_budget_ops 'socket8 alltoall: a share of [0-9]* s of --budget 900 (1 pair(s) to run)'
 check regen_wrong 1 env FNB_BUILD="$FNB_BUILD" REGEN_NT_BUILD="$WORK/ntbuild" MOCK_WRONG=1 "$HERE/../../regenerate.sh" \
       --nccl-tests "$WORK/nt" --topics socket2 --reps 1 --sizes 1M:1M --out "$WORK/regen3"
 # --ops: an 8-rank topic runs only the operations named, and the command says so.
