@@ -210,6 +210,8 @@ static int fakeibv_claim(const char *root, int wait_busy)
         if (rc != 0)
             return -rc;
         fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0 && errno == ENOENT)
+            continue; /* A sweeper moved a stale tree of this name away in between. */
         if (fd < 0)
             return -errno;
         if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -251,7 +253,14 @@ static int fakeibv_numeric_name(const char *s)
 
 /* Removes the per-process trees under parent whose owner is gone (killed
  * processes leave them behind). The owner lock tells, not the pid, so a
- * process of another pid namespace sharing /tmp is never swept. */
+ * process of another pid namespace sharing /tmp is never swept.
+ *
+ * A process of the same pid (another pid namespace) may claim the name
+ * while it is swept. So the lock must be on the owner file that is under
+ * the name now (another sweeper may have moved that tree away and a new
+ * owner made the name again), and the tree leaves the name by one rename
+ * before it is removed: a claimant meanwhile builds in a fresh directory,
+ * never in one being deleted. */
 static void fakeibv_sweep(const char *parent)
 {
     DIR *d = opendir(parent);
@@ -261,7 +270,8 @@ static void fakeibv_sweep(const char *parent)
     if (d == NULL)
         return;
     while ((e = readdir(d)) != NULL && n++ < 4096) {
-        char path[PATH_MAX];
+        char path[PATH_MAX], dir[PATH_MAX], gone[PATH_MAX];
+        struct stat a, b;
         int fd;
 
         if (!fakeibv_numeric_name(e->d_name) ||
@@ -271,10 +281,14 @@ static void fakeibv_sweep(const char *parent)
         fd = open(path, O_RDWR | O_CLOEXEC);
         if (fd < 0)
             continue; /* Being created, or not ours to judge. */
-        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
-            fakeibv_pathf(path, sizeof(path), "%s/%s", parent, e->d_name);
-            FAKEIBV_INFO("sysfs: removing %s, left by a process that is gone", path);
-            fakeibv_rmrf(path);
+        fakeibv_pathf(dir, sizeof(dir), "%s/%s", parent, e->d_name);
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &a) == 0 && stat(path, &b) == 0 &&
+            a.st_dev == b.st_dev && a.st_ino == b.st_ino &&
+            fakeibv_pathf(gone, sizeof(gone), "%s/.gone.%d.%d", parent, (int)getpid(), n) <
+                (int)sizeof(gone) &&
+            rename(dir, gone) == 0) {
+            FAKEIBV_INFO("sysfs: removing %s, left by a process that is gone", dir);
+            fakeibv_rmrf(gone);
         }
         close(fd);
     }
