@@ -601,7 +601,15 @@ static void mis_reg_dmabuf(mis_env_t *e)
     filefd = mkstemp(tmpl);
     FIT_CHECK(nullfd >= 0 && filefd >= 0, "open /dev/null, mkstemp");
     unlink(tmpl);
-    closedfd = dup(nullfd);
+    /*
+     * A number far above those in use: the lowest free one goes to the next
+     * open of any thread (the emulated device's sockets), so a closed low
+     * number may be open again by the time the plugin looks at it.
+     */
+    closedfd = fcntl(nullfd, F_DUPFD_CLOEXEC, 900);
+    if (closedfd < 0)
+        closedfd = fcntl(nullfd, F_DUPFD_CLOEXEC, 200);
+    FIT_CHECK(closedfd >= 0, "fcntl(F_DUPFD)");
     close(closedfd);
     fds[0].what = "a pipe";           fds[0].needle = "is a pipe";           fds[0].fd = pfd[0];
     fds[1].what = "a socket";         fds[1].needle = "is a socket";         fds[1].fd = sfd[0];
