@@ -1,4 +1,5 @@
 #include <assert.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -25,6 +26,16 @@
  * means it is busy elsewhere and the pool should take the lane back.
  */
 #define FERRY_SOCK_LANE0_HOLD_NS 200000ULL
+/*
+ * A latency-bound message (up to FERRY_SOCK_SMALL) that no lane has moved
+ * for this long was handed to a helper the scheduler has not run: woken
+ * onto a core where another thread spins (an application waiting on its GPU
+ * stream without yielding), it may wait out that thread's whole time slice,
+ * milliseconds. A helper on a free core takes its kick in microseconds, so
+ * past this NCCL's thread moves the message itself (ferry_sock_stream_rescue),
+ * at most once per this interval per comm.
+ */
+#define FERRY_SOCK_RESCUE_NS 100000ULL
 
 /*
  * A lone comm. NCCL's thread serves every channel, so it must not become the
@@ -326,6 +337,66 @@ static int ferry_sock_stream_test_assists(ferry_sock_stream_t *comm, const ferry
            (size <= comm->solo_max && atomic_load_explicit(&comm->solo, memory_order_relaxed));
 }
 
+/* The first rescue of the process says why at INFO; the dump counts every comm's. */
+static void ferry_sock_stream_rescue_note(const ferry_sock_stream_t *comm, const ferry_px_req_t *req,
+                                          uint64_t size, uint64_t idle_ns)
+{
+    static _Atomic int told;
+    char who[160];
+
+    if (atomic_exchange_explicit(&told, 1, memory_order_relaxed))
+        return;
+    ferry_px_ring_describe(&comm->ring, who, sizeof(who));
+    FERRY_INFO(FERRY_LOG_NET,
+               "%s: %s message seq %u (%" PRIu64 " bytes) waited %" PRIu64 " us for a helper "
+               "thread; NCCL's thread moves such messages itself after %llu us (counted in the "
+               "dump). Helpers that do not run soon share a CPU with a busy thread: "
+               "NCCL_FERRY_HELPER_PLACE=mask, or NCCL_FERRY_SEND_THREADS=0 / "
+               "NCCL_FERRY_RECV_THREADS=0 to do without them (docs/tuning.md)",
+               who, req->kind == FERRY_PX_SEND ? "send" : "receive", req->seq, size,
+               idle_ns / 1000, FERRY_SOCK_RESCUE_NS / 1000);
+}
+
+/*
+ * test() on a latency-bound message its helper has not moved for
+ * FERRY_SOCK_RESCUE_NS: NCCL's thread moves every lane it finds free.
+ * Without ferry_sock_stream_assist's claim on lane 0, so that the pool
+ * takes the lanes back at its next wake-up. A send the receiver holds up
+ * (its lane waits for POLLOUT) or a receive whose data has not come costs
+ * one refused syscall per lane per interval.
+ */
+static long ferry_sock_stream_rescue(ferry_sock_stream_t *comm, const ferry_px_req_t *req)
+{
+    uint64_t now, last, size;
+    long work = 0;
+    int lane;
+
+    size = req->kind == FERRY_PX_SEND
+               ? atomic_load_explicit(&req->sub[0].size, memory_order_relaxed)
+               : atomic_load_explicit(&comm->ring.last_size, memory_order_relaxed);
+    if (size > FERRY_SOCK_SMALL || atomic_load_explicit(&comm->stop, memory_order_relaxed) ||
+        atomic_load_explicit(&comm->ring.failed, memory_order_relaxed) != 0)
+        return 0;
+    now = ferry_px_now_ns();
+    last = atomic_load_explicit(&req->last_ns, memory_order_relaxed);
+    if (now < last + FERRY_SOCK_RESCUE_NS ||
+        now < atomic_load_explicit(&comm->rescue_ns, memory_order_relaxed) + FERRY_SOCK_RESCUE_NS)
+        return 0;
+    atomic_store_explicit(&comm->rescue_ns, now, memory_order_relaxed);
+    for (lane = 0; lane < comm->nlanes; lane++) {
+        long r = ferry_sock_stream_progress_lane(comm, lane, 0);
+
+        if (r < 0)
+            return r;
+        work += r;
+    }
+    if (work > 0) {
+        ferry_px_stat_add(&comm->rescues, 1);
+        ferry_sock_stream_rescue_note(comm, req, size, now - last);
+    }
+    return work;
+}
+
 long ferry_sock_stream_poll(ferry_px_ring_t *ring, ferry_px_req_t *req, uint64_t now)
 {
     ferry_sock_stream_t *comm = (ferry_sock_stream_t *)ring; /* The ring is its first member. */
@@ -336,7 +407,7 @@ long ferry_sock_stream_poll(ferry_px_ring_t *ring, ferry_px_req_t *req, uint64_t
         atomic_load_explicit(&ring->last_size, memory_order_relaxed) <= FERRY_SOCK_SMALL)
         ferry_sock_stream_note_small(comm);
     if (!ferry_sock_stream_test_assists(comm, req))
-        return 0;
+        return ferry_sock_stream_rescue(comm, req);
     ferry_sock_stream_assist(comm);
     return 1;
 }

@@ -32,8 +32,10 @@ static void ferry_sock_stream_dump_threads(FILE *out, const ferry_sock_stream_t 
                           n > 0 ? ", " : "", index);
     fprintf(out, "NET/ferry :     served by %s (of the process' %d; their figures under "
             "\"helper pool\"): %" PRIu64 " chunks, %" PRIu64 " helper wake-ups by this comm's "
-            "posts\n", names[0] != '\0' ? names : "no pool thread", ferry_px_pool_size(), chunks,
-            (uint64_t)atomic_load_explicit(&comm->pool.wakes_sent, memory_order_relaxed));
+            "posts, %" PRIu64 " times NCCL's thread moved a message no helper had taken\n",
+            names[0] != '\0' ? names : "no pool thread", ferry_px_pool_size(), chunks,
+            (uint64_t)atomic_load_explicit(&comm->pool.wakes_sent, memory_order_relaxed),
+            (uint64_t)atomic_load_explicit(&comm->rescues, memory_order_relaxed));
 }
 
 void ferry_sock_stream_dump(const ferry_px_ring_t *ring, FILE *out, uint64_t now)

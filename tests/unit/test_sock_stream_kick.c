@@ -424,6 +424,84 @@ static void test_message_timeline(void **state)
     free(c);
 }
 
+/* A lane that sends whatever it can claim at once, counting who called it. */
+static _Atomic int claim_calls;
+static long claim_all_progress(ferry_sock_stream_t *comm, int lane, short revents)
+{
+    ferry_sock_claim_t claim;
+    long work = 0;
+
+    (void)revents;
+    atomic_fetch_add(&claim_calls, 1);
+    while (ferry_sock_stream_claim(comm, &claim)) {
+        ferry_px_req_progress(claim.req, claim.len);
+        ferry_sock_stream_chunk_finish(comm, lane, claim.req);
+        work++;
+    }
+    return work;
+}
+static const ferry_sock_stream_lane_ops_t claim_all_ops = {.progress = claim_all_progress,
+                                                           .wants = no_fd_wants};
+
+/*
+ * A helper that never runs (its comm has one, never started): test() on a
+ * 64 KiB send, above what NCCL's thread sends itself, leaves it to the
+ * helper at first, and once it has waited past the rescue interval moves it
+ * itself, counted in the dump. A 512 KiB message (bulk) stays the helper's.
+ */
+static void test_rescue_message_helper_left(void **state)
+{
+    ferry_sock_stream_t *c = ferry_px_ring_alloc(sizeof(*c));
+    static char buf[512 << 10];
+    ferry_px_req_t *r;
+    uint64_t t0, t1;
+    char *text = NULL, *own;
+    int done = 0, size = 0, calls;
+
+    (void)state;
+    assert_non_null(c);
+    atomic_store(&claim_calls, 0);
+    assert_int_equal(ferry_sock_stream_init(c, FERRY_PX_SEND, "test", "10.0.0.5:5", 1, 1, 64 << 10,
+                                        1 << 20, &claim_all_ops, &test_ring_ops), FERRY_OK);
+    ferry_px_ring_register(&c->ring);
+    t0 = ferry_px_now_ns();
+    r = ferry_sock_stream_post(c, buf, 64 << 10, NULL, 0);
+    assert_non_null(r);
+    assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
+    t1 = ferry_px_now_ns();
+    if (t1 - t0 < 90000) { /* Not yet due (a descheduled runner may be past it). */
+        assert_int_equal(done, 0);
+        assert_int_equal(atomic_load(&claim_calls), 0);
+    }
+    sleep_ms(2);
+    assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
+    assert_int_equal(done, 1);
+    assert_int_equal(size, 64 << 10);
+    assert_int_equal(atomic_load(&c->rescues), 1);
+
+    /* Bulk: its helper's, however long it waits. */
+    r = ferry_sock_stream_post(c, buf, sizeof(buf), NULL, 0);
+    assert_non_null(r);
+    calls = atomic_load(&claim_calls);
+    sleep_ms(2);
+    assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
+    assert_int_equal(done, 0);
+    assert_int_equal(atomic_load(&claim_calls), calls);
+    assert_int_equal(atomic_load(&c->rescues), 1);
+
+    dump_text(&text);
+    own = strstr(text, "peer 10.0.0.5:5");
+    assert_non_null(own);
+    assert_non_null(strstr(own, "1 times NCCL's thread moved a message no helper had taken"));
+    free(text);
+    /* Play the helper for the bulk message, then close. */
+    assert_true(ferry_sock_stream_progress_lane(c, 0, 0) > 0);
+    assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
+    assert_int_equal(done, 1);
+    ferry_px_ring_unregister(&c->ring);
+    free(c);
+}
+
 /* Pin the calling thread to one CPU and check it runs there now. */
 static void pin_self(int cpu)
 {
@@ -544,6 +622,7 @@ int main(void)
         cmocka_unit_test(test_send_post_wakes_one_per_chunk_and_dump),
         cmocka_unit_test(test_dump_without_helpers),
         cmocka_unit_test(test_message_timeline),
+        cmocka_unit_test(test_rescue_message_helper_left),
         cmocka_unit_test(test_place_away_follows_posting_cpu),
         cmocka_unit_test(test_busy_lane_no_spin_and_handed_back),
     };
