@@ -35,6 +35,7 @@ ferry_status_t ferry_sock_comm_create(ferry_px_req_kind_t kind, int dev, const i
     comm->px.assist_max = cfg->inline_max;
     comm->px.assist_test_max = cfg->assist_max < 0 ? cfg->inline_max : (size_t)cfg->assist_max;
     comm->px.solo_max = cfg->solo_max;
+    comm->px.rescue_after_ns = (uint64_t)cfg->rescue_us * 1000;
     comm->px.inject_delay_us = (unsigned)cfg->inject_delay_us;
     comm->px.ring.stall_ns = (uint64_t)ferry_sock_state.core.stall_warn_s * 1000000000ULL;
     comm->px.ring.hold_hint = "GPU staging: a copy between GPU memory and its host shadow has not "

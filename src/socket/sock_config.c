@@ -86,6 +86,10 @@ static const ferry_cfg_var_t ferry_sock_cfg_vars[FERRY_SOCK_CFG_COUNT] = {
         FERRY_SOCK_CFG_FIELD(solo_max), 64 << 10, 0, 64 << 20,
         "0..64M (while one comm is all that sends or receives in the "
         "process, NCCL's thread moves messages up to this itself; 0: off)"},
+    [FERRY_SOCK_CFG_RESCUE_US] = {"NCCL_FERRY_RESCUE_US", FERRY_CFG_KIND_INT,
+        FERRY_SOCK_CFG_FIELD(rescue_us), 100, 0, 1000000,
+        "0..1000000 (test() moves a message of at most 256 KiB that no helper "
+        "thread has moved for this many us; 0: off)"},
     [FERRY_SOCK_CFG_GPU_STAGING] = {"NCCL_FERRY_GPU_STAGING", FERRY_CFG_KIND_INT,
         FERRY_SOCK_CFG_FIELD(gpu_staging), 0, 0, 1,
         "0 or 1 (1: the socket backend takes GPU buffers, staged "
@@ -256,7 +260,7 @@ void ferry_sock_config_format(const ferry_sock_config_t *cfg, char *buf, size_t 
     snprintf(buf + off, len - off,
              " streams=%d(%s) threads=%d(%s) chunk=%zu..%zu(%s) sndbuf=%d(%s) rcvbuf=%d(%s) "
              "spin=%dus(%s) inject_delay=%dus(%s) speed=%dMbps(%s) inline_max=%zu(%s) "
-             "assist_max=%lld(%s) notsent_lowat=%d(%s) zerocopy=%d/%zu(%s) solo_max=%zu(%s) "
+             "assist_max=%lld(%s) notsent_lowat=%d(%s) zerocopy=%d/%zu(%s) solo_max=%zu(%s) rescue=%dus(%s) "
              "gpu_staging=%d(%s) epoll=%d(%s) socket_timeout=%ds(%s) ignore_cpu_affinity=%d(%s) "
              "send_threads=%d(%s) recv_threads=%d(%s) helper_place=%s(%s) pool_threads=%d(%s) "
              "cpus=%d(derived) local_ranks=%d%s%s(%s)",
@@ -275,6 +279,7 @@ void ferry_sock_config_format(const ferry_sock_config_t *cfg, char *buf, size_t 
              ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_NOTSENT_LOWAT]), cfg->zerocopy,
              cfg->zerocopy_min, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_ZEROCOPY]),
              cfg->solo_max, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_SOLO_MAX]),
+             cfg->rescue_us, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_RESCUE_US]),
              cfg->gpu_staging, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_GPU_STAGING]),
              cfg->epoll, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_EPOLL]),
              cfg->socket_timeout_s, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_SOCKET_TIMEOUT_S]),

@@ -46,6 +46,7 @@ typedef struct ferry_sock_config {
     int    zerocopy;
     size_t zerocopy_min;
     size_t solo_max;               /* A comm alone in the process: NCCL's thread moves up to this. */
+    int    rescue_us;              /* test() moves a small message no helper took for this long; 0 off. */
     int    gpu_staging;            /* 1: the socket backend takes GPU buffers (socket/sock_gpu.h). */
     int    epoll;                  /* Accepted, no effect: the helper pool always waits in epoll. */
     /* Keepalive + TCP_USER_TIMEOUT on data streams: a silent peer fails after this; 0 off. */
@@ -120,6 +121,7 @@ typedef enum ferry_sock_cfg_id {
     FERRY_SOCK_CFG_ZEROCOPY,
     FERRY_SOCK_CFG_ZEROCOPY_MIN,
     FERRY_SOCK_CFG_SOLO_MAX,
+    FERRY_SOCK_CFG_RESCUE_US,
     FERRY_SOCK_CFG_GPU_STAGING,
     FERRY_SOCK_CFG_EPOLL,
     FERRY_SOCK_CFG_SOCKET_TIMEOUT_S,

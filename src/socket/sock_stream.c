@@ -33,7 +33,8 @@
  * stream without yielding), it may wait out that thread's whole time slice,
  * milliseconds. A helper on a free core takes its kick in microseconds, so
  * past this NCCL's thread moves the message itself (ferry_sock_stream_rescue),
- * at most once per this interval per comm.
+ * at most once per this interval per comm. The backend's config overrides
+ * it (NCCL_FERRY_RESCUE_US).
  */
 #define FERRY_SOCK_RESCUE_NS 100000ULL
 
@@ -114,6 +115,7 @@ ferry_status_t ferry_sock_stream_init(ferry_sock_stream_t *comm, ferry_px_req_ki
     comm->ops = ops;
     comm->assist_max = FERRY_SOCK_ASSIST_MAX;
     comm->assist_test_max = FERRY_SOCK_ASSIST_MAX;
+    comm->rescue_after_ns = FERRY_SOCK_RESCUE_NS;
     return FERRY_OK;
 }
 
@@ -350,11 +352,11 @@ static void ferry_sock_stream_rescue_note(const ferry_sock_stream_t *comm, const
     FERRY_INFO(FERRY_LOG_NET,
                "%s: %s message seq %u (%" PRIu64 " bytes) waited %" PRIu64 " us for a helper "
                "thread; NCCL's thread moves such messages itself after %llu us (counted in the "
-               "dump). Helpers that do not run soon share a CPU with a busy thread: "
+               "dump; NCCL_FERRY_RESCUE_US). Helpers that do not run soon share a CPU with a busy thread: "
                "NCCL_FERRY_HELPER_PLACE=mask, or NCCL_FERRY_SEND_THREADS=0 / "
                "NCCL_FERRY_RECV_THREADS=0 to do without them (docs/tuning.md)",
                who, req->kind == FERRY_PX_SEND ? "send" : "receive", req->seq, size,
-               idle_ns / 1000, FERRY_SOCK_RESCUE_NS / 1000);
+               idle_ns / 1000, (unsigned long long)(comm->rescue_after_ns / 1000));
 }
 
 /*
@@ -374,13 +376,14 @@ static long ferry_sock_stream_rescue(ferry_sock_stream_t *comm, const ferry_px_r
     size = req->kind == FERRY_PX_SEND
                ? atomic_load_explicit(&req->sub[0].size, memory_order_relaxed)
                : atomic_load_explicit(&comm->ring.last_size, memory_order_relaxed);
-    if (size > FERRY_SOCK_SMALL || atomic_load_explicit(&comm->stop, memory_order_relaxed) ||
+    if (comm->rescue_after_ns == 0 || size > FERRY_SOCK_SMALL ||
+        atomic_load_explicit(&comm->stop, memory_order_relaxed) ||
         atomic_load_explicit(&comm->ring.failed, memory_order_relaxed) != 0)
         return 0;
     now = ferry_px_now_ns();
     last = atomic_load_explicit(&req->last_ns, memory_order_relaxed);
-    if (now < last + FERRY_SOCK_RESCUE_NS ||
-        now < atomic_load_explicit(&comm->rescue_ns, memory_order_relaxed) + FERRY_SOCK_RESCUE_NS)
+    if (now < last + comm->rescue_after_ns ||
+        now < atomic_load_explicit(&comm->rescue_ns, memory_order_relaxed) + comm->rescue_after_ns)
         return 0;
     atomic_store_explicit(&comm->rescue_ns, now, memory_order_relaxed);
     for (lane = 0; lane < comm->nlanes; lane++) {

@@ -14,7 +14,7 @@
  *    comm A, which streams 64 MiB messages without pause, and comm B, a
  *    4 KiB ping-pong; NCCL's thread moves nothing itself
  *    (NCCL_FERRY_INLINE_MAX=0, NCCL_FERRY_ASSIST_MAX=0,
- *    NCCL_FERRY_SOLO_MAX=0), so every byte of both goes through that one
+ *    NCCL_FERRY_SOLO_MAX=0, NCCL_FERRY_RESCUE_US=0), so every byte of both goes through that one
  *    thread. B's p99 round trip stays under 100 ms (times the sanitizer's
  *    FIT_TIME_SCALE): a bulk stream does not starve a ping-pong.
  */

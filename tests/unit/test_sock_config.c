@@ -74,6 +74,9 @@ static const sock_var_case_t sock_vars[] = {
     {FERRY_SOCK_CFG_SOLO_MAX, "NCCL_FERRY_SOLO_MAX", "0", "solo_max=0(env)", "65M",
      "0..64M (while one comm is all that sends or receives in the process, NCCL's thread moves "
      "messages up to this itself; 0: off)"},
+    {FERRY_SOCK_CFG_RESCUE_US, "NCCL_FERRY_RESCUE_US", "0", "rescue=0us(env)", "2000000",
+     "0..1000000 (test() moves a message of at most 256 KiB that no helper thread has moved for "
+     "this many us; 0: off)"},
     {FERRY_SOCK_CFG_GPU_STAGING, "NCCL_FERRY_GPU_STAGING", "1", "gpu_staging=1(env)", "2",
      "0 or 1 (1: the socket backend takes GPU buffers, staged through pinned host memory by the "
      "GPU's copy engines)"},
@@ -146,7 +149,7 @@ static void test_every_variable_has_a_row(void **state)
                      "spin=0us(derived) inject_delay=0us(default) speed=-1Mbps(default) "     \
                      "inline_max=32768(default) assist_max=-1(default) "                      \
                      "notsent_lowat=0(default) zerocopy=0/65536(default) "                    \
-                     "solo_max=65536(default) gpu_staging=0(default) epoll=0(default) "      \
+                     "solo_max=65536(default) rescue=100us(default) gpu_staging=0(default) epoll=0(default) " \
                      "socket_timeout=30s(default) ignore_cpu_affinity=0(default) "             \
                      "send_threads=4(derived) recv_threads=4(derived) helper_place=mask(derived) " \
                      "pool_threads=15(derived) cpus=16(derived) local_ranks=0(default)"
@@ -260,7 +263,7 @@ static void test_env_values_together(void **state)
                               "inject_delay=0us(default) speed=-1Mbps(default) "
                               "inline_max=32768(default) assist_max=16384(env) "
                               "notsent_lowat=0(default) zerocopy=1/8192(env) solo_max=0(env) "
-                              "gpu_staging=0(default) epoll=0(default) socket_timeout=0s(env) "
+                              "rescue=100us(default) gpu_staging=0(default) epoll=0(default) socket_timeout=0s(env) "
                               "ignore_cpu_affinity=0(default) send_threads=2(derived) "
                               "recv_threads=2(derived) helper_place=mask(derived) "
                               "pool_threads=2(derived) cpus=8(derived) local_ranks=0(default)");

@@ -447,7 +447,8 @@ static const ferry_sock_stream_lane_ops_t claim_all_ops = {.progress = claim_all
  * A helper that never runs (its comm has one, never started): test() on a
  * 64 KiB send, above what NCCL's thread sends itself, leaves it to the
  * helper at first, and once it has waited past the rescue interval moves it
- * itself, counted in the dump. A 512 KiB message (bulk) stays the helper's.
+ * itself, counted in the dump. A 512 KiB message (bulk) stays the helper's,
+ * and with the rescue off (NCCL_FERRY_RESCUE_US=0) so does a small one.
  */
 static void test_rescue_message_helper_left(void **state)
 {
@@ -494,10 +495,24 @@ static void test_rescue_message_helper_left(void **state)
     assert_non_null(own);
     assert_non_null(strstr(own, "1 times NCCL's thread moved a message no helper had taken"));
     free(text);
-    /* Play the helper for the bulk message, then close. */
+    /* Play the helper for the bulk message. */
     assert_true(ferry_sock_stream_progress_lane(c, 0, 0) > 0);
     assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
     assert_int_equal(done, 1);
+
+    /* NCCL_FERRY_RESCUE_US=0: a small message waits for its helper too. */
+    c->rescue_after_ns = 0;
+    r = ferry_sock_stream_post(c, buf, 64 << 10, NULL, 0);
+    assert_non_null(r);
+    calls = atomic_load(&claim_calls);
+    sleep_ms(2);
+    assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
+    assert_int_equal(done, 0);
+    assert_int_equal(atomic_load(&claim_calls), calls);
+    assert_true(ferry_sock_stream_progress_lane(c, 0, 0) > 0);
+    assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
+    assert_int_equal(done, 1);
+    assert_int_equal(atomic_load(&c->rescues), 1);
     ferry_px_ring_unregister(&c->ring);
     free(c);
 }
