@@ -444,6 +444,27 @@ static const ferry_sock_stream_lane_ops_t claim_all_ops = {.progress = claim_all
                                                            .wants = no_fd_wants};
 
 /*
+ * A message test() must leave to its helper: after 2 ms untouched, then the
+ * test plays the helper and the message completes.
+ */
+static void expect_left_to_helper(ferry_sock_stream_t *c, char *buf, size_t len)
+{
+    ferry_px_req_t *r = ferry_sock_stream_post(c, buf, len, NULL, 0);
+    int done = 0, size = 0, calls;
+
+    assert_non_null(r);
+    calls = atomic_load(&claim_calls);
+    sleep_ms(2);
+    assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
+    assert_int_equal(done, 0);
+    assert_int_equal(atomic_load(&claim_calls), calls);
+    assert_true(ferry_sock_stream_progress_lane(c, 0, 0) > 0);
+    assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
+    assert_int_equal(done, 1);
+    assert_int_equal(size, (int)len);
+}
+
+/*
  * A helper that never runs (its comm has one, never started): test() on a
  * 64 KiB send, above what NCCL's thread sends itself, leaves it to the
  * helper at first, and once it has waited past the rescue interval moves it
@@ -457,7 +478,7 @@ static void test_rescue_message_helper_left(void **state)
     ferry_px_req_t *r;
     uint64_t t0, t1;
     char *text = NULL, *own;
-    int done = 0, size = 0, calls;
+    int done = 0, size = 0;
 
     (void)state;
     assert_non_null(c);
@@ -481,13 +502,7 @@ static void test_rescue_message_helper_left(void **state)
     assert_int_equal(atomic_load(&c->rescues), 1);
 
     /* Bulk: its helper's, however long it waits. */
-    r = ferry_sock_stream_post(c, buf, sizeof(buf), NULL, 0);
-    assert_non_null(r);
-    calls = atomic_load(&claim_calls);
-    sleep_ms(2);
-    assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
-    assert_int_equal(done, 0);
-    assert_int_equal(atomic_load(&claim_calls), calls);
+    expect_left_to_helper(c, buf, sizeof(buf));
     assert_int_equal(atomic_load(&c->rescues), 1);
 
     dump_text(&text);
@@ -495,23 +510,10 @@ static void test_rescue_message_helper_left(void **state)
     assert_non_null(own);
     assert_non_null(strstr(own, "1 times NCCL's thread moved a message no helper had taken"));
     free(text);
-    /* Play the helper for the bulk message. */
-    assert_true(ferry_sock_stream_progress_lane(c, 0, 0) > 0);
-    assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
-    assert_int_equal(done, 1);
 
     /* NCCL_FERRY_RESCUE_US=0: a small message waits for its helper too. */
     c->rescue_after_ns = 0;
-    r = ferry_sock_stream_post(c, buf, 64 << 10, NULL, 0);
-    assert_non_null(r);
-    calls = atomic_load(&claim_calls);
-    sleep_ms(2);
-    assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
-    assert_int_equal(done, 0);
-    assert_int_equal(atomic_load(&claim_calls), calls);
-    assert_true(ferry_sock_stream_progress_lane(c, 0, 0) > 0);
-    assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
-    assert_int_equal(done, 1);
+    expect_left_to_helper(c, buf, 64 << 10);
     assert_int_equal(atomic_load(&c->rescues), 1);
     ferry_px_ring_unregister(&c->ring);
     free(c);
