@@ -3,9 +3,12 @@
  * message sequence, a window of requests in flight, oldest-first test(),
  * every received byte checked against the sender's seeded pattern.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <time.h>
 
 #include "harness.h"
 
@@ -342,6 +345,37 @@ int fit_sweep_sizes(size_t *sizes, int max, size_t max_size)
     return out;
 }
 
+/*
+ * A wait that ran out: where the test set NCCL_FERRY_DUMP_SIGNAL (USR1 or
+ * USR2), have the plugin dump every comm into the log first, so that the
+ * failure shows which request stopped and in what state its lanes were
+ * (the dump goes to stderr as well as to the log). The dump thread logs a
+ * line at a time: wait until the log stops growing, at most 2 s.
+ */
+static void fit_wait_dump(void)
+{
+    const char *v = getenv("NCCL_FERRY_DUMP_SIGNAL");
+    int sig = 0, from = fit_log_lines(), last = from, quiet = 0, i;
+
+    if (v == NULL)
+        return;
+    if (strcasecmp(v, "USR1") == 0 || strcasecmp(v, "SIGUSR1") == 0)
+        sig = SIGUSR1;
+    else if (strcasecmp(v, "USR2") == 0 || strcasecmp(v, "SIGUSR2") == 0)
+        sig = SIGUSR2;
+    if (sig == 0 || kill(getpid(), sig) != 0)
+        return;
+    for (i = 0; i < 200 && quiet < 10; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        int n;
+
+        nanosleep(&ts, NULL);
+        n = fit_log_lines();
+        quiet = n > from && n == last ? quiet + 1 : 0;
+        last = n;
+    }
+}
+
 ncclResult_t fit_wait(const fit_plugin_t *p, void *req, double seconds, double *took)
 {
     double t0 = fit_now();
@@ -350,8 +384,13 @@ ncclResult_t fit_wait(const fit_plugin_t *p, void *req, double seconds, double *
     ncclResult_t rc;
 
     fit_bound_init(&b, "test", seconds, 2000000000L);
-    while ((rc = p->net->test(req, &done, &sz)) == ncclSuccess && !done)
-        fit_bound_step(&b);
+    while ((rc = p->net->test(req, &done, &sz)) == ncclSuccess && !done) {
+        if (!fit_bound_try_step(&b)) {
+            fit_wait_dump();
+            fit_fail(__FILE__, __LINE__, "test: not done after %ld iterations / %.1f s (limit %ld / "
+                     "%.1f s)", b.iters, fit_now() - b.start, b.max_iters, b.deadline - b.start);
+        }
+    }
     *took = fit_now() - t0;
     return rc;
 }
