@@ -88,8 +88,8 @@ static const ferry_cfg_var_t ferry_sock_cfg_vars[FERRY_SOCK_CFG_COUNT] = {
         "process, NCCL's thread moves messages up to this itself; 0: off)"},
     [FERRY_SOCK_CFG_RESCUE_US] = {"NCCL_FERRY_RESCUE_US", FERRY_CFG_KIND_INT,
         FERRY_SOCK_CFG_FIELD(rescue_us), 100, 0, 1000000,
-        "0..1000000 (test() moves a message of at most 256 KiB that no helper "
-        "thread has moved for this many us; 0: off)"},
+        "0..1000000 (test() moves a send of at most 256 KiB that no helper "
+        "thread has taken this many us after its post; 0: off)"},
     [FERRY_SOCK_CFG_GPU_STAGING] = {"NCCL_FERRY_GPU_STAGING", FERRY_CFG_KIND_INT,
         FERRY_SOCK_CFG_FIELD(gpu_staging), 0, 0, 1,
         "0 or 1 (1: the socket backend takes GPU buffers, staged "

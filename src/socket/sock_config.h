@@ -46,7 +46,7 @@ typedef struct ferry_sock_config {
     int    zerocopy;
     size_t zerocopy_min;
     size_t solo_max;               /* A comm alone in the process: NCCL's thread moves up to this. */
-    int    rescue_us;              /* test() moves a small message no helper took for this long; 0 off. */
+    int    rescue_us;              /* test() moves a small send no helper took this long; 0 off. */
     int    gpu_staging;            /* 1: the socket backend takes GPU buffers (socket/sock_gpu.h). */
     int    epoll;                  /* Accepted, no effect: the helper pool always waits in epoll. */
     /* Keepalive + TCP_USER_TIMEOUT on data streams: a silent peer fails after this; 0 off. */

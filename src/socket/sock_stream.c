@@ -27,8 +27,8 @@
  */
 #define FERRY_SOCK_LANE0_HOLD_NS 200000ULL
 /*
- * A latency-bound message (up to FERRY_SOCK_SMALL) that no lane has moved
- * for this long was handed to a helper the scheduler has not run: woken
+ * A latency-bound send (up to FERRY_SOCK_SMALL) that no lane has taken
+ * this long after its post was handed to a helper the scheduler has not run: woken
  * onto a core where another thread spins (an application waiting on its GPU
  * stream without yielding), it may wait out that thread's whole time slice,
  * milliseconds. A helper on a free core takes its kick in microseconds, so
@@ -181,6 +181,8 @@ static void ferry_sock_stream_release(ferry_sock_stream_t *comm, size_t size, ui
 
 void ferry_sock_stream_open(ferry_sock_stream_t *comm, ferry_px_req_t *req)
 {
+    /* From now its lanes may take it: the rescue's and the stall warning's clock starts again. */
+    atomic_store_explicit(&req->last_ns, ferry_px_now_ns(), memory_order_relaxed);
     /* Release: the bytes the backend put in buf before this are what the lanes send. */
     atomic_store_explicit(&req->gated, 0, memory_order_release);
     ferry_sock_stream_release(comm, req->sub[0].capacity,
@@ -350,22 +352,24 @@ static void ferry_sock_stream_rescue_note(const ferry_sock_stream_t *comm, const
         return;
     ferry_px_ring_describe(&comm->ring, who, sizeof(who));
     FERRY_INFO(FERRY_LOG_NET,
-               "%s: %s message seq %u (%" PRIu64 " bytes) waited %" PRIu64 " us for a helper "
+               "%s: send message seq %u (%" PRIu64 " bytes) waited %" PRIu64 " us for a helper "
                "thread; NCCL's thread moves such messages itself after %llu us (counted in the "
-               "dump; NCCL_FERRY_RESCUE_US). Helpers that do not run soon share a CPU with a busy thread: "
-               "NCCL_FERRY_HELPER_PLACE=mask, or NCCL_FERRY_SEND_THREADS=0 / "
-               "NCCL_FERRY_RECV_THREADS=0 to do without them (docs/tuning.md)",
-               who, req->kind == FERRY_PX_SEND ? "send" : "receive", req->seq, size,
+               "dump; NCCL_FERRY_RESCUE_US). Helpers that do not run soon share a CPU with a "
+               "busy thread: NCCL_FERRY_HELPER_PLACE=mask, or NCCL_FERRY_SEND_THREADS=0 to do "
+               "without them (docs/troubleshooting.md)",
+               who, req->seq, size,
                idle_ns / 1000, (unsigned long long)(comm->rescue_after_ns / 1000));
 }
 
 /*
- * test() on a latency-bound message its helper has not moved for
- * FERRY_SOCK_RESCUE_NS: NCCL's thread moves every lane it finds free.
- * Without ferry_sock_stream_assist's claim on lane 0, so that the pool
- * takes the lanes back at its next wake-up. A send the receiver holds up
- * (its lane waits for POLLOUT) or a receive whose data has not come costs
- * one refused syscall per lane per interval.
+ * test() on a send of at most FERRY_SOCK_SMALL that no lane has started
+ * rescue_after_ns after its post (or its gate's opening): NCCL's thread moves every lane it
+ * finds free. Without ferry_sock_stream_assist's claim on lane 0, so that
+ * the pool takes the lanes back at its next wake-up. Only a send that no
+ * lane has taken: its bytes are all local, so the wait can only be the
+ * helper's. A started one may be waiting for the receiver (POLLOUT), and a
+ * receive for the sender; telling those from a late helper would cost a
+ * syscall per look, so they stay with their helpers.
  */
 static long ferry_sock_stream_rescue(ferry_sock_stream_t *comm, const ferry_px_req_t *req)
 {
@@ -373,15 +377,17 @@ static long ferry_sock_stream_rescue(ferry_sock_stream_t *comm, const ferry_px_r
     long work = 0;
     int lane;
 
-    size = req->kind == FERRY_PX_SEND
-               ? atomic_load_explicit(&req->sub[0].size, memory_order_relaxed)
-               : atomic_load_explicit(&comm->ring.last_size, memory_order_relaxed);
-    if (comm->rescue_after_ns == 0 || size > FERRY_SOCK_SMALL ||
+    if (comm->rescue_after_ns == 0 || req->kind != FERRY_PX_SEND ||
+        atomic_load_explicit(&req->state, memory_order_relaxed) != FERRY_PX_REQ_POSTED ||
+        atomic_load_explicit(&req->gated, memory_order_relaxed) ||
         atomic_load_explicit(&comm->stop, memory_order_relaxed) ||
         atomic_load_explicit(&comm->ring.failed, memory_order_relaxed) != 0)
         return 0;
+    size = atomic_load_explicit(&req->sub[0].size, memory_order_relaxed);
+    if (size > FERRY_SOCK_SMALL)
+        return 0;
     now = ferry_px_now_ns();
-    last = atomic_load_explicit(&req->last_ns, memory_order_relaxed);
+    last = atomic_load_explicit(&req->last_ns, memory_order_relaxed); /* Post, or its gate's opening. */
     if (now < last + comm->rescue_after_ns ||
         now < atomic_load_explicit(&comm->rescue_ns, memory_order_relaxed) + comm->rescue_after_ns)
         return 0;

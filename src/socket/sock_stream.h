@@ -115,7 +115,7 @@ typedef struct ferry_sock_stream {
     uint64_t              spin_ns;       /* Pool threads keep sweeping this long after their last work... */
     _Atomic uint64_t      small_post_ns; /* ...if a small message was posted this recently. */
     _Atomic uint64_t      assist_ns;     /* Last time NCCL's thread moved lane 0 (ferry_sock_stream_assist). */
-    uint64_t              rescue_after_ns; /* A small message no helper moved this long: test()'s (0: never). */
+    uint64_t              rescue_after_ns; /* A small send no helper took this long: test()'s (0: never). */
     /* test()'s thread only (the dump reads them relaxed): ferry_sock_stream_rescue. */
     _Atomic uint64_t      rescue_ns;     /* Last time test() looked for a message its helper left. */
     _Atomic uint64_t      rescues;       /* Looks that moved something (the dump). */

@@ -75,8 +75,8 @@ static const sock_var_case_t sock_vars[] = {
      "0..64M (while one comm is all that sends or receives in the process, NCCL's thread moves "
      "messages up to this itself; 0: off)"},
     {FERRY_SOCK_CFG_RESCUE_US, "NCCL_FERRY_RESCUE_US", "0", "rescue=0us(env)", "2000000",
-     "0..1000000 (test() moves a message of at most 256 KiB that no helper thread has moved for "
-     "this many us; 0: off)"},
+     "0..1000000 (test() moves a send of at most 256 KiB that no helper thread has taken this "
+     "many us after its post; 0: off)"},
     {FERRY_SOCK_CFG_GPU_STAGING, "NCCL_FERRY_GPU_STAGING", "1", "gpu_staging=1(env)", "2",
      "0 or 1 (1: the socket backend takes GPU buffers, staged through pinned host memory by the "
      "GPU's copy engines)"},

@@ -469,7 +469,8 @@ static void expect_left_to_helper(ferry_sock_stream_t *c, char *buf, size_t len)
  * 64 KiB send, above what NCCL's thread sends itself, leaves it to the
  * helper at first, and once it has waited past the rescue interval moves it
  * itself, counted in the dump. A 512 KiB message (bulk) stays the helper's,
- * and with the rescue off (NCCL_FERRY_RESCUE_US=0) so does a small one.
+ * and with the rescue off (NCCL_FERRY_RESCUE_US=0) so does a small one; a
+ * receive is never rescued.
  */
 static void test_rescue_message_helper_left(void **state)
 {
@@ -478,7 +479,7 @@ static void test_rescue_message_helper_left(void **state)
     ferry_px_req_t *r;
     uint64_t t0, t1;
     char *text = NULL, *own;
-    int done = 0, size = 0;
+    int done = 0, size = 0, calls;
 
     (void)state;
     assert_non_null(c);
@@ -518,6 +519,22 @@ static void test_rescue_message_helper_left(void **state)
     expect_left_to_helper(c, buf, 64 << 10);
     assert_int_equal(atomic_load(&c->rescues), 1);
     ferry_px_ring_unregister(&c->ring);
+    free(c);
+
+    /* A receive waits for its sender as much as for its helper: never rescued. */
+    c = ferry_px_ring_alloc(sizeof(*c));
+    assert_non_null(c);
+    assert_int_equal(ferry_sock_stream_init(c, FERRY_PX_RECV, "test", "10.0.0.5:6", 1, 1, 64 << 10,
+                                        1 << 20, &claim_all_ops, &test_ring_ops), FERRY_OK);
+    atomic_store(&c->ring.last_size, 128 << 10); /* Above what test() assists with. */
+    r = ferry_sock_stream_post(c, buf, 128 << 10, NULL, 0);
+    assert_non_null(r);
+    calls = atomic_load(&claim_calls);
+    sleep_ms(2);
+    assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
+    assert_int_equal(done, 0);
+    assert_int_equal(atomic_load(&claim_calls), calls);
+    assert_int_equal(atomic_load(&c->rescues), 0);
     free(c);
 }
 
