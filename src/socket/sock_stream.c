@@ -27,14 +27,14 @@
  */
 #define FERRY_SOCK_LANE0_HOLD_NS 200000ULL
 /*
- * A latency-bound send (up to FERRY_SOCK_SMALL) that no lane has taken
- * this long after its post was handed to a helper the scheduler has not run: woken
- * onto a core where another thread spins (an application waiting on its GPU
- * stream without yielding), it may wait out that thread's whole time slice,
- * milliseconds. A helper on a free core takes its kick in microseconds, so
- * past this NCCL's thread moves the message itself (ferry_sock_stream_rescue),
- * at most once per this interval per comm. The backend's config overrides
- * it (NCCL_FERRY_RESCUE_US).
+ * A latency-bound send (up to FERRY_SOCK_SMALL) that no lane has taken this
+ * long after its post was handed to a helper the scheduler has not run:
+ * woken onto a core where another thread spins (an application waiting on
+ * its GPU stream without yielding), it may wait out that thread's whole
+ * time slice, milliseconds. A helper on a free core takes its kick in
+ * microseconds, so past this NCCL's thread moves the message itself
+ * (ferry_sock_stream_rescue), at most once per this interval per comm. The
+ * backend's config overrides it (NCCL_FERRY_RESCUE_US).
  */
 #define FERRY_SOCK_RESCUE_NS 100000ULL
 
@@ -363,13 +363,13 @@ static void ferry_sock_stream_rescue_note(const ferry_sock_stream_t *comm, const
 
 /*
  * test() on a send of at most FERRY_SOCK_SMALL that no lane has started
- * rescue_after_ns after its post (or its gate's opening): NCCL's thread moves every lane it
- * finds free. Without ferry_sock_stream_assist's claim on lane 0, so that
- * the pool takes the lanes back at its next wake-up. Only a send that no
- * lane has taken: its bytes are all local, so the wait can only be the
- * helper's. A started one may be waiting for the receiver (POLLOUT), and a
- * receive for the sender; telling those from a late helper would cost a
- * syscall per look, so they stay with their helpers.
+ * rescue_after_ns after its post (or its gate's opening): NCCL's thread
+ * moves every lane it finds free. Without ferry_sock_stream_assist's claim
+ * on lane 0, so that the pool takes the lanes back at its next wake-up.
+ * Only a send that no lane has taken: its bytes are all local, so the wait
+ * can only be the helper's. A started one may be waiting for the receiver
+ * (POLLOUT), and a receive for the sender; telling those from a late helper
+ * would cost a syscall per look, so they stay with their helpers.
  */
 static long ferry_sock_stream_rescue(ferry_sock_stream_t *comm, const ferry_px_req_t *req)
 {
@@ -387,7 +387,8 @@ static long ferry_sock_stream_rescue(ferry_sock_stream_t *comm, const ferry_px_r
     if (size > FERRY_SOCK_SMALL)
         return 0;
     now = ferry_px_now_ns();
-    last = atomic_load_explicit(&req->last_ns, memory_order_relaxed); /* Post, or its gate's opening. */
+    /* While POSTED: the post, or its gate's opening (ferry_sock_stream_open). */
+    last = atomic_load_explicit(&req->last_ns, memory_order_relaxed);
     if (now < last + comm->rescue_after_ns ||
         now < atomic_load_explicit(&comm->rescue_ns, memory_order_relaxed) + comm->rescue_after_ns)
         return 0;

@@ -117,7 +117,7 @@ typedef struct ferry_sock_stream {
     _Atomic uint64_t      assist_ns;     /* Last time NCCL's thread moved lane 0 (ferry_sock_stream_assist). */
     uint64_t              rescue_after_ns; /* A small send no helper took this long: test()'s (0: never). */
     /* test()'s thread only (the dump reads them relaxed): ferry_sock_stream_rescue. */
-    _Atomic uint64_t      rescue_ns;     /* Last time test() looked for a message its helper left. */
+    _Atomic uint64_t      rescue_ns;     /* Last time test() moved lanes for a send no helper took. */
     _Atomic uint64_t      rescues;       /* Looks that moved something (the dump). */
     unsigned              inject_delay_us; /* Test knob: added to every chunk completion. */
     ferry_sock_defer_t     *defer;         /* nlanes rings when inject_delay_us > 0, else NULL. */
