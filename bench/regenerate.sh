@@ -8,6 +8,7 @@
 #                       [--cores-per-rank N] [--budget SECONDS]
 #                       [--variant LABEL=NAME=value[,NAME=value...]]...
 #                       [--ops all_reduce|alltoall[,...]] [--env NAME=value]...
+#                       [--step-time]
 #
 # SRC is an nccl-tests source tree (its top folder, holding src/Makefile); it
 # is built here, with MPI, for the GPU's own architecture only, into
@@ -49,6 +50,17 @@
 # FAKEIBV_STATS=1: each rank's fakeibv counters at exit, in logs.tar.xz). A
 # run with --env says so in its README's command line; its rows are not the
 # README's (the variable may cost time on both sides).
+#
+# --step-time loads NCCL's profiler plugin libferry-flush-prof.so
+# (bench/nccl/flush_profiler.c, built here) into every measured run of every
+# configuration, baselines included, and appends to the README, per topic,
+# operation and size, the median microseconds each configuration's proxy
+# steps spend in each state (SendGPUWait, SendWait, RecvWait, RecvGPUWait,
+# ...; bench/nccl/step_table.py). A gap then shows whether it lies in the
+# transport's part of a step or in NCCL's and the GPU's. The rows of such a
+# run carry the profiler's cost (a lock and a clock read per step state) on
+# both sides, and its command line says --step-time. The ranks' lines are
+# kept in step-prof.txt.xz.
 #
 # --budget SECONDS bounds the whole call (one GPU call runs at most 10
 # minutes): the time left is shared among the topic/operation pairs still to
@@ -92,6 +104,7 @@ BUDGET=
 VARIANTS=()
 OPS_ARG=
 ALL_ENV=()
+STEP_TIME=0
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
 
 while [ $# -gt 0 ]; do
@@ -108,6 +121,7 @@ while [ $# -gt 0 ]; do
     --variant) VARIANTS+=("${2:-}"); shift ;;
     --ops) OPS_ARG=${2:-}; shift ;;
     --env) ALL_ENV+=("${2:-}"); shift ;;
+    --step-time) STEP_TIME=1 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "regenerate.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -179,6 +193,9 @@ NEED_IB=0
 for t in "${TOPIC_LIST[@]}"; do case $t in ib*|gdr*) NEED_IB=1 ;; esac; done
 if [ "$NEED_IB" = 1 ]; then
   fnb_build_fakeibv "$LOGS/build-fakeibv.log" || { fnb_log "fakeibv build failed"; exit 1; }
+fi
+if [ "$STEP_TIME" = 1 ]; then
+  fnb_build_flush_prof "$LOGS/build-flush-prof.log" || { fnb_log "profiler build failed"; exit 1; }
 fi
 
 # ---- topics ------------------------------------------------------------------
@@ -255,6 +272,26 @@ run_nt() {
     "$WRAP" "$NT_BUILD/${op}_perf" -g 1 -c "$CHECK" "$@" </dev/null >"$log" 2>&1
 }
 
+# step_prof_env: with --step-time, RUN_EXTRA loads the profiler into the next
+# run, each rank writing its lines into a file of its own under LOGS/fp.
+step_prof_env() {
+  [ "$STEP_TIME" = 1 ] || return 0
+  mkdir -p "$LOGS/fp"
+  RUN_EXTRA="NCCL_PROFILER_PLUGIN=$FNB_FLUSH_PROF NCCL_FERRY_PROFILER=0 FERRY_FLUSH_PROF_OUT=$LOGS/fp/%p.txt"
+}
+
+# step_prof_collect BUILD REP CONFIG: the last run's rank lines into
+# OUTDIR/step-prof.txt, each prefixed with what ran (step_table.py's keys).
+step_prof_collect() {
+  [ "$STEP_TIME" = 1 ] || return 0
+  local f
+  for f in "$LOGS"/fp/*.txt; do
+    [ -f "$f" ] || continue
+    sed "s|^|build=$1 rep=$2 config=$3 |" "$f" >>"$OUTDIR/step-prof.txt"
+    rm -f "$f"
+  done
+}
+
 # nt_rows LOG: "size time_us busbw wrong" per data line (out-of-place columns).
 # Only lines whose third field is the data type and whose time and busbw are
 # numbers are rows: with 8 ranks NCCL's INFO lines interleave and can start
@@ -315,7 +352,7 @@ record_env() {
     echo "gpu: $(timeout 20 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
     echo "cuda: $(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
     echo "nccl-tests: $(nt_src_version)"
-    echo "command: bench/regenerate.sh --nccl-tests SRC --topics $TOPICS --reps $REPS --min-time $MIN_TIME --sizes $SIZES${CORES:+ --cores-per-rank $CORES}${BUDGET:+ --budget $BUDGET}${OPS_ARG:+ --ops $OPS_ARG}$(printf ' --variant %s' "${VARIANTS[@]}" | sed 's/^ --variant $//')$(printf ' --env %s' "${ALL_ENV[@]}" | sed 's/^ --env $//')"
+    echo "command: bench/regenerate.sh --nccl-tests SRC --topics $TOPICS --reps $REPS --min-time $MIN_TIME --sizes $SIZES${CORES:+ --cores-per-rank $CORES}${BUDGET:+ --budget $BUDGET}${OPS_ARG:+ --ops $OPS_ARG}$(printf ' --variant %s' "${VARIANTS[@]}" | sed 's/^ --variant $//')$(printf ' --env %s' "${ALL_ENV[@]}" | sed 's/^ --env $//')$([ "$STEP_TIME" = 1 ] && echo ' --step-time')"
     for v in "${VARIANTS[@]}"; do echo "variant: ferry-${v%%=*} = ferry's configuration + ${v#*=}"; done
   } >"$OUTDIR/env.txt"
 }
@@ -388,8 +425,11 @@ for topic in "${TOPIC_LIST[@]}"; do
           b=$((b + 1))
           log=$LOGS/$topic-$op-rep$rep-$config-b$b.log
           start=$SECONDS
+          step_prof_env
           run_nt "$config" "$op" "$log" -b "$first" -e "$last" -f 4 -w "$warm" -n "$iters"
           rc=$?
+          RUN_EXTRA=
+          step_prof_collect "$topic/$op" "$rep" "$config"
           rows=$(nt_rows "$log")
           [ -n "$rows" ] || [ $rc -ne 0 ] || rc=99
           # A wrong element in the checked column fails the run.
@@ -409,6 +449,10 @@ for topic in "${TOPIC_LIST[@]}"; do
   done
 done
 python3 "$FNB_DIR/regen_stats.py" "$OUTDIR" || failed=1
+if [ "$STEP_TIME" = 1 ]; then
+  python3 "$FNB_DIR/step_table.py" --regen "$OUTDIR" >/dev/null || failed=1
+  xz -9 -f "$OUTDIR/step-prof.txt" || failed=1
+fi
 xz -9 -f "$OUTDIR/raw.csv" || failed=1
 # The logs in one archive: a reader keeps README.md, summary.csv and raw.csv.xz.
 tar -cJf "$OUTDIR/logs.tar.xz" -C "$OUTDIR" logs && rm -rf "$LOGS"

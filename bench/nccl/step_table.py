@@ -8,6 +8,11 @@ state) of the steps of one all_reduce size, as a sample count and a median in
 microseconds. Per build and size, for each ferry / NCCL configuration pair
 present: per phase, the median over ranks and repetitions of those medians,
 with the total samples, for both, and ferry / NCCL.
+
+With --regen OUTDIR it reads regenerate.sh --step-time's OUTDIR/step-prof.txt
+instead (build = topic/operation) and appends to OUTDIR/README.md, per topic,
+operation and size, one table of every configuration that ran (topics.txt's
+order, ferry's first) with ferry's ratio to each of the others.
 """
 import os
 import statistics
@@ -48,16 +53,20 @@ def cell(e):
     return f"{v:.2f} ({e['n']})", v
 
 
-def table(cells, build, size, ferry, nccl):
-    md = [f"| phase | {ferry} us | {nccl} us | ferry / NCCL |", "|---|---|---|---|"]
+def table(cells, build, size, configs, ratio_names=None):
+    """One row per phase: each configuration's cell, then configs[0] over each other's."""
+    first, others = configs[0], configs[1:]
+    ratio_names = ratio_names or [f"{first} / {c}" for c in others]
+    md = ["| phase | " + " | ".join(f"{c} us" for c in configs) + " | " +
+          " | ".join(ratio_names) + " |", "|---|" + "---|" * (len(configs) + len(others))]
     for phase in PHASES:
-        fe, ne = cells.get((build, ferry, size, phase)), cells.get((build, nccl, size, phase))
-        if fe is None and ne is None:
+        es = [cells.get((build, c, size, phase)) for c in configs]
+        if all(e is None for e in es):
             continue
-        fc, fv = cell(fe)
-        nc, nv = cell(ne)
-        r = f"{fv / nv:.2f}" if fv is not None and nv else "-"
-        md.append(f"| {phase} | {fc} | {nc} | {r} |")
+        shown = [cell(e) for e in es]
+        fv = shown[0][1]
+        rs = [f"{fv / v:.2f}" if fv is not None and v else "-" for _, v in shown[1:]]
+        md.append(f"| {phase} | " + " | ".join(c for c, _ in shown) + " | " + " | ".join(rs) + " |")
     return md + [""]
 
 
@@ -79,11 +88,60 @@ def section(cells, protos):
             for s in sizes:
                 proto = "/".join(sorted(protos.get((b, s), ())))
                 md.append(f"#### {ferry} vs {nccl}, {human(int(s))} ({proto})\n")
-                md.extend(table(cells, b, s, ferry, nccl))
+                md.extend(table(cells, b, s, [ferry, nccl], ["ferry / NCCL"]))
     return md
 
 
+def regen_configs(outdir):
+    """topic -> its configurations, ferry's first (topics.txt: "topic|setup|c1 c2 ...")."""
+    order = {}
+    with open(os.path.join(outdir, "topics.txt")) as f:
+        for line in f:
+            parts = line.rstrip("\n").split("|")
+            if len(parts) == 3:
+                order[parts[0]] = parts[2].split()
+    return order
+
+
+def regen_section(cells, protos, order):
+    md = ["## Proxy step phases (--step-time)\n",
+          "Median microseconds per proxy-step state (phase samples), the median over ranks "
+          "and repetitions of each rank's median, from NCCL's profiler "
+          "(libferry-flush-prof.so, loaded into every configuration, so the rows above "
+          "carry its cost on all sides). Send: SendGPUWait (the GPU fills the step's buffer), "
+          "SendPeerWait (waiting for the receiver's clear-to-send), SendWait (isend accepted "
+          "until its test() says done). Receive: RecvWait (irecv posted until its test() says "
+          "done), RecvFlushWait (the GDR flush), RecvGPUWait (until the GPU is done with the "
+          "step).\n"]
+    for b in sorted({k[0] for k in cells}):
+        configs = [c for c in order.get(b.split("/")[0], [])
+                   if any(k[0] == b and k[1] == c for k in cells)]
+        if len(configs) < 2:
+            continue
+        for s in sorted({k[2] for k in cells if k[0] == b}, key=int):
+            proto = "/".join(sorted(protos.get((b, s), ())))
+            md.append(f"### {b}, {human(int(s))} ({proto})\n")
+            md.extend(table(cells, b, s, configs))
+    return md
+
+
+def regen_main(outdir):
+    path = os.path.join(outdir, "step-prof.txt")
+    cells, protos = load(path) if os.path.exists(path) else ({}, {})
+    md = regen_section(cells, protos, regen_configs(outdir)) if cells else []
+    if len(md) < 3:
+        md = ["## Proxy step phases (--step-time)\n",
+              "No step_prof lines of two configurations of one run (step-prof.txt): the "
+              "profiler was not loaded, or no run got to its finalize.\n"]
+    with open(os.path.join(outdir, "README.md"), "a") as f:
+        f.write("\n" + "\n".join(md) + "\n")
+    print("\n".join(md))
+    return 0 if cells else 1
+
+
 def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "--regen":
+        return regen_main(sys.argv[2])
     outdir = sys.argv[1] if len(sys.argv) > 1 else "."
     path = os.path.join(outdir, "logs", "flush-prof.txt")
     cells, protos = load(path) if os.path.exists(path) else ({}, {})

@@ -297,6 +297,15 @@ check regen_ops 0 env FNB_BUILD="$FNB_BUILD" REGEN_NT_BUILD="$WORK/ntbuild" "$HE
 expect regen_ops '^| socket, 8 ranks on one GPU, unbound, alltoall |'
 check regen_ops_only 0 test "$(awk -F'\t' 'NR > 1 { print $2 }' "$WORK/regen7/runs.tsv" | sort -u)" = alltoall
 check regen_ops_command 0 grep -q -- '--ops alltoall' "$WORK/regen7/README.md"
+# --step-time: the profiler built and loaded into every configuration's runs,
+# each rank's lines gathered, and a table per size with ferry's ratio to each.
+check regen_steps 0 env FNB_BUILD="$FNB_BUILD" REGEN_NT_BUILD="$WORK/ntbuild" "$HERE/../../regenerate.sh" \
+      --nccl-tests "$WORK/nt" --topics socket2 --reps 2 --sizes 4K:16K --step-time --out "$WORK/regen9"
+check regen_steps_table 0 grep -q '^| SendWait | 10.00 (200) | 20.00 (200) | 20.00 (200) | 0.50 | 0.50 |$' \
+      "$WORK/regen9/README.md"
+check regen_steps_heading 0 grep -q '^### socket2/all_reduce, 16 KiB (SIMPLE)$' "$WORK/regen9/README.md"
+check regen_steps_kept 0 test -s "$WORK/regen9/step-prof.txt.xz"
+check regen_steps_command 0 grep -q -- '--step-time' "$WORK/regen9/README.md"
 check regen_ops_bad 2 "$HERE/../../regenerate.sh" --nccl-tests "$WORK/nt" --ops reduce_scatter
 expect regen_ops_bad 'ops takes all_reduce, alltoall or both'
 # --env: the variable reaches every run (the mock's ferry busbw, 4.00 over 1.00), and the command says so.
