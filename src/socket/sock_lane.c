@@ -14,12 +14,6 @@
 #include "core/log.h"
 #include "socket/sock.h"
 
-/*
- * Chunks a lane moves per call before its pool thread turns to other lanes:
- * the pool's fairness between comms rests on this bound.
- */
-#define FERRY_SOCK_LANE_BURST 4
-
 static ferry_sock_comm_t *ferry_sock_of(ferry_sock_stream_t *px)
 {
     return (ferry_sock_comm_t *)px; /* px is the first member. */
@@ -132,7 +126,8 @@ static void ferry_sock_send_lane_start(ferry_sock_comm_t *c, int li)
     ferry_sock_lane_set(&c->px, li, FERRY_SOCK_LANE_HEADER);
 }
 
-static long ferry_sock_send_lane_progress(ferry_sock_stream_t *px, int li, short revents)
+static long ferry_sock_send_lane_progress(ferry_sock_stream_t *px, int li, short revents,
+                                          int burst)
 {
     ferry_sock_comm_t *c = ferry_sock_of(px);
     ferry_sock_lane_t *lane = &c->lanes[li];
@@ -152,7 +147,7 @@ static long ferry_sock_send_lane_progress(ferry_sock_stream_t *px, int li, short
         if (r < 0 || lane->closed)
             return r;
     }
-    while (chunks < FERRY_SOCK_LANE_BURST) {
+    while (chunks < burst) {
         size_t hdr_left, total;
         struct iovec iov[2];
         struct msghdr msg;
@@ -337,7 +332,8 @@ static long ferry_sock_recv_lane_failed_read(ferry_sock_comm_t *c, int li)
     return ferry_sock_lane_error(c, li, "recv", err == 0 ? ECONNRESET : err, what);
 }
 
-static long ferry_sock_recv_lane_progress(ferry_sock_stream_t *px, int li, short revents)
+static long ferry_sock_recv_lane_progress(ferry_sock_stream_t *px, int li, short revents,
+                                          int burst)
 {
     ferry_sock_comm_t *c = ferry_sock_of(px);
     ferry_sock_lane_t *lane = &c->lanes[li];
@@ -347,7 +343,7 @@ static long ferry_sock_recv_lane_progress(ferry_sock_stream_t *px, int li, short
 
     if (lane->closed)
         return 0;
-    while (chunks < FERRY_SOCK_LANE_BURST) {
+    while (chunks < burst) {
         if (lane->rreq == NULL) {
             if (lane->rhdr_got < sizeof(lane->rhdr)) {
                 n = ferry_sock_lane_read(lane->fd, (char *)&lane->rhdr + lane->rhdr_got,

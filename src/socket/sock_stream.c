@@ -198,13 +198,14 @@ static void ferry_sock_stream_note_small(ferry_sock_stream_t *comm)
 }
 
 /* The lane is ours (lane_busy): move it, then let go and hand it to a pool thread that missed it. */
-static long ferry_sock_stream_progress_held(ferry_sock_stream_t *comm, int lane, short revents)
+static long ferry_sock_stream_progress_held(ferry_sock_stream_t *comm, int lane, short revents,
+                                            int burst)
 {
     long work;
 
     /* A failed comm moves no more bytes, but held-back completions still come due. */
     work = atomic_load_explicit(&comm->ring.failed, memory_order_relaxed) == 0
-               ? comm->ops->progress(comm, lane, revents)
+               ? comm->ops->progress(comm, lane, revents, burst)
                : 0;
     /* Completions the backend holds back (MSG_ZEROCOPY) come due even on a failed comm. */
     if (comm->ops->retire != NULL)
@@ -231,11 +232,11 @@ static int ferry_sock_stream_take_lane(ferry_sock_stream_t *comm, int lane)
                                                    memory_order_seq_cst, memory_order_seq_cst);
 }
 
-long ferry_sock_stream_progress_lane(ferry_sock_stream_t *comm, int lane, short revents)
+long ferry_sock_stream_progress_lane(ferry_sock_stream_t *comm, int lane, short revents, int burst)
 {
     if (!ferry_sock_stream_take_lane(comm, lane))
         return 0;
-    return ferry_sock_stream_progress_held(comm, lane, revents);
+    return ferry_sock_stream_progress_held(comm, lane, revents, burst);
 }
 
 long ferry_sock_stream_progress_lane_pool(ferry_sock_stream_t *comm, int lane, short revents)
@@ -246,7 +247,7 @@ long ferry_sock_stream_progress_lane_pool(ferry_sock_stream_t *comm, int lane, s
             return 0; /* The holder's release will see the mark and kick. */
     }
     atomic_store_explicit(&comm->lane_missed[lane], 0, memory_order_relaxed);
-    return ferry_sock_stream_progress_held(comm, lane, revents);
+    return ferry_sock_stream_progress_held(comm, lane, revents, FERRY_SOCK_POOL_BURST);
 }
 
 int ferry_sock_stream_lane_missed(const ferry_sock_stream_t *comm, int lane)
@@ -263,12 +264,12 @@ void ferry_sock_stream_assist(ferry_sock_stream_t *comm)
     /* Without helper threads, NCCL's thread is the only one moving lanes. */
     if (comm->nthreads == 0) {
         for (lane = 0; lane < comm->nlanes; lane++)
-            ferry_sock_stream_progress_lane(comm, lane, 0);
+            ferry_sock_stream_progress_lane(comm, lane, 0, FERRY_SOCK_CALLER_BURST);
         return;
     }
     if (atomic_load_explicit(&comm->ring.failed, memory_order_relaxed) == 0) {
         atomic_store_explicit(&comm->assist_ns, ferry_px_now_ns(), memory_order_relaxed);
-        ferry_sock_stream_progress_lane(comm, 0, 0);
+        ferry_sock_stream_progress_lane(comm, 0, 0, FERRY_SOCK_CALLER_BURST);
     }
 }
 
@@ -394,7 +395,8 @@ static long ferry_sock_stream_rescue(ferry_sock_stream_t *comm, const ferry_px_r
         return 0;
     atomic_store_explicit(&comm->rescue_ns, now, memory_order_relaxed);
     for (lane = 0; lane < comm->nlanes; lane++) {
-        long r = ferry_sock_stream_progress_lane(comm, lane, 0);
+        /* A pool's burst: the message rescued may sit behind a chunk the lane has begun. */
+        long r = ferry_sock_stream_progress_lane(comm, lane, 0, FERRY_SOCK_POOL_BURST);
 
         if (r < 0)
             return r;

@@ -25,15 +25,28 @@
 
 struct ferry_sock_stream;
 
+/*
+ * Chunks one call may finish on a lane before it returns (the burst argument
+ * of the lane ops' progress). A pool thread takes a few, and then turns to
+ * other lanes: the pool's fairness between comms rests on this bound.
+ * NCCL's thread takes one: its proxy hands a finished step to the GPU only
+ * after the call returns, so a call that went on to the steps posted behind
+ * the one tested would hold that step back by their copies.
+ */
+#define FERRY_SOCK_POOL_BURST   4
+#define FERRY_SOCK_CALLER_BURST 1
+
 /* What the engine needs from a backend to move one lane. */
 typedef struct ferry_sock_stream_lane_ops {
     /*
-     * Advance lane `lane` without blocking. revents: what poll() reported for
-     * the lane's fd (0 when called without a poll). Returns bytes or events
-     * handled (0: nothing to do now), or a negative ferry_status_t after the
-     * backend has failed the comm with ferry_sock_stream_fail().
+     * Advance lane `lane` without blocking, finishing at most `burst`
+     * chunks (FERRY_SOCK_POOL_BURST / FERRY_SOCK_CALLER_BURST). revents:
+     * what poll() reported for the lane's fd (0 when called without a poll).
+     * Returns bytes or events handled (0: nothing to do now), or a negative
+     * ferry_status_t after the backend has failed the comm with
+     * ferry_sock_stream_fail().
      */
-    long (*progress)(struct ferry_sock_stream *comm, int lane, short revents);
+    long (*progress)(struct ferry_sock_stream *comm, int lane, short revents, int burst);
     /* The fd to poll for the lane and the events it waits for now (0: only a kick). */
     short (*wants)(struct ferry_sock_stream *comm, int lane, int *fd_p);
     /*
@@ -182,10 +195,10 @@ long ferry_sock_stream_defer_retire(ferry_sock_stream_t *comm, int lane);
 /* Nanoseconds until lane's earliest held-back completion; UINT64_MAX if none. */
 uint64_t ferry_sock_stream_defer_next_ns(ferry_sock_stream_t *comm, int lane);
 /*
- * Move lane `lane` if no other thread is moving it; returns the backend's
- * work count, or 0 when the lane was busy.
+ * Move lane `lane`, finishing at most `burst` chunks, if no other thread is
+ * moving it; returns the backend's work count, or 0 when the lane was busy.
  */
-long ferry_sock_stream_progress_lane(ferry_sock_stream_t *comm, int lane, short revents);
+long ferry_sock_stream_progress_lane(ferry_sock_stream_t *comm, int lane, short revents, int burst);
 /*
  * NCCL's thread lends a hand on lane 0: a small isend leaves at once and a
  * test() reads what already arrived, without waiting for a helper thread to

@@ -19,7 +19,10 @@ static const ferry_px_ring_ops_t test_ring_ops = {
     .unit = "chunks", .poll = ferry_sock_stream_poll, .state = ferry_sock_stream_state,
     .dump = ferry_sock_stream_dump, .failed = ferry_sock_stream_failed};
 
-static long fake_progress(ferry_sock_stream_t *comm, int lane, short revents) { return 0; }
+static long fake_progress(ferry_sock_stream_t *comm, int lane, short revents, int burst)
+{
+    return 0;
+}
 static short fake_wants(ferry_sock_stream_t *comm, int lane, int *fd_p) { *fd_p = -1; return 0; }
 static const ferry_sock_stream_lane_ops_t fake_ops = {.progress = fake_progress, .wants = fake_wants};
 
@@ -229,7 +232,7 @@ static void test_injected_delay_and_close(void **state)
     assert_true(ferry_sock_stream_defer_next_ns(c, 1) != UINT64_MAX);
     ferry_px_ring_fail(&c->ring, FERRY_ERR_REMOTE, "peer closed");
     while (!done && spins++ < 1000000) {
-        ferry_sock_stream_progress_lane(c, 1, 0);
+        ferry_sock_stream_progress_lane(c, 1, 0, FERRY_SOCK_POOL_BURST);
         assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
     }
     assert_int_equal(done, 1);
@@ -242,7 +245,7 @@ static void test_injected_delay_and_close(void **state)
 
 /* Lane calls made by the thread that posts and tests (counting ops). */
 static int count_progress[4], count_retire[4];
-static long count_progress_fn(ferry_sock_stream_t *comm, int lane, short revents)
+static long count_progress_fn(ferry_sock_stream_t *comm, int lane, short revents, int burst)
 {
     (void)comm;
     (void)revents;
@@ -275,7 +278,7 @@ static ferry_sock_stream_t *new_counted_comm(ferry_px_req_kind_t kind, int nthre
 static int arrive_ready;
 static int arrive_too_big;    /* The "peer" sends more than the receive holds. */
 static uint32_t arrive_seq;   /* Sequence number of the message that arrives. */
-static long arrive_progress_fn(ferry_sock_stream_t *comm, int lane, short revents)
+static long arrive_progress_fn(ferry_sock_stream_t *comm, int lane, short revents, int burst)
 {
     ferry_px_req_t *r;
 

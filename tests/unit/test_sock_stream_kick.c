@@ -29,7 +29,7 @@ static const ferry_px_ring_ops_t test_ring_ops = {
     .dump = ferry_sock_stream_dump, .failed = ferry_sock_stream_failed};
 #include "proxy/registry.h"
 
-static long idle_progress(ferry_sock_stream_t *comm, int lane, short revents)
+static long idle_progress(ferry_sock_stream_t *comm, int lane, short revents, int burst)
 {
     (void)comm;
     (void)lane;
@@ -194,7 +194,7 @@ static _Atomic int held_inside;
 static _Atomic size_t held_read;
 static pthread_t held_holder;
 
-static long held_progress(ferry_sock_stream_t *comm, int lane, short revents)
+static long held_progress(ferry_sock_stream_t *comm, int lane, short revents, int burst)
 {
     char buf[256];
     ssize_t n;
@@ -228,7 +228,7 @@ static const ferry_sock_stream_lane_ops_t held_ops = {.progress = held_progress,
 
 static void *held_holder_main(void *arg)
 {
-    ferry_sock_stream_progress_lane(arg, 1, 0);
+    ferry_sock_stream_progress_lane(arg, 1, 0, FERRY_SOCK_POOL_BURST);
     return NULL;
 }
 
@@ -426,7 +426,7 @@ static void test_message_timeline(void **state)
 
 /* A lane that sends whatever it can claim at once, counting who called it. */
 static _Atomic int claim_calls;
-static long claim_all_progress(ferry_sock_stream_t *comm, int lane, short revents)
+static long claim_all_progress(ferry_sock_stream_t *comm, int lane, short revents, int burst)
 {
     ferry_sock_claim_t claim;
     long work = 0;
@@ -462,7 +462,7 @@ static void expect_left_to_helper(ferry_sock_stream_t *c, char *buf, size_t len)
 
     assert_non_null(r);
     expect_untouched(c, r);
-    assert_true(ferry_sock_stream_progress_lane(c, 0, 0) > 0);
+    assert_true(ferry_sock_stream_progress_lane(c, 0, 0, FERRY_SOCK_POOL_BURST) > 0);
     assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
     assert_int_equal(done, 1);
     assert_int_equal(size, (int)len);
