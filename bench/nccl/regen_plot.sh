@@ -3,13 +3,14 @@
 # baseline by message size, one line per topic and operation, each point the
 # median ratio with its 95 % bootstrap interval as an error bar, and the 1.0
 # line. Reads DIR/summary.csv, writes DIR/ratios.png, then re-renders
-# DIR/README.md (regen_stats.py) so that it shows the plot.
+# DIR/README.md (regen_stats.py, and step_table.py for a --step-time run) so
+# that it shows the plot.
 #
 #   bench/nccl/regen_plot.sh DIR
 #
 # Needs gnuplot (the GPU machine may lack it: run it where the results land).
 set -euo pipefail
-[ $# -eq 1 ] || { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -eq 1 ] || { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 dir=$1
 [ -f "$dir/summary.csv" ] || { echo "regen_plot.sh: no summary.csv in $dir" >&2; exit 2; }
 command -v gnuplot >/dev/null || { echo "regen_plot.sh: gnuplot not installed" >&2; exit 2; }
@@ -50,4 +51,8 @@ set offsets graph 0.04, graph 0.04, 0, 0
 plot $joined, 1 with lines dt 2 lc rgb "black" title "level (1.0)"
 GP
 python3 "$(dirname "$0")/regen_stats.py" "$dir"
+# A --step-time run's phase tables follow the rows again.
+if [ -f "$dir/step-prof.txt.xz" ] || [ -f "$dir/step-prof.txt" ]; then
+  python3 "$(dirname "$0")/step_table.py" --regen "$dir" >/dev/null
+fi
 echo "regen_plot.sh: wrote $dir/ratios.png"

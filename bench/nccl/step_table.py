@@ -9,11 +9,12 @@ microseconds. Per build and size, for each ferry / NCCL configuration pair
 present: per phase, the median over ranks and repetitions of those medians,
 with the total samples, for both, and ferry / NCCL.
 
-With --regen OUTDIR it reads regenerate.sh --step-time's OUTDIR/step-prof.txt
+With --regen OUTDIR it reads regenerate.sh --step-time's OUTDIR/step-prof.txt(.xz)
 instead (build = topic/operation) and appends to OUTDIR/README.md, per topic,
 operation and size, one table of every configuration that ran (topics.txt's
 order, ferry's first) with ferry's ratio to each of the others.
 """
+import lzma
 import os
 import statistics
 import sys
@@ -27,7 +28,8 @@ PHASES = ("SendGPUWait", "SendPeerWait", "SendWait", "RecvWait", "RecvFlushWait"
 def load(path):
     """(build, config, bytes, phase) -> {"med": [...], "n": total}; (build, bytes) -> protos."""
     cells, protos = {}, {}
-    with open(path) as f:
+    opener = lzma.open if path.endswith(".xz") else open
+    with opener(path, "rt") as f:
         for line in f:
             if "step_prof:" not in line:
                 continue
@@ -127,6 +129,8 @@ def regen_section(cells, protos, order):
 
 def regen_main(outdir):
     path = os.path.join(outdir, "step-prof.txt")
+    if not os.path.exists(path):
+        path += ".xz"  # A recorded run keeps its lines compressed.
     cells, protos = load(path) if os.path.exists(path) else ({}, {})
     md = regen_section(cells, protos, regen_configs(outdir)) if cells else []
     if len(md) < 3:

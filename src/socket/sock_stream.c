@@ -255,6 +255,18 @@ int ferry_sock_stream_lane_missed(const ferry_sock_stream_t *comm, int lane)
     return atomic_load_explicit(&comm->lane_missed[lane], memory_order_relaxed);
 }
 
+/*
+ * NCCL's thread on a receive lane finishes one chunk per call
+ * (FERRY_SOCK_CALLER_BURST): its proxy hands the tested step to the GPU once
+ * test() returns. On a send lane it keeps the pool's burst: without helpers
+ * a message's later chunks leave only while NCCL's thread moves them, and a
+ * caller may test a receive alone while its send waits.
+ */
+static int ferry_sock_stream_caller_burst(const ferry_sock_stream_t *comm)
+{
+    return comm->ring.kind == FERRY_PX_RECV ? FERRY_SOCK_CALLER_BURST : FERRY_SOCK_POOL_BURST;
+}
+
 void ferry_sock_stream_assist(ferry_sock_stream_t *comm)
 {
     int lane;
@@ -264,12 +276,12 @@ void ferry_sock_stream_assist(ferry_sock_stream_t *comm)
     /* Without helper threads, NCCL's thread is the only one moving lanes. */
     if (comm->nthreads == 0) {
         for (lane = 0; lane < comm->nlanes; lane++)
-            ferry_sock_stream_progress_lane(comm, lane, 0, FERRY_SOCK_CALLER_BURST);
+            ferry_sock_stream_progress_lane(comm, lane, 0, ferry_sock_stream_caller_burst(comm));
         return;
     }
     if (atomic_load_explicit(&comm->ring.failed, memory_order_relaxed) == 0) {
         atomic_store_explicit(&comm->assist_ns, ferry_px_now_ns(), memory_order_relaxed);
-        ferry_sock_stream_progress_lane(comm, 0, 0, FERRY_SOCK_CALLER_BURST);
+        ferry_sock_stream_progress_lane(comm, 0, 0, ferry_sock_stream_caller_burst(comm));
     }
 }
 

@@ -29,9 +29,10 @@ struct ferry_sock_stream;
  * Chunks one call may finish on a lane before it returns (the burst argument
  * of the lane ops' progress). A pool thread takes a few, and then turns to
  * other lanes: the pool's fairness between comms rests on this bound.
- * NCCL's thread takes one: its proxy hands a finished step to the GPU only
- * after the call returns, so a call that went on to the steps posted behind
- * the one tested would hold that step back by their copies.
+ * NCCL's thread takes one on a receive lane: its proxy hands a received step
+ * to the GPU only after test() returns, so a test() that went on to the
+ * steps posted behind the one tested would hold that step back by their
+ * copies (ferry_sock_stream_assist).
  */
 #define FERRY_SOCK_POOL_BURST   4
 #define FERRY_SOCK_CALLER_BURST 1

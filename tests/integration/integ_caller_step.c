@@ -1,5 +1,5 @@
 /*
- * NCCL's thread moves one step per call (src/socket/sock_stream.h,
+ * NCCL's thread reads one step per test() of a receive (src/socket/sock_stream.h,
  * FERRY_SOCK_CALLER_BURST). NCCL's proxy hands a received step to the GPU
  * only after test() returns done; a test() that went on to read the steps
  * that arrived behind it would hold that step back by their copies. Without
