@@ -284,12 +284,7 @@ step_prof_env() {
 # OUTDIR/step-prof.txt, each prefixed with what ran (step_table.py's keys).
 step_prof_collect() {
   [ "$STEP_TIME" = 1 ] || return 0
-  local f
-  for f in "$LOGS"/fp/*.txt; do
-    [ -f "$f" ] || continue
-    sed "s|^|build=$1 rep=$2 config=$3 |" "$f" >>"$OUTDIR/step-prof.txt"
-    rm -f "$f"
-  done
+  fnb_prof_gather "$OUTDIR/step-prof.txt" "build=$1 rep=$2 config=$3 " "$LOGS"/fp/*.txt
 }
 
 # nt_rows LOG: "size time_us busbw wrong" per data line (out-of-place columns).

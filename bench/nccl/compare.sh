@@ -296,12 +296,8 @@ prof_configs() {
 # flush_prof_collect BUILD REP CONFIG: the ranks' lines into logs/flush-prof.txt,
 # each prefixed with the run it came from; the per-rank files go (few files back).
 flush_prof_collect() {
-  local f
-  for f in "$OUTDIR/logs/fp-$1-rep$2-$3".*.txt; do
-    [ -f "$f" ] || continue
-    sed "s/^/build=$1 rep=$2 config=$3 /" "$f" >>"$OUTDIR/logs/flush-prof.txt"
-    rm -f "$f"
-  done
+  fnb_prof_gather "$OUTDIR/logs/flush-prof.txt" "build=$1 rep=$2 config=$3 " \
+    "$OUTDIR/logs/fp-$1-rep$2-$3".*.txt
 }
 
 # run_one BUILD REP CONFIG: one comparison run; its rows go to raw-BUILD.csv.

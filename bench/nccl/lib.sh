@@ -124,6 +124,19 @@ fnb_build_ferry() {
   [ -n "$FNB_PLUGIN" ] && [ -f "$FNB_PLUGIN" ]
 }
 
+# fnb_prof_gather OUTFILE PREFIX FILE...: the profiler's per-rank files
+# (libferry-flush-prof.so) appended to OUTFILE, each line after PREFIX (what
+# ran: "build=B rep=R config=C "); the files go (few files come back).
+fnb_prof_gather() {
+  local out=$1 prefix=$2 f
+  shift 2
+  for f in "$@"; do
+    [ -f "$f" ] || continue
+    sed "s|^|$prefix|" "$f" >>"$out"
+    rm -f "$f"
+  done
+}
+
 # Builds the flush-timing NCCL profiler (bench/nccl/flush_profiler.c) in the tree
 # fnb_build_ferry configured; sets FNB_FLUSH_PROF to its absolute path.
 fnb_build_flush_prof() {
