@@ -24,7 +24,8 @@ static inline uint64_t ferry_ib_cts_idx(const ferry_ib_cts_t *e)
 
 int ferry_ib_cts_ready(const ferry_ib_cts_t *e, uint64_t want, int *nreqs_p)
 {
-    uint32_t n = e[0].nreqs;
+    /* Memory the peer's NIC writes while isend polls it: atomic loads only, as for idx. */
+    uint32_t n = __atomic_load_n(&e[0].nreqs, __ATOMIC_RELAXED);
     uint32_t i;
 
     *nreqs_p = (int)n;

@@ -15,6 +15,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "fakeibv_dma.h"
 #include "fakeibv_internal.h"
 
 #undef ibv_reg_mr
@@ -296,8 +297,14 @@ int fakeibv_mem_from_fd(const struct fakeibv_mr *mr, uint64_t addr, int fd, size
     uint64_t dst = fakeibv_mr_local(mr, addr);
     char *b;
 
-    if (!mr->is_cuda)
-        return fakeibv_io_read(fd, (void *)(uintptr_t)dst, len);
+    if (!mr->is_cuda) {
+        int rc;
+
+        fakeibv_dma_begin();
+        rc = fakeibv_io_read(fd, (void *)(uintptr_t)dst, len);
+        fakeibv_dma_end();
+        return rc;
+    }
     b = fakeibv_bounce_buf();
     if (b == NULL)
         return ENOMEM;
@@ -320,8 +327,14 @@ int fakeibv_mem_to_fd(const struct fakeibv_mr *mr, uint64_t addr, int fd, size_t
     uint64_t src = fakeibv_mr_local(mr, addr);
     char *b;
 
-    if (!mr->is_cuda)
-        return fakeibv_io_write(fd, (const void *)(uintptr_t)src, len);
+    if (!mr->is_cuda) {
+        int rc;
+
+        fakeibv_dma_begin();
+        rc = fakeibv_io_write(fd, (const void *)(uintptr_t)src, len);
+        fakeibv_dma_end();
+        return rc;
+    }
     b = fakeibv_bounce_buf();
     if (b == NULL)
         return ENOMEM;
@@ -388,8 +401,14 @@ int fakeibv_mem_pvm(const struct fakeibv_mr *mr, uint64_t addr, size_t len, int 
     uint64_t loc = fakeibv_mr_local(mr, addr);
     char *b;
 
-    if (!mr->is_cuda)
-        return fakeibv_pvm_host((void *)(uintptr_t)loc, len, pid, riov, nriov, roff, to_remote);
+    if (!mr->is_cuda) {
+        int rc;
+
+        fakeibv_dma_begin();
+        rc = fakeibv_pvm_host((void *)(uintptr_t)loc, len, pid, riov, nriov, roff, to_remote);
+        fakeibv_dma_end();
+        return rc;
+    }
     b = fakeibv_bounce_buf();
     if (b == NULL)
         return ENOMEM;

@@ -255,6 +255,8 @@ static void fit_xfer_result_init(fit_xfer_result_t *r)
     r->err_msg = -1;
 }
 
+static void fit_wait_dump(void);
+
 void fit_xfer_inproc(const fit_plugin_t *p, void *send_comm, void *recv_comm,
                      const fit_xfer_opts_t *o, fit_xfer_result_t *r)
 {
@@ -296,7 +298,12 @@ void fit_xfer_side(const fit_plugin_t *p, fit_role_t role, void *comm,
     while (!fit_side_finished(&s)) {
         if (fit_side_step(&s, r) < 0)
             break;
-        fit_bound_step(&b);
+        if (!fit_bound_try_step(&b)) {
+            fit_wait_dump(); /* Which request stopped, and what its QPs or lanes wait for. */
+            fit_fail(__FILE__, __LINE__, "%s: not done after %ld iterations / %.1f s (limit "
+                     "%ld / %.1f s)", b.what, b.iters, fit_now() - b.start, b.max_iters,
+                     b.deadline - b.start);
+        }
     }
     r->seconds = fit_now() - t0;
     fit_side_fini(&s, r->rc != ncclSuccess);
