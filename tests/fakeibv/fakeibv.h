@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 struct ibv_context;
 
@@ -128,6 +129,11 @@ int fakeibv_engine_threads(void);
  * lets them go. A full send queue still takes the ACKs already waiting
  * (fakeibv_reap.c), as a NIC would have. */
 void fakeibv_test_hold_acks(int on);
+
+/* Tests: the engine's state and one line per QP of this process (send queue
+ * positions, receives posted and taken, retry timer, jobs) on f, for a test
+ * that ran out of time. A QP lock held for 100 ms is reported, not waited on. */
+void fakeibv_dump(FILE *f);
 
 /* Verbs objects of this process alive now, for measuring what a client
  * keeps per connection. */

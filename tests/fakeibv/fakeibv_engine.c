@@ -524,3 +524,22 @@ FAKEIBV_EXPORT int fakeibv_engine_threads(void)
     pthread_mutex_unlock(&fakeibv_eng.lock);
     return n;
 }
+
+/* One line of the engine's state for fakeibv_dump: whether a job waits for a worker. */
+void fakeibv_engine_describe(char *buf, size_t len)
+{
+    const struct fakeibv_job *j;
+    int queued = 0, timers = 0;
+    const struct fakeibv_qp *t;
+
+    pthread_mutex_lock(&fakeibv_eng.lock);
+    for (j = fakeibv_eng.head; j != NULL; j = j->next)
+        queued++;
+    for (t = fakeibv_eng.timers; t != NULL; t = t->timer_next)
+        timers++;
+    snprintf(buf, len, "engine %s: workers %d (idle %d, woken %d, spinning %d), jobs queued %d, "
+             "retry timers %d, poll rounds %llu", fakeibv_eng.running ? "running" : "stopped",
+             fakeibv_eng.nworkers, fakeibv_eng.nidle, fakeibv_eng.nwake, fakeibv_eng.nspin,
+             queued, timers, (unsigned long long)fakeibv_eng.epoch);
+    pthread_mutex_unlock(&fakeibv_eng.lock);
+}

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <time.h>
 
 #include "fakeibv.h"
@@ -379,6 +380,8 @@ void fakeibv_qp_set_broken_locked(struct fakeibv_qp *qp);
 /* Cuts every stream of the QP, both ways, and keeps new ones out: the peer
  * QP's requests go unanswered, ours time out (QP_DROP, port down). */
 void fakeibv_qp_link_down_locked(struct fakeibv_qp *qp);
+/* One line per QP of the process, for fakeibv_dump (fakeibv.h). */
+void fakeibv_qps_dump(FILE *f);
 /* Port `port` of dev went down: every QP on it past INIT loses its link. */
 void fakeibv_qps_port_down(struct fakeibv_device *dev, int port);
 /* The port a QP is bound to (port_num of INIT, else the AV's), 1-based. */
@@ -427,6 +430,7 @@ void fakeibv_engine_unwatch(const int *fds, int n);
 void fakeibv_engine_kick_tx_locked(struct fakeibv_qp *qp);
 void fakeibv_engine_tx_done_locked(struct fakeibv_qp *qp, const struct timespec *deadline);
 void fakeibv_engine_quiesce(struct fakeibv_qp *qp);
+void fakeibv_engine_describe(char *buf, size_t len);
 
 /* Live objects behind fakeibv_objects() (fakeibv_objects.c). */
 extern struct fakeibv_objects fakeibv_live;

@@ -3,6 +3,7 @@
  * message sequence, a window of requests in flight, oldest-first test(),
  * every received byte checked against the sender's seeded pattern.
  */
+#include <dlfcn.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -359,11 +360,26 @@ int fit_sweep_sizes(size_t *sizes, int max, size_t max_size)
  * (the dump goes to stderr as well as to the log). The dump thread logs a
  * line at a time: wait until the log stops growing, at most 2 s.
  */
+/* The emulated NIC's state too, where the plugin loaded fakeibv (ib tests). */
+static void fit_fakeibv_dump(void)
+{
+    void *h = dlopen("libibverbs.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    void (*dump)(FILE *);
+
+    if (h == NULL)
+        return;
+    *(void **)&dump = dlvsym(h, "fakeibv_dump", "FAKEIBV_1.0");
+    if (dump != NULL)
+        dump(stderr);
+    dlclose(h);
+}
+
 static void fit_wait_dump(void)
 {
     const char *v = getenv("NCCL_FERRY_DUMP_SIGNAL");
     int sig = 0, from = fit_log_lines(), last = from, quiet = 0, i;
 
+    fit_fakeibv_dump();
     if (v == NULL)
         return;
     if (strcasecmp(v, "USR1") == 0 || strcasecmp(v, "SIGUSR1") == 0)

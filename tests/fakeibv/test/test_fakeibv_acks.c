@@ -7,7 +7,8 @@
  * must succeed, the signalled WR must complete, and every byte must land
  * where it was written. A queue of only unsignalled WRs stays full (ENOMEM,
  * bad pointing at the WR): an unsignalled completion frees no slot, on a
- * NIC as here.
+ * NIC as here. fakeibv_dump shows such a queue: every WR on the wire, the
+ * peer's queue empty.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -160,11 +161,48 @@ static void test_unsignalled_queue_stays_full(void **state)
     assert_memory_equal(x->dst, x->src, (size_t)DEPTH * CHUNK);
 }
 
+/* What fakeibv_dump writes, in a string. */
+static char *dump_text(void)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+
+    assert_non_null(f);
+    fakeibv_dump(f);
+    fclose(f);
+    assert_non_null(text);
+    return text;
+}
+
+/* The dump of a full queue whose ACKs are held: both QPs, what was sent, what waits. */
+static void test_dump_shows_the_queue(void **state)
+{
+    struct fx_pair *x = *state;
+    char want[160], *text;
+
+    fill_queue(x, 0);
+    text = dump_text();
+    printf("%s", text);
+    assert_non_null(strstr(text, "engine running: workers "));
+    /* Chunk 0 answered, then DEPTH unsignalled: all on the wire, none completed. */
+    snprintf(want, sizeof(want), "qpn 0x%x -> 0x%x RTS port 1: sq head %u tx %u ",
+             x->a->qp_num, x->b->qp_num, DEPTH + 1, DEPTH + 1);
+    assert_non_null(strstr(text, want));
+    snprintf(want, sizeof(want), "qpn 0x%x -> 0x%x RTS port 1: sq head 0 tx 0 ", x->b->qp_num,
+             x->a->qp_num);
+    assert_non_null(strstr(text, want));
+    free(text);
+    fakeibv_test_hold_acks(0);
+    assert_memory_equal(x->dst, x->src, (size_t)DEPTH * CHUNK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_full_queue_takes_waiting_acks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unsignalled_queue_stays_full, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dump_shows_the_queue, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
