@@ -380,8 +380,11 @@ void fakeibv_qp_set_broken_locked(struct fakeibv_qp *qp);
 /* Cuts every stream of the QP, both ways, and keeps new ones out: the peer
  * QP's requests go unanswered, ours time out (QP_DROP, port down). */
 void fakeibv_qp_link_down_locked(struct fakeibv_qp *qp);
-/* One line per QP of the process, for fakeibv_dump (fakeibv.h). */
-void fakeibv_qps_dump(FILE *f);
+/* Calls fn on every QP of the process with the registry lock held, so none
+ * is destroyed meanwhile; -1 if that lock stayed held for 100 ms. */
+int fakeibv_qps_each(void (*fn)(struct fakeibv_qp *qp, void *arg), void *arg);
+/* fakeibv_dump.c: 1 once m is locked, 0 if it stayed held for ms milliseconds. */
+int fakeibv_trylock_ms(pthread_mutex_t *m, int ms);
 /* Port `port` of dev went down: every QP on it past INIT loses its link. */
 void fakeibv_qps_port_down(struct fakeibv_device *dev, int port);
 /* The port a QP is bound to (port_num of INIT, else the AV's), 1-based. */

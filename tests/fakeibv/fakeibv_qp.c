@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "fakeibv_internal.h"
@@ -344,68 +343,18 @@ void fakeibv_qps_port_down(struct fakeibv_device *dev, int port)
     pthread_mutex_unlock(&fakeibv_qps_lock);
 }
 
-/* ---- dump (fakeibv_dump) ------------------------------------------------- */
+/* ---- walking the registry (fakeibv_dump) ----------------------------------- */
 
-static const char *fakeibv_qp_state_name(enum ibv_qp_state st)
-{
-    static const char *const names[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
-
-    return (unsigned)st < sizeof(names) / sizeof(names[0]) ? names[st] : "?";
-}
-
-/* Trylock: a QP whose lock stays held is itself the finding, and must not hang the dump. */
-static int fakeibv_trylock_a_while(pthread_mutex_t *m)
-{
-    int i;
-
-    for (i = 0; i < 100; i++) {
-        struct timespec ts = {0, 1000 * 1000};
-
-        if (pthread_mutex_trylock(m) == 0)
-            return 1;
-        nanosleep(&ts, NULL);
-    }
-    return 0;
-}
-
-void fakeibv_qps_dump(FILE *f)
+int fakeibv_qps_each(void (*fn)(struct fakeibv_qp *qp, void *arg), void *arg)
 {
     uint32_t i;
 
-    if (!fakeibv_trylock_a_while(&fakeibv_qps_lock)) {
-        fprintf(f, "fakeibv[%d]: QP registry lock held for 100 ms; no QP dump\n", (int)getpid());
-        return;
-    }
-    for (i = 0; i < fakeibv_nqps; i++) {
-        struct fakeibv_qp *qp = fakeibv_qps[i];
-        int in = 0, busy = 0, ended = 0, k;
-
-        if (!fakeibv_trylock_a_while(&qp->lock)) {
-            fprintf(f, "fakeibv[%d]: qpn 0x%x: lock held for 100 ms (a thread is stuck in it)\n",
-                    (int)getpid(), qp->qpx.qp_base.qp_num);
-            continue;
-        }
-        for (k = 0; k < FAKEIBV_MAX_INBOUND; k++) {
-            in += qp->in[k].fd >= 0;
-            busy += qp->in[k].fd >= 0 && qp->in[k].busy;
-            ended += qp->in[k].fd >= 0 && qp->in[k].ended;
-        }
-        fprintf(f, "fakeibv[%d]: qpn 0x%x -> 0x%x %s port %d%s%s%s%s: sq head %u tx %u resp %u "
-                "ack %u free %u%s, tx_busy %d rx_busy %d, wire_out %llu, rq posted %u taken %u "
-                "(responders waiting %d), retry deadline %s, jobs %d (tx queued %d, timer %d), "
-                "out_fd %d, inbound %d (busy %d, ended %d)\n",
-                (int)getpid(), qp->qpx.qp_base.qp_num, qp->attr.dest_qp_num,
-                fakeibv_qp_state_name(qp->attr.qp_state), qp->data_port,
-                qp->link_down ? " link-down" : "", qp->broken ? " broken" : "",
-                qp->stopping ? " stopping" : "", qp->mode_known ? "" : " mode-unknown",
-                qp->sq_head, qp->sq_tx, qp->sq_resp, qp->sq_ack, qp->sq_free,
-                qp->sq_blocked ? " (blocked)" : "", qp->tx_busy, qp->rx_busy,
-                (unsigned long long)qp->wire_out, qp->rq_head, qp->rq_tail, qp->rq_waiters,
-                qp->deadline_set ? "set" : "none", qp->jobs, qp->tx_sched, qp->timer_on,
-                qp->out_fd, in, busy, ended);
-        pthread_mutex_unlock(&qp->lock);
-    }
+    if (!fakeibv_trylock_ms(&fakeibv_qps_lock, 100))
+        return -1;
+    for (i = 0; i < fakeibv_nqps; i++)
+        fn(fakeibv_qps[i], arg);
     pthread_mutex_unlock(&fakeibv_qps_lock);
+    return 0;
 }
 
 /* ---- create / destroy --------------------------------------------------- */
