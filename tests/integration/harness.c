@@ -134,11 +134,16 @@ int fit_bound_try_step(fit_bound_t *b)
     return 1;
 }
 
+void fit_bound_fail(const fit_bound_t *b)
+{
+    fit_fail(__FILE__, __LINE__, "%s: not done after %ld iterations / %.1f s (limit %ld / %.1f s)",
+             b->what, b->iters, fit_now() - b->start, b->max_iters, b->deadline - b->start);
+}
+
 void fit_bound_step(fit_bound_t *b)
 {
     if (!fit_bound_try_step(b))
-        fit_fail(__FILE__, __LINE__, "%s: not done after %ld iterations / %.1f s (limit %ld / %.1f s)",
-                 b->what, b->iters, fit_now() - b->start, b->max_iters, b->deadline - b->start);
+        fit_bound_fail(b);
 }
 
 /* ---- the capturing logger ------------------------------------------------- */

@@ -74,6 +74,8 @@ void fit_bound_init(fit_bound_t *b, const char *what, double seconds, long max_i
 void fit_bound_step(fit_bound_t *b);
 /* Same, but returns 0 instead of failing when the bound is spent. */
 int fit_bound_try_step(fit_bound_t *b);
+/* Fails the test: the bound is spent (what, steps and seconds, against the limits). */
+void fit_bound_fail(const fit_bound_t *b) __attribute__((noreturn));
 
 /* ---- the plugin ----------------------------------------------------------- */
 

@@ -301,9 +301,7 @@ void fit_xfer_side(const fit_plugin_t *p, fit_role_t role, void *comm,
             break;
         if (!fit_bound_try_step(&b)) {
             fit_wait_dump(); /* Which request stopped, and what its QPs or lanes wait for. */
-            fit_fail(__FILE__, __LINE__, "%s: not done after %ld iterations / %.1f s (limit "
-                     "%ld / %.1f s)", b.what, b.iters, fit_now() - b.start, b.max_iters,
-                     b.deadline - b.start);
+            fit_bound_fail(&b);
         }
     }
     r->seconds = fit_now() - t0;
@@ -353,13 +351,6 @@ int fit_sweep_sizes(size_t *sizes, int max, size_t max_size)
     return out;
 }
 
-/*
- * A wait that ran out: where the test set NCCL_FERRY_DUMP_SIGNAL (USR1 or
- * USR2), have the plugin dump every comm into the log first, so that the
- * failure shows which request stopped and in what state its lanes were
- * (the dump goes to stderr as well as to the log). The dump thread logs a
- * line at a time: wait until the log stops growing, at most 2 s.
- */
 /* The emulated NIC's state too, where the plugin loaded fakeibv (ib tests). */
 static void fit_fakeibv_dump(void)
 {
@@ -374,6 +365,14 @@ static void fit_fakeibv_dump(void)
     dlclose(h);
 }
 
+/*
+ * A wait that ran out: the emulated device's state where fakeibv is loaded,
+ * and, where the test set NCCL_FERRY_DUMP_SIGNAL (USR1 or USR2), the plugin's
+ * dump of every comm into the log, so that the failure shows which request
+ * stopped and in what state its lanes or QPs were (the dump goes to stderr
+ * as well as to the log). The dump thread logs a
+ * line at a time: wait until the log stops growing, at most 2 s.
+ */
 static void fit_wait_dump(void)
 {
     const char *v = getenv("NCCL_FERRY_DUMP_SIGNAL");
