@@ -143,8 +143,30 @@ def main():
         w = csv.DictWriter(f, fieldnames=list(out[0].keys()) if out else ["topic"])
         w.writeheader()
         w.writerows(out)
-    write_readme(d, topics, out, env, versions)
+    # After the baselines, so that their intervals draw the same resamples
+    # with or without variants in the run.
+    write_readme(d, topics, out, env, versions, against_variants(topics, times, rng))
     return 0
+
+
+def against_variants(topics, times, rng):
+    """ferry's defaults over each variant, paired by repetition as against a
+    baseline: what a --variant changes, without the baselines' spread."""
+    rows = []
+    for name, _, configs in topics:
+        ferries, _ = subjects(configs)
+        for variant in ferries[1:]:
+            for op, size in sorted({(k[1], k[2]) for k in times if k[0] == name}):
+                mine_t = times.get((name, op, size, configs[0]), {})
+                theirs_t = times.get((name, op, size, variant), {})
+                reps = sorted(set(mine_t) & set(theirs_t))
+                ratios = [theirs_t[k] / mine_t[k] for k in reps if mine_t[k] > 0]
+                if not ratios:
+                    continue
+                med = statistics.median(ratios)
+                lo, hi = interval(ratios, rng)
+                rows.append((name, op, variant, size, med, lo, hi, verdict(med, lo, hi, len(ratios))))
+    return rows
 
 
 def row_text(items):
@@ -169,7 +191,7 @@ def tree_note(env):
     return f"{mod} modified tracked files"
 
 
-def write_readme(d, topics, out, env, versions):
+def write_readme(d, topics, out, env, versions, vs_variants):
     lines = ["# Regenerated results", ""]
     notes = os.path.join(d, "notes.md")
     if os.path.exists(notes):  # What the recorder adds: the run's place, caveats.
@@ -213,6 +235,16 @@ def write_readme(d, topics, out, env, versions):
                              f"{o['against_busbw']:.2f} | {o['ratio']:.3f} | {o['lo']:.3f}-{o['hi']:.3f} | "
                              f"{o['reps']} | {o['verdict']} |")
             lines.append("")
+    if vs_variants:
+        lines.append("## ferry's defaults against each variant")
+        lines.append("")
+        lines.append("Busbw of ferry's defaults over the variant's, paired by repetition as above.")
+        lines.append("")
+        lines.append("| topic | operation | variant | size | ratio | 95 % interval | verdict |")
+        lines.append("|---|---|---|---|---|---|---|")
+        for name, op, variant, size, med, lo, hi, text in vs_variants:
+            lines.append(f"| {name} | {op} | {variant} | {human(size)} | {med:.3f} | {lo:.3f}-{hi:.3f} | {text} |")
+        lines.append("")
     budget = os.path.join(d, "budget.txt")
     if os.path.exists(budget):
         lines.append("## Cut short by --budget")

@@ -262,12 +262,13 @@ check regen_level 0 env FNB_BUILD="$FNB_BUILD" REGEN_NT_BUILD="$WORK/ntbuild" MO
       --nccl-tests "$WORK/nt" --topics socket2 --reps 2 --sizes 4K:16K --out "$WORK/regen2"
 expect regen_level '| 4 KiB-16 KiB level \[2 reps\] |'
 # --variant: ferry with extra variables, in the same rotation, rows of its own
-# against the NCCL baselines only (not against ferry's defaults).
+# against the NCCL baselines, and a table of ferry's defaults against it.
 check regen_variant 0 env FNB_BUILD="$FNB_BUILD" REGEN_NT_BUILD="$WORK/ntbuild" "$HERE/../../regenerate.sh" \
       --nccl-tests "$WORK/nt" --topics socket2 --reps 2 --sizes 4K:16K --variant t1=NCCL_FERRY_THREADS=1 \
       --out "$WORK/regen6"
 expect regen_variant '^| socket, 2 ranks on one GPU, unbound, all_reduce (ferry-t1) | socket-default / socket-2x2 (the worse'
 expect regen_variant '^Variants: ferry-t1 = ferry.s configuration + NCCL_FERRY_THREADS=1'
+expect regen_variant '^| socket2 | all_reduce | ferry-t1 | 16 KiB | 1.000 | 1.000-1.000 | level \[2 reps\] |$'
 check regen_variant_env 0 test "$(tar -xJOf "$WORK/regen6/logs.tar.xz" --wildcards '*rep1-ferry-t1-b1.log' |
       grep -c '^# ferry-threads=1$')" -ge 1
 check regen_variant_default_env 0 test "$(tar -xJOf "$WORK/regen6/logs.tar.xz" --wildcards '*rep1-ferry-b1.log' |
