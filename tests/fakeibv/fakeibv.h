@@ -130,6 +130,11 @@ int fakeibv_engine_threads(void);
  * (fakeibv_reap.c), as a NIC would have. */
 void fakeibv_test_hold_acks(int on);
 
+/* Tests: while on, a QP's transmit job, once a worker has taken it off the
+ * queue, waits before it looks at the QP (at most 10 s), as a worker the
+ * scheduler left behind between taking a job and running it; off lets it go. */
+void fakeibv_test_hold_tx(int on);
+
 /* Tests: the engine's state and one line per QP of this process (send queue
  * positions, receives posted and taken, retry timer, jobs) on f, for a test
  * that ran out of time. A QP lock held for 100 ms is reported, not waited on. */

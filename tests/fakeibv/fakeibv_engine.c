@@ -275,7 +275,15 @@ static int fakeibv_timers_locked(void)
         if (!fakeibv_ts_before(&now, &qp->timer_at)) {
             *pp = qp->timer_next;
             qp->timer_on = 0;
-            if (!qp->dead && !qp->tx_job.queued) {
+            /*
+             * Not while the job is queued or running (tx_sched): a running
+             * job looks at the deadline itself and sets the timer again as
+             * it ends. A second copy pushed meanwhile would still be queued
+             * once the first ends and clears tx_sched, and the next kick
+             * would link that queued job in again, cutting off the jobs
+             * behind it: their streams would never be served again.
+             */
+            if (!qp->dead && !qp->tx_sched) {
                 qp->tx_sched = 1;
                 fakeibv_push_locked(&qp->tx_job);
             }

@@ -422,6 +422,7 @@ int fakeibv_rx_claim_locked(struct fakeibv_qp *qp);
 void fakeibv_rx_unclaim_locked(struct fakeibv_qp *qp);
 void fakeibv_sq_reap_locked(struct fakeibv_qp *qp);
 void fakeibv_rx_hold_wait(void);
+void fakeibv_tx_hold_wait(void);
 void fakeibv_resp_run(struct fakeibv_qp *qp, int slot);
 
 /* fakeibv_engine.c: the poll thread and the worker pool. */

@@ -80,45 +80,68 @@ void fakeibv_sq_reap_locked(struct fakeibv_qp *qp)
     fakeibv_rx_unclaim_locked(qp);
 }
 
-/* ---- fakeibv_test_hold_acks (fakeibv.h) ------------------------------------ */
+/* ---- fakeibv_test_hold_acks, fakeibv_test_hold_tx (fakeibv.h) -------------- */
 
 static struct {
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    int on;
+    int acks_on, tx_on;
     unsigned long jobs; /* ACK jobs run (FAKEIBV_TEST_ACK_LAG_US). */
-} fakeibv_ack_hold = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
+} fakeibv_hold = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0 };
+
+static void fakeibv_hold_set(int *flag, int on)
+{
+    pthread_mutex_lock(&fakeibv_hold.lock);
+    __atomic_store_n(flag, on, __ATOMIC_RELAXED);
+    pthread_cond_broadcast(&fakeibv_hold.cond);
+    pthread_mutex_unlock(&fakeibv_hold.lock);
+}
 
 FAKEIBV_EXPORT void fakeibv_test_hold_acks(int on)
 {
-    pthread_mutex_lock(&fakeibv_ack_hold.lock);
-    __atomic_store_n(&fakeibv_ack_hold.on, on, __ATOMIC_RELAXED);
-    pthread_cond_broadcast(&fakeibv_ack_hold.cond);
-    pthread_mutex_unlock(&fakeibv_ack_hold.lock);
+    fakeibv_hold_set(&fakeibv_hold.acks_on, on);
 }
 
-/* The RX job, before it claims the stream (no lock held). Bounded, so a
- * test that forgets to let go cannot hang a QP's destruction for ever. */
-void fakeibv_rx_hold_wait(void)
+FAKEIBV_EXPORT void fakeibv_test_hold_tx(int on)
+{
+    fakeibv_hold_set(&fakeibv_hold.tx_on, on);
+}
+
+/* Waits while *flag is on (no lock held). Bounded, so a test that forgets
+ * to let go cannot hang a QP's destruction for ever. */
+static void fakeibv_hold_wait(const int *flag)
 {
     struct timespec until;
+
+    if (!__atomic_load_n(flag, __ATOMIC_RELAXED))
+        return;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10;
+    pthread_mutex_lock(&fakeibv_hold.lock);
+    while (__atomic_load_n(flag, __ATOMIC_RELAXED) &&
+           pthread_cond_timedwait(&fakeibv_hold.cond, &fakeibv_hold.lock, &until) == 0)
+        ;
+    pthread_mutex_unlock(&fakeibv_hold.lock);
+}
+
+/* The RX job, before it claims the stream (no lock held). */
+void fakeibv_rx_hold_wait(void)
+{
     long lag = fakeibv_config()->test_ack_lag_us;
 
     /* FAKEIBV_TEST_ACK_LAG_US: a worker left behind by the scheduler now
      * and then (every 256th ACK job of the process), for end-to-end runs of
      * a consumer (ferry-bench); on every job it would slow all QPs alike. */
-    if (lag > 0 && __atomic_add_fetch(&fakeibv_ack_hold.jobs, 1, __ATOMIC_RELAXED) % 256 == 0) {
+    if (lag > 0 && __atomic_add_fetch(&fakeibv_hold.jobs, 1, __ATOMIC_RELAXED) % 256 == 0) {
         struct timespec d = { lag / 1000000, (lag % 1000000) * 1000 };
 
         nanosleep(&d, NULL);
     }
-    if (!__atomic_load_n(&fakeibv_ack_hold.on, __ATOMIC_RELAXED))
-        return;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 10;
-    pthread_mutex_lock(&fakeibv_ack_hold.lock);
-    while (fakeibv_ack_hold.on &&
-           pthread_cond_timedwait(&fakeibv_ack_hold.cond, &fakeibv_ack_hold.lock, &until) == 0)
-        ;
-    pthread_mutex_unlock(&fakeibv_ack_hold.lock);
+    fakeibv_hold_wait(&fakeibv_hold.acks_on);
+}
+
+/* The transmit job, taken off the queue and not yet at the QP's lock. */
+void fakeibv_tx_hold_wait(void)
+{
+    fakeibv_hold_wait(&fakeibv_hold.tx_on);
 }

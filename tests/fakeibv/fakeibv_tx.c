@@ -439,6 +439,7 @@ void fakeibv_tx_run(struct fakeibv_qp *qp)
 {
     const struct timespec *deadline = NULL;
 
+    fakeibv_tx_hold_wait();
     pthread_mutex_lock(&qp->lock);
     while (!qp->stopping) {
         int outstanding = qp->sq_ack != qp->sq_head && qp->attr.qp_state != IBV_QPS_ERR;

@@ -8,7 +8,8 @@
  * where it was written. A queue of only unsignalled WRs stays full (ENOMEM,
  * bad pointing at the WR): an unsignalled completion frees no slot, on a
  * NIC as here. fakeibv_dump shows such a queue: every WR on the wire, the
- * peer's queue empty.
+ * peer's queue empty. A transmit job held the same way (fakeibv_test_hold_tx)
+ * while the QP's retry timer runs out stays queued or running once.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -42,6 +43,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fakeibv_test_hold_acks(0);
+    fakeibv_test_hold_tx(0);
     fx_pair_close(*state);
     return 0;
 }
@@ -197,12 +199,85 @@ static void test_dump_shows_the_queue(void **state)
     assert_memory_equal(x->dst, x->src, (size_t)DEPTH * CHUNK);
 }
 
+/* The dump's line for qp, or NULL; points into text. */
+static const char *dump_line(const char *text, const struct ibv_qp *qp, const struct ibv_qp *peer)
+{
+    char want[64];
+
+    snprintf(want, sizeof(want), "qpn 0x%x -> 0x%x ", qp->qp_num, peer->qp_num);
+    return strstr(text, want);
+}
+
+/* Waits until qp's dump line holds what; returns 1 if it did. */
+static int wait_dump(struct fx_pair *x, const char *what)
+{
+    struct timespec t0;
+    int found = 0;
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (!found && fx_ms_since(&t0) < WAIT_MS) {
+        char *text = dump_text();
+        const char *line = dump_line(text, x->a, x->b);
+        const char *end = line != NULL ? strchr(line, '\n') : NULL;
+        const char *at = line != NULL ? strstr(line, what) : NULL;
+
+        found = at != NULL && (end == NULL || at < end);
+        free(text);
+        if (!found)
+            sleep_ms(2);
+    }
+    return found;
+}
+
+/*
+ * The retry timer runs out while the QP's transmit job is taken by a worker
+ * that has not run it yet (fakeibv_test_hold_tx, as the scheduler leaves a
+ * worker behind on a loaded machine). The job is queued or running at most
+ * once: the timer must not queue it a second time. A second copy queued
+ * while the first runs is still queued when the first ends, and the next
+ * post then links the queued job in again, cutting off the jobs behind it
+ * (their streams are never served again: a stalled QP elsewhere).
+ */
+static void test_retry_timer_while_tx_held(void **state)
+{
+    struct fx_pair *x = *state;
+    struct ibv_wc wc[3];
+    char *text;
+
+    fx_fill(x->src, BUF, 3);
+    assert_int_equal(write_chunk(x, 0, IBV_SEND_SIGNALED), 0);
+    assert_int_equal(fx_poll(x->f.cq, wc, 1, WAIT_MS), 1);
+    assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+    /* Its requests stop reaching the peer: the first WR arms the retry timer. */
+    assert_int_equal(fakeibv_inject(x->f.ctx, FAKEIBV_FAULT_QP_DROP, x->a->qp_num, 0, 0, 0), 0);
+    assert_int_equal(write_chunk(x, 1, IBV_SEND_SIGNALED), 0);
+    assert_true(wait_dump(x, "jobs 0 (tx queued 0, timer 1)"));
+    /* The second WR's transmit job is taken and held until past the deadline. */
+    fakeibv_test_hold_tx(1);
+    assert_int_equal(write_chunk(x, 2, IBV_SEND_SIGNALED), 0);
+    sleep_ms(3 * 135);
+    text = dump_text();
+    printf("%s", text);
+    assert_non_null(dump_line(text, x->a, x->b));
+    assert_non_null(strstr(dump_line(text, x->a, x->b), "jobs 1 (tx queued 1, timer 0)"));
+    free(text);
+    fakeibv_test_hold_tx(0);
+    assert_int_equal(fx_poll(x->f.cq, wc, 2, WAIT_MS), 2);
+    assert_int_equal(wc[0].wr_id, 1001);
+    assert_int_equal(wc[0].status, IBV_WC_RETRY_EXC_ERR);
+    assert_int_equal(wc[1].wr_id, 1002);
+    assert_int_equal(wc[1].status, IBV_WC_WR_FLUSH_ERR);
+    assert_int_equal(fx_poll(x->f.cq, wc, 3, 50), 0);
+    assert_true(wait_dump(x, "jobs 0 (tx queued 0, timer 0)"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_full_queue_takes_waiting_acks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unsignalled_queue_stays_full, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dump_shows_the_queue, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_retry_timer_while_tx_held, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
