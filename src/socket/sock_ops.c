@@ -179,7 +179,9 @@ static ferry_status_t ferry_sock_irecv(void *recv_comm, int n, void **data, size
         return FERRY_ERR_INVALID;
     if (n != 1) {
         FERRY_WARN("irecv on socket comm #%u peer %s: %d grouped receives, but the socket "
-                   "backend advertises maxRecvs=1", c->px.ring.serial, c->px.ring.peer, n);
+                   "backend advertises maxRecvs=1; nothing was posted: post one buffer per "
+                   "irecv, as NCCL does after getProperties", c->px.ring.serial,
+                   c->px.ring.peer, n);
         return FERRY_ERR_INVALID;
     }
     status = ferry_sock_mr_covers(c, mhandles != NULL ? mhandles[0] : NULL, data[0], sizes[0],

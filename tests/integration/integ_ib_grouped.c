@@ -1,17 +1,20 @@
 /*
  * integ_ib_grouped: grouped receives (irecv with n > 1 buffers, NCCL's
- * maxRecvs), through ncclNetPlugin_v11 in one process, for any backend
- * whose getProperties says maxRecvs > 1 (ib: 8); exits 77 (skipped) with a
- * message for a backend that takes one buffer per receive (socket).
+ * maxRecvs), through ncclNetPlugin_v11 in one process, for any backend.
  *
  *   integ_ib_grouped [--plugin PATH]
  *
- * Checked: n = 1..maxRecvs with distinct tags, sends posted in another
- * order than the buffers (tags pick the buffer), duplicate tags (matched
- * in send order), zero-byte buffers, several grouped receives in flight,
- * per-buffer sizes from test() and every byte; and a send larger than its
- * buffer: ncclInvalidUsage on that send and on the receive, with a WARN
- * naming both sizes, while the other sends of the group complete.
+ * Where getProperties says maxRecvs > 1 (ib: 8): n = 1..maxRecvs with
+ * distinct tags, sends posted in another order than the buffers (tags pick
+ * the buffer), duplicate tags (matched in send order), zero-byte buffers,
+ * several grouped receives in flight, per-buffer sizes from test() and every
+ * byte; and a send larger than its buffer: ncclInvalidUsage on that send and
+ * on the receive, with a WARN naming both sizes, while the other sends of the
+ * group complete.
+ *
+ * Where it says 1 (socket): a 2-buffer irecv is refused with an error and a
+ * WARN naming the count and maxRecvs, no request is returned, and the same
+ * comm then carries the one-buffer rounds above byte for byte.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -244,6 +247,29 @@ static void gr_truncation(gr_pair_t *g)
              "sides, the other two sends complete");
 }
 
+/* A backend with maxRecvs 1 refuses a 2-buffer receive and its comm goes on working. */
+static void gr_refused(gr_pair_t *g)
+{
+    void *data[2] = { gr_rbuf(g, 0, 0), gr_rbuf(g, 0, 1) }, *mhs[2] = { g->rmh, g->rmh };
+    size_t sizes[2] = { 1000, 1000 };
+    int tags[2] = { 1, 2 }, from = fit_log_lines();
+    void *req = (void *)&req;
+    char line[4096];
+    ncclResult_t rc;
+
+    fit_log_allow_warns(1);
+    rc = g->p->net->irecv(g->recv_comm, 2, data, sizes, tags, mhs, NULL, &req);
+    FIT_CHECK(rc != ncclSuccess, "a 2-buffer irecv on a maxRecvs 1 backend returned ncclSuccess");
+    FIT_CHECK(req == NULL, "a refused irecv left a request behind");
+    FIT_CHECK(fit_log_find(from, NCCL_LOG_WARN, "2 grouped receives", "maxRecvs=1", NULL, line,
+                           sizeof(line)) >= 0,
+              "no WARN names the 2 buffers and maxRecvs=1");
+    printf("  WARN: %s\n", line);
+    fit_log_allow_warns(0);
+    fit_pass("2-buffer irecv on a maxRecvs 1 backend -> %d (%s), no request, a WARN", (int)rc,
+             fit_result_str(rc));
+}
+
 int main(int argc, char **argv)
 {
     const char *path = fit_plugin_path(&argc, argv);
@@ -262,14 +288,7 @@ int main(int argc, char **argv)
     ctx = fit_plugin_init(&plugin, 0x6666);
     memset(&props, 0, sizeof(props));
     FIT_NCCL(plugin.net->getProperties(0, &props));
-    if (props.maxRecvs < 2) {
-        printf("SKIP: device 0 (%s) has maxRecvs %d: this backend takes one buffer per "
-               "receive, so NCCL never posts grouped receives to it\n", props.name,
-               props.maxRecvs);
-        FIT_NCCL(plugin.net->finalize(ctx));
-        fit_plugin_close(&plugin);
-        return 77;
-    }
+    FIT_CHECK(props.maxRecvs >= 1, "device 0 (%s) has maxRecvs %d", props.name, props.maxRecvs);
     nmax = props.maxRecvs < GR_MAX ? props.maxRecvs : GR_MAX;
     memset(&g, 0, sizeof(g));
     g.p = &plugin;
@@ -284,9 +303,12 @@ int main(int argc, char **argv)
     FIT_NCCL(plugin.net->regMr(g.recv_comm, g.rbuf, arena, NCCL_PTR_HOST, &g.rmh));
     printf("  device %s: maxRecvs %d\n", props.name, props.maxRecvs);
 
+    if (nmax == 1)
+        gr_refused(&g);
     gr_rounds(&g, nmax, 48, 1);
     gr_rounds(&g, nmax, 64, GR_DEPTH);
-    gr_truncation(&g);
+    if (nmax > 1) /* A one-buffer receive has no other sends to see through. */
+        gr_truncation(&g);
 
     FIT_NCCL(plugin.net->deregMr(g.send_comm, g.smh));
     FIT_NCCL(plugin.net->deregMr(g.recv_comm, g.rmh));
