@@ -119,15 +119,12 @@ def main():
                 worst = None
                 for base in bases:
                     theirs = busbw.get((name, op, size, base), {})
-                    theirs_t = times.get((name, op, size, base), {})
-                    reps = sorted(set(mine_t) & set(theirs_t))
-                    ratios = [theirs_t[k] / mine_t[k] for k in reps if mine_t[k] > 0]
-                    if not ratios:
+                    got = paired(mine_t, times.get((name, op, size, base), {}), rng)
+                    if got is None:
                         continue
-                    med = statistics.median(ratios)
-                    lo, hi = interval(ratios, rng)
+                    med, lo, hi, reps = got
                     if worst is None or med < worst[1]:
-                        worst = (base, med, lo, hi, len(ratios),
+                        worst = (base, med, lo, hi, len(reps),
                                  statistics.median(theirs[k] for k in reps))
                 if worst is None:
                     continue
@@ -157,16 +154,24 @@ def against_variants(topics, times, rng):
         ferries, _ = subjects(configs)
         for variant in ferries[1:]:
             for op, size in sorted({(k[1], k[2]) for k in times if k[0] == name}):
-                mine_t = times.get((name, op, size, configs[0]), {})
-                theirs_t = times.get((name, op, size, variant), {})
-                reps = sorted(set(mine_t) & set(theirs_t))
-                ratios = [theirs_t[k] / mine_t[k] for k in reps if mine_t[k] > 0]
-                if not ratios:
+                got = paired(times.get((name, op, size, configs[0]), {}),
+                             times.get((name, op, size, variant), {}), rng)
+                if got is None:
                     continue
-                med = statistics.median(ratios)
-                lo, hi = interval(ratios, rng)
-                rows.append((name, op, variant, size, med, lo, hi, verdict(med, lo, hi, len(ratios))))
+                med, lo, hi, reps = got
+                rows.append((name, op, variant, size, med, lo, hi, verdict(med, lo, hi, len(reps))))
     return rows
+
+
+def paired(mine_t, theirs_t, rng):
+    """Busbw of mine over theirs from the times of the repetitions both ran:
+    (median, interval low, high, those repetitions), or None."""
+    reps = [k for k in sorted(set(mine_t) & set(theirs_t)) if mine_t[k] > 0]
+    if not reps:
+        return None
+    ratios = [theirs_t[k] / mine_t[k] for k in reps]
+    lo, hi = interval(ratios, rng)
+    return statistics.median(ratios), lo, hi, reps
 
 
 def row_text(items):
