@@ -163,16 +163,22 @@ static void test_unsignalled_queue_stays_full(void **state)
     assert_memory_equal(x->dst, x->src, (size_t)DEPTH * CHUNK);
 }
 
-/* What fakeibv_dump writes, in a string. */
+/* What fakeibv_dump writes, in a string. The stream's buffer pointer lives on
+ * the heap, not in this frame, so that no caller's pointer looks to the
+ * compiler as if it could still point at a local of this function. */
 static char *dump_text(void)
 {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
+    struct { char *text; size_t len; } *m = calloc(1, sizeof(*m));
+    FILE *f;
+    char *text;
 
+    assert_non_null(m);
+    f = open_memstream(&m->text, &m->len);
     assert_non_null(f);
     fakeibv_dump(f);
     fclose(f);
+    text = m->text;
+    free(m);
     assert_non_null(text);
     return text;
 }
