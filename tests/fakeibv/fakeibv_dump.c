@@ -36,7 +36,12 @@ static void fakeibv_dump_qp(struct fakeibv_qp *qp, void *arg)
 {
     FILE *f = arg;
     int in = 0, busy = 0, ended = 0, k;
+    char jobs[64];
 
+    /* The engine's bookkeeping is under the engine's lock, not the QP's; read
+     * before the QP's lock is taken, so that an engine lock that stays held
+     * costs its 100 ms without the QP's lock held meanwhile. */
+    fakeibv_engine_describe_qp(qp, jobs, sizeof(jobs));
     if (!fakeibv_trylock_ms(&qp->lock, 100)) {
         fprintf(f, "fakeibv[%d]: qpn 0x%x: lock held for 100 ms (a thread is stuck in it)\n",
                 (int)getpid(), qp->qpx.qp_base.qp_num);
@@ -49,16 +54,16 @@ static void fakeibv_dump_qp(struct fakeibv_qp *qp, void *arg)
     }
     fprintf(f, "fakeibv[%d]: qpn 0x%x -> 0x%x %s port %d%s%s%s%s: sq head %u tx %u resp %u "
             "ack %u free %u%s, tx_busy %d rx_busy %d, wire_out %llu, rq posted %u taken %u "
-            "(responders waiting %d), retry deadline %s, jobs %d (tx queued %d, timer %d), "
-            "out_fd %d, inbound %d (busy %d, ended %d)\n",
+            "(responders waiting %d), retry deadline %s, %s, out_fd %d, inbound %d (busy %d, "
+            "ended %d)\n",
             (int)getpid(), qp->qpx.qp_base.qp_num, qp->attr.dest_qp_num,
             fakeibv_dump_state(qp->attr.qp_state), qp->data_port,
             qp->link_down ? " link-down" : "", qp->broken ? " broken" : "",
             qp->stopping ? " stopping" : "", qp->mode_known ? "" : " mode-unknown", qp->sq_head,
             qp->sq_tx, qp->sq_resp, qp->sq_ack, qp->sq_free, qp->sq_blocked ? " (blocked)" : "",
             qp->tx_busy, qp->rx_busy, (unsigned long long)qp->wire_out, qp->rq_head, qp->rq_tail,
-            qp->rq_waiters, qp->deadline_set ? "set" : "none", qp->jobs, qp->tx_sched,
-            qp->timer_on, qp->out_fd, in, busy, ended);
+            qp->rq_waiters, qp->deadline_set ? "set" : "none", jobs, qp->out_fd, in, busy,
+            ended);
     pthread_mutex_unlock(&qp->lock);
 }
 

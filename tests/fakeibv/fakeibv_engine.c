@@ -534,6 +534,18 @@ FAKEIBV_EXPORT int fakeibv_engine_threads(void)
 }
 
 /* One line of the engine's state for fakeibv_dump: whether a job waits for a worker. */
+void fakeibv_engine_describe_qp(const struct fakeibv_qp *qp, char *buf, size_t len)
+{
+    /* Tried, not waited on: the dump may run beside a stuck engine, and it
+     * holds the QP registry's lock meanwhile. */
+    if (!fakeibv_trylock_ms(&fakeibv_eng.lock, 100)) {
+        snprintf(buf, len, "jobs ? (engine lock held for 100 ms)");
+        return;
+    }
+    snprintf(buf, len, "jobs %d (tx queued %d, timer %d)", qp->jobs, qp->tx_sched, qp->timer_on);
+    pthread_mutex_unlock(&fakeibv_eng.lock);
+}
+
 void fakeibv_engine_describe(char *buf, size_t len)
 {
     const struct fakeibv_job *j;

@@ -435,6 +435,9 @@ void fakeibv_engine_kick_tx_locked(struct fakeibv_qp *qp);
 void fakeibv_engine_tx_done_locked(struct fakeibv_qp *qp, const struct timespec *deadline);
 void fakeibv_engine_quiesce(struct fakeibv_qp *qp);
 void fakeibv_engine_describe(char *buf, size_t len);
+/* qp's engine bookkeeping (jobs, tx_sched, timer_on: the engine's lock, tried
+ * for 100 ms); "jobs ?" in buf if it stayed held. For the dump. */
+void fakeibv_engine_describe_qp(const struct fakeibv_qp *qp, char *buf, size_t len);
 
 /* Live objects behind fakeibv_objects() (fakeibv_objects.c). */
 extern struct fakeibv_objects fakeibv_live;
