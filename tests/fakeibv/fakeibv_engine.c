@@ -533,7 +533,7 @@ FAKEIBV_EXPORT int fakeibv_engine_threads(void)
     return n;
 }
 
-/* One line of the engine's state for fakeibv_dump: whether a job waits for a worker. */
+/* One QP's engine bookkeeping for fakeibv_dump (fakeibv_internal.h). */
 void fakeibv_engine_describe_qp(const struct fakeibv_qp *qp, char *buf, size_t len)
 {
     /* Tried, not waited on: the dump may run beside a stuck engine, and it
@@ -546,6 +546,7 @@ void fakeibv_engine_describe_qp(const struct fakeibv_qp *qp, char *buf, size_t l
     pthread_mutex_unlock(&fakeibv_eng.lock);
 }
 
+/* One line of the engine's state for fakeibv_dump: whether a job waits for a worker. */
 void fakeibv_engine_describe(char *buf, size_t len)
 {
     const struct fakeibv_job *j;
