@@ -8,7 +8,7 @@
 #                       [--cores-per-rank N] [--budget SECONDS]
 #                       [--variant LABEL=NAME=value[,NAME=value...]]...
 #                       [--ops all_reduce|alltoall[,...]] [--env NAME=value]...
-#                       [--step-time]
+#                       [--step-time] [--threads SECONDS]
 #
 # SRC is an nccl-tests source tree (its top folder, holding src/Makefile); it
 # is built here, with MPI, for the GPU's own architecture only, into
@@ -62,6 +62,16 @@
 # both sides, and its command line says --step-time. The ranks' lines are
 # kept in step-prof.txt.xz.
 #
+# --threads SECONDS: that many seconds into every measured run, each rank's
+# threads' CPU over 2 s (bench/nccl/thread_cpu.py: CPU seconds per second,
+# the kernel's part, switches, and the whole host's busy and idle CPUs),
+# every run with NCCL_SET_THREAD_NAME=1 so that NCCL's threads carry their
+# names; threads.md (per topic, operation, configuration and nccl-tests call,
+# medians over repetitions) is appended to the README. Give --sizes one size
+# and --min-time long enough that the window falls inside the timed loop
+# (8 ranks take a few seconds to start). It shows whose thread each rank's
+# CPUs go to, and whether a configuration is held by one thread's core.
+#
 # --budget SECONDS bounds the whole call (one GPU call runs at most 10
 # minutes): the time left is shared among the topic/operation pairs still to
 # run, and a pair starts no further repetition that would overrun its share
@@ -105,6 +115,7 @@ VARIANTS=()
 OPS_ARG=
 ALL_ENV=()
 STEP_TIME=0
+THREADS=
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
 
 while [ $# -gt 0 ]; do
@@ -122,6 +133,7 @@ while [ $# -gt 0 ]; do
     --ops) OPS_ARG=${2:-}; shift ;;
     --env) ALL_ENV+=("${2:-}"); shift ;;
     --step-time) STEP_TIME=1 ;;
+    --threads) THREADS=${2:-}; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "regenerate.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -135,6 +147,7 @@ case $REPS in ''|*[!0-9]*|0) die_usage "--reps needs a whole number >= 1" ;; esa
 case $MIN_TIME in ''|*[!0-9.]*) die_usage "--min-time needs seconds (e.g. 0.25)" ;; esac
 case $SIZES in *:*) ;; *) die_usage "--sizes is FIRST:LAST (e.g. 4K:256M)" ;; esac
 case $CORES in ''|[1-9]|[1-9][0-9]) ;; *) die_usage "--cores-per-rank needs a whole number 1-99" ;; esac
+case $THREADS in ''|[1-9]|[1-9][0-9]) ;; *) die_usage "--threads needs whole seconds, 1-99" ;; esac
 case $BUDGET in ''|[1-9][0-9]|[1-9][0-9][0-9]|[1-9][0-9][0-9][0-9]) ;;
   *) die_usage "--budget needs whole seconds, 10-9999" ;; esac
 for v in "${VARIANTS[@]}"; do
@@ -264,12 +277,42 @@ run_nt() {
   # shellcheck disable=SC2046 # fnb_config_env prints NAME=value words
   for kv in $(fnb_config_env "$config") NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0 \
             CUDA_MPS_PIPE_DIRECTORY="$CUDA_MPS_PIPE_DIRECTORY" REGEN_IB="$IB" "${TOPIC_ENV[@]}" \
-            ${RUN_EXTRA:-} "${ALL_ENV[@]}"; do
+            ${RUN_EXTRA:-} ${THREADS:+NCCL_SET_THREAD_NAME=1} "${ALL_ENV[@]}"; do
     xs+=(-x "$kv")
   done
   # stdin from /dev/null: mpirun forwards stdin and would eat the band list being read.
   timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$NP" "${BIND[@]}" "${xs[@]}" \
     "$WRAP" "$NT_BUILD/${op}_perf" -g 1 -c "$CHECK" "$@" </dev/null >"$log" 2>&1
+}
+
+# rank_pids OP: the PIDs of the ranks running OP's nccl-tests binary (argv[0]
+# after the wrapper's exec, argv[1] under an interpreter), not mpirun or
+# timeout naming it later.
+rank_pids() {
+  local p args bin=$NT_BUILD/${1}_perf
+  for p in $(pgrep -f -- "$bin"); do
+    args=$(tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | head -2)
+    case $args in "$bin"|"$bin"$'\n'*|*$'\n'"$bin") echo "$p" ;; esac
+  done
+}
+
+# run_measured CONFIG OP LOG THREADS_TSV nccl-tests-args...: run_nt, and with
+# --threads the ranks' threads sampled into THREADS_TSV while it runs.
+run_measured() {
+  local config=$1 op=$2 log=$3 tsv=$4 pid rc
+  shift 4
+  if [ -z "$THREADS" ]; then
+    run_nt "$config" "$op" "$log" "$@"
+    return
+  fi
+  run_nt "$config" "$op" "$log" "$@" &
+  pid=$!
+  sleep "$THREADS"
+  # shellcheck disable=SC2046 # one PID per rank
+  python3 "$FNB_DIR/thread_cpu.py" --window 2 $(rank_pids "$op") >"$tsv" 2>&1 </dev/null
+  wait "$pid"
+  rc=$?
+  return $rc
 }
 
 # step_prof_env: with --step-time, RUN_EXTRA loads the profiler into the next
@@ -333,6 +376,22 @@ nt_src_version() {
   echo "${v:-unknown}"
 }
 
+# host_cpu: the CPU model, sockets, cores and threads, NUMA nodes, as lscpu
+# or /proc/cpuinfo give them.
+host_cpu() {
+  if command -v lscpu >/dev/null; then
+    LC_ALL=C lscpu | awk -F: '
+      { gsub(/^[ \t]+/, "", $2) }
+      $1 == "Model name" { m = $2 } $1 == "Socket(s)" { s = $2 }
+      $1 == "Core(s) per socket" { c = $2 } $1 == "Thread(s) per core" { t = $2 }
+      $1 == "NUMA node(s)" { n = $2 } $1 == "Hypervisor vendor" { h = $2 }
+      END { printf "%s, %s socket(s) x %s core(s) x %s thread(s), %s NUMA node(s)%s\n",
+                   m, s, c, t, n, (h != "" ? ", under " h : "") }'
+  else
+    sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1
+  fi
+}
+
 record_env() {
   {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -344,10 +403,13 @@ record_env() {
       echo "dirty-files: $(git -C "$FNB_REPO" status --porcelain 2>/dev/null | grep -vc '^??')"
     fi
     echo "host: $(uname -r), $(nproc) CPUs"
+    # Hosts lent for runs differ: what ran says so itself.
+    echo "cpu: $(host_cpu)"
+    echo "memory: $(awk '/^MemTotal:/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)"
     echo "gpu: $(timeout 20 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
     echo "cuda: $(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
     echo "nccl-tests: $(nt_src_version)"
-    echo "command: bench/regenerate.sh --nccl-tests SRC --topics $TOPICS --reps $REPS --min-time $MIN_TIME --sizes $SIZES${CORES:+ --cores-per-rank $CORES}${BUDGET:+ --budget $BUDGET}${OPS_ARG:+ --ops $OPS_ARG}$(printf ' --variant %s' "${VARIANTS[@]}" | sed 's/^ --variant $//')$(printf ' --env %s' "${ALL_ENV[@]}" | sed 's/^ --env $//')$([ "$STEP_TIME" = 1 ] && echo ' --step-time')"
+    echo "command: bench/regenerate.sh --nccl-tests SRC --topics $TOPICS --reps $REPS --min-time $MIN_TIME --sizes $SIZES${CORES:+ --cores-per-rank $CORES}${BUDGET:+ --budget $BUDGET}${OPS_ARG:+ --ops $OPS_ARG}$(printf ' --variant %s' "${VARIANTS[@]}" | sed 's/^ --variant $//')$(printf ' --env %s' "${ALL_ENV[@]}" | sed 's/^ --env $//')$([ "$STEP_TIME" = 1 ] && echo ' --step-time')${THREADS:+ --threads $THREADS}"
     for v in "${VARIANTS[@]}"; do echo "variant: ferry-${v%%=*} = ferry's configuration + ${v#*=}"; done
   } >"$OUTDIR/env.txt"
 }
@@ -421,7 +483,8 @@ for topic in "${TOPIC_LIST[@]}"; do
           log=$LOGS/$topic-$op-rep$rep-$config-b$b.log
           start=$SECONDS
           step_prof_env
-          run_nt "$config" "$op" "$log" -b "$first" -e "$last" -f 4 -w "$warm" -n "$iters"
+          run_measured "$config" "$op" "$log" "$LOGS/threads-rep$rep-$topic-$op-$config-b$b.tsv" \
+            -b "$first" -e "$last" -f 4 -w "$warm" -n "$iters"
           rc=$?
           RUN_EXTRA=
           step_prof_collect "$topic/$op" "$rep" "$config"
@@ -447,6 +510,13 @@ python3 "$FNB_DIR/regen_stats.py" "$OUTDIR" || failed=1
 if [ "$STEP_TIME" = 1 ]; then
   python3 "$FNB_DIR/step_table.py" --regen "$OUTDIR" >/dev/null || failed=1
   xz -9 -f "$OUTDIR/step-prof.txt" || failed=1
+fi
+if [ -n "$THREADS" ]; then
+  if python3 "$FNB_DIR/thread_cpu.py" --table "$OUTDIR" >/dev/null; then
+    { echo; echo "## Threads (--threads $THREADS)"; echo; sed '1,2d; s/^## /### /' "$OUTDIR/threads.md"; } >>"$OUTDIR/README.md"
+  else
+    failed=1
+  fi
 fi
 xz -9 -f "$OUTDIR/raw.csv" || failed=1
 # The logs in one archive: a reader keeps README.md, summary.csv and raw.csv.xz.

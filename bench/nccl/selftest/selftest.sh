@@ -307,6 +307,20 @@ check regen_steps_table 0 grep -q '^| SendWait | 10.00 (200) | 20.00 (200) | 20.
 check regen_steps_heading 0 grep -q '^### socket2/all_reduce, 16 KiB (SIMPLE)$' "$WORK/regen9/README.md"
 check regen_steps_kept 0 test -s "$WORK/regen9/step-prof.txt.xz"
 check regen_steps_command 0 grep -q -- '--step-time' "$WORK/regen9/README.md"
+# --threads: every measured run's ranks sampled from /proc while they run
+# (the mock, a bash script, keeps its ranks on the CPU for MOCK_BUSY_S), NCCL's thread names
+# asked for, and the table in the README.
+check regen_threads 0 env FNB_BUILD="$FNB_BUILD" REGEN_NT_BUILD="$WORK/ntbuild" "$HERE/../../regenerate.sh" \
+      --nccl-tests "$WORK/nt" --topics socket2 --reps 1 --sizes 4K:4K --threads 1 --env MOCK_BUSY_S=5 \
+      --out "$WORK/regen10"
+check regen_threads_table 0 grep -Eq '^\| bash \| (0\.[3-9][0-9]|1\.[0-9]{2}) \| [0-9.]+ \|' \
+      "$WORK/regen10/README.md"
+check regen_threads_heading 0 grep -q '^### socket2-all_reduce-socket-2x2-b1$' "$WORK/regen10/README.md"
+check regen_threads_host 0 grep -q '^Whole host, CPUs (medians): user ' "$WORK/regen10/README.md"
+check regen_threads_names 0 test "$(tar -xJOf "$WORK/regen10/logs.tar.xz" --wildcards '*rep1-ferry-b1.log' |
+      grep -c '^# set-thread-name=1$')" -eq 1
+check regen_threads_bad 2 "$HERE/../../regenerate.sh" --nccl-tests "$WORK/nt" --threads 0.5
+expect regen_threads_bad 'threads needs whole seconds'
 check regen_ops_bad 2 "$HERE/../../regenerate.sh" --nccl-tests "$WORK/nt" --ops reduce_scatter
 expect regen_ops_bad 'ops takes all_reduce, alltoall or both'
 # --env: the variable reaches every run (the mock's ferry busbw, 4.00 over 1.00), and the command says so.
