@@ -37,6 +37,7 @@ ferry_status_t ferry_sock_comm_create(ferry_px_req_kind_t kind, int dev, const i
     comm->px.solo_max = cfg->solo_max;
     comm->px.rescue_after_ns = (uint64_t)cfg->rescue_us * 1000;
     comm->px.inject_delay_us = (unsigned)cfg->inject_delay_us;
+    comm->px.caller_recv_burst = cfg->caller_recv_burst;
     comm->px.ring.stall_ns = (uint64_t)ferry_sock_state.core.stall_warn_s * 1000000000ULL;
     comm->px.ring.hold_hint = "GPU staging: a copy between GPU memory and its host shadow has not "
                          "completed; check nvidia-smi and dmesg for Xid errors, or set "

@@ -133,6 +133,9 @@ static const ferry_cfg_var_t ferry_sock_cfg_vars[FERRY_SOCK_CFG_COUNT] = {
         "variables say: OMPI_COMM_WORLD_LOCAL_SIZE, MV2_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, "
         "LOCAL_WORLD_SIZE, SLURM_STEP_TASKS_PER_NODE, SLURM_TASKS_PER_NODE, "
         "SLURM_NTASKS_PER_NODE)"},
+    [FERRY_SOCK_CFG_CALLER_RECV_BURST] = {"NCCL_FERRY_CALLER_RECV_CHUNKS", FERRY_CFG_KIND_INT,
+        FERRY_SOCK_CFG_FIELD(caller_recv_burst), 1, 1, 16,
+        "chunks NCCL's thread reads per call on a receive stream, 1..16"},
 };
 
 /*
@@ -259,7 +262,7 @@ void ferry_sock_config_format(const ferry_sock_config_t *cfg, char *buf, size_t 
         return;
     snprintf(buf + off, len - off,
              " streams=%d(%s) threads=%d(%s) chunk=%zu..%zu(%s) sndbuf=%d(%s) rcvbuf=%d(%s) "
-             "spin=%dus(%s) inject_delay=%dus(%s) speed=%dMbps(%s) inline_max=%zu(%s) "
+             "spin=%dus(%s) inject_delay=%dus(%s) caller_recv_chunks=%d(%s) speed=%dMbps(%s) inline_max=%zu(%s) "
              "assist_max=%lld(%s) notsent_lowat=%d(%s) zerocopy=%d/%zu(%s) solo_max=%zu(%s) "
              "rescue=%dus(%s) gpu_staging=%d(%s) epoll=%d(%s) socket_timeout=%ds(%s) "
              "ignore_cpu_affinity=%d(%s) "
@@ -273,7 +276,8 @@ void ferry_sock_config_format(const ferry_sock_config_t *cfg, char *buf, size_t 
              cfg->sndbuf, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_SOCKET_SNDBUF]), cfg->rcvbuf,
              ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_SOCKET_RCVBUF]), cfg->spin_us,
              ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_SPIN_US]), cfg->inject_delay_us,
-             ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_INJECT_DELAY_US]), cfg->speed_mbps,
+             ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_INJECT_DELAY_US]), cfg->caller_recv_burst,
+             ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_CALLER_RECV_BURST]), cfg->speed_mbps,
              ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_SPEED_MBPS]), cfg->inline_max,
              ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_INLINE_MAX]), cfg->assist_max,
              ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_ASSIST_MAX]), cfg->notsent_lowat,

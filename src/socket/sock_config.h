@@ -38,6 +38,7 @@ typedef struct ferry_sock_config {
     int    rcvbuf;                 /* SO_RCVBUF, -1 = kernel default. */
     int    spin_us;                /* Helper threads poll this long before sleeping; -1 = auto. */
     int    inject_delay_us;        /* Test knob: delay every chunk completion by this much. */
+    int    caller_recv_burst;      /* Chunks NCCL's thread reads per receive-lane call. */
     int    speed_mbps;             /* Reported device speed; -1: sysfs, or a default per kind. */
     size_t inline_max;             /* isends up to this size leave from NCCL's thread itself. */
     int    notsent_lowat;          /* TCP_NOTSENT_LOWAT on data streams, 0 = kernel default. */
@@ -131,6 +132,7 @@ typedef enum ferry_sock_cfg_id {
     FERRY_SOCK_CFG_HELPER_PLACE,
     FERRY_SOCK_CFG_POOL_THREADS,
     FERRY_SOCK_CFG_LOCAL_RANKS,
+    FERRY_SOCK_CFG_CALLER_RECV_BURST,
     FERRY_SOCK_CFG_COUNT
 } ferry_sock_cfg_id_t;
 

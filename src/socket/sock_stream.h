@@ -134,6 +134,7 @@ typedef struct ferry_sock_stream {
     _Atomic uint64_t      rescue_ns;     /* Last time test() moved lanes for a send no helper took. */
     _Atomic uint64_t      rescues;       /* Looks that moved something (the dump). */
     unsigned              inject_delay_us; /* Test knob: added to every chunk completion. */
+    int                   caller_recv_burst; /* Chunks NCCL's thread reads per receive-lane call. */
     ferry_sock_defer_t     *defer;         /* nlanes rings when inject_delay_us > 0, else NULL. */
     int                   has_cpus;      /* The pool runs near `cpus` (the NIC's) when set. */
     cpu_set_t             cpus;
