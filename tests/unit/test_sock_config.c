@@ -110,6 +110,8 @@ static const sock_var_case_t sock_vars[] = {
      "variables say: OMPI_COMM_WORLD_LOCAL_SIZE, MV2_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, "
      "LOCAL_WORLD_SIZE, SLURM_STEP_TASKS_PER_NODE, SLURM_TASKS_PER_NODE, "
      "SLURM_NTASKS_PER_NODE)"},
+    {FERRY_SOCK_CFG_CALLER_RECV_BURST, "NCCL_FERRY_CALLER_RECV_CHUNKS", "4",
+     "caller_recv_chunks=4(env)", "17", "chunks NCCL's thread reads per call on a receive stream, 1..16"},
 };
 #define NSOCK_VARS ((int)(sizeof(sock_vars) / sizeof(sock_vars[0])))
 
@@ -146,7 +148,8 @@ static void test_every_variable_has_a_row(void **state)
 
 /* The default line after streams and threads (which depend on the CPUs the runner has). */
 #define DEFAULT_REST " chunk=65536..1048576(default) sndbuf=-1(default) rcvbuf=-1(default) " \
-                     "spin=0us(derived) inject_delay=0us(default) speed=-1Mbps(default) "     \
+                     "spin=0us(derived) inject_delay=0us(default) caller_recv_chunks=1(default) " \
+                     "speed=-1Mbps(default) "                                                   \
                      "inline_max=32768(default) assist_max=-1(default) "                      \
                      "notsent_lowat=0(default) zerocopy=0/65536(default) "                    \
                      "solo_max=65536(default) rescue=100us(default) gpu_staging=0(default) epoll=0(default) " \
@@ -260,7 +263,8 @@ static void test_env_values_together(void **state)
     ferry_sock_config_format(&cfg, line, sizeof(line));
     assert_string_equal(line, " streams=3(env) threads=2(env) chunk=131072..2097152(env) "
                               "sndbuf=-1(default) rcvbuf=-1(default) spin=0us(derived) "
-                              "inject_delay=0us(default) speed=-1Mbps(default) "
+                              "inject_delay=0us(default) caller_recv_chunks=1(default) "
+                              "speed=-1Mbps(default) "
                               "inline_max=32768(default) assist_max=16384(env) "
                               "notsent_lowat=0(default) zerocopy=1/8192(env) solo_max=0(env) "
                               "rescue=100us(default) gpu_staging=0(default) epoll=0(default) socket_timeout=0s(env) "
