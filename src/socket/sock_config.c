@@ -262,7 +262,8 @@ void ferry_sock_config_format(const ferry_sock_config_t *cfg, char *buf, size_t 
         return;
     snprintf(buf + off, len - off,
              " streams=%d(%s) threads=%d(%s) chunk=%zu..%zu(%s) sndbuf=%d(%s) rcvbuf=%d(%s) "
-             "spin=%dus(%s) inject_delay=%dus(%s) caller_recv_chunks=%d(%s) speed=%dMbps(%s) inline_max=%zu(%s) "
+             "spin=%dus(%s) inject_delay=%dus(%s) caller_recv_chunks=%d(%s) speed=%dMbps(%s) "
+             "inline_max=%zu(%s) "
              "assist_max=%lld(%s) notsent_lowat=%d(%s) zerocopy=%d/%zu(%s) solo_max=%zu(%s) "
              "rescue=%dus(%s) gpu_staging=%d(%s) epoll=%d(%s) socket_timeout=%ds(%s) "
              "ignore_cpu_affinity=%d(%s) "

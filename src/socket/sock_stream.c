@@ -257,10 +257,11 @@ int ferry_sock_stream_lane_missed(const ferry_sock_stream_t *comm, int lane)
 
 /*
  * NCCL's thread on a receive lane finishes one chunk per call
- * (FERRY_SOCK_CALLER_BURST; NCCL_FERRY_CALLER_RECV_CHUNKS sets it): its proxy hands the tested step to the GPU once
- * test() returns. On a send lane it keeps the pool's burst: without helpers
- * a message's later chunks leave only while NCCL's thread moves them, and a
- * caller may test a receive alone while its send waits.
+ * (FERRY_SOCK_CALLER_BURST; NCCL_FERRY_CALLER_RECV_CHUNKS sets it): its
+ * proxy hands the tested step to the GPU once test() returns. On a send
+ * lane it keeps the pool's burst: without helpers a message's later chunks
+ * leave only while NCCL's thread moves them, and a caller may test a
+ * receive alone while its send waits.
  */
 static int ferry_sock_stream_caller_burst(const ferry_sock_stream_t *comm)
 {
