@@ -285,17 +285,6 @@ run_nt() {
     "$WRAP" "$NT_BUILD/${op}_perf" -g 1 -c "$CHECK" "$@" </dev/null >"$log" 2>&1
 }
 
-# rank_pids OP: the PIDs of the ranks running OP's nccl-tests binary (argv[0]
-# after the wrapper's exec, argv[1] under an interpreter), not mpirun or
-# timeout naming it later.
-rank_pids() {
-  local p args bin=$NT_BUILD/${1}_perf
-  for p in $(pgrep -f -- "$bin"); do
-    args=$(tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | head -2)
-    case $args in "$bin"|"$bin"$'\n'*|*$'\n'"$bin") echo "$p" ;; esac
-  done
-}
-
 # run_measured CONFIG OP LOG THREADS_TSV nccl-tests-args...: run_nt, and with
 # --threads the ranks' threads sampled into THREADS_TSV while it runs.
 run_measured() {
@@ -309,7 +298,7 @@ run_measured() {
   pid=$!
   sleep "$THREADS"
   # shellcheck disable=SC2046 # one PID per rank
-  python3 "$FNB_DIR/thread_cpu.py" --window 2 $(rank_pids "$op") >"$tsv" 2>&1 </dev/null
+  python3 "$FNB_DIR/thread_cpu.py" --window 2 $(fnb_rank_pids "$NT_BUILD/${op}_perf") >"$tsv" 2>&1 </dev/null
   wait "$pid"
   rc=$?
   return $rc

@@ -226,3 +226,14 @@ fnb_proof_excerpt() {
   grep -m 2 -E 'Using network' "$1"
   grep -m 4 -E 'Channel .* via ' "$1"
 }
+
+# fnb_rank_pids BIN: the PIDs of processes running BIN itself (argv[0], after
+# a wrapper's exec) or through an interpreter (argv[1], a script), not mpirun
+# or timeout naming it later.
+fnb_rank_pids() {
+  local p args bin=$1
+  for p in $(pgrep -f -- "$bin"); do
+    args=$(tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | head -2)
+    case $args in "$bin"|"$bin"$'\n'*|*$'\n'"$bin") echo "$p" ;; esac
+  done
+}

@@ -129,16 +129,6 @@ mpirun_ab_run() {
     $MPIRUN_ARGS "${xs[@]}" "$WRAP" "$TESTS" $ARGS >"$log" 2>&1
 }
 
-# The ranks' PIDs: processes running $TESTS itself (argv[0]) or through an
-# interpreter (argv[1], a script), not mpirun or timeout naming it later.
-mpirun_ab_rank_pids() {
-  local p args
-  for p in $(pgrep -f -- "$TESTS"); do
-    args=$(tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | head -2)
-    case $args in "$TESTS"|"$TESTS"$'\n'*|*$'\n'"$TESTS") echo "$p" ;; esac
-  done
-}
-
 # nccl-tests rows (out-of-place columns) to compare.sh's CSV columns.
 mpirun_ab_rows() {
   local log=$1 label=$2 version net
@@ -177,7 +167,7 @@ for rep in $(seq "$REPS"); do
       run_pid=$!
       sleep "$THREADS"
       # shellcheck disable=SC2046 # one PID per rank
-      python3 "$FNB_DIR/thread_cpu.py" --window 2 $(mpirun_ab_rank_pids) \
+      python3 "$FNB_DIR/thread_cpu.py" --window 2 $(fnb_rank_pids "$TESTS") \
         >"$OUTDIR/logs/threads-rep$rep-$config.tsv" 2>&1
       wait "$run_pid"
     else
