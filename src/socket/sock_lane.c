@@ -127,7 +127,7 @@ static void ferry_sock_send_lane_start(ferry_sock_comm_t *c, int li)
 }
 
 static long ferry_sock_send_lane_progress(ferry_sock_stream_t *px, int li, short revents,
-                                          int burst)
+                                          ferry_sock_burst_t burst)
 {
     ferry_sock_comm_t *c = ferry_sock_of(px);
     ferry_sock_lane_t *lane = &c->lanes[li];
@@ -147,7 +147,7 @@ static long ferry_sock_send_lane_progress(ferry_sock_stream_t *px, int li, short
         if (r < 0 || lane->closed)
             return r;
     }
-    while (chunks < burst) {
+    while (chunks < burst.chunks) {
         size_t hdr_left, total;
         struct iovec iov[2];
         struct msghdr msg;
@@ -333,17 +333,18 @@ static long ferry_sock_recv_lane_failed_read(ferry_sock_comm_t *c, int li)
 }
 
 static long ferry_sock_recv_lane_progress(ferry_sock_stream_t *px, int li, short revents,
-                                          int burst)
+                                          ferry_sock_burst_t burst)
 {
     ferry_sock_comm_t *c = ferry_sock_of(px);
     ferry_sock_lane_t *lane = &c->lanes[li];
     long work = 0, r;
+    ferry_px_req_t *req;
     int chunks = 0;
     ssize_t n;
 
     if (lane->closed)
         return 0;
-    while (chunks < burst) {
+    while (chunks < burst.chunks) {
         if (lane->rreq == NULL) {
             if (lane->rhdr_got < sizeof(lane->rhdr)) {
                 n = ferry_sock_lane_read(lane->fd, (char *)&lane->rhdr + lane->rhdr_got,
@@ -380,7 +381,8 @@ static long ferry_sock_recv_lane_progress(ferry_sock_stream_t *px, int li, short
             if (lane->rgot < lane->rhdr.len)
                 continue;
         }
-        ferry_sock_stream_chunk_finish(px, li, lane->rreq);
+        req = lane->rreq;
+        ferry_sock_stream_chunk_finish(px, li, req);
         ferry_px_stat_add(&px->lanes[li].busy_ns, ferry_px_now_ns() - lane->chunk_ns);
         ferry_px_stat_add(&px->lanes[li].chunks, 1);
         ferry_sock_lane_set(px, li, FERRY_SOCK_LANE_IDLE);
@@ -388,6 +390,12 @@ static long ferry_sock_recv_lane_progress(ferry_sock_stream_t *px, int li, short
         lane->rhdr_got = 0;
         chunks++;
         work++;
+        /*
+         * Only NCCL's thread asks for message_end, and only it tests and
+         * reposts a slot: req is still this message's here.
+         */
+        if (burst.message_end && ferry_px_req_all_moved(req))
+            break;
     }
     return work;
 }

@@ -199,7 +199,7 @@ static void ferry_sock_stream_note_small(ferry_sock_stream_t *comm)
 
 /* The lane is ours (lane_busy): move it, then let go and hand it to a pool thread that missed it. */
 static long ferry_sock_stream_progress_held(ferry_sock_stream_t *comm, int lane, short revents,
-                                            int burst)
+                                            ferry_sock_burst_t burst)
 {
     long work;
 
@@ -232,11 +232,17 @@ static int ferry_sock_stream_take_lane(ferry_sock_stream_t *comm, int lane)
                                                    memory_order_seq_cst, memory_order_seq_cst);
 }
 
-long ferry_sock_stream_progress_lane(ferry_sock_stream_t *comm, int lane, short revents, int burst)
+static long ferry_sock_stream_progress_burst(ferry_sock_stream_t *comm, int lane, short revents,
+                                             ferry_sock_burst_t burst)
 {
     if (!ferry_sock_stream_take_lane(comm, lane))
         return 0;
     return ferry_sock_stream_progress_held(comm, lane, revents, burst);
+}
+
+long ferry_sock_stream_progress_lane(ferry_sock_stream_t *comm, int lane, short revents, int burst)
+{
+    return ferry_sock_stream_progress_burst(comm, lane, revents, (ferry_sock_burst_t){burst, 0});
 }
 
 long ferry_sock_stream_progress_lane_pool(ferry_sock_stream_t *comm, int lane, short revents)
@@ -247,7 +253,8 @@ long ferry_sock_stream_progress_lane_pool(ferry_sock_stream_t *comm, int lane, s
             return 0; /* The holder's release will see the mark and kick. */
     }
     atomic_store_explicit(&comm->lane_missed[lane], 0, memory_order_relaxed);
-    return ferry_sock_stream_progress_held(comm, lane, revents, FERRY_SOCK_POOL_BURST);
+    return ferry_sock_stream_progress_held(comm, lane, revents,
+                                           (ferry_sock_burst_t){FERRY_SOCK_POOL_BURST, 0});
 }
 
 int ferry_sock_stream_lane_missed(const ferry_sock_stream_t *comm, int lane)
@@ -256,18 +263,19 @@ int ferry_sock_stream_lane_missed(const ferry_sock_stream_t *comm, int lane)
 }
 
 /*
- * NCCL's thread on a receive lane finishes one chunk per call
- * (FERRY_SOCK_CALLER_BURST; NCCL_FERRY_CALLER_RECV_CHUNKS sets it): its
- * proxy hands the tested step to the GPU once test() returns. On a send
- * lane it keeps the pool's burst: without helpers a message's later chunks
- * leave only while NCCL's thread moves them, and a caller may test a
- * receive alone while its send waits.
+ * NCCL's thread on a receive lane: caller_recv_burst chunks at most
+ * (FERRY_SOCK_CALLER_BURST; NCCL_FERRY_CALLER_RECV_CHUNKS sets it), ending
+ * at a message's last: its proxy hands the tested step to the GPU once
+ * test() returns. On a send lane it keeps the pool's burst: without helpers
+ * a message's later chunks leave only while NCCL's thread moves them, and a
+ * caller may test a receive alone while its send waits.
  */
-static int ferry_sock_stream_caller_burst(const ferry_sock_stream_t *comm)
+static ferry_sock_burst_t ferry_sock_stream_caller_burst(const ferry_sock_stream_t *comm)
 {
     if (comm->ring.kind != FERRY_PX_RECV)
-        return FERRY_SOCK_POOL_BURST;
-    return comm->caller_recv_burst > 0 ? comm->caller_recv_burst : FERRY_SOCK_CALLER_BURST;
+        return (ferry_sock_burst_t){FERRY_SOCK_POOL_BURST, 0};
+    return (ferry_sock_burst_t){
+        comm->caller_recv_burst > 0 ? comm->caller_recv_burst : FERRY_SOCK_CALLER_BURST, 1};
 }
 
 void ferry_sock_stream_assist(ferry_sock_stream_t *comm)
@@ -279,12 +287,12 @@ void ferry_sock_stream_assist(ferry_sock_stream_t *comm)
     /* Without helper threads, NCCL's thread is the only one moving lanes. */
     if (comm->nthreads == 0) {
         for (lane = 0; lane < comm->nlanes; lane++)
-            ferry_sock_stream_progress_lane(comm, lane, 0, ferry_sock_stream_caller_burst(comm));
+            ferry_sock_stream_progress_burst(comm, lane, 0, ferry_sock_stream_caller_burst(comm));
         return;
     }
     if (atomic_load_explicit(&comm->ring.failed, memory_order_relaxed) == 0) {
         atomic_store_explicit(&comm->assist_ns, ferry_px_now_ns(), memory_order_relaxed);
-        ferry_sock_stream_progress_lane(comm, 0, 0, ferry_sock_stream_caller_burst(comm));
+        ferry_sock_stream_progress_burst(comm, 0, 0, ferry_sock_stream_caller_burst(comm));
     }
 }
 

@@ -29,25 +29,35 @@ struct ferry_sock_stream;
  * Chunks one call may finish on a lane before it returns (the burst argument
  * of the lane ops' progress). A pool thread takes a few, and then turns to
  * other lanes: the pool's fairness between comms rests on this bound.
- * NCCL's thread takes one on a receive lane: its proxy hands a received step
- * to the GPU only after test() returns, so a test() that went on to the
- * steps posted behind the one tested would hold that step back by their
- * copies (ferry_sock_stream_assist).
+ * NCCL's thread on a receive lane takes one by default
+ * (NCCL_FERRY_CALLER_RECV_CHUNKS sets up to how many), and its call ends at
+ * the chunk that completes a message: its proxy hands a received step to the
+ * GPU only after test() returns, so a test() that went on to the steps
+ * posted behind would hold that step back by their copies
+ * (ferry_sock_stream_assist). Chunks of a message still incomplete hold
+ * nothing back: the message needs them anyway.
  */
 #define FERRY_SOCK_POOL_BURST   4
 #define FERRY_SOCK_CALLER_BURST 1
 
+/* How far one call of a lane's progress may go. */
+typedef struct ferry_sock_burst {
+    int chunks;      /* Finish at most this many chunks. */
+    int message_end; /* Receive: stop after a chunk that completes its message. */
+} ferry_sock_burst_t;
+
 /* What the engine needs from a backend to move one lane. */
 typedef struct ferry_sock_stream_lane_ops {
     /*
-     * Advance lane `lane` without blocking, finishing at most `burst`
-     * chunks (FERRY_SOCK_POOL_BURST / FERRY_SOCK_CALLER_BURST). revents:
+     * Advance lane `lane` without blocking, as far as `burst` allows
+     * (FERRY_SOCK_POOL_BURST / FERRY_SOCK_CALLER_BURST chunks). revents:
      * what poll() reported for the lane's fd (0 when called without a poll).
      * Returns bytes or events handled (0: nothing to do now), or a negative
      * ferry_status_t after the backend has failed the comm with
      * ferry_sock_stream_fail().
      */
-    long (*progress)(struct ferry_sock_stream *comm, int lane, short revents, int burst);
+    long (*progress)(struct ferry_sock_stream *comm, int lane, short revents,
+                     ferry_sock_burst_t burst);
     /* The fd to poll for the lane and the events it waits for now (0: only a kick). */
     short (*wants)(struct ferry_sock_stream *comm, int lane, int *fd_p);
     /*

@@ -1,15 +1,16 @@
 /*
- * NCCL's thread reads one step per test() of a receive (src/socket/sock_stream.h,
- * FERRY_SOCK_CALLER_BURST). NCCL's proxy hands a received step to the GPU
- * only after test() returns done; a test() that went on to read the steps
- * that arrived behind it would hold that step back by their copies. Without
- * helper threads (NCCL_FERRY_THREADS=0, one stream), three 16 KiB messages
- * are sent and wait in the socket; test() on the first receive reads that
- * one and leaves the other two in the kernel (their buffers still poisoned);
- * each later test() reads its own. Data is checked byte for byte.
- *
- * With NCCL_FERRY_CALLER_RECV_CHUNKS=N (N < STEPS) the first test() reads
- * exactly N steps: the N-1 behind it arrive whole, the rest stay in the kernel.
+ * NCCL's thread reads at most NCCL_FERRY_CALLER_RECV_CHUNKS chunks (default
+ * 1) per test() of a receive, and its call ends at the chunk that completes a
+ * message (src/socket/sock_stream.h, FERRY_SOCK_CALLER_BURST). NCCL's proxy
+ * hands a received step to the GPU only after test() returns done; a test()
+ * that went on to read the steps that arrived behind it would hold that step
+ * back by their copies. Without helper threads (NCCL_FERRY_THREADS=0, one
+ * stream), three 16 KiB messages are sent and wait in the receiver's socket.
+ * The first test() on the first receive reads min(N, C) of its C chunks
+ * (NCCL_FERRY_CHUNK_SIZE sets C), byte for byte, the rest of that message
+ * still poisoned, and reports done only when that was all of it. Each later
+ * receive is read by its own test()s: after a message is done, the ones
+ * behind it are still poisoned, whatever N.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,13 @@ static void wait_done(const fit_plugin_t *p, void *req, const char *what)
     FIT_CHECK(rc == ncclSuccess, "%s: test returned %s", what, fit_result_str(rc));
 }
 
+static int env_int(const char *name, int dflt)
+{
+    const char *v = getenv(name);
+
+    return v != NULL ? atoi(v) : dflt;
+}
+
 int main(int argc, char **argv)
 {
     const char *path = fit_plugin_path(&argc, argv);
@@ -48,12 +56,16 @@ int main(int argc, char **argv)
     fit_plugin_t plugin;
     int i, k;
 
-    const char *chunks_env = getenv("NCCL_FERRY_CALLER_RECV_CHUNKS");
-    int burst = chunks_env != NULL ? atoi(chunks_env) : 1;
+    int burst = env_int("NCCL_FERRY_CALLER_RECV_CHUNKS", 1);
+    int chunk = env_int("NCCL_FERRY_CHUNK_SIZE", STEP_SIZE);
+    int nchunks, first, done = 0, got = 0;
 
     fit_set_role("caller-step");
-    FIT_CHECK(burst >= 1 && burst < STEPS, "NCCL_FERRY_CALLER_RECV_CHUNKS=%s: this test takes "
-              "1..%d", chunks_env, STEPS - 1);
+    FIT_CHECK(burst >= 1 && chunk >= 4096 && STEP_SIZE % chunk == 0,
+              "NCCL_FERRY_CALLER_RECV_CHUNKS=%d, NCCL_FERRY_CHUNK_SIZE=%d: this test takes 1.. "
+              "chunks and a chunk of 4 KiB or more that divides %d", burst, chunk, STEP_SIZE);
+    nchunks = STEP_SIZE / chunk;
+    first = burst < nchunks ? burst : nchunks;
     setenv("NCCL_SOCKET_IFNAME", "lo", 0);
     fit_plugin_open(&plugin, path);
     ctx_l = fit_plugin_init(&plugin, 0x5151);
@@ -86,26 +98,26 @@ int main(int argc, char **argv)
         wait_done(&plugin, sreq[i], what);
     }
     /*
-     * Every byte is in the receiver's socket now; each test() takes its own
-     * step, or with a burst of N the first takes N and the others are done.
+     * Every byte is in the receiver's socket now. One test() on the first
+     * receive reads min(N, C) chunks of it and nothing of the others.
      */
+    FIT_NCCL(plugin.net->test(rreq[0], &done, &got));
+    fit_check_pattern(rbuf[0], (size_t)first * chunk, 7000, "step 0, the chunks one test() read");
+    FIT_CHECK(untouched(rbuf[0] + (size_t)first * chunk, STEP_SIZE - (size_t)first * chunk),
+              "one test() on step 0 read more than %d of its %d chunk(s) of %d bytes: NCCL's "
+              "thread went past the chunks it may read per call", first, nchunks, chunk);
+    FIT_CHECK(done == (first == nchunks), "one test() on step 0 read %d of %d chunk(s) and "
+              "reported done=%d", first, nchunks, done);
     for (i = 0; i < STEPS; i++) {
         snprintf(what, sizeof(what), "irecv %d", i);
-        wait_done(&plugin, rreq[i], what);
+        if (i > 0 || !done) /* A request reported done is gone. */
+            wait_done(&plugin, rreq[i], what);
         snprintf(what, sizeof(what), "step %d", i);
         fit_check_pattern(rbuf[i], STEP_SIZE, 7000 + (uint64_t)i, what);
-        if (burst > 1 && i > 0)
-            continue;
-        for (k = i + 1; k < STEPS; k++) {
-            if (k < i + burst) {
-                snprintf(what, sizeof(what), "step %d, read ahead by test() on step %d", k, i);
-                fit_check_pattern(rbuf[k], STEP_SIZE, 7000 + (uint64_t)k, what);
-                continue;
-            }
+        for (k = i + 1; k < STEPS; k++)
             FIT_CHECK(untouched(rbuf[k], STEP_SIZE),
                       "test() on step %d also read step %d: NCCL's thread went on past the "
-                      "%d step(s) it may read per call", i, k, burst);
-        }
+                      "message it completed (up to %d chunk(s) per call)", i, k, burst);
     }
     FIT_NCCL(plugin.net->deregMr(send_comm, smh));
     FIT_NCCL(plugin.net->deregMr(recv_comm, rmh));
@@ -115,11 +127,9 @@ int main(int argc, char **argv)
     FIT_NCCL(plugin.net->finalize(ctx_c));
     fit_log_check_clean("after finalize");
     fit_plugin_close(&plugin);
-    if (burst == 1)
-        fit_pass("NCCL's thread read one 16 KiB step per test(), the later ones left in the socket");
-    else
-        fit_pass("NCCL's thread read the first %d 16 KiB steps in one test(), the last left in "
-                 "the socket", burst);
+    fit_pass("NCCL's thread read %d of a 16 KiB step's %d chunk(s) in one test() (up to %d "
+             "per call), and each test() stopped at the message it completed", first, nchunks,
+             burst);
     printf("integ_caller_step: all checks passed\n");
     return 0;
 }

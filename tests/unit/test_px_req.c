@@ -19,7 +19,8 @@ static const ferry_px_ring_ops_t test_ring_ops = {
     .unit = "chunks", .poll = ferry_sock_stream_poll, .state = ferry_sock_stream_state,
     .dump = ferry_sock_stream_dump, .failed = ferry_sock_stream_failed};
 
-static long fake_progress(ferry_sock_stream_t *comm, int lane, short revents, int burst)
+static long fake_progress(ferry_sock_stream_t *comm, int lane, short revents,
+                          ferry_sock_burst_t burst)
 {
     return 0;
 }
@@ -245,7 +246,8 @@ static void test_injected_delay_and_close(void **state)
 
 /* Lane calls made by the thread that posts and tests (counting ops). */
 static int count_progress[4], count_retire[4];
-static long count_progress_fn(ferry_sock_stream_t *comm, int lane, short revents, int burst)
+static long count_progress_fn(ferry_sock_stream_t *comm, int lane, short revents,
+                          ferry_sock_burst_t burst)
 {
     (void)comm;
     (void)revents;
@@ -278,7 +280,8 @@ static ferry_sock_stream_t *new_counted_comm(ferry_px_req_kind_t kind, int nthre
 static int arrive_ready;
 static int arrive_too_big;    /* The "peer" sends more than the receive holds. */
 static uint32_t arrive_seq;   /* Sequence number of the message that arrives. */
-static long arrive_progress_fn(ferry_sock_stream_t *comm, int lane, short revents, int burst)
+static long arrive_progress_fn(ferry_sock_stream_t *comm, int lane, short revents,
+                          ferry_sock_burst_t burst)
 {
     ferry_px_req_t *r;
 

@@ -29,7 +29,8 @@ static const ferry_px_ring_ops_t test_ring_ops = {
     .dump = ferry_sock_stream_dump, .failed = ferry_sock_stream_failed};
 #include "proxy/registry.h"
 
-static long idle_progress(ferry_sock_stream_t *comm, int lane, short revents, int burst)
+static long idle_progress(ferry_sock_stream_t *comm, int lane, short revents,
+                          ferry_sock_burst_t burst)
 {
     (void)comm;
     (void)lane;
@@ -194,7 +195,8 @@ static _Atomic int held_inside;
 static _Atomic size_t held_read;
 static pthread_t held_holder;
 
-static long held_progress(ferry_sock_stream_t *comm, int lane, short revents, int burst)
+static long held_progress(ferry_sock_stream_t *comm, int lane, short revents,
+                          ferry_sock_burst_t burst)
 {
     char buf[256];
     ssize_t n;
@@ -426,7 +428,8 @@ static void test_message_timeline(void **state)
 
 /* A lane that sends whatever it can claim at once, counting who called it. */
 static _Atomic int claim_calls;
-static long claim_all_progress(ferry_sock_stream_t *comm, int lane, short revents, int burst)
+static long claim_all_progress(ferry_sock_stream_t *comm, int lane, short revents,
+                          ferry_sock_burst_t burst)
 {
     ferry_sock_claim_t claim;
     long work = 0;
