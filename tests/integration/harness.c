@@ -686,17 +686,35 @@ int fit_handle_port(const void *handle)
     return ntohs(h->port);
 }
 
-static int fit_count_established_in(const char *path, int port)
+/* Distinct "local remote" pairs of ESTABLISHED sockets on one local port. */
+typedef struct fit_est_set {
+    char pair[256][96]; /* tcp6 prints an address as 32 hex digits and its port. */
+    int  n;
+} fit_est_set_t;
+
+static void fit_est_add(fit_est_set_t *set, const char *local, const char *remote)
+{
+    char key[96];
+    int i;
+
+    snprintf(key, sizeof(key), "%.47s %.47s", local, remote);
+    for (i = 0; i < set->n; i++)
+        if (strcmp(set->pair[i], key) == 0)
+            return;
+    if (set->n < (int)(sizeof(set->pair) / sizeof(set->pair[0])))
+        memcpy(set->pair[set->n++], key, sizeof(key));
+}
+
+static void fit_established_in(const char *path, int port, fit_est_set_t *set)
 {
     FILE *f = fopen(path, "r");
     char line[512];
-    int count = 0;
 
     if (f == NULL)
-        return 0;
+        return;
     if (fgets(line, sizeof(line), f) == NULL) { /* Header. */
         fclose(f);
-        return 0;
+        return;
     }
     while (fgets(line, sizeof(line), f) != NULL) {
         char local[128], remote[128];
@@ -707,10 +725,9 @@ static int fit_count_established_in(const char *path, int port)
             continue;
         colon = strrchr(local, ':');
         if (colon != NULL && st == 0x01 && (int)strtol(colon + 1, NULL, 16) == port)
-            count++;
+            fit_est_add(set, local, remote);
     }
     fclose(f);
-    return count;
 }
 
 int fit_count_fds_to(const char *target)
@@ -738,10 +755,23 @@ int fit_count_fds_to(const char *target)
     return count;
 }
 
+/*
+ * The kernel prints /proc/net/tcp a page at a time, walking its hash table
+ * anew for each: a socket that other tests open or close meanwhile shifts
+ * the walk, and a line is skipped or printed twice. So three reads, each
+ * socket counted once over all of them.
+ */
 int fit_count_established_local(int port)
 {
-    return fit_count_established_in("/proc/net/tcp", port) +
-           fit_count_established_in("/proc/net/tcp6", port);
+    fit_est_set_t set;
+    int pass;
+
+    set.n = 0;
+    for (pass = 0; pass < 3; pass++) {
+        fit_established_in("/proc/net/tcp", port, &set);
+        fit_established_in("/proc/net/tcp6", port, &set);
+    }
+    return set.n;
 }
 
 /* ---- data patterns -------------------------------------------------------- */
