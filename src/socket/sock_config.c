@@ -263,11 +263,10 @@ void ferry_sock_config_format(const ferry_sock_config_t *cfg, char *buf, size_t 
     snprintf(buf + off, len - off,
              " streams=%d(%s) threads=%d(%s) chunk=%zu..%zu(%s) sndbuf=%d(%s) rcvbuf=%d(%s) "
              "spin=%dus(%s) inject_delay=%dus(%s) caller_recv_chunks=%d(%s) speed=%dMbps(%s) "
-             "inline_max=%zu(%s) "
-             "assist_max=%lld(%s) notsent_lowat=%d(%s) zerocopy=%d/%zu(%s) solo_max=%zu(%s) "
-             "rescue=%dus(%s) gpu_staging=%d(%s) epoll=%d(%s) socket_timeout=%ds(%s) "
-             "ignore_cpu_affinity=%d(%s) "
-             "send_threads=%d(%s) recv_threads=%d(%s) helper_place=%s(%s) pool_threads=%d(%s) "
+             "inline_max=%zu(%s) assist_max=%lld(%s) notsent_lowat=%d(%s) zerocopy=%d/%zu(%s) "
+             "solo_max=%zu(%s) rescue=%dus(%s) gpu_staging=%d(%s) epoll=%d(%s) "
+             "socket_timeout=%ds(%s) ignore_cpu_affinity=%d(%s) send_threads=%d(%s) "
+             "recv_threads=%d(%s) helper_place=%s(%s) pool_threads=%d(%s) "
              "cpus=%d(derived) local_ranks=%d%s%s(%s)",
              cfg->streams, ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_STREAMS]), cfg->threads,
              ferry_cfg_src_name(cfg->src[FERRY_SOCK_CFG_THREADS]), cfg->chunk_min, cfg->chunk_max,
