@@ -385,15 +385,35 @@ static void ferry_sock_stream_rescue_note(const ferry_sock_stream_t *comm, const
                idle_ns / 1000, (unsigned long long)(comm->rescue_after_ns / 1000));
 }
 
+/* No lane holds a chunk (the states are the dump's; a stale look only delays a rescue). */
+static int ferry_sock_stream_lanes_free(const ferry_sock_stream_t *comm)
+{
+    int lane;
+
+    for (lane = 0; lane < comm->nlanes; lane++) {
+        int st = atomic_load_explicit(&comm->lanes[lane].state, memory_order_relaxed);
+
+        if (st == FERRY_SOCK_LANE_HEADER || st == FERRY_SOCK_LANE_PAYLOAD ||
+            st == FERRY_SOCK_LANE_BLOCKED)
+            return 0;
+    }
+    return 1;
+}
+
 /*
  * test() on a send of at most FERRY_SOCK_SMALL that no lane has started
  * rescue_after_ns after its post (or its gate's opening): NCCL's thread
  * moves every lane it finds free. Without ferry_sock_stream_assist's claim
  * on lane 0, so that the pool takes the lanes back at its next wake-up.
- * Only a send that no lane has taken: its bytes are all local, so the wait
- * can only be the helper's. A started one may be waiting for the receiver
- * (POLLOUT), and a receive for the sender; telling those from a late helper
- * would cost a syscall per look, so they stay with their helpers.
+ * Only a send that no lane has taken, while no lane holds a chunk of an
+ * earlier message: then its bytes are all local and the lanes free, so the
+ * wait can only be the helper's wake-up. Behind a lane's chunk in hand the
+ * message waits its turn in the stream (a helper moving it, or the
+ * receiver draining it: POLLOUT), and taking it from NCCL's thread would
+ * only put the copy on the thread that serves every channel. A started
+ * send may be waiting for the receiver too, and a receive for the sender;
+ * telling those from a late helper would cost a syscall per look, so they
+ * stay with their helpers.
  */
 static long ferry_sock_stream_rescue(ferry_sock_stream_t *comm, const ferry_px_req_t *req)
 {
@@ -408,7 +428,7 @@ static long ferry_sock_stream_rescue(ferry_sock_stream_t *comm, const ferry_px_r
         atomic_load_explicit(&comm->ring.failed, memory_order_relaxed) != 0)
         return 0;
     size = atomic_load_explicit(&req->sub[0].size, memory_order_relaxed);
-    if (size > FERRY_SOCK_SMALL)
+    if (size > FERRY_SOCK_SMALL || !ferry_sock_stream_lanes_free(comm))
         return 0;
     now = ferry_px_now_ns();
     /* While POSTED: the post, or its gate's opening (ferry_sock_stream_open). */
@@ -418,7 +438,7 @@ static long ferry_sock_stream_rescue(ferry_sock_stream_t *comm, const ferry_px_r
         return 0;
     atomic_store_explicit(&comm->rescue_ns, now, memory_order_relaxed);
     for (lane = 0; lane < comm->nlanes; lane++) {
-        /* A pool's burst: the message rescued may sit behind a chunk the lane has begun. */
+        /* A pool's burst, not one chunk: the message may have several. */
         long r = ferry_sock_stream_progress_lane(comm, lane, 0, FERRY_SOCK_POOL_BURST);
 
         if (r < 0)

@@ -476,8 +476,9 @@ static void expect_left_to_helper(ferry_sock_stream_t *c, char *buf, size_t len)
  * 64 KiB send, above what NCCL's thread sends itself, leaves it to the
  * helper at first, and once it has waited past the rescue interval moves it
  * itself, counted in the dump. A 512 KiB message (bulk) stays the helper's,
- * and with the rescue off (NCCL_FERRY_RESCUE_US=0) so does a small one; a
- * receive is never rescued.
+ * and so does a small one while a lane holds a chunk of an earlier message,
+ * or with the rescue off (NCCL_FERRY_RESCUE_US=0); a receive is never
+ * rescued.
  */
 static void test_rescue_message_helper_left(void **state)
 {
@@ -521,10 +522,28 @@ static void test_rescue_message_helper_left(void **state)
     assert_non_null(strstr(own, "1 times NCCL's thread moved a message no helper had taken"));
     free(text);
 
+    /*
+     * Behind a chunk a lane has in hand (an earlier message's, moving or
+     * waiting for POLLOUT) a small message waits its turn in the stream:
+     * left to the lane while it holds one, rescued once the lane is free.
+     */
+    ferry_sock_lane_set(c, 0, FERRY_SOCK_LANE_BLOCKED);
+    r = ferry_sock_stream_post(c, buf, 64 << 10, NULL, 0);
+    assert_non_null(r);
+    expect_untouched(c, r);
+    ferry_sock_lane_set(c, 0, FERRY_SOCK_LANE_PAYLOAD);
+    expect_untouched(c, r);
+    assert_int_equal(atomic_load(&c->rescues), 1);
+    ferry_sock_lane_set(c, 0, FERRY_SOCK_LANE_IDLE);
+    assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
+    assert_int_equal(done, 1);
+    assert_int_equal(size, 64 << 10);
+    assert_int_equal(atomic_load(&c->rescues), 2);
+
     /* NCCL_FERRY_RESCUE_US=0: a small message waits for its helper too. */
     c->rescue_after_ns = 0;
     expect_left_to_helper(c, buf, 64 << 10);
-    assert_int_equal(atomic_load(&c->rescues), 1);
+    assert_int_equal(atomic_load(&c->rescues), 2);
     ferry_px_ring_unregister(&c->ring);
     free(c);
 
