@@ -135,6 +135,13 @@ void fakeibv_test_hold_acks(int on);
  * scheduler left behind between taking a job and running it; off lets it go. */
 void fakeibv_test_hold_tx(int on);
 
+/* Tests: the next response any QP of this process sends (ACK, NAK or READ
+ * response) carries its request's wire sequence plus one, as a stream out of
+ * step would. The requester must not complete a WR with it: it warns, and
+ * the QP's WRs fail as if its peer were gone (IBV_WC_RETRY_EXC_ERR, then
+ * IBV_WC_WR_FLUSH_ERR). Each call skews one more response. */
+void fakeibv_test_skew_response(void);
+
 /* Tests: the engine's state and one line per QP of this process (send queue
  * positions, receives posted and taken, retry timer, jobs) on f, for a test
  * that ran out of time. A QP lock held for 100 ms is reported, not waited on. */

@@ -261,6 +261,7 @@ struct fakeibv_swqe {
     uint8_t *inline_buf;          /* Slot in qp->inline_slab when IBV_SEND_INLINE. */
     int done;                     /* Response arrived (or local error decided). */
     uint32_t wire;                /* Bytes it put on the stream (0: none yet). */
+    uint64_t seq;                 /* Wire sequence it went with; its response echoes it. */
     enum ibv_wc_status status;    /* Valid when done. */
     uint8_t direct;               /* The posting thread sent it (FAKEIBV_STATS only). */
     uint64_t post_ns;             /* When it was posted; 0 unless FAKEIBV_STATS. */

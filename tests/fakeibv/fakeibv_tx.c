@@ -331,9 +331,11 @@ static uint32_t fakeibv_tx_wire(const struct fakeibv_txmsg *t, const struct fake
 }
 
 /* Counts request idx's bytes as on the stream until its answer (qp->lock held). */
-static void fakeibv_tx_wire_add_locked(struct fakeibv_qp *qp, uint32_t idx, uint32_t wire)
+static void fakeibv_tx_wire_add_locked(struct fakeibv_qp *qp, uint32_t idx, uint32_t wire,
+                                       uint64_t seq)
 {
     qp->sq[idx % qp->sq_depth].wire = wire;
+    qp->sq[idx % qp->sq_depth].seq = seq;
     qp->wire_out += wire;
 }
 
@@ -373,7 +375,7 @@ void fakeibv_tx_direct_locked(struct fakeibv_qp *qp)
             qp->tx_busy = 0;
             break;
         }
-        fakeibv_tx_wire_add_locked(qp, idx, (uint32_t)t.wire);
+        fakeibv_tx_wire_add_locked(qp, idx, (uint32_t)t.wire, seq);
         qp->sq[idx % qp->sq_depth].direct = 1;
         qp->sq_tx++;
         qp->tx_seq++;
@@ -465,7 +467,7 @@ void fakeibv_tx_run(struct fakeibv_qp *qp)
             if (rc == 0) {
                 /* Counted before it goes: its answer may come back at once. */
                 pthread_mutex_lock(&qp->lock);
-                fakeibv_tx_wire_add_locked(qp, idx, fakeibv_tx_wire(&t, &w));
+                fakeibv_tx_wire_add_locked(qp, idx, fakeibv_tx_wire(&t, &w), seq);
                 pthread_mutex_unlock(&qp->lock);
             }
             if (fakeibv_trace.on)

@@ -161,6 +161,23 @@ int fakeibv_rx_one(struct fakeibv_qp *qp, int fd)
         return 0;
     }
     w = &qp->sq[qp->sq_resp % qp->sq_depth];
+    if (h.seq != w->seq) {
+        /*
+         * Responses come back in request order on this stream, so this one
+         * answers another request than the oldest unanswered: crediting it
+         * would complete a WR whose data never arrived. A NIC matches
+         * responses by PSN; here the stream is out of step, so the QP
+         * stops as if its peer were gone, and its WRs fail.
+         */
+        FAKEIBV_WARN("qpn 0x%x -> qpn 0x%x: response seq %llu (op %u) where the oldest "
+                     "unanswered request, wr_id 0x%llx, went with seq %llu (wire desync); "
+                     "the QP's WRs fail with its retry timer",
+                     qp->qpx.qp_base.qp_num, qp->attr.dest_qp_num, (unsigned long long)h.seq,
+                     (unsigned)h.op, (unsigned long long)w->wr_id, (unsigned long long)w->seq);
+        fakeibv_qp_set_broken_locked(qp);
+        pthread_mutex_unlock(&qp->lock);
+        return -1;
+    }
     if (h.op == FAKEIBV_OP_NAK && h.syndrome == FAKEIBV_SYN_DROPPED) {
         fakeibv_qp_set_broken_locked(qp);
         pthread_mutex_unlock(&qp->lock);
@@ -223,6 +240,24 @@ void fakeibv_rx_run(struct fakeibv_qp *qp)
 
 /* ---- responder ---------------------------------------------------------- */
 
+/* fakeibv_test_skew_response (fakeibv.h): responses still to send one seq off. */
+static int fakeibv_skew_left;
+
+FAKEIBV_EXPORT void fakeibv_test_skew_response(void)
+{
+    __atomic_add_fetch(&fakeibv_skew_left, 1, __ATOMIC_RELAXED);
+}
+
+static int fakeibv_skew_take(void)
+{
+    int n = __atomic_load_n(&fakeibv_skew_left, __ATOMIC_RELAXED);
+
+    while (n > 0 && !__atomic_compare_exchange_n(&fakeibv_skew_left, &n, n - 1, 0,
+                                                 __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+    return n > 0;
+}
+
 static int fakeibv_reply_f(int fd, uint8_t op, uint8_t syndrome, uint32_t len, uint64_t seq,
                            uint8_t flags)
 {
@@ -233,7 +268,7 @@ static int fakeibv_reply_f(int fd, uint8_t op, uint8_t syndrome, uint32_t len, u
     r.flags = flags;
     r.syndrome = syndrome;
     r.len = len;
-    r.seq = seq;
+    r.seq = fakeibv_skew_take() ? seq + 1 : seq;
     return fakeibv_io_write(fd, &r, sizeof(r));
 }
 

@@ -9,7 +9,8 @@
  * bad pointing at the WR): an unsignalled completion frees no slot, on a
  * NIC as here. fakeibv_dump shows such a queue: every WR on the wire, the
  * peer's queue empty. A transmit job held the same way (fakeibv_test_hold_tx)
- * while the QP's retry timer runs out stays queued or running once.
+ * while the QP's retry timer runs out stays queued or running once. A
+ * response out of step with its request completes nothing.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -277,6 +278,33 @@ static void test_retry_timer_while_tx_held(void **state)
     assert_true(wait_dump(x, "jobs 0 (tx queued 0, timer 0)"));
 }
 
+/*
+ * A response out of step with its request (fakeibv_test_skew_response: its
+ * wire sequence one off) completes nothing: crediting it by position would
+ * report a WR done whose answer never came. The QP stops as if its peer
+ * were gone: the WR fails when the retry timer runs out, the next one is
+ * flushed, and neither completes with success.
+ */
+static void test_response_out_of_step(void **state)
+{
+    struct fx_pair *x = *state;
+    struct ibv_wc wc[3];
+
+    fx_fill(x->src, BUF, 5);
+    assert_int_equal(write_chunk(x, 0, IBV_SEND_SIGNALED), 0);
+    assert_int_equal(fx_poll(x->f.cq, wc, 1, WAIT_MS), 1);
+    assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+    fakeibv_test_skew_response();
+    assert_int_equal(write_chunk(x, 1, IBV_SEND_SIGNALED), 0);
+    assert_int_equal(write_chunk(x, 2, IBV_SEND_SIGNALED), 0);
+    assert_int_equal(fx_poll(x->f.cq, wc, 2, WAIT_MS), 2);
+    assert_int_equal(wc[0].wr_id, 1001);
+    assert_int_equal(wc[0].status, IBV_WC_RETRY_EXC_ERR);
+    assert_int_equal(wc[1].wr_id, 1002);
+    assert_int_equal(wc[1].status, IBV_WC_WR_FLUSH_ERR);
+    assert_int_equal(fx_poll(x->f.cq, wc, 3, 50), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -284,6 +312,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unsignalled_queue_stays_full, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dump_shows_the_queue, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retry_timer_while_tx_held, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_response_out_of_step, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
