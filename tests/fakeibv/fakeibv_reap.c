@@ -60,8 +60,9 @@ void fakeibv_sq_reap_locked(struct fakeibv_qp *qp)
     uint32_t n, limit = qp->sq_depth;
     int fd;
 
-    /* Nothing sent waits for an answer: the queue is really full. */
-    if (qp->sq_resp == qp->sq_tx || !fakeibv_rx_claim_locked(qp))
+    /* Nothing sent waits for an answer: the queue is really full. Broken:
+     * the retry timer decides, and a stream out of step is read no more. */
+    if (qp->sq_resp == qp->sq_tx || qp->broken || !fakeibv_rx_claim_locked(qp))
         return;
     fd = qp->out_fd;
     pthread_mutex_unlock(&qp->lock);

@@ -161,13 +161,19 @@ int fakeibv_rx_one(struct fakeibv_qp *qp, int fd)
         return 0;
     }
     w = &qp->sq[qp->sq_resp % qp->sq_depth];
+    if (h.op == FAKEIBV_OP_NAK && h.syndrome == FAKEIBV_SYN_DROPPED) {
+        fakeibv_qp_set_broken_locked(qp);
+        pthread_mutex_unlock(&qp->lock);
+        return 0;
+    }
     if (h.seq != w->seq) {
         /*
-         * Responses come back in request order on this stream, so this one
-         * answers another request than the oldest unanswered: crediting it
-         * would complete a WR whose data never arrived. A NIC matches
-         * responses by PSN; here the stream is out of step, so the QP
-         * stops as if its peer were gone, and its WRs fail.
+         * Responses come back in request order on this stream (a peer that
+         * dropped the QP answers each request so, whichever it was: above),
+         * so this one answers another request than the oldest unanswered.
+         * Crediting it would complete a WR whose answer never came. A NIC
+         * matches responses by PSN; here the stream is out of step, so the
+         * QP stops as if its peer were gone, and its WRs fail.
          */
         FAKEIBV_WARN("qpn 0x%x -> qpn 0x%x: response seq %llu (op %u) where the oldest "
                      "unanswered request, wr_id 0x%llx, went with seq %llu (wire desync); "
@@ -177,11 +183,6 @@ int fakeibv_rx_one(struct fakeibv_qp *qp, int fd)
         fakeibv_qp_set_broken_locked(qp);
         pthread_mutex_unlock(&qp->lock);
         return -1;
-    }
-    if (h.op == FAKEIBV_OP_NAK && h.syndrome == FAKEIBV_SYN_DROPPED) {
-        fakeibv_qp_set_broken_locked(qp);
-        pthread_mutex_unlock(&qp->lock);
-        return 0;
     }
     if (h.op == FAKEIBV_OP_READ_RESP && (h.flags & (FAKEIBV_HDR_DESC | FAKEIBV_HDR_NULL))) {
         /* The responder wrote our SGEs itself, or (null payload) nobody does. */
