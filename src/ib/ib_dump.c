@@ -75,7 +75,7 @@ void ferry_ib_state_words(const ferry_px_ring_t *ring, char *buf, size_t len)
         off += (size_t)snprintf(buf + off, len - off, "; CTS FIFO head %llu (slot %u %s), WR "
                                 "chains outstanding %llu", (unsigned long long)head, s,
                                 idx == head + 1 ? "has the receiver's clear-to-send"
-                                                : "empty: the receiver has not posted it",
+                                                : "empty: not posted by the receiver, or lost",
                                 (unsigned long long)(FERRY_IB_DIAG_GET(sc->chains_posted) - done));
         if (moved_out > 0 && off < len)
             snprintf(buf + off, len - off, ", %d of them moved by a failover (new messages "

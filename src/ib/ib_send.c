@@ -271,17 +271,18 @@ void ferry_ib_send_fail_trunc(ferry_ib_send_comm_t *sc)
 
 /*
  * What a send that waits for its clear-to-send waits on, for the ring's
- * WARN and dump (ferry_px_ring_check_wait): it is the receiver that has not
- * posted (NCCL's own IB waits here in silence). A dead receiver is an error,
- * not this (ferry_ib_check_peer).
+ * WARN and dump (ferry_px_ring_check_wait): mostly a receiver that has not
+ * posted, else a clear-to-send the fabric lost (NCCL's own IB waits here in
+ * silence). A dead receiver is an error, not this (ferry_ib_check_peer).
  */
 void ferry_ib_send_wait_why(const ferry_px_ring_t *ring, char *buf, size_t len)
 {
     const ferry_ib_comm_t *c = (const ferry_ib_comm_t *)ring;
 
     snprintf(buf, len, "for the receiver's clear-to-send: the receiver %s has not posted the "
-             "matching irecv (a slower rank, or stopped); check that rank's log and whether "
-             "it is still running", c->conn.peer);
+             "matching irecv (a slower rank, or stopped), or its clear-to-send was lost on the "
+             "way; check that rank's log, whether it is still running, and its dump (a receive "
+             "posted there means the clear-to-send did not arrive)", c->conn.peer);
 }
 
 /* The receive's buffer this isend goes to: the first unmatched one with its tag. */

@@ -135,6 +135,12 @@ void fakeibv_test_hold_acks(int on);
  * scheduler left behind between taking a job and running it; off lets it go. */
 void fakeibv_test_hold_tx(int on);
 
+/* Tests: while on, no engine worker takes a job off the queue (at most 10 s),
+ * as if the scheduler left every worker behind; the poll thread and the
+ * retry timers still queue jobs, and a job a worker already took runs on.
+ * Off lets the workers take the queued jobs in order. */
+void fakeibv_test_stall_workers(int on);
+
 /* Tests: the next response any QP of this process sends (ACK, NAK or READ
  * response) carries its request's wire sequence plus one, as a stream out of
  * step would. The requester must not complete a WR with it: it warns, and

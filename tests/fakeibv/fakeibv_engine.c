@@ -71,6 +71,26 @@ static struct {
     .wakefd = -1,
 };
 
+/* ---- fakeibv_test_stall_workers (fakeibv.h) -------------------------------- */
+
+static uint64_t fakeibv_test_stall_until; /* CLOCK_MONOTONIC ns; 0: off. */
+
+static uint64_t fakeibv_mono_ns(void);
+
+FAKEIBV_EXPORT void fakeibv_test_stall_workers(int on)
+{
+    __atomic_store_n(&fakeibv_test_stall_until, on ? fakeibv_mono_ns() + 10000000000ULL : 0,
+                     __ATOMIC_RELEASE);
+}
+
+/* No worker takes a job now: the test's stall is on and younger than 10 s. */
+static int fakeibv_test_stalled(void)
+{
+    uint64_t until = __atomic_load_n(&fakeibv_test_stall_until, __ATOMIC_ACQUIRE);
+
+    return until != 0 && fakeibv_mono_ns() < until;
+}
+
 /* ---- the job queue (fakeibv_eng.lock held) ------------------------------- */
 
 static void *fakeibv_worker_main(void *arg);
@@ -227,8 +247,19 @@ static void *fakeibv_worker_main(void *arg)
     (void)arg;
     pthread_mutex_lock(&fakeibv_eng.lock);
     while (fakeibv_eng.running) {
-        struct fakeibv_job *j = fakeibv_pop_locked();
+        struct fakeibv_job *j;
         struct fakeibv_qp *qp;
+
+        if (fakeibv_test_stalled()) {
+            /* fakeibv_test_stall_workers: left behind, the queued jobs wait. */
+            struct timespec d = { 0, 1000000L };
+
+            pthread_mutex_unlock(&fakeibv_eng.lock);
+            nanosleep(&d, NULL);
+            pthread_mutex_lock(&fakeibv_eng.lock);
+            continue;
+        }
+        j = fakeibv_pop_locked();
 
         /* Round the loop after the spin: a stop while it spun must be seen before sleeping. */
         if (j == NULL && spin_ns > 0 && !spun) {

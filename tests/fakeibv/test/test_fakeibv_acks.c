@@ -9,8 +9,10 @@
  * bad pointing at the WR): an unsignalled completion frees no slot, on a
  * NIC as here. fakeibv_dump shows such a queue: every WR on the wire, the
  * peer's queue empty. A transmit job held the same way (fakeibv_test_hold_tx)
- * while the QP's retry timer runs out stays queued or running once. A
- * response out of step with its request completes nothing.
+ * while the QP's retry timer runs out stays queued or running once, and
+ * the jobs queued behind it while every worker lags
+ * (fakeibv_test_stall_workers) all run. A response out of step with its
+ * request completes nothing.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -41,10 +43,20 @@ static int setup(void **state)
     return 0;
 }
 
+/* Set while a case may leave a QP whose job count never drains (a job lost
+ * from the engine's queue): destroying it would wait for ever, so the
+ * teardown leaves the pair to the process's exit. */
+static int qps_wedged;
+
 static int teardown(void **state)
 {
+    fakeibv_test_stall_workers(0);
     fakeibv_test_hold_acks(0);
     fakeibv_test_hold_tx(0);
+    if (qps_wedged) {
+        printf("a QP's jobs never drained: the pair is left to the exit, not destroyed\n");
+        return 0;
+    }
     fx_pair_close(*state);
     return 0;
 }
@@ -228,8 +240,9 @@ static const char *dump_line(const char *text, const struct ibv_qp *qp, const st
     return strstr(text, want);
 }
 
-/* Waits until qp's dump line holds what; returns 1 if it did. */
-static int wait_dump(struct fx_pair *x, const char *what)
+/* Waits until the dump line of qp (towards peer; NULL: the engine's line)
+ * holds what; returns 1 if it did. */
+static int wait_dump_line(const struct ibv_qp *qp, const struct ibv_qp *peer, const char *what)
 {
     struct timespec t0;
     int found = 0;
@@ -237,7 +250,7 @@ static int wait_dump(struct fx_pair *x, const char *what)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     while (!found && fx_ms_since(&t0) < WAIT_MS) {
         char *text = dump_text();
-        const char *line = dump_line(text, x->a, x->b);
+        const char *line = qp != NULL ? dump_line(text, qp, peer) : strstr(text, "engine ");
         const char *end = line != NULL ? strchr(line, '\n') : NULL;
         const char *at = line != NULL ? strstr(line, what) : NULL;
 
@@ -247,6 +260,12 @@ static int wait_dump(struct fx_pair *x, const char *what)
             sleep_ms(2);
     }
     return found;
+}
+
+/* Waits until the dump line of x->a holds what; returns 1 if it did. */
+static int wait_dump(struct fx_pair *x, const char *what)
+{
+    return wait_dump_line(x->a, x->b, what);
 }
 
 /*
@@ -308,6 +327,114 @@ static void test_response_out_of_step(void **state)
     expect_retry_then_flush(x);
 }
 
+/* WRITE of chunk i of src to chunk i of dst on qp, signalled. */
+static int write_chunk_on(struct fx_pair *x, struct ibv_qp *qp, uint64_t wr_id, uint32_t i)
+{
+    return fx_write(qp, wr_id, IBV_WR_RDMA_WRITE, x->src + (size_t)i * CHUNK, CHUNK,
+                    x->src_mr->lkey, (uintptr_t)(x->dst + (size_t)i * CHUNK), x->dst_mr->rkey,
+                    IBV_SEND_SIGNALED, 0);
+}
+
+/*
+ * The retry timer of a QP whose peer is unreachable runs out while its
+ * transmit job runs (taken by a worker and held, fakeibv_test_hold_tx) and
+ * every worker lags (fakeibv_test_stall_workers). Meanwhile a WRITE of
+ * another, healthy QP pair arrives: its responder job is queued. The held
+ * run ends, and the QP is kicked right after (its stream cut once more).
+ * The timer must not have queued the running job a second time: that copy,
+ * still queued at the kick, would be linked in again at the queue's tail,
+ * cutting off the healthy pair's job behind it, and that pair would never
+ * be served again (RELIABILITY 8, bug 18: a surviving QP pair that stops).
+ * Once the workers go on, the healthy pair's WRITE completes and its bytes
+ * land; the unreachable QP's WRs end in RETRY_EXC_ERR and WR_FLUSH_ERR and
+ * place nothing; every job drains.
+ */
+static void test_retry_copy_cuts_no_queued_job(void **state)
+{
+    struct fx_pair *x = *state;
+    struct ibv_qp *c = fx_qp(&x->f, DEPTH, 64), *d = fx_qp(&x->f, DEPTH, 64);
+    unsigned char zero[2 * CHUNK];
+    struct ibv_wc wc[4];
+    int n, i, at_retry = -1, at_flush = -1, at_healthy = -1;
+    char *text;
+
+    assert_non_null(c);
+    assert_non_null(d);
+    assert_int_equal(fx_connect(c, x->f.lid, d->qp_num, 7), 0);
+    assert_int_equal(fx_connect(d, x->f.lid, c->qp_num, 7), 0);
+    fx_fill(x->src, BUF, 9);
+    memset(x->dst, 0, BUF);
+    memset(zero, 0, sizeof(zero));
+    /* The healthy pair: one WRITE answered (the responder's mode message in). */
+    assert_int_equal(write_chunk_on(x, c, 2000, DEPTH - 1), 0);
+    assert_int_equal(fx_poll(x->f.cq, wc, 1, WAIT_MS), 1);
+    assert_int_equal(wc[0].wr_id, 2000);
+    assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+    /* The other QP: answered once, then its requests stop reaching the peer;
+     * its next WR arms the retry timer. */
+    assert_int_equal(write_chunk(x, 0, IBV_SEND_SIGNALED), 0);
+    assert_int_equal(fx_poll(x->f.cq, wc, 1, WAIT_MS), 1);
+    assert_int_equal(wc[0].wr_id, 1000);
+    assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+    assert_int_equal(fakeibv_inject(x->f.ctx, FAKEIBV_FAULT_QP_DROP, x->a->qp_num, 0, 0, 0), 0);
+    assert_int_equal(write_chunk(x, 1, IBV_SEND_SIGNALED), 0);
+    assert_true(wait_dump(x, "jobs 0 (tx queued 0, timer 1)"));
+    /* Its next transmit job taken by a worker and held; then no worker takes a job. */
+    qps_wedged = 1;
+    fakeibv_test_hold_tx(1);
+    assert_int_equal(write_chunk(x, 2, IBV_SEND_SIGNALED), 0);
+    assert_true(wait_dump(x, "jobs 1 (tx queued 1, timer 1)"));
+    assert_true(wait_dump_line(NULL, NULL, "jobs queued 0,"));
+    fakeibv_test_stall_workers(1);
+    /* The deadline passes while the job runs. */
+    assert_true(wait_dump(x, ", timer 0)"));
+    /* The healthy pair's next WRITE goes out; its responder's job is queued. */
+    assert_int_equal(write_chunk_on(x, c, 2001, DEPTH), 0);
+    assert_true(wait_dump_line(d, c, "jobs 1 (tx queued 0, timer 0)"));
+    /* The held run goes on: the oldest WR fails, the QP errs, the run ends. */
+    fakeibv_test_hold_tx(0);
+    assert_true(wait_dump(x, "(tx queued 0, timer 0)"));
+    /* The kick right after: the stream's end seen once more. */
+    assert_int_equal(fakeibv_inject(x->f.ctx, FAKEIBV_FAULT_QP_DROP, x->a->qp_num, 0, 0, 0), 0);
+    fakeibv_test_stall_workers(0);
+    n = fx_poll(x->f.cq, wc, 3, WAIT_MS);
+    for (i = 0; i < n; i++) {
+        if (wc[i].wr_id == 1001 && wc[i].status == IBV_WC_RETRY_EXC_ERR)
+            at_retry = i;
+        else if (wc[i].wr_id == 1002 && wc[i].status == IBV_WC_WR_FLUSH_ERR)
+            at_flush = i;
+        else if (wc[i].wr_id == 2001 && wc[i].status == IBV_WC_SUCCESS &&
+                 wc[i].opcode == IBV_WC_RDMA_WRITE)
+            at_healthy = i;
+        else
+            fail_msg("unexpected completion wr_id %llu status %s (%d)",
+                     (unsigned long long)wc[i].wr_id, ibv_wc_status_str(wc[i].status),
+                     (int)wc[i].status);
+    }
+    if (at_healthy < 0) {
+        text = dump_text();
+        printf("the healthy pair's WRITE never completed (%d completion(s)):\n%s", n, text);
+        free(text);
+    }
+    assert_true(at_healthy >= 0);
+    assert_true(at_retry >= 0);
+    assert_true(at_flush > at_retry);
+    assert_int_equal(fx_poll(x->f.cq, wc, 4, 50), 0);
+    /* Byte for byte: both WRITEs of the healthy pair and the first of the
+     * other QP landed; the two that failed placed nothing. */
+    assert_memory_equal(x->dst, x->src, CHUNK);
+    assert_memory_equal(x->dst + CHUNK, zero, 2 * CHUNK);
+    assert_memory_equal(x->dst + (size_t)(DEPTH - 1) * CHUNK, x->src + (size_t)(DEPTH - 1) * CHUNK,
+                        2 * CHUNK);
+    /* Every job ran once: the job counts drain. */
+    assert_true(wait_dump(x, "jobs 0 (tx queued 0, timer 0)"));
+    assert_true(wait_dump_line(d, c, "jobs 0 (tx queued 0, timer 0)"));
+    assert_true(wait_dump_line(c, d, "jobs 0 (tx queued 0, timer 0)"));
+    qps_wedged = 0;
+    assert_int_equal(ibv_destroy_qp(c), 0);
+    assert_int_equal(ibv_destroy_qp(d), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -316,6 +443,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_dump_shows_the_queue, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retry_timer_while_tx_held, setup, teardown),
         cmocka_unit_test_setup_teardown(test_response_out_of_step, setup, teardown),
+        /* Last: on an engine that loses a queued job, its QPs are left undestroyed. */
+        cmocka_unit_test_setup_teardown(test_retry_copy_cuts_no_queued_job, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
