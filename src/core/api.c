@@ -286,6 +286,7 @@ int ferry_api_tuning(ferry_api_tuning_t *out)
         out->ll_bw_mbs = ferry_api_cfg.tuner_ll_bw;
         out->channel_bytes = ferry_api_cfg.tuner_channel_bytes;
         out->channel_bytes_set = ferry_api_cfg.src[FERRY_CFG_TUNER_CHANNEL_BYTES] == FERRY_CFG_ENV;
+        out->step_bytes = ferry_api_cfg.tuner_step_bytes;
         if (!out->channel_bytes_set && ferry_api_be->tuner_channel_bytes != 0)
             out->channel_bytes = ferry_api_be->tuner_channel_bytes;
         memset(&props, 0, sizeof(props));

@@ -121,6 +121,7 @@ typedef struct ferry_api_tuning {
     int    ll_bw_mbs;     /* NCCL_FERRY_TUNER_LL_BW. */
     size_t channel_bytes; /* NCCL_FERRY_TUNER_CHANNEL_BYTES. */
     int    channel_bytes_set; /* ...set by the user (it then holds even with NCCL_*_NCHANNELS). */
+    size_t step_bytes;    /* NCCL_FERRY_TUNER_STEP_BYTES. */
 } ferry_api_tuning_t;
 /* 0 while ferry's net is not initialized (no live context). */
 int ferry_api_tuning(ferry_api_tuning_t *out);

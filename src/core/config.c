@@ -58,6 +58,11 @@ static const ferry_cfg_var_t ferry_cfg_vars[FERRY_CFG_COUNT] = {
     [FERRY_CFG_TUNER_CHANNEL_BYTES] = {"NCCL_FERRY_TUNER_CHANNEL_BYTES", FERRY_CFG_KIND_SIZE,
                                     FERRY_CFG_FIELD(tuner_channel_bytes), 2 << 20, 0, 1LL << 40,
                                     "a size up to 1T (collective bytes per NCCL channel; 0 leaves channels to NCCL)"},
+    [FERRY_CFG_TUNER_STEP_BYTES] = {"NCCL_FERRY_TUNER_STEP_BYTES", FERRY_CFG_KIND_SIZE,
+                                    FERRY_CFG_FIELD(tuner_step_bytes), 0, 0, 1LL << 40,
+                                    "a size up to 1T (a Simple ring collective whose ring step "
+                                    "on 2 channels would move fewer bytes runs on one; 0: off; "
+                                    "the same on every rank)"},
     [FERRY_CFG_STALL_WARN_S]     = {"NCCL_FERRY_STALL_WARN_S", FERRY_CFG_KIND_INT,
                                     FERRY_CFG_FIELD(stall_warn_s), 60, 0, 86400,
                                     "0..86400 (s a request may go without progress before test() "
@@ -148,7 +153,7 @@ void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
     snprintf(buf, len,
              "backend=%s(%s) ifname=%s(%s) family=%s(%s) retry=%dx%dms(%s) "
              "hello_timeout=%dms(%s) dump_signal=%d(%s) tuner=%d(%s) tuner_ll_bw=%dMB/s(%s) "
-             "tuner_channel_bytes=%zu(%s) stall_warn=%ds(%s) rma=%d(%s)",
+             "tuner_channel_bytes=%zu(%s) tuner_step_bytes=%zu(%s) stall_warn=%ds(%s) rma=%d(%s)",
              ferry_config_backend_name(cfg->backend), ferry_cfg_src_name(cfg->src[FERRY_CFG_BACKEND]),
              cfg->socket_ifname[0] ? cfg->socket_ifname : "<nccl order>",
              ferry_cfg_src_name(cfg->src[FERRY_CFG_SOCKET_IFNAME]), family,
@@ -158,7 +163,8 @@ void ferry_config_format(const ferry_config_t *cfg, char *buf, size_t len)
              cfg->dump_signal, ferry_cfg_src_name(cfg->src[FERRY_CFG_DUMP_SIGNAL]), cfg->tuner,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_TUNER]), cfg->tuner_ll_bw,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_TUNER_LL_BW]), cfg->tuner_channel_bytes,
-             ferry_cfg_src_name(cfg->src[FERRY_CFG_TUNER_CHANNEL_BYTES]), cfg->stall_warn_s,
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_TUNER_CHANNEL_BYTES]), cfg->tuner_step_bytes,
+             ferry_cfg_src_name(cfg->src[FERRY_CFG_TUNER_STEP_BYTES]), cfg->stall_warn_s,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_STALL_WARN_S]), cfg->rma,
              ferry_cfg_src_name(cfg->src[FERRY_CFG_RMA]));
 }

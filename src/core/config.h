@@ -32,6 +32,7 @@ typedef enum ferry_cfg_id {
     FERRY_CFG_TUNER,
     FERRY_CFG_TUNER_LL_BW,
     FERRY_CFG_TUNER_CHANNEL_BYTES,
+    FERRY_CFG_TUNER_STEP_BYTES,
     FERRY_CFG_STALL_WARN_S,
     FERRY_CFG_RMA,
     FERRY_CFG_COUNT
@@ -54,6 +55,7 @@ typedef struct ferry_config {
     int    tuner;                  /* 1: the bundled NCCL tuner corrects NCCL's cost model. */
     int    tuner_ll_bw;            /* MB/s of bus bandwidth LL/LL128 reach over a host-staged net. */
     size_t tuner_channel_bytes;    /* Simple collectives: bytes per channel before adding one. */
+    size_t tuner_step_bytes;       /* Simple rings: one channel while a 2-channel step moves less. */
     int    stall_warn_s;           /* test() WARNs once about a request without progress this long; 0 off. */
     int    rma;                    /* NCCL_FERRY_RMA: 1 ferry's RMA plugin, 0 NCCL's own. */
     ferry_cfg_src_t src[FERRY_CFG_COUNT];

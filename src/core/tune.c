@@ -32,6 +32,7 @@ void ferry_tune_setup(ferry_tune_t *t, size_t nranks, size_t nnodes)
     }
     t->ll_bytes_per_us = (double)s.ll_bw_mbs;
     t->channel_bytes = s.channel_bytes;
+    t->step_bytes = s.step_bytes;
     /*
      * The user's own channel settings win over ferry's per-size count, unless
      * the user also set ferry's (NCCL_MIN_NCHANNELS=8 to have NCCL open 8
@@ -55,14 +56,20 @@ void ferry_tune_setup(ferry_tune_t *t, size_t nranks, size_t nnodes)
         snprintf(t->why, sizeof(t->why),
                  "off: all %zu ranks on one node, ferry carries none of this traffic", nranks);
     else {
+        size_t off;
+
         t->active = 1;
-        snprintf(t->why, sizeof(t->why),
-                 "on: LL/LL128 held to %d MB/s bus bandwidth; Simple gets one channel per "
-                 "%zu bytes (at least %d)%s", s.ll_bw_mbs, t->channel_bytes,
-                 FERRY_TUNE_MIN_CHANNELS,
-                 t->channel_bytes != 0 ? ""
-                 : s.channel_bytes != 0 ? " (off: NCCL_*_NCHANNELS set)"
-                                        : " (off: NCCL_FERRY_TUNER_CHANNEL_BYTES=0)");
+        off = (size_t)snprintf(t->why, sizeof(t->why),
+                               "on: LL/LL128 held to %d MB/s bus bandwidth; Simple gets one "
+                               "channel per %zu bytes (at least %d)%s", s.ll_bw_mbs,
+                               t->channel_bytes, FERRY_TUNE_MIN_CHANNELS,
+                               t->channel_bytes != 0 ? ""
+                               : s.channel_bytes != 0 ? " (off: NCCL_*_NCHANNELS set)"
+                                                      : " (off: NCCL_FERRY_TUNER_CHANNEL_BYTES=0)");
+        if (t->step_bytes != 0 && off < sizeof(t->why))
+            snprintf(t->why + off, sizeof(t->why) - off, "; a ring whose step on %d channels "
+                     "moves under %zu bytes gets one (NCCL_FERRY_TUNER_STEP_BYTES)",
+                     FERRY_TUNE_MIN_CHANNELS, t->step_bytes);
     }
 }
 
@@ -125,8 +132,23 @@ int ferry_tune_coll(const ferry_tune_t *t, int coll, size_t nbytes, float *table
             }
         }
     }
-    if (nchannels == NULL || *nchannels != 0 || t->channel_bytes == 0 ||
+    if (nchannels == NULL || *nchannels != 0 ||
         (best_a != FERRY_TUNE_ALGO_RING && best_a != FERRY_TUNE_ALGO_TREE))
+        return changed;
+    if (best_p == FERRY_TUNE_PROTO_SIMPLE && best_a == FERRY_TUNE_ALGO_RING &&
+        t->step_bytes != 0 && nbytes >= (size_t)FERRY_TUNE_SIMPLE_CHANNEL_BYTES *
+        FERRY_TUNE_MIN_CHANNELS && nbytes / (t->nranks * FERRY_TUNE_MIN_CHANNELS) < t->step_bytes) {
+        /*
+         * A ring's steps are a chain: each waits for the one before it on
+         * the neighbour. Where one thread carries every channel's messages
+         * (a rank with few CPUs), a second channel halves each message but
+         * adds a message per step to that thread, and small steps cost
+         * that thread per message, not per byte.
+         */
+        *nchannels = 1;
+        return 1;
+    }
+    if (t->channel_bytes == 0)
         return changed;
     if (best_p == FERRY_TUNE_PROTO_SIMPLE) {
         size_t nc = nbytes / t->channel_bytes;

@@ -49,7 +49,8 @@ typedef struct ferry_tune {
     size_t nnodes;
     double ll_bytes_per_us; /* LL/LL128 bus bandwidth ceiling (1 MB/s = 1 byte/us). */
     size_t channel_bytes;   /* Simple: collective bytes per channel; 0 leaves channels alone. */
-    char   why[192];        /* What decided active, for the log. */
+    size_t step_bytes;      /* Simple rings: one channel below this step on 2; 0: off. */
+    char   why[288];        /* What decided active, for the log. */
 } ferry_tune_t;
 
 /*

@@ -223,6 +223,16 @@ void ferry_sock_config_derive_lanes(ferry_sock_config_t *cfg)
         cfg->threads = cfg->streams;
     ferry_sock_cfg_derive_side(cfg, FERRY_SOCK_CFG_SEND_THREADS, &cfg->send_threads);
     ferry_sock_cfg_derive_side(cfg, FERRY_SOCK_CFG_RECV_THREADS, &cfg->recv_threads);
+    /*
+     * A lone comm's sends would go back onto NCCL's thread (solo_max), the
+     * copies the send helper is there to keep off it; its receives are
+     * NCCL's thread's in this mode anyway.
+     */
+    if (cfg->src[FERRY_SOCK_CFG_SOLO_MAX] == FERRY_CFG_DEFAULT && cfg->send_threads > 0 &&
+        ferry_sock_cfg_send_helper_mode(cfg)) {
+        cfg->solo_max = 0;
+        cfg->src[FERRY_SOCK_CFG_SOLO_MAX] = FERRY_CFG_DERIVED;
+    }
     if (cfg->helper_place < 0) {
         cfg->helper_place = ferry_sock_cfg_send_helper_mode(cfg) ? FERRY_SOCK_PLACE_AWAY
                                                                   : FERRY_SOCK_PLACE_MASK;

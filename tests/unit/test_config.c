@@ -58,6 +58,10 @@ static const core_var_case_t core_vars[] = {
     {FERRY_CFG_TUNER_CHANNEL_BYTES, "NCCL_FERRY_TUNER_CHANNEL_BYTES", "0",
      "tuner_channel_bytes=0(env)", "-5",
      "a size up to 1T (collective bytes per NCCL channel; 0 leaves channels to NCCL)"},
+    {FERRY_CFG_TUNER_STEP_BYTES, "NCCL_FERRY_TUNER_STEP_BYTES", "128K",
+     "tuner_step_bytes=131072(env)", "2T",
+     "a size up to 1T (a Simple ring collective whose ring step on 2 channels would move fewer "
+     "bytes runs on one; 0: off; the same on every rank)"},
     {FERRY_CFG_STALL_WARN_S, "NCCL_FERRY_STALL_WARN_S", "0", "stall_warn=0s(env)", "86401",
      "0..86400 (s a request may go without progress before test() warns about it once; 0: "
      "never)"},
@@ -116,7 +120,8 @@ static void test_defaults(void **state)
                               "family=any(default) retry=34x100ms(default) "
                               "hello_timeout=10000ms(default) dump_signal=0(default) "
                               "tuner=1(default) tuner_ll_bw=1000MB/s(default) "
-                              "tuner_channel_bytes=2097152(default) stall_warn=60s(default) "
+                              "tuner_channel_bytes=2097152(default) "
+                              "tuner_step_bytes=0(default) stall_warn=60s(default) "
                               "rma=1(default)");
 }
 
@@ -174,7 +179,7 @@ static void test_env_values_together(void **state)
     assert_string_equal(line, "backend=socket(env) ifname=^docker,lo(env) family=AF_INET6(env) "
                               "retry=3x5ms(env) hello_timeout=500ms(env) dump_signal=12(env) "
                               "tuner=0(env) tuner_ll_bw=2500MB/s(env) tuner_channel_bytes=0(env) "
-                              "stall_warn=0s(env) rma=1(default)");
+                              "tuner_step_bytes=0(default) stall_warn=0s(env) rma=1(default)");
     setenv("NCCL_FERRY_STALL_WARN_S", "86400", 1);
     assert_int_equal(ferry_config_load(&cfg), FERRY_OK);
     assert_int_equal(cfg.stall_warn_s, 86400);

@@ -462,6 +462,8 @@ static void test_two_cpus_whole_host(void **state)
     assert_int_equal(cfg.send_threads, 0);
     assert_int_equal(cfg.recv_threads, 0);
     assert_int_equal(cfg.helper_place, FERRY_SOCK_PLACE_MASK);
+    assert_int_equal(cfg.solo_max, 64 << 10); /* No send helper: a lone comm's sends stay solo. */
+    assert_int_equal(cfg.src[FERRY_SOCK_CFG_SOLO_MAX], FERRY_CFG_DEFAULT);
     ferry_sock_config_lanes_line(&cfg, line, sizeof(line));
     assert_string_equal(line, "socket backend: 1 stream, no helper threads (NCCL's thread moves "
                               "every byte) per connection, chosen for 2 CPUs in the affinity mask "
@@ -490,6 +492,7 @@ static void test_side_threads(void **state)
     assert_int_equal(cfg.src[FERRY_SOCK_CFG_SEND_THREADS], FERRY_CFG_ENV);
     assert_int_equal(cfg.recv_threads, 0);
     assert_int_equal(cfg.src[FERRY_SOCK_CFG_RECV_THREADS], FERRY_CFG_DERIVED);
+    assert_int_equal(cfg.solo_max, 64 << 10); /* No send helper: solo as on any budget. */
     ferry_sock_config_lanes_line(&cfg, line, sizeof(line));
     assert_string_equal(line, "socket backend: 1 stream, no helper threads (NCCL's thread moves "
                               "every byte) per connection, set by NCCL_FERRY_SEND_THREADS "
@@ -504,6 +507,13 @@ static void test_side_threads(void **state)
     assert_int_equal(cfg.send_threads, 1);
     assert_int_equal(cfg.recv_threads, 1);
     assert_int_equal(cfg.helper_place, FERRY_SOCK_PLACE_AWAY);
+    /* The send helper's mode: a lone comm's sends go to the helper, not to NCCL's thread. */
+    assert_int_equal(cfg.solo_max, 0);
+    assert_int_equal(cfg.src[FERRY_SOCK_CFG_SOLO_MAX], FERRY_CFG_DERIVED);
+    setenv("NCCL_FERRY_SOLO_MAX", "128K", 1);
+    assert_int_equal(ferry_sock_config_load_ncpus(&cfg, 2), FERRY_OK);
+    assert_int_equal(cfg.solo_max, 128 << 10);
+    assert_int_equal(cfg.src[FERRY_SOCK_CFG_SOLO_MAX], FERRY_CFG_ENV);
     /* Helpers chosen by NCCL_FERRY_THREADS: both sides follow it, no extra send helper. */
     clear_env(NULL);
     setenv("NCCL_FERRY_THREADS", "0", 1);

@@ -199,6 +199,62 @@ static void test_channels_by_size(void **state)
     }
 }
 
+/*
+ * NCCL_FERRY_TUNER_STEP_BYTES=128K on 8 ranks: a Simple ring whose step on 2
+ * channels would move under 128 KiB gets one channel (1 MiB: 64 KiB steps),
+ * from 2 MiB the per-size count holds; NCCL's own drop below 64 KiB, a tree,
+ * a count already chosen and 0 (off) are left alone.
+ */
+static void test_step_bytes_one_channel(void **state)
+{
+    static const struct { size_t bytes; int nch; } cases[] = {
+        {32 << 10, 0}, {64 << 10, 1}, {1 << 20, 1}, {(2 << 20) - 1, 1}, {2 << 20, 2},
+        {4 << 20, 2}, {16 << 20, 8},
+    };
+    ferry_tune_t t = active_tuner();
+    float table[NALGO][NPROTO];
+    size_t i;
+    int nch;
+
+    (void)state;
+    t.nranks = 8;
+    t.nnodes = 8;
+    t.step_bytes = 128 << 10;
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        nch = 0;
+        ring_table(table, -1.0f, 100.0f);
+        ferry_tune_coll(&t, FERRY_TUNE_ALL_REDUCE, cases[i].bytes, &table[0][0], NALGO, NPROTO,
+                        &nch);
+        assert_int_equal(nch, cases[i].nch);
+    }
+    /* Also with the per-size count off (NCCL_FERRY_TUNER_CHANNEL_BYTES=0). */
+    t.channel_bytes = 0;
+    nch = 0;
+    ring_table(table, -1.0f, 100.0f);
+    assert_int_equal(ferry_tune_coll(&t, FERRY_TUNE_ALL_REDUCE, 1 << 20, &table[0][0], NALGO,
+                                     NPROTO, &nch), 1);
+    assert_int_equal(nch, 1);
+    /* A tree's steps are not the ring's: the per-size count, here off. */
+    nch = 0;
+    ring_table(table, -1.0f, -1.0f);
+    table[TREE][SIMPLE] = 50.0f;
+    assert_int_equal(ferry_tune_coll(&t, FERRY_TUNE_ALL_REDUCE, 1 << 20, &table[0][0], NALGO,
+                                     NPROTO, &nch), 0);
+    assert_int_equal(nch, 0);
+    /* A count NCCL or the user chose stays. */
+    nch = 4;
+    ring_table(table, -1.0f, 100.0f);
+    ferry_tune_coll(&t, FERRY_TUNE_ALL_REDUCE, 1 << 20, &table[0][0], NALGO, NPROTO, &nch);
+    assert_int_equal(nch, 4);
+    /* Off: the 2-channel minimum. */
+    t.channel_bytes = 2 << 20;
+    t.step_bytes = 0;
+    nch = 0;
+    ring_table(table, -1.0f, 100.0f);
+    ferry_tune_coll(&t, FERRY_TUNE_ALL_REDUCE, 1 << 20, &table[0][0], NALGO, NPROTO, &nch);
+    assert_int_equal(nch, 2);
+}
+
 /* A channel count NCCL (or a user setting) already chose is not overridden; 0 bytes/channel = off. */
 static void test_channels_left_alone(void **state)
 {
@@ -270,6 +326,7 @@ int main(void)
         cmocka_unit_test(test_small_simple_keeps_ncclcount),
         cmocka_unit_test(test_channels_by_size),
         cmocka_unit_test(test_channels_left_alone),
+        cmocka_unit_test(test_step_bytes_one_channel),
         cmocka_unit_test(test_bus_factor),
         cmocka_unit_test(test_inactive),
     };
