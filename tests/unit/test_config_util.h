@@ -1,5 +1,5 @@
 /*
- * What the config-table tests (test_config.c, test_sock_config.c) share: a
+ * What the config-table tests (test_config.c, test_sock_config*.c) share: a
  * logger that keeps the last WARN, and the check that a bad value's WARN
  * ends in the table's wording ("NAME='value' is not valid: expected HELP;
  * unset it or fix the value"). Include after <cmocka.h>.
