@@ -443,9 +443,10 @@ static void test_retry_copy_cuts_no_queued_job(void **state)
     assert_true(wait_dump_line(d, c, "jobs 1 (tx queued 0, timer 0)"));
     /*
      * The held run goes on and ends: the oldest WR fails and the QP errs,
-     * or (a loaded machine: the run started a fresh deadline) it sets the
-     * timer again, which may already have queued the job once more behind
-     * the healthy pair's (the engine then holds 2).
+     * or, where the cut stream's end was seen late (a loaded machine), the
+     * retry timeout started again then and the run sets the timer anew,
+     * whose job may already be queued once more behind the healthy pair's
+     * (the engine then holds 2).
      */
     fakeibv_test_hold_tx(0);
     assert_true(wait_run_ended(x));
