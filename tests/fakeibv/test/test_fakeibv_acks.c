@@ -209,18 +209,29 @@ static char *dump_text(void)
     return text;
 }
 
+/* The dump's line for qp, or NULL; points into text. */
+static const char *dump_line(const char *text, const struct ibv_qp *qp, const struct ibv_qp *peer)
+{
+    char want[64];
+
+    snprintf(want, sizeof(want), "qpn 0x%x -> 0x%x ", qp->qp_num, peer->qp_num);
+    return strstr(text, want);
+}
+
+/* line (of a dump, up to its newline; NULL: none) holds what. */
+static int line_holds(const char *line, const char *what)
+{
+    const char *end = line != NULL ? strchr(line, '\n') : NULL;
+    const char *at = line != NULL ? strstr(line, what) : NULL;
+
+    return at != NULL && (end == NULL || at < end);
+}
+
 /* The dump's line of qp (towards peer) holds what. */
 static int line_has(const char *text, const struct ibv_qp *qp, const struct ibv_qp *peer,
                     const char *what)
 {
-    char want[64];
-    const char *line, *end, *at;
-
-    snprintf(want, sizeof(want), "qpn 0x%x -> 0x%x ", qp->qp_num, peer->qp_num);
-    line = strstr(text, want);
-    end = line != NULL ? strchr(line, '\n') : NULL;
-    at = line != NULL ? strstr(line, what) : NULL;
-    return at != NULL && (end == NULL || at < end);
+    return line_holds(dump_line(text, qp, peer), what);
 }
 
 /* The dump of a full queue whose ACKs are held: both QPs, what was sent, what waits. */
@@ -246,18 +257,10 @@ static void test_dump_shows_the_queue(void **state)
     assert_memory_equal(x->dst, x->src, (size_t)DEPTH * CHUNK);
 }
 
-/* The dump's line for qp, or NULL; points into text. */
-static const char *dump_line(const char *text, const struct ibv_qp *qp, const struct ibv_qp *peer)
-{
-    char want[64];
-
-    snprintf(want, sizeof(want), "qpn 0x%x -> 0x%x ", qp->qp_num, peer->qp_num);
-    return strstr(text, want);
-}
-
-/* Waits until the dump line of qp (towards peer; NULL: the engine's line)
- * holds what; returns 1 if it did. */
-static int wait_dump_line(const struct ibv_qp *qp, const struct ibv_qp *peer, const char *what)
+/* Waits until ready(text, arg) holds for a dump's text; returns 1 if it did,
+ * else prints the last dump with what was waited for. */
+static int wait_dump_until(int (*ready)(const char *text, const void *arg), const void *arg,
+                           const char *what)
 {
     struct timespec t0;
     int found = 0;
@@ -265,11 +268,8 @@ static int wait_dump_line(const struct ibv_qp *qp, const struct ibv_qp *peer, co
     clock_gettime(CLOCK_MONOTONIC, &t0);
     while (!found && fx_ms_since(&t0) < WAIT_MS) {
         char *text = dump_text();
-        const char *line = qp != NULL ? dump_line(text, qp, peer) : strstr(text, "engine ");
-        const char *end = line != NULL ? strchr(line, '\n') : NULL;
-        const char *at = line != NULL ? strstr(line, what) : NULL;
 
-        found = at != NULL && (end == NULL || at < end);
+        found = ready(text, arg);
         free(text);
         if (!found)
             sleep_ms(2);
@@ -277,39 +277,51 @@ static int wait_dump_line(const struct ibv_qp *qp, const struct ibv_qp *peer, co
     if (!found) {
         char *text = dump_text();
 
-        printf("no \"%s\" after %d ms; the dump:\n%s", what, WAIT_MS, text);
+        printf("no %s after %d ms; the dump:\n%s", what, WAIT_MS, text);
         free(text);
     }
     return found;
 }
 
-/* Waits until x->a's transmit job is neither queued nor running, or is
- * queued again behind another job; returns 1 if it was. */
+struct dump_want {
+    const struct ibv_qp *qp, *peer; /* qp NULL: the engine's line. */
+    const char          *what;
+};
+
+static int dump_has(const char *text, const void *arg)
+{
+    const struct dump_want *w = arg;
+
+    return w->qp != NULL ? line_has(text, w->qp, w->peer, w->what)
+                         : line_holds(strstr(text, "engine "), w->what);
+}
+
+/* Waits until the dump line of qp (towards peer; NULL: the engine's line)
+ * holds what; returns 1 if it did. */
+static int wait_dump_line(const struct ibv_qp *qp, const struct ibv_qp *peer, const char *what)
+{
+    struct dump_want w = {qp, peer, what};
+
+    return wait_dump_until(dump_has, &w, what);
+}
+
+/*
+ * x->a's transmit run ended: its job is neither queued nor running, or it
+ * is one job queued again behind the healthy pair's (the engine holds 2).
+ * A job running with a copy queued is 2 of x->a's jobs: not ended.
+ */
+static int run_ended(const char *text, const void *arg)
+{
+    const struct fx_pair *x = arg;
+
+    return line_has(text, x->a, x->b, "(tx queued 0,") ||
+           (line_has(text, x->a, x->b, "jobs 1 (tx queued 1,") &&
+            line_holds(strstr(text, "engine "), "jobs queued 2,"));
+}
+
 static int wait_run_ended(struct fx_pair *x)
 {
-    struct timespec t0;
-    int ended = 0;
-
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (!ended && fx_ms_since(&t0) < WAIT_MS) {
-        char *text = dump_text();
-        const char *line = dump_line(text, x->a, x->b);
-        const char *end = line != NULL ? strchr(line, '\n') : NULL;
-        const char *idle = line != NULL ? strstr(line, "(tx queued 0,") : NULL;
-
-        ended = (idle != NULL && (end == NULL || idle < end)) ||
-                strstr(text, "jobs queued 2,") != NULL;
-        free(text);
-        if (!ended)
-            sleep_ms(2);
-    }
-    if (!ended) {
-        char *text = dump_text();
-
-        printf("the held transmit run did not end in %d ms; the dump:\n%s", WAIT_MS, text);
-        free(text);
-    }
-    return ended;
+    return wait_dump_until(run_ended, x, "end of the held transmit run");
 }
 
 /* Waits until the dump line of x->a holds what; returns 1 if it did. */
@@ -446,7 +458,7 @@ static void test_retry_copy_cuts_no_queued_job(void **state)
      * or, where the cut stream's end was seen late (a loaded machine), the
      * retry timeout started again then and the run sets the timer anew,
      * whose job may already be queued once more behind the healthy pair's
-     * (the engine then holds 2).
+     * (run_ended).
      */
     fakeibv_test_hold_tx(0);
     assert_true(wait_run_ended(x));
