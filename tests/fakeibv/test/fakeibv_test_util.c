@@ -7,21 +7,34 @@
 #include "fakeibv.h"
 #include "fakeibv_test_util.h"
 
-int fx_open(struct fx *f)
+int fx_open_index(struct fx *f, int index, int ndev, int cq_entries)
 {
-    struct ibv_device **list = ibv_get_device_list(NULL);
+    int n = 0;
+    struct ibv_device **list = ibv_get_device_list(&n);
 
     memset(f, 0, sizeof(*f));
-    if (list == NULL || list[0] == NULL)
+    if (list == NULL || index >= n || (ndev > 0 && n != ndev)) {
+        if (list != NULL)
+            ibv_free_device_list(list);
         return -1;
-    f->ctx = ibv_open_device(list[0]);
+    }
+    f->ctx = ibv_open_device(list[index]);
     ibv_free_device_list(list);
     if (f->ctx == NULL)
         return -1;
     f->pd = ibv_alloc_pd(f->ctx);
-    f->cq = ibv_create_cq(f->ctx, 256, NULL, NULL, 0);
+    f->cq = ibv_create_cq(f->ctx, cq_entries, NULL, NULL, 0);
     f->lid = fakeibv_port_lid(f->ctx, 1);
-    return f->pd != NULL && f->cq != NULL && f->lid != 0 ? 0 : -1;
+    return f->pd != NULL && f->cq != NULL ? 0 : -1;
+}
+
+int fx_open(struct fx *f)
+{
+    if (fx_open_index(f, 0, 0, 256) != 0 || f->lid == 0) {
+        fx_close(f);
+        return -1;
+    }
+    return 0;
 }
 
 void fx_close(struct fx *f)

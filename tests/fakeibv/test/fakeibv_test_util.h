@@ -20,7 +20,13 @@ struct fx {
 #define FX_TIMEOUT 12
 #define FX_RETRY 7
 
+/* The first device, a PD, a CQ of 256 entries; fails without an InfiniBand LID. */
 int fx_open(struct fx *f);
+/*
+ * Device `index` (of exactly ndev, or any count with ndev 0), a PD and a CQ of
+ * cq_entries; lid is 0 on an Ethernet link layer. fx_close undoes it.
+ */
+int fx_open_index(struct fx *f, int index, int ndev, int cq_entries);
 void fx_close(struct fx *f);
 struct ibv_qp *fx_qp(struct fx *f, uint32_t depth, uint32_t max_inline);
 int fx_to_init(struct ibv_qp *qp, int access);

@@ -22,25 +22,15 @@
 #include "fakeibv.h"
 #include "fakeibv_test_util.h"
 
-static struct ibv_context *ctx[2];
-static struct ibv_pd *pd[2];
-static struct ibv_cq *cq[2];
+static struct fx fxd[2]; /* The two emulated devices. */
 
 static int setup(void **state)
 {
-    int n = 0, i;
-    struct ibv_device **list = ibv_get_device_list(&n);
+    int i;
 
-    if (list == NULL || n != 2)
-        return -1;
-    for (i = 0; i < 2; i++) {
-        ctx[i] = ibv_open_device(list[i]);
-        pd[i] = ctx[i] ? ibv_alloc_pd(ctx[i]) : NULL;
-        cq[i] = ctx[i] ? ibv_create_cq(ctx[i], 64, NULL, NULL, 0) : NULL;
-        if (pd[i] == NULL || cq[i] == NULL)
+    for (i = 0; i < 2; i++)
+        if (fx_open_index(&fxd[i], i, 2, 64) != 0)
             return -1;
-    }
-    ibv_free_device_list(list);
     return 0;
 }
 
@@ -48,11 +38,8 @@ static int teardown(void **state)
 {
     int i;
 
-    for (i = 0; i < 2; i++) {
-        ibv_destroy_cq(cq[i]);
-        ibv_dealloc_pd(pd[i]);
-        ibv_close_device(ctx[i]);
-    }
+    for (i = 0; i < 2; i++)
+        fx_close(&fxd[i]);
     return 0;
 }
 
@@ -65,30 +52,30 @@ static void test_model_from_env(void **state)
     uint16_t lids[4];
     int d, p, i, j;
 
-    assert_string_equal(ibv_get_device_name(ctx[1]->device), "fakeib1");
+    assert_string_equal(ibv_get_device_name(fxd[1].ctx->device), "fakeib1");
     for (d = 0; d < 2; d++) {
-        assert_int_equal(ibv_query_device(ctx[d], &da), 0);
+        assert_int_equal(ibv_query_device(fxd[d].ctx, &da), 0);
         assert_int_equal(da.phys_port_cnt, 2);
         assert_int_equal(da.max_qp_wr, 64);
         for (p = 1; p <= 2; p++) {
-            assert_int_equal(ibv_query_port(ctx[d], p, &pa), 0);
+            assert_int_equal(ibv_query_port(fxd[d].ctx, p, &pa), 0);
             assert_int_equal(pa.link_layer, IBV_LINK_LAYER_ETHERNET);
             assert_int_equal(pa.lid, 0); /* RoCE has no LIDs. */
             assert_int_equal(pa.active_mtu, IBV_MTU_1024);
             assert_int_equal(pa.active_speed, 128); /* NDR */
             assert_int_equal(pa.active_width, 16);  /* 2x */
             assert_int_equal(pa.gid_tbl_len, 4);
-            lids[d * 2 + p - 1] = fakeibv_port_lid(ctx[d], p);
+            lids[d * 2 + p - 1] = fakeibv_port_lid(fxd[d].ctx, p);
             /* Index 3: RoCE v2, IPv4-mapped 127.0.x.y carrying the LID. */
-            assert_int_equal(ibv_query_gid_ex(ctx[d], p, 3, &ge, 0), 0);
+            assert_int_equal(ibv_query_gid_ex(fxd[d].ctx, p, 3, &ge, 0), 0);
             assert_int_equal(ge.gid_type, IBV_GID_TYPE_ROCE_V2);
             assert_int_equal(ge.gid.raw[10], 0xff);
             assert_int_equal(ge.gid.raw[11], 0xff);
             assert_int_equal(ge.gid.raw[12], 127);
             assert_int_equal((ge.gid.raw[14] << 8) | ge.gid.raw[15], lids[d * 2 + p - 1]);
-            assert_int_equal(ibv_query_gid_ex(ctx[d], p, 2, &ge, 0), 0);
+            assert_int_equal(ibv_query_gid_ex(fxd[d].ctx, p, 2, &ge, 0), 0);
             assert_int_equal(ge.gid_type, IBV_GID_TYPE_ROCE_V1);
-            assert_int_equal(ibv_query_gid(ctx[d], p, 0, &gid), 0);
+            assert_int_equal(ibv_query_gid(fxd[d].ctx, p, 0, &gid), 0);
             assert_int_equal(gid.raw[0], 0xfe);
         }
     }
@@ -98,7 +85,7 @@ static void test_model_from_env(void **state)
     {
         struct ibv_gid_entry all[16];
 
-        assert_int_equal(ibv_query_gid_table(ctx[0], all, 16, 0), 8); /* 2 ports x 4 */
+        assert_int_equal(ibv_query_gid_table(fxd[0].ctx, all, 16, 0), 8); /* 2 ports x 4 */
     }
 }
 
@@ -107,11 +94,11 @@ static struct ibv_qp *mkqp(int d, uint32_t depth)
     struct ibv_qp_init_attr a;
 
     memset(&a, 0, sizeof(a));
-    a.send_cq = a.recv_cq = cq[d];
+    a.send_cq = a.recv_cq = fxd[d].cq;
     a.qp_type = IBV_QPT_RC;
     a.cap.max_send_wr = a.cap.max_recv_wr = depth;
     a.cap.max_send_sge = a.cap.max_recv_sge = 1;
-    return ibv_create_qp(pd[d], &a);
+    return ibv_create_qp(fxd[d].pd, &a);
 }
 
 /* INIT -> RTR over RoCE: the address is a GRH naming the peer's GID. */
@@ -154,8 +141,8 @@ static void test_roce_between_devices_and_env_knobs(void **state)
     struct ibv_qp *a = mkqp(0, 8), *b = mkqp(1, 8);
     union ibv_gid ga, gb;
     static char src[4096], dst[4096];
-    struct ibv_mr *smr = ibv_reg_mr(pd[0], src, sizeof(src), IBV_ACCESS_LOCAL_WRITE);
-    struct ibv_mr *dmr = ibv_reg_mr(pd[1], dst, sizeof(dst),
+    struct ibv_mr *smr = ibv_reg_mr(fxd[0].pd, src, sizeof(src), IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_mr *dmr = ibv_reg_mr(fxd[1].pd, dst, sizeof(dst),
                                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     struct ibv_wc wc;
     struct timespec t0;
@@ -167,8 +154,8 @@ static void test_roce_between_devices_and_env_knobs(void **state)
     errno = 0;
     assert_null(mkqp(0, 65));
     assert_int_equal(errno, EINVAL);
-    assert_int_equal(ibv_query_gid(ctx[0], 2, 3, &ga), 0);
-    assert_int_equal(ibv_query_gid(ctx[1], 1, 3, &gb), 0);
+    assert_int_equal(ibv_query_gid(fxd[0].ctx, 2, 3, &ga), 0);
+    assert_int_equal(ibv_query_gid(fxd[1].ctx, 1, 3, &gb), 0);
     /* FAKEIBV_FAIL_MODIFY_QP=1:2:EAGAIN: one passes, two fail, then fine. */
     assert_int_equal(init_port(a, 2), 0);
     assert_int_equal(init_port(b, 1), EAGAIN);
@@ -184,16 +171,16 @@ static void test_roce_between_devices_and_env_knobs(void **state)
     assert_int_equal(fx_write(a, 1, IBV_WR_RDMA_WRITE, src, sizeof(src), smr->lkey,
                               (uintptr_t)dst, dmr->rkey, IBV_SEND_SIGNALED, 0),
                      0);
-    assert_int_equal(fx_poll(cq[0], &wc, 1, 5000), 1);
+    assert_int_equal(fx_poll(fxd[0].cq, &wc, 1, 5000), 1);
     assert_int_equal(wc.status, IBV_WC_SUCCESS);
     assert_memory_equal(dst, src, sizeof(src));
     /* FAKEIBV_RETRY_TIMEOUT_MS=50 overrides the QP's (infinite) timeout. */
-    assert_int_equal(fakeibv_inject(ctx[0], FAKEIBV_FAULT_QP_DROP, a->qp_num, 0, 0, 0), 0);
+    assert_int_equal(fakeibv_inject(fxd[0].ctx, FAKEIBV_FAULT_QP_DROP, a->qp_num, 0, 0, 0), 0);
     clock_gettime(CLOCK_MONOTONIC, &t0);
     assert_int_equal(fx_write(a, 2, IBV_WR_RDMA_WRITE, src, 16, smr->lkey, (uintptr_t)dst,
                               dmr->rkey, IBV_SEND_SIGNALED, 0),
                      0);
-    assert_int_equal(fx_poll(cq[0], &wc, 1, 5000), 1);
+    assert_int_equal(fx_poll(fxd[0].cq, &wc, 1, 5000), 1);
     ms = fx_ms_since(&t0);
     assert_int_equal(wc.status, IBV_WC_RETRY_EXC_ERR);
     assert_true(ms >= 40 && ms < 2000);

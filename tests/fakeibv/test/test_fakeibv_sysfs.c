@@ -39,9 +39,7 @@
 
 extern char **environ;
 
-static struct ibv_context *ctx[2];
-static struct ibv_pd *pd[2];
-static struct ibv_cq *cq[2];
+static struct fx fxd[2]; /* The two emulated devices. */
 static int eth;
 static const char *self_exe;
 
@@ -87,21 +85,13 @@ exists(const char *fmt, ...)
 
 static int setup(void **state)
 {
-    int n = 0, i;
-    struct ibv_device **list = ibv_get_device_list(&n);
+    int i;
     const char *link = getenv("FAKEIBV_LINK");
 
     eth = link != NULL && strcmp(link, "eth") == 0;
-    if (list == NULL || n != 2)
-        return -1;
-    for (i = 0; i < 2; i++) {
-        ctx[i] = ibv_open_device(list[i]);
-        pd[i] = ctx[i] ? ibv_alloc_pd(ctx[i]) : NULL;
-        cq[i] = ctx[i] ? ibv_create_cq(ctx[i], 64, NULL, NULL, 0) : NULL;
-        if (pd[i] == NULL || cq[i] == NULL)
+    for (i = 0; i < 2; i++)
+        if (fx_open_index(&fxd[i], i, 2, 64) != 0)
             return -1;
-    }
-    ibv_free_device_list(list);
     return 0;
 }
 
@@ -109,11 +99,8 @@ static int teardown(void **state)
 {
     int i;
 
-    for (i = 0; i < 2; i++) {
-        ibv_destroy_cq(cq[i]);
-        ibv_dealloc_pd(pd[i]);
-        ibv_close_device(ctx[i]);
-    }
+    for (i = 0; i < 2; i++)
+        fx_close(&fxd[i]);
     return 0;
 }
 
@@ -161,7 +148,7 @@ static int wait_no_fake_threads(void)
     return fake == 0 ? n : -1;
 }
 
-/* RESET -> RTS on port 1 of ctx[0], addressed by GID 0 of the same port (a
+/* RESET -> RTS on port 1 of fxd[0].ctx, addressed by GID 0 of the same port (a
  * GRH works on both link layers). */
 static int connect_grh(struct ibv_qp *qp, uint32_t dqpn)
 {
@@ -179,7 +166,7 @@ static int connect_grh(struct ibv_qp *qp, uint32_t dqpn)
     a.ah_attr.port_num = 1;
     a.ah_attr.is_global = 1;
     a.ah_attr.grh.hop_limit = 64;
-    if (ibv_query_gid(ctx[0], 1, 0, &a.ah_attr.grh.dgid) != 0)
+    if (ibv_query_gid(fxd[0].ctx, 1, 0, &a.ah_attr.grh.dgid) != 0)
         return -1;
     rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                                    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
@@ -195,7 +182,7 @@ static const int exact = 1;
 
 static void test_no_thread_until_connected(void **state)
 {
-    struct fx f = { .ctx = ctx[0], .pd = pd[0], .cq = cq[0] };
+    struct fx f = { .ctx = fxd[0].ctx, .pd = fxd[0].pd, .cq = fxd[0].cq };
     static char src[4096], dst[4096];
     struct ibv_mr *smr, *dmr;
     struct ibv_qp *a, *b;
@@ -209,8 +196,8 @@ static void test_no_thread_until_connected(void **state)
     assert_int_equal(fake, 0);
     if (exact)
         assert_int_equal(base, 1);
-    smr = ibv_reg_mr(pd[0], src, sizeof(src), IBV_ACCESS_LOCAL_WRITE);
-    dmr = ibv_reg_mr(pd[0], dst, sizeof(dst), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    smr = ibv_reg_mr(fxd[0].pd, src, sizeof(src), IBV_ACCESS_LOCAL_WRITE);
+    dmr = ibv_reg_mr(fxd[0].pd, dst, sizeof(dst), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     a = fx_qp(&f, 8, 0);
     b = fx_qp(&f, 8, 0);
     assert_non_null(a);
@@ -236,7 +223,7 @@ static void test_no_thread_until_connected(void **state)
     assert_int_equal(fx_write(a, 1, IBV_WR_RDMA_WRITE, src, sizeof(src), smr->lkey,
                               (uintptr_t)dst, dmr->rkey, IBV_SEND_SIGNALED, 0),
                      0);
-    assert_int_equal(fx_poll(cq[0], &wc, 1, 5000), 1);
+    assert_int_equal(fx_poll(fxd[0].cq, &wc, 1, 5000), 1);
     assert_int_equal(wc.status, IBV_WC_SUCCESS);
     assert_memory_equal(src, dst, sizeof(src));
     n = count_threads(&fake);
@@ -277,7 +264,7 @@ static void test_root_and_paths(void **state)
     }
     assert_non_null(realpath(root, real_root));
     for (i = 0; i < 2; i++) {
-        struct ibv_device *dev = ctx[i]->device;
+        struct ibv_device *dev = fxd[i].ctx->device;
         ssize_t n;
 
         snprintf(want, sizeof(want), "%s/class/infiniband/fakeib%d", root, i);
@@ -374,13 +361,13 @@ static void test_port_files_match_verbs(void **state)
     int d, p, i;
 
     for (d = 0; d < 2; d++) {
-        const char *ib = ctx[d]->device->ibdev_path;
+        const char *ib = fxd[d].ctx->device->ibdev_path;
 
         for (p = 1; p <= 2; p++) {
             struct ibv_port_attr pa;
             char want[64];
 
-            assert_int_equal(ibv_query_port(ctx[d], p, &pa), 0);
+            assert_int_equal(ibv_query_port(fxd[d].ctx, p, &pa), 0);
             assert_string_equal(slurp("%s/ports/%d/link_layer", ib, p),
                                 eth ? "Ethernet" : "InfiniBand");
             assert_int_equal(pa.link_layer, eth ? IBV_LINK_LAYER_ETHERNET
@@ -389,7 +376,7 @@ static void test_port_files_match_verbs(void **state)
             snprintf(want, sizeof(want), "0x%x", pa.lid);
             assert_string_equal(slurp("%s/ports/%d/lid", ib, p), want);
             if (!eth)
-                assert_int_equal(pa.lid, fakeibv_port_lid(ctx[d], p));
+                assert_int_equal(pa.lid, fakeibv_port_lid(fxd[d].ctx, p));
             assert_string_equal(slurp("%s/ports/%d/state", ib, p), "4: ACTIVE");
             assert_string_equal(slurp("%s/ports/%d/phys_state", ib, p), "5: LinkUp");
             assert_string_equal(slurp("%s/ports/%d/pkeys/0", ib, p), "0xffff");
@@ -400,7 +387,7 @@ static void test_port_files_match_verbs(void **state)
                 const uint8_t *r = ge.gid.raw;
                 char gid[64];
 
-                assert_int_equal(ibv_query_gid_ex(ctx[d], p, i, &ge, 0), 0);
+                assert_int_equal(ibv_query_gid_ex(fxd[d].ctx, p, i, &ge, 0), 0);
                 assert_string_equal(slurp("%s/ports/%d/gid_attrs/types/%d", ib, p, i),
                                     ge.gid_type == IBV_GID_TYPE_ROCE_V2 ? "RoCE v2"
                                                                         : "IB/RoCE v1");
@@ -436,47 +423,47 @@ static void test_guid_files(void **state)
 
     for (d = 0; d < 2; d++) {
         struct ibv_device_attr da;
-        uint64_t g = be64toh(ibv_get_device_guid(ctx[d]->device));
+        uint64_t g = be64toh(ibv_get_device_guid(fxd[d].ctx->device));
         char want[32], buf[64];
 
         snprintf(want, sizeof(want), "%04x:%04x:%04x:%04x", (unsigned)(g >> 48) & 0xffff,
                  (unsigned)(g >> 32) & 0xffff, (unsigned)(g >> 16) & 0xffff,
                  (unsigned)g & 0xffff);
         /* Through rdma-core's own helper: no trailing newline, length back. */
-        assert_int_equal(ibv_read_sysfs_file(ctx[d]->device->ibdev_path, "node_guid", buf,
+        assert_int_equal(ibv_read_sysfs_file(fxd[d].ctx->device->ibdev_path, "node_guid", buf,
                                              sizeof(buf)),
                          (int)strlen(want));
         assert_string_equal(buf, want);
-        assert_int_equal(ibv_query_device(ctx[d], &da), 0);
+        assert_int_equal(ibv_query_device(fxd[d].ctx, &da), 0);
         g = be64toh(da.sys_image_guid);
         snprintf(want, sizeof(want), "%04x:%04x:%04x:%04x", (unsigned)(g >> 48) & 0xffff,
                  (unsigned)(g >> 32) & 0xffff, (unsigned)(g >> 16) & 0xffff,
                  (unsigned)g & 0xffff);
-        assert_string_equal(slurp("%s/sys_image_guid", ctx[d]->device->ibdev_path), want);
-        assert_string_equal(slurp("%s/node_type", ctx[d]->device->ibdev_path), "1: CA");
-        assert_string_equal(slurp("%s/fw_ver", ctx[d]->device->ibdev_path), da.fw_ver);
-        assert_int_equal(ibv_read_sysfs_file(ctx[d]->device->ibdev_path, "no_such_file", buf,
+        assert_string_equal(slurp("%s/sys_image_guid", fxd[d].ctx->device->ibdev_path), want);
+        assert_string_equal(slurp("%s/node_type", fxd[d].ctx->device->ibdev_path), "1: CA");
+        assert_string_equal(slurp("%s/fw_ver", fxd[d].ctx->device->ibdev_path), da.fw_ver);
+        assert_int_equal(ibv_read_sysfs_file(fxd[d].ctx->device->ibdev_path, "no_such_file", buf,
                                              sizeof(buf)),
                          -1);
     }
-    assert_string_not_equal(slurp("%s/node_guid", ctx[0]->device->ibdev_path),
-                            slurp("%s/node_guid", ctx[1]->device->ibdev_path));
+    assert_string_not_equal(slurp("%s/node_guid", fxd[0].ctx->device->ibdev_path),
+                            slurp("%s/node_guid", fxd[1].ctx->device->ibdev_path));
 }
 
 static void test_port_state_follows_injection(void **state)
 {
-    const char *ib = ctx[1]->device->ibdev_path;
+    const char *ib = fxd[1].ctx->device->ibdev_path;
     struct ibv_async_event ev;
 
-    assert_int_equal(fakeibv_inject(ctx[1], FAKEIBV_FAULT_PORT_ERR, 2, 0, 0, 0), 0);
+    assert_int_equal(fakeibv_inject(fxd[1].ctx, FAKEIBV_FAULT_PORT_ERR, 2, 0, 0, 0), 0);
     assert_string_equal(slurp("%s/ports/2/state", ib), "1: DOWN");
     assert_string_equal(slurp("%s/ports/2/phys_state", ib), "3: Disabled");
     assert_string_equal(slurp("%s/ports/1/state", ib), "4: ACTIVE");
-    assert_int_equal(ibv_get_async_event(ctx[1], &ev), 0);
+    assert_int_equal(ibv_get_async_event(fxd[1].ctx, &ev), 0);
     ibv_ack_async_event(&ev);
-    assert_int_equal(fakeibv_inject(ctx[1], FAKEIBV_FAULT_PORT_ACTIVE, 2, 0, 0, 0), 0);
+    assert_int_equal(fakeibv_inject(fxd[1].ctx, FAKEIBV_FAULT_PORT_ACTIVE, 2, 0, 0, 0), 0);
     assert_string_equal(slurp("%s/ports/2/state", ib), "4: ACTIVE");
-    assert_int_equal(ibv_get_async_event(ctx[1], &ev), 0);
+    assert_int_equal(ibv_get_async_event(fxd[1].ctx, &ev), 0);
     ibv_ack_async_event(&ev);
 }
 
