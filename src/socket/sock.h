@@ -184,6 +184,8 @@ static inline void ferry_sock_magic_clear(uint64_t *magic)
 
 /* sock_dev.c: init parses the socket backend's variables (sock_config.h) first. */
 ferry_status_t ferry_sock_init(const ferry_config_t *core);
+/* Whether NCCL will consult ferry's tuner (NCCL_FERRY_TUNER, NCCL_TUNER_PLUGIN). */
+int ferry_sock_dev_tuner_on(const ferry_config_t *core);
 void ferry_sock_fini(void);
 ferry_status_t ferry_sock_devices(int *ndev_p);
 ferry_status_t ferry_sock_get_properties(int dev, ferry_props_t *props_p);

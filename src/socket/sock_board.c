@@ -167,6 +167,10 @@ static void ferry_sock_board_read_locked(void)
     ferry_sock_state.cfg = counted;
     ferry_sock_config_lanes_line(&ferry_sock_state.cfg, line, sizeof(line));
     FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET, "%s", line);
+    if (ferry_sock_config_step_hint(&ferry_sock_state.cfg, &ferry_sock_state.core,
+                                    ferry_sock_dev_tuner_on(&ferry_sock_state.core), line,
+                                    sizeof(line)))
+        FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_TUNING, "%s", line);
 }
 
 void ferry_sock_board_check(void)

@@ -205,6 +205,17 @@ int ferry_sock_config_streams_for(const ferry_sock_config_t *cfg, int live_conns
  */
 void ferry_sock_config_lanes_line(const ferry_sock_config_t *cfg, char *buf, size_t len);
 /*
+ * The INFO hint for a rank that a launcher bound to 2 CPUs beside other
+ * local ranks: the tuner setting that runs small rings on one channel there
+ * (NCCL_FERRY_TUNER_STEP_BYTES), which ferry cannot switch on by itself
+ * because every rank of a collective must choose its channel count alike.
+ * Returns 1 with the line in buf, or 0 and an empty buf where it does not
+ * apply: another budget, no other local rank, the tuner not consulted
+ * (tuner_on 0), or the setting given (to any value, 0 included).
+ */
+int ferry_sock_config_step_hint(const ferry_sock_config_t *cfg, const ferry_config_t *core,
+                                int tuner_on, char *buf, size_t len);
+/*
  * Streams, threads per side and helper placement from the variables and the
  * CPU budget in cfg (ncpus, cpus_bound): sock_config_cpus.c, called by the
  * loads above once the table is parsed.

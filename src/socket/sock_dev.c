@@ -81,7 +81,7 @@ static int ferry_sock_dev_speed(const char *ifname, int configured, const char *
  * NCCL_TUNER_PLUGIN names another one (NCCL looks there before it falls
  * back to the net plugin's library).
  */
-static int ferry_sock_dev_tuner_on(const ferry_config_t *cfg)
+int ferry_sock_dev_tuner_on(const ferry_config_t *cfg)
 {
     const char *other = getenv("NCCL_TUNER_PLUGIN");
 
@@ -232,6 +232,8 @@ ferry_status_t ferry_sock_init(const ferry_config_t *core)
                cfg->spin_us);
     ferry_sock_config_lanes_line(cfg, line, sizeof(line));
     FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET, "%s", line);
+    if (ferry_sock_config_step_hint(cfg, core, ferry_sock_dev_tuner_on(core), line, sizeof(line)))
+        FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_TUNING, "%s", line);
     /* Last: a slot on the board only for an init that succeeded. */
     ferry_sock_board_publish(&raw);
     return FERRY_OK;

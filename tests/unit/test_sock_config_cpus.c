@@ -571,6 +571,56 @@ static void test_local_ranks_share_node(void **state)
 }
 
 
+/*
+ * The hint for ranks bound to 2 CPUs beside other local ranks: the tuner
+ * setting that ferry cannot switch on by itself, named only where it
+ * applies and while nobody set it.
+ */
+static void test_step_hint(void **state)
+{
+    ferry_sock_config_t cfg;
+    ferry_config_t core;
+    char line[1024];
+
+    (void)state;
+    memset(&core, 0, sizeof(core));
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "8", 1);
+    assert_int_equal(ferry_sock_config_load_ncpus(&cfg, 2), FERRY_OK);
+    assert_int_equal(ferry_sock_config_step_hint(&cfg, &core, 1, line, sizeof(line)), 1);
+    printf("8 local ranks bound to 2 CPUs each:\n  %s\n", line);
+    assert_non_null(strstr(line, "this rank has 2 CPUs of its own beside 7 other local ranks; "
+                                 "if every rank of the job is bound alike, "
+                                 "NCCL_FERRY_TUNER_STEP_BYTES=128K on all of them"));
+    assert_non_null(strstr(line, "wait for each other for ever"));
+
+    /* Not while the tuner is not consulted, nor once the setting is given (0 too). */
+    assert_int_equal(ferry_sock_config_step_hint(&cfg, &core, 0, line, sizeof(line)), 0);
+    assert_string_equal(line, "");
+    core.src[FERRY_CFG_TUNER_STEP_BYTES] = FERRY_CFG_ENV;
+    assert_int_equal(ferry_sock_config_step_hint(&cfg, &core, 1, line, sizeof(line)), 0);
+    assert_string_equal(line, "");
+    core.src[FERRY_CFG_TUNER_STEP_BYTES] = FERRY_CFG_DEFAULT;
+
+    /* Unbound on 16 CPUs shared by the 8: no helper, so no hint. */
+    assert_int_equal(ferry_sock_config_load_host_cpus(&cfg, 16), FERRY_OK);
+    assert_int_equal(cfg.ncpus, 2);
+    assert_int_equal(ferry_sock_config_step_hint(&cfg, &core, 1, line, sizeof(line)), 0);
+
+    /* Bound to 4: more than the mode it is for. */
+    assert_int_equal(ferry_sock_config_load_ncpus(&cfg, 4), FERRY_OK);
+    assert_int_equal(ferry_sock_config_step_hint(&cfg, &core, 1, line, sizeof(line)), 0);
+
+    /* One other local rank: the singular. No launcher variable: no hint (alone on the node). */
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+    assert_int_equal(ferry_sock_config_load_ncpus(&cfg, 2), FERRY_OK);
+    assert_int_equal(ferry_sock_config_step_hint(&cfg, &core, 1, line, sizeof(line)), 1);
+    assert_non_null(strstr(line, "beside 1 other local rank; "));
+    unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    assert_int_equal(ferry_sock_config_load_ncpus(&cfg, 2), FERRY_OK);
+    assert_int_equal(cfg.send_threads, 1);
+    assert_int_equal(ferry_sock_config_step_hint(&cfg, &core, 1, line, sizeof(line)), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -585,6 +635,7 @@ int main(void)
         cmocka_unit_test_setup(test_ignore_cpu_affinity, clear_env),
         cmocka_unit_test_setup(test_cpu_quota_caps, clear_env),
         cmocka_unit_test_setup(test_local_ranks_share_node, clear_env),
+        cmocka_unit_test_setup(test_step_hint, clear_env),
     };
 
     ferry_log_set(capture_log);
