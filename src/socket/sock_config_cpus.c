@@ -407,12 +407,12 @@ int ferry_sock_config_step_hint(const ferry_sock_config_t *cfg, const ferry_conf
     if (!ferry_sock_cfg_send_helper_mode(cfg) || cfg->local_ranks < 2 || !tuner_on ||
         core->src[FERRY_CFG_TUNER_STEP_BYTES] != FERRY_CFG_DEFAULT)
         return 0;
-    snprintf(buf, len, "socket backend: this rank has 2 CPUs of its own beside %d other local "
-             "rank%s; if every rank of the job is bound alike, NCCL_FERRY_TUNER_STEP_BYTES=128K "
-             "on all of them runs each ring whose step on 2 channels moves under 128 KiB on one "
-             "channel, faster on 2 CPUs (docs/tuning.md, \"By CPU budget\"). ferry does not "
-             "choose it itself: ranks that choose different channel counts for one collective "
-             "wait for each other for ever", cfg->local_ranks - 1,
-             cfg->local_ranks == 2 ? "" : "s");
+    snprintf(buf, len, "socket backend: this rank runs on 2 CPUs a launcher gave it, beside %d "
+             "other local rank%s; if every rank of the job is bound alike, "
+             "NCCL_FERRY_TUNER_STEP_BYTES=128K on all of them runs each ring whose step on 2 "
+             "channels moves under 128 KiB on one channel, faster on 2 CPUs (docs/tuning.md, "
+             "\"By CPU budget\"). ferry does not choose it itself: ranks that choose different "
+             "channel counts for one collective wait for each other for ever",
+             cfg->local_ranks - 1, cfg->local_ranks == 2 ? "" : "s");
     return 1;
 }

@@ -588,8 +588,8 @@ static void test_step_hint(void **state)
     assert_int_equal(ferry_sock_config_load_ncpus(&cfg, 2), FERRY_OK);
     assert_int_equal(ferry_sock_config_step_hint(&cfg, &core, 1, line, sizeof(line)), 1);
     printf("8 local ranks bound to 2 CPUs each:\n  %s\n", line);
-    assert_non_null(strstr(line, "this rank has 2 CPUs of its own beside 7 other local ranks; "
-                                 "if every rank of the job is bound alike, "
+    assert_non_null(strstr(line, "this rank runs on 2 CPUs a launcher gave it, beside 7 other "
+                                 "local ranks; if every rank of the job is bound alike, "
                                  "NCCL_FERRY_TUNER_STEP_BYTES=128K on all of them"));
     assert_non_null(strstr(line, "wait for each other for ever"));
 
