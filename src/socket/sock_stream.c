@@ -448,6 +448,15 @@ static long ferry_sock_stream_rescue(ferry_sock_stream_t *comm, const ferry_px_r
     if (work > 0) {
         ferry_px_stat_add(&comm->rescues, 1);
         ferry_sock_stream_rescue_note(comm, req, size, now - last);
+        /*
+         * A lane left holding a chunk (its socket full) or chunks left
+         * unclaimed go back to the pool now: its sleeping threads registered
+         * no fd for lanes that were idle when they last served them, so
+         * without a kick nothing but the safety sweep would move them.
+         */
+        if (atomic_load_explicit(&comm->unclaimed, memory_order_relaxed) ||
+            !ferry_sock_stream_lanes_free(comm))
+            ferry_sock_stream_kick_posted(comm, 1);
     }
     return work;
 }

@@ -472,6 +472,91 @@ static void expect_left_to_helper(ferry_sock_stream_t *c, char *buf, size_t len)
 }
 
 /*
+ * A lane that NCCL's thread's rescue leaves holding its chunk (the socket
+ * took part of it: blocked) while the pool thread sleeps: the pool thread
+ * declines the message until the rescue has taken it, then finishes it.
+ */
+static _Atomic int half_rescued;
+static pthread_t half_tester;
+static ferry_sock_claim_t half_claim;
+
+static long half_progress(ferry_sock_stream_t *comm, int lane, short revents,
+                          ferry_sock_burst_t burst)
+{
+    (void)revents;
+    (void)burst;
+    if (!pthread_equal(pthread_self(), half_tester)) {
+        if (!atomic_load(&half_rescued))
+            return 0; /* The late helper: the message stays POSTED. */
+        if (half_claim.req == NULL)
+            return 0;
+        ferry_px_req_progress(half_claim.req, half_claim.len);
+        ferry_sock_stream_chunk_finish(comm, lane, half_claim.req);
+        half_claim.req = NULL;
+        return 1;
+    }
+    if (atomic_load(&half_rescued) || !ferry_sock_stream_claim(comm, &half_claim))
+        return 0;
+    ferry_sock_lane_set(comm, lane, FERRY_SOCK_LANE_BLOCKED);
+    atomic_store(&half_rescued, 1);
+    return 1;
+}
+
+static const ferry_sock_stream_lane_ops_t half_ops = {.progress = half_progress,
+                                                      .wants = no_fd_wants};
+
+/*
+ * A rescue that leaves a lane holding a chunk (the socket was full) hands it
+ * back to the pool at once: the pool thread, asleep with no fd of that lane
+ * registered, is kicked, and finishes the message without its 1 s safety
+ * sweep (which the pool counts as a lost wake-up).
+ */
+static void test_rescue_left_blocked_kicks_pool(void **state)
+{
+    ferry_sock_stream_t *c = ferry_px_ring_alloc(sizeof(*c));
+    static char buf[64 << 10];
+    ferry_px_pool_stats_t st;
+    ferry_px_req_t *r;
+    int done = 0, size = 0, i;
+
+    (void)state;
+    assert_non_null(c);
+    half_tester = pthread_self();
+    atomic_store(&half_rescued, 0);
+    half_claim.req = NULL;
+    assert_int_equal(ferry_sock_stream_init(c, FERRY_PX_SEND, "test", "10.0.0.5:7", 1, 1, 64 << 10,
+                                        1 << 20, &half_ops, &test_ring_ops), FERRY_OK);
+    assert_int_equal(ferry_sock_stream_start(c), FERRY_OK);
+    wait_all_asleep(c);
+    r = ferry_sock_stream_post(c, buf, sizeof(buf), NULL, 0);
+    assert_non_null(r);
+    /* The pool thread looked and declined; test() rescues once the interval passed. */
+    for (i = 0; i < 5000 && !atomic_load(&half_rescued); i++) {
+        assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
+        if (!atomic_load(&half_rescued))
+            sleep_ms(1);
+    }
+    assert_true(atomic_load(&half_rescued));
+    assert_int_equal(atomic_load(&c->rescues), 1);
+    for (i = 0; i < 5000 && !done; i++) {
+        assert_int_equal(ferry_px_ring_test(&c->ring, r, &done, &size), FERRY_OK);
+        if (!done)
+            sleep_ms(1);
+    }
+    assert_int_equal(done, 1);
+    assert_int_equal(size, (int)sizeof(buf));
+    st = stats_of(c, 0);
+    printf("  rescued, left blocked: done after %d ms; pool woken %llu times by kicks, %llu by "
+           "its safety timeout, %llu lost wake-ups\n", i,
+           (unsigned long long)atomic_load(&st.woken_post),
+           (unsigned long long)atomic_load(&st.woken_timer),
+           (unsigned long long)atomic_load(&st.rescues));
+    assert_int_equal(atomic_load(&st.rescues), 0);
+    ferry_sock_stream_stop(c);
+    free(c);
+}
+
+/*
  * A helper that never runs (its comm has one, never started): test() on a
  * 64 KiB send, above what NCCL's thread sends itself, leaves it to the
  * helper at first, and once it has waited past the rescue interval moves it
@@ -681,6 +766,7 @@ int main(void)
         cmocka_unit_test(test_dump_without_helpers),
         cmocka_unit_test(test_message_timeline),
         cmocka_unit_test(test_rescue_message_helper_left),
+        cmocka_unit_test(test_rescue_left_blocked_kicks_pool),
         cmocka_unit_test(test_place_away_follows_posting_cpu),
         cmocka_unit_test(test_busy_lane_no_spin_and_handed_back),
     };
