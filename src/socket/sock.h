@@ -184,8 +184,12 @@ static inline void ferry_sock_magic_clear(uint64_t *magic)
 
 /* sock_dev.c: init parses the socket backend's variables (sock_config.h) first. */
 ferry_status_t ferry_sock_init(const ferry_config_t *core);
-/* Whether NCCL will consult ferry's tuner (NCCL_FERRY_TUNER, NCCL_TUNER_PLUGIN). */
-int ferry_sock_dev_tuner_on(const ferry_config_t *core);
+/*
+ * The INFO lines on the streams and helpers chosen for the CPU budget, and
+ * the step hint where it applies: at init and when the node's masks change
+ * the budget (sock_board.c).
+ */
+void ferry_sock_dev_log_budget(const ferry_sock_config_t *cfg, const ferry_config_t *core);
 void ferry_sock_fini(void);
 ferry_status_t ferry_sock_devices(int *ndev_p);
 ferry_status_t ferry_sock_get_properties(int dev, ferry_props_t *props_p);

@@ -116,7 +116,7 @@ static void ferry_sock_board_read_locked(void)
 {
     const ferry_sock_config_t *now = &ferry_sock_state.cfg;
     ferry_sock_config_t counted;
-    char why[PATH_MAX + 128], result[96], line[1024];
+    char why[PATH_MAX + 128], result[96];
     int n = ferry_sock_board.nranks, valid, overlap, conns, pool;
 
     if (!ferry_mask_board_read(ferry_sock_board.path, ferry_sock_board.index, n,
@@ -165,12 +165,7 @@ static void ferry_sock_board_read_locked(void)
      * connect waits on pending, which is cleared only after this write).
      */
     ferry_sock_state.cfg = counted;
-    ferry_sock_config_lanes_line(&ferry_sock_state.cfg, line, sizeof(line));
-    FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET, "%s", line);
-    if (ferry_sock_config_step_hint(&ferry_sock_state.cfg, &ferry_sock_state.core,
-                                    ferry_sock_dev_tuner_on(&ferry_sock_state.core), line,
-                                    sizeof(line)))
-        FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_TUNING, "%s", line);
+    ferry_sock_dev_log_budget(&ferry_sock_state.cfg, &ferry_sock_state.core);
 }
 
 void ferry_sock_board_check(void)

@@ -81,7 +81,7 @@ static int ferry_sock_dev_speed(const char *ifname, int configured, const char *
  * NCCL_TUNER_PLUGIN names another one (NCCL looks there before it falls
  * back to the net plugin's library).
  */
-int ferry_sock_dev_tuner_on(const ferry_config_t *cfg)
+static int ferry_sock_dev_tuner_on(const ferry_config_t *cfg)
 {
     const char *other = getenv("NCCL_TUNER_PLUGIN");
 
@@ -171,6 +171,16 @@ static const char *ferry_sock_dev_slow_why(const ferry_config_t *core,
            "with a send helper per comm at 2 CPUs)";
 }
 
+void ferry_sock_dev_log_budget(const ferry_sock_config_t *cfg, const ferry_config_t *core)
+{
+    char line[1024];
+
+    ferry_sock_config_lanes_line(cfg, line, sizeof(line));
+    FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET, "%s", line);
+    if (ferry_sock_config_step_hint(cfg, core, ferry_sock_dev_tuner_on(core), line, sizeof(line)))
+        FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_TUNING, "%s", line);
+}
+
 ferry_status_t ferry_sock_init(const ferry_config_t *core)
 {
     const ferry_sock_config_t *cfg = &ferry_sock_state.cfg;
@@ -230,10 +240,7 @@ ferry_status_t ferry_sock_init(const ferry_config_t *core)
                cfg->send_threads, cfg->recv_threads,
                cfg->helper_place == FERRY_SOCK_PLACE_AWAY ? " (off NCCL's thread's CPU)" : "",
                cfg->spin_us);
-    ferry_sock_config_lanes_line(cfg, line, sizeof(line));
-    FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_NET, "%s", line);
-    if (ferry_sock_config_step_hint(cfg, core, ferry_sock_dev_tuner_on(core), line, sizeof(line)))
-        FERRY_INFO(FERRY_LOG_INIT | FERRY_LOG_TUNING, "%s", line);
+    ferry_sock_dev_log_budget(cfg, core);
     /* Last: a slot on the board only for an init that succeeded. */
     ferry_sock_board_publish(&raw);
     return FERRY_OK;
